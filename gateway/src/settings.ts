@@ -1,0 +1,28 @@
+import { Type } from 'typebox'
+
+const url = (fallback: string, what: string) => Type.String({ default: fallback, description: `base URL of the ${what} service` })
+const perWindow = (fallback: number, tier: string) =>
+  Type.Integer({ minimum: 1, default: fallback, description: `requests per window for a ${tier} key` })
+
+export const gatewaySettings = {
+  AGENT_URL: url('http://127.0.0.1:3001', 'agent'),
+  TRADING_URL: url('http://127.0.0.1:3002', 'trading'),
+  MARKET_DATA_URL: url('http://127.0.0.1:3003', 'market-data'),
+  AUTOMATION_URL: url('http://127.0.0.1:3004', 'automation'),
+  ADMIN_URL: url('http://127.0.0.1:3005', 'admin'),
+  REDIS_URL: Type.Optional(
+    Type.String({ secret: true, description: 'Redis for rate-limit counts shared by all gateway replicas; in-memory when unset' }),
+  ),
+  RATE_LIMIT_WINDOW_MS: Type.Integer({ minimum: 1000, default: 60_000, description: 'rate-limit window' }),
+  RATE_LIMIT_READONLY: perWindow(1200, 'readonly'),
+  RATE_LIMIT_READWRITE: perWindow(1200, 'readwrite'),
+  RATE_LIMIT_ADMIN: perWindow(300, 'admin'),
+  KEY_CACHE_TTL_MS: Type.Integer({
+    minimum: 0,
+    default: 60_000,
+    description: 'how long a verified key is cached; revocations evict at once by broadcast',
+  }),
+  UPSTREAM_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 30_000, description: 'how long the gateway waits for a service' }),
+  CHAIN_NAME: Type.String({ default: 'arbitrum-one', description: 'chain name shown by GET /' }),
+  CHAIN_ID: Type.Integer({ default: 42161, description: 'chain id shown by GET /' }),
+}

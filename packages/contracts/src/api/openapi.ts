@@ -1,0 +1,76 @@
+import type { TSchema } from 'typebox'
+import type { ApiRoute } from './route.ts'
+import { groupFor, type RouteAuth } from './routeTable.ts'
+
+interface OpenApiInfo {
+  title: string
+  version: string
+  description?: string
+}
+
+type JsonSchema = Record<string, unknown>
+
+/** TypeBox schemas are JSON Schema; strip the symbol-keyed metadata by a JSON round trip. */
+const plain = (schema: TSchema): JsonSchema => JSON.parse(JSON.stringify(schema)) as JsonSchema
+
+function parameters(schema: TSchema | undefined, where: 'path' | 'query') {
+  if (!schema) return []
+  const { properties = {}, required = [] } = plain(schema) as { properties?: Record<string, JsonSchema>; required?: string[] }
+  return Object.entries(properties).map(([name, property]) => ({
+    name,
+    in: where,
+    required: where === 'path' || required.includes(name),
+    schema: property,
+  }))
+}
+
+function security(auth: RouteAuth | undefined) {
+  if (!auth || auth.kind === 'none') return []
+  if (auth.kind === 'payment') return [{ x402: [] }]
+  return [{ apiKey: [auth.tier] }]
+}
+
+function describeAuth(auth: RouteAuth | undefined): string {
+  if (!auth || auth.kind === 'none') return 'No authentication.'
+  if (auth.kind === 'payment') return 'Paid per request with x402 (X-PAYMENT or PAYMENT-SIGNATURE).'
+  return `API key of tier ${auth.tier} or higher.`
+}
+
+/** The OpenAPI 3.1 document of the public API, built from the routes' own schemas. */
+export function buildOpenApi(info: OpenApiInfo, routes: readonly ApiRoute[]) {
+  const paths: Record<string, Record<string, unknown>> = {}
+  for (const r of routes) {
+    const path = r.url.replace(/:([A-Za-z0-9_]+)/g, '{$1}')
+    const auth = groupFor(r.url)?.auth
+    const responses = Object.fromEntries(
+      Object.entries(r.schema.response).map(([status, schema]) => [
+        status,
+        { description: Number(status) < 400 ? 'success' : 'error', content: { 'application/json': { schema: plain(schema) } } },
+      ]),
+    )
+    paths[path] = {
+      ...paths[path],
+      [r.method.toLowerCase()]: {
+        summary: r.summary,
+        description: describeAuth(auth),
+        security: security(auth),
+        parameters: [...parameters(r.schema.params, 'path'), ...parameters(r.schema.querystring, 'query')],
+        ...(r.schema.body && {
+          requestBody: { required: true, content: { 'application/json': { schema: plain(r.schema.body) } } },
+        }),
+        responses,
+      },
+    }
+  }
+  return {
+    openapi: '3.1.0',
+    info,
+    components: {
+      securitySchemes: {
+        apiKey: { type: 'http', scheme: 'bearer', description: 'Authorization: Bearer <API key>' },
+        x402: { type: 'apiKey', in: 'header', name: 'X-PAYMENT', description: 'x402 payment (v1 X-PAYMENT or v2 PAYMENT-SIGNATURE)' },
+      },
+    },
+    paths,
+  }
+}

@@ -1,0 +1,23 @@
+import type { TSchema } from 'typebox'
+
+export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'
+
+/**
+ * A public route's contract: the service registers it (validation and types come
+ * from the schema) and the gateway documents it (OpenAPI). One declaration, two uses.
+ */
+export interface ApiRoute {
+  method: HttpMethod
+  url: string
+  summary: string
+  schema: {
+    params?: TSchema
+    querystring?: TSchema
+    body?: TSchema
+    response: Record<number, TSchema>
+  }
+}
+
+export function route<R extends ApiRoute>(definition: R): R {
+  return definition
+}

@@ -1,0 +1,43 @@
+import type { Tier } from '../identity.ts'
+
+export type ServiceName = 'agent' | 'trading' | 'market-data' | 'automation' | 'admin'
+export type RouteAuth = { kind: 'none' } | { kind: 'payment' } | { kind: 'key'; tier: Tier }
+
+export interface RouteGroup {
+  /** path prefix as the client sends it; the proxy keeps it when forwarding */
+  prefix: string
+  service: ServiceName
+  auth: RouteAuth
+  /** whose id becomes x-ats-owner-id: the payer's address or the key's id */
+  owner: 'payer' | 'key'
+}
+
+const key = (tier: Tier): RouteAuth => ({ kind: 'key', tier })
+
+/**
+ * The gateway's route table (spec section 5, ARCHITECTURE.md "Request flow").
+ * Order matters only for overlapping prefixes: the longest prefix wins.
+ */
+export const routeTable: readonly RouteGroup[] = [
+  { prefix: '/agent', service: 'agent', auth: { kind: 'payment' }, owner: 'payer' },
+  { prefix: '/portfolio/jobs', service: 'agent', auth: key('readonly'), owner: 'key' },
+  { prefix: '/portfolio/positions', service: 'trading', auth: key('readonly'), owner: 'key' },
+  { prefix: '/market', service: 'market-data', auth: key('readonly'), owner: 'key' },
+  { prefix: '/nfts', service: 'market-data', auth: key('readonly'), owner: 'key' },
+  { prefix: '/predictions', service: 'market-data', auth: key('readonly'), owner: 'key' },
+  { prefix: '/bridge', service: 'market-data', auth: key('readonly'), owner: 'key' },
+  { prefix: '/swap', service: 'trading', auth: key('readwrite'), owner: 'key' },
+  { prefix: '/launchpad', service: 'trading', auth: key('readwrite'), owner: 'key' },
+  { prefix: '/v1', service: 'agent', auth: key('readwrite'), owner: 'key' },
+  { prefix: '/automations', service: 'automation', auth: key('readwrite'), owner: 'key' },
+  { prefix: '/admin', service: 'admin', auth: key('admin'), owner: 'key' },
+]
+
+export function groupFor(path: string): RouteGroup | undefined {
+  let best: RouteGroup | undefined
+  for (const group of routeTable) {
+    const hit = path === group.prefix || path.startsWith(`${group.prefix}/`) || path.startsWith(`${group.prefix}?`)
+    if (hit && (!best || group.prefix.length > best.prefix.length)) best = group
+  }
+  return best
+}

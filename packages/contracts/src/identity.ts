@@ -1,0 +1,35 @@
+import { Type, type Static } from 'typebox'
+
+export const tiers = ['readonly', 'readwrite', 'admin'] as const
+export type Tier = (typeof tiers)[number]
+export const TierSchema = Type.Unsafe<Tier>({ type: 'string', enum: [...tiers], description: 'readonly < readwrite < admin' })
+
+const rank: Record<Tier, number> = { readonly: 0, readwrite: 1, admin: 2 }
+
+/** readonly < readwrite < admin: a higher tier may use the routes of lower ones. */
+export function tierAllows(have: Tier, need: Tier): boolean {
+  return rank[have] >= rank[need]
+}
+
+export function isTier(value: unknown): value is Tier {
+  return typeof value === 'string' && value in rank
+}
+
+/**
+ * Headers the gateway sets on every proxied request. Client-sent copies are
+ * stripped at the edge; services trust them only alongside the internal token.
+ */
+export const identityHeaders = {
+  ownerId: 'x-ats-owner-id',
+  keyId: 'x-ats-key-id',
+  tier: 'x-ats-key-tier',
+  internalToken: 'x-ats-internal-token',
+  requestId: 'x-request-id',
+} as const
+
+export const IdentitySchema = Type.Object({
+  ownerId: Type.Optional(Type.String()),
+  keyId: Type.Optional(Type.String()),
+  tier: Type.Optional(TierSchema),
+})
+export type Identity = Static<typeof IdentitySchema>

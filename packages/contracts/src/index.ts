@@ -1,0 +1,18 @@
+export * from './subjects.ts'
+export * from './identity.ts'
+export * from './errors.ts'
+export * from './messages.ts'
+export * from './codec.ts'
+export * from './apiKeys.ts'
+export * from './api/route.ts'
+export * from './api/routeTable.ts'
+export * from './api/openapi.ts'
+export * from './api/gateway.ts'
+export * from './api/admin.ts'
+
+import { adminRoutes } from './api/admin.ts'
+import { gatewayRoutes } from './api/gateway.ts'
+import type { ApiRoute } from './api/route.ts'
+
+/** Every public route; the gateway's OpenAPI document lists exactly these. */
+export const publicRoutes: readonly ApiRoute[] = [...Object.values(gatewayRoutes), ...Object.values(adminRoutes)]

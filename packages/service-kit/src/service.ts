@@ -1,0 +1,213 @@
+import { randomUUID } from 'node:crypto'
+import { identityHeaders, type Identity } from '@ats/contracts'
+import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import type { NatsConnection } from 'nats'
+import { Type, type Static, type TObject, type TProperties } from 'typebox'
+import { StartupError, baseSettings, databaseSettings, loadConfig } from './config.ts'
+import { createDatabase, type DatabaseClient, type DatabaseOptions } from './database.ts'
+import { installErrorHandler } from './errors.ts'
+import { installIdentity, operationalRoutes } from './identity.ts'
+import { loggerOptions } from './logger.ts'
+import { installMetrics } from './metrics.ts'
+import { migrate } from './migrator.ts'
+import { connectNats } from './nats.ts'
+
+/** The settings the kit itself reads, for every process. */
+export interface KitConfig {
+  PORT: number
+  HOST: string
+  LOG_LEVEL: string
+  NATS_URL: string
+  INTERNAL_TOKEN: string
+  /** set for services that declare a database */
+  DATABASE_URL?: string
+}
+export type ServiceConfig<S extends TProperties> = KitConfig & Static<TObject<S>>
+
+export interface ServiceContext<S extends TProperties, Db> {
+  name: string
+  version: string
+  config: ServiceConfig<S>
+  nc: NatsConnection
+  db: Db
+  /** run on shutdown, after the server stopped taking requests and before NATS drains */
+  onClose(hook: () => Promise<void> | void): void
+  /** adds a dependency that /ready checks, beside Postgres and NATS */
+  addReadinessCheck(name: string, check: ReadinessCheck): void
+}
+
+/** A readiness check: resolves when the dependency answers, throws otherwise. */
+export type ReadinessCheck = () => Promise<unknown>
+
+export interface ServiceDefinition<S extends TProperties, Db extends DatabaseClient> {
+  name: string
+  version: string
+  /** port when PORT is unset */
+  port: number
+  /** the service's own settings, validated with the kit's */
+  settings?: S
+  /** the service's Prisma schema; migrated at start */
+  database?: DatabaseOptions<Db>
+  /** the gateway answers clients directly: no internal token, its own request ids */
+  edge?: boolean
+  /** extra Fastify options (body limits, router options) */
+  fastify?: Partial<FastifyServerOptions>
+  /** registers routes, hooks and NATS endpoints; runs after the kit's own plugins */
+  register(app: FastifyInstance, ctx: ServiceContext<S, Db>): Promise<void>
+}
+
+export interface Service<S extends TProperties, Db> {
+  app: FastifyInstance
+  ctx: ServiceContext<S, Db>
+  listen(): Promise<string>
+  close(): Promise<void>
+}
+
+function kitSettings(port: number, withDatabase: boolean): TProperties {
+  return {
+    PORT: Type.Integer({ minimum: 0, maximum: 65535, default: port, description: 'HTTP port' }),
+    ...baseSettings,
+    ...(withDatabase ? databaseSettings : {}),
+  }
+}
+
+/**
+ * Builds one process of the fleet: config, migrations, NATS, Prisma, Fastify with
+ * the kit's logging, errors, metrics, health and readiness, then the service's
+ * own routes. Nothing listens until `listen()`.
+ */
+export async function createService<S extends TProperties, Db extends DatabaseClient>(
+  definition: ServiceDefinition<S, Db>,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<Service<S, Db>> {
+  const config = {
+    ...(loadConfig(kitSettings(definition.port, Boolean(definition.database)), env) as unknown as KitConfig),
+    ...loadConfig(definition.settings ?? ({} as S), env),
+  } as ServiceConfig<S>
+  let db = undefined as unknown as Db
+  if (definition.database && config.DATABASE_URL) {
+    await migrate(config.DATABASE_URL, { schema: definition.database.schema, dir: definition.database.migrations })
+    db = createDatabase(config.DATABASE_URL, definition.database)
+  }
+  const nc = await connectNats(config.NATS_URL, definition.name).catch(async (error) => {
+    await db?.$disconnect()
+    throw error
+  })
+
+  const closeHooks: Array<() => Promise<void> | void> = []
+  const checks: Record<string, ReadinessCheck> = { nats: () => nc.flush() }
+  if (db) checks.postgres = () => db.$queryRawUnsafe('SELECT 1')
+  const ctx: ServiceContext<S, Db> = {
+    name: definition.name,
+    version: definition.version,
+    config,
+    nc,
+    db,
+    onClose: (hook) => closeHooks.push(hook),
+    addReadinessCheck: (name, check) => {
+      checks[name] = check
+    },
+  }
+
+  const app = Fastify({
+    logger: loggerOptions(definition.name, config.LOG_LEVEL),
+    // one line per request, written by the onResponse hook below
+    logController: new LogController({ disableRequestLogging: true }),
+    ...(definition.edge
+      ? { requestIdHeader: false, genReqId: () => randomUUID() }
+      : { requestIdHeader: identityHeaders.requestId, genReqId: () => randomUUID() }),
+    ...definition.fastify,
+  })
+  installErrorHandler(app)
+  app.decorateRequest('identity', null as unknown as Identity)
+  app.addHook('onResponse', async (request, reply) => {
+    if (operationalRoutes.has(request.routeOptions.url ?? '')) return
+    request.log.info(
+      { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
+      'request',
+    )
+  })
+  installMetrics(app, definition.name)
+  if (!definition.edge) installIdentity(app, config.INTERNAL_TOKEN)
+
+  app.get('/health', { logLevel: 'warn' }, async () => ({ ok: true, ts: Date.now() }))
+  app.get('/ready', { logLevel: 'warn' }, async (request, reply) => {
+    const failed: string[] = []
+    await Promise.all(
+      Object.entries(checks).map(async ([name, check]) => {
+        try {
+          await withTimeout(check(), 2000)
+        } catch (error) {
+          failed.push(name)
+          request.log.warn({ check: name, err: error }, 'readiness check failed')
+        }
+      }),
+    )
+    if (failed.length > 0) return reply.code(503).send({ error: `not ready: ${failed.sort().join(', ')} unreachable` })
+    return { ready: true, checks: Object.keys(checks).sort() }
+  })
+
+  await definition.register(app, ctx)
+
+  let closing: Promise<void> | undefined
+  const close = () =>
+    (closing ??= (async () => {
+      await app.close()
+      for (const hook of closeHooks.reverse()) await hook()
+      if (!nc.isClosed()) await nc.drain().catch(() => {})
+      await db?.$disconnect()
+    })())
+
+  return {
+    app,
+    ctx,
+    close,
+    listen: async () => app.listen({ port: config.PORT, host: config.HOST }),
+  }
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)
+  })
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
+}
+
+/**
+ * The entry point of every server.ts: builds, listens, and on SIGTERM/SIGINT stops
+ * taking requests, drains NATS and closes Prisma. A start-up problem an operator
+ * can fix prints one line naming it and exits 1, never a stack trace.
+ */
+export async function runService<S extends TProperties, Db extends DatabaseClient>(
+  definition: ServiceDefinition<S, Db>,
+): Promise<void> {
+  let service: Service<S, Db>
+  try {
+    service = await createService(definition)
+    const address = await service.listen()
+    service.app.log.info({ address, version: definition.version }, `${definition.name} listening`)
+  } catch (error) {
+    const message = error instanceof StartupError ? error.message : `failed to start: ${(error as Error).message}`
+    process.stderr.write(`${definition.name}: ${message}\n`)
+    process.exit(1)
+  }
+  let stopping = false
+  const stop = (signal: string) => {
+    if (stopping) return
+    stopping = true
+    service.app.log.info({ signal }, 'shutting down')
+    const force = setTimeout(() => process.exit(1), 10_000)
+    force.unref()
+    service
+      .close()
+      .then(() => process.exit(0))
+      .catch((error) => {
+        service.app.log.error({ err: error }, 'shutdown failed')
+        process.exit(1)
+      })
+  }
+  process.once('SIGTERM', () => stop('SIGTERM'))
+  process.once('SIGINT', () => stop('SIGINT'))
+}
+

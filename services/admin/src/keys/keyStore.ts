@@ -1,0 +1,80 @@
+import { randomBytes } from 'node:crypto'
+import { generateApiKey, hashApiKey, visiblePrefix, type KeyEntry, type Tier } from '@ats/contracts'
+import type { ApiKey, PrismaClient } from '../generated/prisma/client.ts'
+
+export interface CreatedKey extends KeyEntry {
+  key: string
+}
+
+export interface RevokedKey {
+  id: string
+  hash: string
+  revokedAt: number
+}
+
+const entryOf = (row: ApiKey): KeyEntry => ({
+  id: row.id,
+  tier: row.tier,
+  label: row.label,
+  prefix: row.prefix,
+  createdAt: row.createdAt.getTime(),
+})
+
+const newKeyId = () => `key_${randomBytes(12).toString('base64url')}`
+
+/** The API-key repository: raw keys exist only in create's answer; rows hold the SHA-256. */
+export function createKeyStore(db: PrismaClient) {
+  return {
+    async create(tier: Tier, label: string): Promise<CreatedKey> {
+      const key = generateApiKey()
+      const row = await db.apiKey.create({
+        data: { id: newKeyId(), tier, label, prefix: visiblePrefix(key), hash: hashApiKey(key) },
+      })
+      return { ...entryOf(row), key }
+    },
+
+    async listActive(): Promise<KeyEntry[]> {
+      const rows = await db.apiKey.findMany({ where: { revokedAt: null }, orderBy: { createdAt: 'asc' } })
+      return rows.map(entryOf)
+    },
+
+    /** Revokes an active key; undefined when there is no such active key. */
+    async revoke(id: string): Promise<RevokedKey | undefined> {
+      const revokedAt = new Date()
+      const { count } = await db.apiKey.updateMany({ where: { id, revokedAt: null }, data: { revokedAt } })
+      if (count === 0) return undefined
+      const row = await db.apiKey.findUniqueOrThrow({ where: { id } })
+      return { id, hash: row.hash, revokedAt: revokedAt.getTime() }
+    },
+
+    async findActiveByHash(hash: string): Promise<{ id: string; tier: Tier } | null> {
+      const row = await db.apiKey.findUnique({ where: { hash }, select: { id: true, tier: true, revokedAt: true } })
+      return row && !row.revokedAt ? { id: row.id, tier: row.tier } : null
+    },
+
+    /**
+     * Makes ADMIN_API_KEY a working admin key (stored hashed) and revokes any earlier
+     * bootstrap key, so rotating the variable retires the old one. A bootstrap key an
+     * admin revoked stays revoked. Returns what it revoked, to broadcast.
+     */
+    async seedBootstrap(raw: string): Promise<{ revoked: RevokedKey[]; state: 'created' | 'kept' | 'revoked' }> {
+      const hash = hashApiKey(raw)
+      return db.$transaction(async (tx) => {
+        const stale = await tx.apiKey.findMany({ where: { bootstrap: true, revokedAt: null, hash: { not: hash } } })
+        const revokedAt = new Date()
+        if (stale.length > 0) {
+          await tx.apiKey.updateMany({ where: { id: { in: stale.map((k) => k.id) } }, data: { revokedAt } })
+        }
+        const revoked = stale.map((k) => ({ id: k.id, hash: k.hash, revokedAt: revokedAt.getTime() }))
+        const existing = await tx.apiKey.findUnique({ where: { hash } })
+        if (existing) return { revoked, state: existing.revokedAt ? 'revoked' : 'kept' }
+        await tx.apiKey.create({
+          data: { id: newKeyId(), tier: 'admin', label: 'bootstrap (ADMIN_API_KEY)', prefix: visiblePrefix(raw), hash, bootstrap: true },
+        })
+        return { revoked, state: 'created' }
+      })
+    },
+  }
+}
+
+export type KeyStore = ReturnType<typeof createKeyStore>

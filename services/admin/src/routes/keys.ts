@@ -1,0 +1,34 @@
+import { adminRoutes, keyRevoked } from '@ats/contracts'
+import { NotFound, publish, type TypeBoxTypeProvider } from '@ats/service-kit'
+import type { FastifyInstance } from 'fastify'
+import type { NatsConnection } from 'nats'
+import type { KeyStore } from '../keys/keyStore.ts'
+
+export async function keyRoutes(app: FastifyInstance, { keys, nc }: { keys: KeyStore; nc: NatsConnection }) {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>()
+
+  api.route({
+    ...adminRoutes.createKey,
+    handler: async (request, reply) => {
+      const created = await keys.create(request.body.tier, request.body.label)
+      request.log.info({ keyId: created.id, tier: created.tier, by: request.identity.keyId }, 'api key created')
+      return reply.code(201).send(created)
+    },
+  })
+
+  api.route({
+    ...adminRoutes.listKeys,
+    handler: async () => ({ keys: await keys.listActive() }),
+  })
+
+  api.route({
+    ...adminRoutes.revokeKey,
+    handler: async (request) => {
+      const revoked = await keys.revoke(request.params.id)
+      if (!revoked) throw new NotFound(`active key ${request.params.id}`)
+      publish(nc, keyRevoked, { id: revoked.id, hash: revoked.hash })
+      request.log.info({ keyId: revoked.id, by: request.identity.keyId }, 'api key revoked')
+      return { ok: true as const, id: revoked.id, revokedAt: revoked.revokedAt }
+    },
+  })
+}
