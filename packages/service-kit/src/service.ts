@@ -127,6 +127,12 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
       'request',
     )
   })
+  // During shutdown, answers in flight end their keep-alive connection, so closing
+  // does not wait for clients to hang up.
+  let draining = false
+  app.addHook('onSend', async (_request, reply) => {
+    if (draining) reply.header('connection', 'close')
+  })
   installMetrics(app, definition.name)
   if (!definition.edge) installIdentity(app, config.INTERNAL_TOKEN)
 
@@ -152,6 +158,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
   let closing: Promise<void> | undefined
   const close = () =>
     (closing ??= (async () => {
+      draining = true
       await app.close()
       for (const hook of closeHooks.reverse()) await hook()
       if (!nc.isClosed()) await nc.drain().catch(() => {})

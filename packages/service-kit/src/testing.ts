@@ -1,0 +1,145 @@
+import { randomBytes } from 'node:crypto'
+import { connect as tcpConnect } from 'node:net'
+import pg from 'pg'
+import type { TProperties } from 'typebox'
+import type { DatabaseClient } from './database.ts'
+import { createService, type Service, type ServiceDefinition } from './service.ts'
+
+/**
+ * Test infrastructure: real Postgres, NATS and Redis. Each comes from its
+ * environment variable when set (CI sets them), else from the local default
+ * port when something answers there, else from a testcontainers container
+ * (which needs a Docker engine and says so when there is none).
+ */
+export interface Infra {
+  databaseUrl: string
+  natsUrl: string
+  redisUrl: string
+}
+
+interface Candidate {
+  env: string
+  local: string
+  port: number
+  image: string
+  containerPort: number
+  url: (host: string, port: number) => string
+  setup?: (container: import('testcontainers').GenericContainer) => import('testcontainers').GenericContainer
+}
+
+const candidates = {
+  databaseUrl: {
+    env: 'DATABASE_URL',
+    local: 'postgresql://postgres@127.0.0.1:5432/postgres',
+    port: 5432,
+    image: 'postgres:16-alpine',
+    containerPort: 5432,
+    url: (host, port) => `postgresql://postgres@${host}:${port}/postgres`,
+    setup: (c) => c.withEnvironment({ POSTGRES_HOST_AUTH_METHOD: 'trust' }),
+  },
+  natsUrl: {
+    env: 'NATS_URL',
+    local: 'nats://127.0.0.1:4222',
+    port: 4222,
+    image: 'nats:2.10-alpine',
+    containerPort: 4222,
+    url: (host, port) => `nats://${host}:${port}`,
+    setup: (c) => c.withCommand(['-js']),
+  },
+  redisUrl: {
+    env: 'REDIS_URL',
+    local: 'redis://127.0.0.1:6379',
+    port: 6379,
+    image: 'redis:7-alpine',
+    containerPort: 6379,
+    url: (host, port) => `redis://${host}:${port}`,
+  },
+} satisfies Record<keyof Infra, Candidate>
+
+const listening = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = tcpConnect({ host: '127.0.0.1', port, timeout: 500 })
+    const done = (open: boolean) => {
+      socket.destroy()
+      resolve(open)
+    }
+    socket.once('connect', () => done(true)).once('error', () => done(false)).once('timeout', () => done(false))
+  })
+
+async function resolveOne(candidate: Candidate): Promise<string> {
+  const fromEnv = process.env[candidate.env]
+  if (fromEnv) return fromEnv
+  if (await listening(candidate.port)) return candidate.local
+  const { GenericContainer, Wait } = await import('testcontainers')
+  try {
+    let container = new GenericContainer(candidate.image).withExposedPorts(candidate.containerPort)
+    container = (candidate.setup?.(container) ?? container).withWaitStrategy(Wait.forListeningPorts())
+    const started = await container.start()
+    return candidate.url(started.getHost(), started.getMappedPort(candidate.containerPort))
+  } catch (error) {
+    throw new Error(
+      `no ${candidate.env}: nothing listens on 127.0.0.1:${candidate.port} and no container could start (${(error as Error).message}); set ${candidate.env}`,
+    )
+  }
+}
+
+let infra: Promise<Infra> | undefined
+
+export function testInfra(): Promise<Infra> {
+  infra ??= (async () => ({
+    databaseUrl: await resolveOne(candidates.databaseUrl),
+    natsUrl: await resolveOne(candidates.natsUrl),
+    redisUrl: await resolveOne(candidates.redisUrl),
+  }))()
+  return infra
+}
+
+interface Teardown {
+  teardown(fn: () => unknown): void
+}
+
+/** A new, empty database on the test Postgres; dropped when the test ends. */
+export async function freshDatabase(t: Teardown): Promise<string> {
+  const { databaseUrl } = await testInfra()
+  const name = `ats_test_${randomBytes(6).toString('hex')}`
+  const admin = new pg.Client({ connectionString: databaseUrl })
+  await admin.connect()
+  await admin.query(`CREATE DATABASE ${name}`)
+  await admin.end()
+  t.teardown(async () => {
+    const client = new pg.Client({ connectionString: databaseUrl })
+    await client.connect()
+    await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    await client.end()
+  })
+  const url = new URL(databaseUrl)
+  url.pathname = `/${name}`
+  return url.toString()
+}
+
+export const testInternalToken = 'test-internal-token-0123456789'
+
+export async function baseTestEnv(t: Teardown): Promise<NodeJS.ProcessEnv> {
+  const { natsUrl } = await testInfra()
+  return {
+    DATABASE_URL: await freshDatabase(t),
+    NATS_URL: natsUrl,
+    INTERNAL_TOKEN: testInternalToken,
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    HOST: '127.0.0.1',
+    PORT: '0',
+  }
+}
+
+/** Builds and listens on a free port; closed when the test ends. */
+export async function startService<S extends TProperties, Db extends DatabaseClient>(
+  t: Teardown,
+  definition: ServiceDefinition<S, Db>,
+  env: NodeJS.ProcessEnv,
+): Promise<Service<S, Db> & { url: string }> {
+  const service = await createService(definition, env)
+  t.teardown(() => service.close())
+  const url = await service.listen()
+  return Object.assign(service, { url })
+}
+export { compareSchemaWithDatabase, parsePrismaSchema } from './schemaCheck.ts'
