@@ -1,6 +1,5 @@
 import type { Endpoint, Topic } from '@ats/contracts'
-import { MessageError } from '@ats/contracts'
-import type { NatsConnection, Service, ServiceMsg } from 'nats'
+import { ServiceErrorCodeHeader, ServiceErrorHeader, type NatsConnection, type Service, type ServiceMsg } from 'nats'
 import type { FastifyBaseLogger } from 'fastify'
 
 /** Registers a service with the NATS services API: discoverable, with stats, queue-grouped by name. */
@@ -44,6 +43,18 @@ export function serveEndpoint<Req, Rep>(
   })
 }
 
+/** An endpoint answered with a service error (ADR-32 headers). */
+export class ServiceCallError extends Error {
+  override name = 'ServiceCallError'
+  constructor(
+    readonly subject: string,
+    readonly code: number,
+    description: string,
+  ) {
+    super(`${subject} answered ${code}: ${description}`)
+  }
+}
+
 /** Calls an endpoint; a service error or a timeout rejects. */
 export async function callEndpoint<Req, Rep>(
   nc: NatsConnection,
@@ -52,7 +63,8 @@ export async function callEndpoint<Req, Rep>(
   timeoutMs = 2000,
 ): Promise<Rep> {
   const msg = await nc.request(endpoint.subject, endpoint.request.encode(request), { timeout: timeoutMs })
-  if (msg.headers?.hasError) throw new MessageError(`${endpoint.subject}: ${msg.headers.code} ${msg.headers.description}`)
+  const code = msg.headers?.get(ServiceErrorCodeHeader)
+  if (code) throw new ServiceCallError(endpoint.subject, Number(code), msg.headers?.get(ServiceErrorHeader) ?? '')
   return endpoint.reply.decode(msg.data)
 }
 

@@ -1,7 +1,7 @@
 import { Writable } from 'node:stream'
 import { identityHeaders } from '@ats/contracts'
 import pino from 'pino'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { Type } from 'typebox'
 import { Unavailable } from '../src/errors.ts'
 import { loggerOptions } from '../src/logger.ts'
@@ -42,13 +42,9 @@ const probe: ServiceDefinition<{}, never> = {
   },
 }
 
-async function start(t: Tap.Test) {
+async function start(t: Test) {
   const { natsUrl } = await testInfra()
   return startService(t, probe, { NATS_URL: natsUrl, INTERNAL_TOKEN: testInternalToken, LOG_LEVEL: 'silent', HOST: '127.0.0.1', PORT: '0' })
-}
-type Tap = typeof t
-declare namespace Tap {
-  type Test = Parameters<Parameters<typeof t.test>[1]>[0]
 }
 
 const internal = { [identityHeaders.internalToken]: testInternalToken }
