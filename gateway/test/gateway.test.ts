@@ -1,0 +1,145 @@
+import { publicRoutes } from '@ats/contracts'
+import t from 'tap'
+import { adminKey, startFleet } from './fleet.ts'
+
+t.test('GET /health answers ok and a timestamp without a key', async (t) => {
+  const { request } = await startFleet(t)
+  const res = await request('/health')
+  t.equal(res.status, 200)
+  t.match(res.body, { ok: true, ts: Number })
+})
+
+t.test('GET / names the service, version, chain and where the docs are', async (t) => {
+  const { request } = await startFleet(t)
+  const res = await request('/')
+  t.same(res.body, { name: 'agent-trading-service', version: '0.1.0', chain: 'arbitrum-one', chainId: 42161, docs: '/openapi.json' })
+  const docs = await request(res.body.docs)
+  t.equal(docs.status, 200)
+  t.equal(docs.body.openapi, '3.1.0')
+  for (const r of publicRoutes) t.ok(docs.body.paths[r.url.replace(/:(\w+)/g, '{$1}')]?.[r.method.toLowerCase()], `${r.method} ${r.url}`)
+})
+
+t.test('the raw key appears only in the create answer', async (t) => {
+  const { request, createKey } = await startFleet(t)
+  const created = await createKey('readonly')
+  const list = await request('/admin/keys', { key: adminKey })
+  t.equal(list.status, 200)
+  t.ok(list.body.keys.some((k: { id: string }) => k.id === created.id))
+  t.notOk(JSON.stringify(list.body).includes(created.key))
+})
+
+t.test('each tier reaches exactly the route groups the spec allows', async (t) => {
+  const { request, createKey } = await startFleet(t)
+  const keys = {
+    readonly: (await createKey('readonly')).key,
+    readwrite: (await createKey('readwrite')).key,
+    admin: adminKey,
+  }
+  const groups: Array<[string, keyof typeof keys]> = [
+    ['/portfolio/jobs', 'readonly'],
+    ['/portfolio/positions', 'readonly'],
+    ['/market/prices', 'readonly'],
+    ['/nfts/0xabc', 'readonly'],
+    ['/predictions/top', 'readonly'],
+    ['/bridge/chains', 'readonly'],
+    ['/swap/quote', 'readwrite'],
+    ['/launchpad/tokens', 'readwrite'],
+    ['/v1/chat/completions', 'readwrite'],
+    ['/automations', 'readwrite'],
+    ['/admin/keys', 'admin'],
+  ]
+  const rank = { readonly: 0, readwrite: 1, admin: 2 }
+  for (const [path, need] of groups) {
+    const none = await request(path)
+    t.equal(none.status, 401, `${path} without a key`)
+    t.same(none.body, { error: 'missing API key: send Authorization: Bearer <key>' })
+    const bad = await request(path, { key: 'atsk_this-key-does-not-exist-000000' })
+    t.equal(bad.status, 401, `${path} with an unknown key`)
+    t.same(bad.body, { error: 'invalid or revoked API key' })
+    for (const tier of ['readonly', 'readwrite', 'admin'] as const) {
+      const res = await request(path, { key: keys[tier] })
+      if (rank[tier] >= rank[need]) t.equal(res.status, 200, `${path} with a ${tier} key passes`)
+      else {
+        t.equal(res.status, 403, `${path} with a ${tier} key is refused`)
+        t.same(res.body, { error: `this route needs an API key of tier ${need} or higher; this key is ${tier}` })
+      }
+    }
+  }
+})
+
+t.test('a malformed Authorization header answers 401 saying so', async (t) => {
+  const { request } = await startFleet(t)
+  const res = await request('/market/prices', { headers: { authorization: 'Basic dXNlcjpwYXNz' } })
+  t.equal(res.status, 401)
+  t.same(res.body, { error: 'malformed Authorization header: expected Bearer <key>' })
+})
+
+t.test('the gateway sets identity headers and strips the client\'s', async (t) => {
+  const { request, createKey } = await startFleet(t)
+  const { id, key } = await createKey('readwrite')
+  const res = await request('/swap/quote?tokenIn=WETH', {
+    key,
+    headers: { 'x-ats-owner-id': 'someone-else', 'x-ats-key-tier': 'admin', 'x-ats-internal-token': 'forged', 'x-payment': 'abc' },
+  })
+  t.equal(res.status, 200)
+  const headers = res.body.headers as Record<string, string>
+  t.equal(res.body.path, '/swap/quote?tokenIn=WETH', 'path and query forwarded as sent')
+  t.equal(headers['x-ats-owner-id'], id)
+  t.equal(headers['x-ats-key-id'], id)
+  t.equal(headers['x-ats-key-tier'], 'readwrite')
+  t.equal(headers['x-ats-internal-token'], 'test-internal-token-0123456789')
+  t.match(headers['x-request-id'], /^[0-9a-f-]{36}$/)
+  t.equal(res.headers.get('x-request-id'), null, 'the upstream answer is returned as is')
+  t.notOk('authorization' in headers, 'the raw key does not travel on')
+  t.notOk('x-payment' in headers)
+})
+
+t.test('a revoked key is refused at once by every running gateway', async (t) => {
+  const { request, createKey } = await startFleet(t, { gateways: 2 })
+  const { id, key } = await createKey('readonly')
+  t.equal((await request('/market/prices', { key, via: 0 })).status, 200, 'cached on gateway 1')
+  t.equal((await request('/market/prices', { key, via: 1 })).status, 200, 'cached on gateway 2')
+  const revoked = await request(`/admin/keys/${id}`, { method: 'DELETE', key: adminKey })
+  t.equal(revoked.status, 200)
+  const deadline = Date.now() + 1000
+  const refused = [false, false]
+  while (Date.now() < deadline && !refused.every(Boolean)) {
+    for (const via of [0, 1]) refused[via] ||= (await request('/market/prices', { key, via })).status === 401
+  }
+  t.same(refused, [true, true], 'both gateways refuse it within one second')
+  t.same((await request('/market/prices', { key })).body, { error: 'invalid or revoked API key' })
+})
+
+t.test('routes of services that are not running answer 503 {error}', async (t) => {
+  const { request, createKey } = await startFleet(t, { otherServices: 'http://127.0.0.1:9' })
+  const { key } = await createKey('readwrite')
+  for (const [path, service] of [
+    ['/market/prices', 'market-data'],
+    ['/swap/quote', 'trading'],
+    ['/automations', 'automation'],
+    ['/portfolio/jobs', 'agent'],
+  ]) {
+    const res = await request(path!, { key })
+    t.equal(res.status, 503, path)
+    t.same(res.body, { error: `${service} service unavailable` })
+  }
+  const agent = await request('/agent/skills')
+  t.equal(agent.status, 503)
+  t.match(agent.body, { error: /not available yet/ })
+})
+
+t.test('an unknown path answers 404 {error}', async (t) => {
+  const { request } = await startFleet(t)
+  const res = await request('/nowhere')
+  t.equal(res.status, 404)
+  t.same(res.body, { error: 'no route GET /nowhere' })
+})
+
+t.test('when key verification is unreachable a new key gets 503, not a false 401', async (t) => {
+  const { request, createKey, admin } = await startFleet(t)
+  const { key } = await createKey('readonly')
+  await admin.close()
+  const res = await request('/market/prices', { key })
+  t.equal(res.status, 503)
+  t.same(res.body, { error: 'API key verification is unavailable, try again shortly' })
+})
