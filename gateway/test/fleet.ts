@@ -40,7 +40,7 @@ export async function startFleet(t: Test, options: FleetOptions = {}) {
     AUTOMATION_URL: others,
     ...options.gatewayEnv,
   }
-  const gateways = []
+  const gateways: Array<{ url: string }> = []
   for (let i = 0; i < (options.gateways ?? 1); i++) gateways.push(await startService(t, gatewayService, gatewayEnv))
   const gateway = gateways[0]!
 

@@ -113,13 +113,14 @@ t.test('a revoked key is refused at once by every running gateway', async (t) =>
 t.test('routes of services that are not running answer 503 {error}', async (t) => {
   const { request, createKey } = await startFleet(t, { otherServices: 'http://127.0.0.1:9' })
   const { key } = await createKey('readwrite')
-  for (const [path, service] of [
+  const routes: Array<[string, string]> = [
     ['/market/prices', 'market-data'],
     ['/swap/quote', 'trading'],
     ['/automations', 'automation'],
     ['/portfolio/jobs', 'agent'],
-  ]) {
-    const res = await request(path!, { key })
+  ]
+  for (const [path, service] of routes) {
+    const res = await request(path, { key })
     t.equal(res.status, 503, path)
     t.same(res.body, { error: `${service} service unavailable` })
   }

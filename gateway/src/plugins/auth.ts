@@ -1,7 +1,7 @@
 import { tierAllows, type RouteAuth } from '@ats/contracts'
 import { Forbidden, Unauthorized, Unavailable } from '@ats/service-kit'
 import type { FastifyRequest, onRequestHookHandler } from 'fastify'
-import type { KeyResolver } from './keyResolver.ts'
+import type { KeyResolver, ResolvedKey } from './keyResolver.ts'
 
 const bearer = /^Bearer\s+(\S{16,256})\s*$/i
 
@@ -22,17 +22,36 @@ export function authHook(auth: RouteAuth, keys: KeyResolver): onRequestHookHandl
     }
   }
   const need = auth.tier
-  return async (request) => {
-    const raw = rawKey(request)
-    let key
-    try {
-      key = await keys.resolve(raw)
-    } catch (error) {
-      request.log.error({ err: error }, 'key verification failed')
-      throw new Unavailable('API key verification is unavailable, try again shortly')
-    }
+  const admit = (request: FastifyRequest, key: ResolvedKey | null) => {
     if (!key) throw new Unauthorized('invalid or revoked API key')
     if (!tierAllows(key.tier, need)) throw new Forbidden(`this route needs an API key of tier ${need} or higher; this key is ${key.tier}`)
     request.identity = { ownerId: key.id, keyId: key.id, tier: key.tier }
+  }
+  // Callback style: a cached key is admitted without a promise on the hot path.
+  return (request, _reply, done) => {
+    try {
+      const raw = rawKey(request)
+      const cached = keys.cached(raw)
+      if (cached !== undefined) {
+        admit(request, cached)
+        return done()
+      }
+      keys.resolve(raw).then(
+        (key) => {
+          try {
+            admit(request, key)
+            done()
+          } catch (error) {
+            done(error as Error)
+          }
+        },
+        (error) => {
+          request.log.error({ err: error }, 'key verification failed')
+          done(new Unavailable('API key verification is unavailable, try again shortly'))
+        },
+      )
+    } catch (error) {
+      done(error as Error)
+    }
   }
 }

@@ -45,6 +45,12 @@ export function createKeyResolver(nc: NatsConnection, log: FastifyBaseLogger, tt
   })()
 
   return {
+    /** The cached answer for a key, or undefined when it must be resolved. */
+    cached(raw: string): ResolvedKey | null | undefined {
+      const hit = cache.get(hashApiKey(raw))
+      return hit && hit.expires > Date.now() ? hit.key : undefined
+    },
+
     async resolve(raw: string): Promise<ResolvedKey | null> {
       const hash = hashApiKey(raw)
       const hit = cache.get(hash)

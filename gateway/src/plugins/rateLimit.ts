@@ -2,6 +2,7 @@ import rateLimit from '@fastify/rate-limit'
 import type { Tier } from '@ats/contracts'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { Redis } from 'ioredis'
+import { leasedCounterStore, memoryCounterStore } from './leasedCounter.ts'
 
 export interface TierLimits {
   windowMs: number
@@ -9,15 +10,16 @@ export interface TierLimits {
 }
 
 /**
- * Per-key rate limits by tier. With Redis every gateway replica counts against the
- * same window; without it each process counts alone. If Redis fails mid-flight the
+ * Per-key rate limits by tier, one count per key across all routes. With Redis
+ * every gateway replica counts against the same window (see leasedCounter.ts);
+ * without it each process counts alone. If Redis fails mid-flight the
  * request goes through (logged): an outage of the counter must not take the API down.
  */
 export async function registerRateLimit(app: FastifyInstance, limits: TierLimits, redis: Redis | undefined) {
   await app.register(rateLimit, {
     global: false,
     hook: 'preHandler',
-    ...(redis && { redis, nameSpace: 'ats-rl:' }),
+    store: redis ? leasedCounterStore(redis, 'ats-rl:') : memoryCounterStore(),
     skipOnError: true,
     timeWindow: limits.windowMs,
   })

@@ -1,8 +1,11 @@
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 
-/** Prometheus metrics at /metrics: process defaults plus a request histogram. */
-export function installMetrics(app: FastifyInstance, service: string): Registry {
+/**
+ * Prometheus metrics at /metrics: process defaults plus a request histogram.
+ * Returns the per-request observer, which the kit calls from its one onResponse hook.
+ */
+export function installMetrics(app: FastifyInstance, service: string): (request: FastifyRequest, reply: FastifyReply) => void {
   const registry = new Registry()
   registry.setDefaultLabels({ service })
   collectDefaultMetrics({ register: registry })
@@ -13,15 +16,13 @@ export function installMetrics(app: FastifyInstance, service: string): Registry 
     buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
     registers: [registry],
   })
-  app.addHook('onResponse', async (request, reply) => {
-    duration.observe(
-      { method: request.method, route: request.routeOptions.url ?? 'unmatched', status: reply.statusCode },
-      reply.elapsedTime / 1000,
-    )
-  })
   app.get('/metrics', { logLevel: 'warn' }, async (_request, reply) => {
     reply.type(registry.contentType)
     return registry.metrics()
   })
-  return registry
+  return (request, reply) =>
+    duration.observe(
+      { method: request.method, route: request.routeOptions.url ?? 'unmatched', status: reply.statusCode },
+      reply.elapsedTime / 1000,
+    )
 }

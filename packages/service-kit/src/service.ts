@@ -7,7 +7,7 @@ import { StartupError, baseSettings, databaseSettings, loadConfig } from './conf
 import { createDatabase, type DatabaseClient, type DatabaseOptions } from './database.ts'
 import { installErrorHandler } from './errors.ts'
 import { installIdentity, operationalRoutes } from './identity.ts'
-import { loggerOptions } from './logger.ts'
+import { createLogger } from './logger.ts'
 import { installMetrics } from './metrics.ts'
 import { migrate } from './migrator.ts'
 import { connectNats } from './nats.ts'
@@ -110,7 +110,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
   }
 
   const app = Fastify({
-    logger: loggerOptions(definition.name, config.LOG_LEVEL),
+    loggerInstance: createLogger(definition.name, config.LOG_LEVEL),
     // one line per request, written by the onResponse hook below
     logController: new LogController({ disableRequestLogging: true }),
     ...(definition.edge
@@ -120,20 +120,18 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
   })
   installErrorHandler(app)
   app.decorateRequest('identity', null as unknown as Identity)
-  app.addHook('onResponse', async (request, reply) => {
-    if (operationalRoutes.has(request.routeOptions.url ?? '')) return
-    request.log.info(
-      { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
-      'request',
-    )
+  const observe = installMetrics(app, definition.name)
+  // One hook, callback style: it runs on every request of the gateway's hot path.
+  app.addHook('onResponse', (request, reply, done) => {
+    observe(request, reply)
+    if (!operationalRoutes.has(request.routeOptions.url ?? '')) {
+      request.log.info(
+        { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
+        'request',
+      )
+    }
+    done()
   })
-  // During shutdown, answers in flight end their keep-alive connection, so closing
-  // does not wait for clients to hang up.
-  let draining = false
-  app.addHook('onSend', async (_request, reply) => {
-    if (draining) reply.header('connection', 'close')
-  })
-  installMetrics(app, definition.name)
   if (!definition.edge) installIdentity(app, config.INTERNAL_TOKEN)
 
   app.get('/health', { logLevel: 'warn' }, async () => ({ ok: true, ts: Date.now() }))
@@ -158,8 +156,10 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
   let closing: Promise<void> | undefined
   const close = () =>
     (closing ??= (async () => {
-      draining = true
-      await app.close()
+      // keep-alive connections become idle as their answers in flight finish:
+      // close them as they do, so closing does not wait for clients to hang up
+      const idle = setInterval(() => app.server.closeIdleConnections(), 50)
+      await app.close().finally(() => clearInterval(idle))
       for (const hook of closeHooks.reverse()) await hook()
       if (!nc.isClosed()) await nc.drain().catch(() => {})
       await db?.$disconnect()

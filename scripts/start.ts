@@ -1,0 +1,143 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { connect } from 'node:net'
+import { join } from 'node:path'
+import { createInterface } from 'node:readline'
+import { generateApiKey } from '@ats/contracts'
+import { fleetMembers, type FleetMember } from './services.ts'
+
+/**
+ * pnpm start: the whole fleet on this machine. Each service runs as its own
+ * process (as in production), admin-side services first, the gateway last.
+ */
+const defaults = {
+  DATABASE_URL: 'postgresql://postgres@127.0.0.1:5432/postgres',
+  NATS_URL: 'nats://127.0.0.1:4222',
+  REDIS_URL: 'redis://127.0.0.1:6379',
+}
+
+const say = (line: string) => process.stdout.write(`${line}\n`)
+const fail = (line: string): never => {
+  process.stderr.write(`${line}\n`)
+  process.exit(1)
+}
+
+function reachable(url: string, fallbackPort: number): Promise<boolean> {
+  const { hostname, port } = new URL(url.split(',')[0]!)
+  return new Promise((resolve) => {
+    const socket = connect({ host: hostname || '127.0.0.1', port: Number(port) || fallbackPort, timeout: 1500 })
+    const done = (ok: boolean) => {
+      socket.destroy()
+      resolve(ok)
+    }
+    socket.once('connect', () => done(true)).once('error', () => done(false)).once('timeout', () => done(false))
+  })
+}
+
+async function infrastructure(): Promise<NodeJS.ProcessEnv> {
+  const env: NodeJS.ProcessEnv = {}
+  const databaseUrl = process.env.DATABASE_URL || defaults.DATABASE_URL
+  if (!(await reachable(databaseUrl, 5432))) {
+    fail(
+      `PostgreSQL is not reachable at ${new URL(databaseUrl).host}. Start it (Debian: pg_ctlcluster 15 main start) or set DATABASE_URL to a reachable server.`,
+    )
+  }
+  env.DATABASE_URL = databaseUrl
+  const natsUrl = process.env.NATS_URL || defaults.NATS_URL
+  if (!(await reachable(natsUrl, 4222))) {
+    fail(`NATS is not reachable at ${natsUrl}. Start it with JetStream (nats-server -js) or set NATS_URL to a reachable server.`)
+  }
+  env.NATS_URL = natsUrl
+  if (process.env.REDIS_URL) {
+    if (!(await reachable(process.env.REDIS_URL, 6379))) fail(`Redis is not reachable at ${process.env.REDIS_URL}: start it or unset REDIS_URL.`)
+    env.REDIS_URL = process.env.REDIS_URL
+  } else if (await reachable(defaults.REDIS_URL, 6379)) {
+    env.REDIS_URL = defaults.REDIS_URL
+  } else {
+    say('Redis not found on 127.0.0.1:6379 and REDIS_URL unset: rate limits are counted in memory.')
+  }
+  return env
+}
+
+function run(member: FleetMember, env: NodeJS.ProcessEnv): ChildProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(member.dir, 'src', 'server.ts')], {
+    cwd: member.dir,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  const label = `[${member.name}]`.padEnd(14)
+  for (const stream of [child.stdout!, child.stderr!]) {
+    createInterface({ input: stream }).on('line', (line) => process.stdout.write(`${label}${line}\n`))
+  }
+  return child
+}
+
+async function waitReady(url: string, child: ChildProcess, name: string): Promise<void> {
+  const deadline = Date.now() + 60_000
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`${name} exited with code ${child.exitCode} while starting (see its lines above)`)
+    try {
+      if ((await fetch(`${url}/ready`)).ok) return
+    } catch {
+      // not listening yet
+    }
+    await new Promise((resolve) => setTimeout(resolve, 250))
+  }
+  throw new Error(`${name} was not ready within 60 s at ${url}/ready`)
+}
+
+const children = new Map<string, ChildProcess>()
+let stopping = false
+
+async function stopAll(code: number): Promise<never> {
+  stopping = true
+  const exits = [...children.values()].reverse().map(
+    (child) =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null) return resolve()
+        child.once('exit', () => resolve())
+        child.kill('SIGTERM')
+      }),
+  )
+  await Promise.race([Promise.all(exits), new Promise((resolve) => setTimeout(resolve, 15_000))])
+  process.exit(code)
+}
+
+process.on('SIGINT', () => {
+  if (stopping) return
+  say('\nstopping the fleet…')
+  void stopAll(0)
+})
+process.on('SIGTERM', () => void stopAll(0))
+
+const base: NodeJS.ProcessEnv = { ...process.env, ...(await infrastructure()) }
+delete base.PORT
+base.INTERNAL_TOKEN ||= randomBytes(24).toString('base64url')
+if (!base.ADMIN_API_KEY) {
+  base.ADMIN_API_KEY = generateApiKey()
+  say(`ADMIN_API_KEY is not set; this run's bootstrap admin key is:\n\n  ${base.ADMIN_API_KEY}\n\nSet ADMIN_API_KEY to keep one across restarts.\n`)
+}
+
+const members = await fleetMembers()
+const gateway = members.find((m) => m.name === 'gateway')!
+try {
+  for (const member of members) {
+    const isGateway = member === gateway
+    const port = isGateway ? Number(process.env.PORT || member.definition.port) : member.definition.port
+    const child = run(member, { ...base, PORT: String(port), HOST: isGateway ? process.env.HOST || '0.0.0.0' : '127.0.0.1' })
+    children.set(member.name, child)
+    child.once('exit', (code, signal) => {
+      if (stopping) return
+      process.stderr.write(`${member.name} stopped unexpectedly (${signal ?? `exit code ${code}`}); stopping the fleet\n`)
+      void stopAll(1)
+    })
+    await waitReady(`http://127.0.0.1:${port}`, child, member.name)
+    if (isGateway) {
+      say(`\nThe gateway listens on http://localhost:${port}  (try: curl localhost:${port}/health; API docs at /openapi.json)`)
+      say(`Services: ${members.filter((m) => m !== gateway).map((m) => `${m.name} :${m.definition.port}`).join(', ')}. Ctrl-C stops everything.\n`)
+    }
+  }
+} catch (error) {
+  process.stderr.write(`${(error as Error).message}\n`)
+  await stopAll(1)
+}
