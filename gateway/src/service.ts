@@ -2,7 +2,7 @@ import type { ServiceName } from '@ats/contracts'
 import type { ServiceDefinition } from '@ats/service-kit'
 import { createKeyResolver } from './plugins/keyResolver.ts'
 import { connectRedis } from './plugins/redis.ts'
-import { registerRateLimit, type TierLimits } from './plugins/rateLimit.ts'
+import { createKeyLimiter, type TierLimits } from './plugins/rateLimit.ts'
 import { proxyRoutes } from './routes/proxy.ts'
 import { rootRoutes } from './routes/root.ts'
 import { gatewaySettings } from './settings.ts'
@@ -34,9 +34,9 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
       admin: config.ADMIN_URL,
     }
 
-    await registerRateLimit(app, limits, redis)
+    const limit = await createKeyLimiter(app, limits, redis)
     await app.register(rootRoutes, { name: 'agent-trading-service', version, chain: config.CHAIN_NAME, chainId: config.CHAIN_ID })
-    await app.register(proxyRoutes, { upstreams, internalToken: config.INTERNAL_TOKEN, timeoutMs: config.UPSTREAM_TIMEOUT_MS, keys, limits })
+    await app.register(proxyRoutes, { upstreams, internalToken: config.INTERNAL_TOKEN, timeoutMs: config.UPSTREAM_TIMEOUT_MS, keys, limit })
     app.log.info({ name, upstreams }, 'routes ready')
   },
 }

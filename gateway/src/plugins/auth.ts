@@ -2,6 +2,7 @@ import { tierAllows, type RouteAuth } from '@ats/contracts'
 import { Forbidden, Unauthorized, Unavailable } from '@ats/service-kit'
 import type { FastifyRequest, onRequestHookHandler } from 'fastify'
 import type { KeyResolver, ResolvedKey } from './keyResolver.ts'
+import type { KeyLimiter } from './rateLimit.ts'
 
 const bearer = /^Bearer\s+(\S{16,256})\s*$/i
 
@@ -14,7 +15,7 @@ function rawKey(request: FastifyRequest): string {
 }
 
 /** The onRequest hook of one route group: who may pass, and as whom. */
-export function authHook(auth: RouteAuth, keys: KeyResolver): onRequestHookHandler {
+export function authHook(auth: RouteAuth, keys: KeyResolver, limit: KeyLimiter): onRequestHookHandler {
   if (auth.kind === 'none') return async () => {}
   if (auth.kind === 'payment') {
     return async () => {
@@ -27,31 +28,18 @@ export function authHook(auth: RouteAuth, keys: KeyResolver): onRequestHookHandl
     if (!tierAllows(key.tier, need)) throw new Forbidden(`this route needs an API key of tier ${need} or higher; this key is ${key.tier}`)
     request.identity = { ownerId: key.id, keyId: key.id, tier: key.tier }
   }
-  // Callback style: a cached key is admitted without a promise on the hot path.
-  return (request, _reply, done) => {
-    try {
-      const raw = rawKey(request)
-      const cached = keys.cached(raw)
-      if (cached !== undefined) {
-        admit(request, cached)
-        return done()
+  return async (request, reply) => {
+    const raw = rawKey(request)
+    let key = keys.cached(raw)
+    if (key === undefined) {
+      try {
+        key = await keys.resolve(raw)
+      } catch (error) {
+        request.log.error({ err: error }, 'key verification failed')
+        throw new Unavailable('API key verification is unavailable, try again shortly')
       }
-      keys.resolve(raw).then(
-        (key) => {
-          try {
-            admit(request, key)
-            done()
-          } catch (error) {
-            done(error as Error)
-          }
-        },
-        (error) => {
-          request.log.error({ err: error }, 'key verification failed')
-          done(new Unavailable('API key verification is unavailable, try again shortly'))
-        },
-      )
-    } catch (error) {
-      done(error as Error)
     }
+    admit(request, key)
+    await limit(request, reply)
   }
 }

@@ -1,6 +1,7 @@
 import rateLimit from '@fastify/rate-limit'
-import type { Tier } from '@ats/contracts'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { tiers, type Tier } from '@ats/contracts'
+import { createError } from '@ats/service-kit'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Redis } from 'ioredis'
 import { leasedCounterStore, memoryCounterStore } from './leasedCounter.ts'
 
@@ -9,32 +10,47 @@ export interface TierLimits {
   perTier: Record<Tier, number>
 }
 
+const RateLimited = createError<[number, number, number]>(
+  'ATS_ERR_RATE_LIMITED',
+  'rate limit exceeded: %s requests per %s s for this key; retry in %s s',
+  429,
+)
+
+/** Counts one request of an authenticated key; throws 429 when it is over its tier's limit. */
+export type KeyLimiter = (request: FastifyRequest, reply: FastifyReply) => Promise<void>
+
 /**
- * Per-key rate limits by tier, one count per key across all routes. With Redis
- * every gateway replica counts against the same window (see leasedCounter.ts);
- * without it each process counts alone. If Redis fails mid-flight the
- * request goes through (logged): an outage of the counter must not take the API down.
+ * Per-key rate limits by tier with @fastify/rate-limit, one count per key across
+ * all routes. With Redis every gateway replica counts against the same window
+ * (see leasedCounter.ts); without it each process counts alone. If Redis fails
+ * mid-flight the request goes through (logged): an outage of the counter must not
+ * take the API down.
+ *
+ * The limiter is called from the auth hook once the key is known, rather than as a
+ * hook of its own: a separate per-route hook cost the gateway ~13 µs a request.
  */
-export async function registerRateLimit(app: FastifyInstance, limits: TierLimits, redis: Redis | undefined) {
+export async function createKeyLimiter(app: FastifyInstance, limits: TierLimits, redis: Redis | undefined): Promise<KeyLimiter> {
   await app.register(rateLimit, {
     global: false,
-    hook: 'preHandler',
     store: redis ? leasedCounterStore(redis, 'ats-rl:') : memoryCounterStore(),
     skipOnError: true,
     timeWindow: limits.windowMs,
   })
-}
+  const keyOf = (request: FastifyRequest) => request.identity.keyId!
+  const byTier = Object.fromEntries(
+    tiers.map((tier) => [tier, app.createRateLimit({ keyGenerator: keyOf, max: limits.perTier[tier], timeWindow: limits.windowMs })]),
+  ) as Record<Tier, ReturnType<FastifyInstance['createRateLimit']>>
+  const windowSeconds = limits.windowMs / 1000
 
-/** Route config for a keyed group; the auth hook has set request.identity before it runs. */
-export function keyedRateLimit(limits: TierLimits) {
-  return {
-    max: (request: FastifyRequest) => limits.perTier[request.identity.tier ?? 'readonly'],
-    timeWindow: limits.windowMs,
-    keyGenerator: (request: FastifyRequest) => request.identity.keyId ?? request.ip,
-    errorResponseBuilder: (_request: FastifyRequest, context: { max: number; after: string; statusCode: number }) =>
-      Object.assign(
-        new Error(`rate limit exceeded: ${context.max} requests per ${limits.windowMs / 1000} s for this key; retry in ${context.after}`),
-        { statusCode: context.statusCode },
-      ),
+  return async (request, reply) => {
+    const result = await byTier[request.identity.tier!](request)
+    if (result.isAllowed) return
+    reply.header('x-ratelimit-limit', result.max)
+    reply.header('x-ratelimit-remaining', result.remaining)
+    reply.header('x-ratelimit-reset', result.ttlInSeconds)
+    if (result.isExceeded) {
+      reply.header('retry-after', result.ttlInSeconds)
+      throw new RateLimited(result.max, windowSeconds, result.ttlInSeconds)
+    }
   }
 }

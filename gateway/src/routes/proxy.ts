@@ -4,14 +4,14 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerBase } fro
 import type { IncomingHttpHeaders } from 'node:http'
 import { authHook } from '../plugins/auth.ts'
 import type { KeyResolver } from '../plugins/keyResolver.ts'
-import { keyedRateLimit, type TierLimits } from '../plugins/rateLimit.ts'
+import type { KeyLimiter } from '../plugins/rateLimit.ts'
 
 export interface ProxyOptions {
   upstreams: Record<ServiceName, string>
   internalToken: string
   timeoutMs: number
   keys: KeyResolver
-  limits: TierLimits
+  limit: KeyLimiter
 }
 
 /** Credentials and identity claims never pass the gateway as the client sent them. */
@@ -42,14 +42,13 @@ function upstreamFailed(service: ServiceName) {
 }
 
 async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: ProxyOptions) {
-  app.addHook('onRequest', authHook(group.auth, options.keys))
+  app.addHook('onRequest', authHook(group.auth, options.keys, options.limit))
   await app.register(proxy, {
     upstream: options.upstreams[group.service],
     prefix: group.prefix,
     rewritePrefix: group.prefix,
     disableRequestLogging: true,
     undici: { connections: 128, pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: options.timeoutMs, bodyTimeout: options.timeoutMs },
-    ...(group.auth.kind === 'key' && { config: { rateLimit: keyedRateLimit(options.limits) } }),
     replyOptions: {
       rewriteRequestHeaders: (request, headers) => forwardedHeaders(request, headers, options.internalToken),
       onError: upstreamFailed(group.service),
