@@ -28,6 +28,22 @@ t.test('the raw key appears only in the create answer', async (t) => {
   t.notOk(JSON.stringify(list.body).includes(created.key))
 })
 
+t.test('a service\'s 400 reaches the client through the gateway as {error}', async (t) => {
+  const { request } = await startFleet(t)
+  const long = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier: 'readonly', label: 'x'.repeat(65) } })
+  t.equal(long.status, 400)
+  t.same(long.body, { error: 'body/label must NOT have more than 64 characters' })
+  const tier = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier: 'root', label: 'x' } })
+  t.equal(tier.status, 400)
+  t.same(tier.body, { error: 'body/tier must be equal to one of the allowed values: readonly, readwrite, admin' })
+  const notJson = await request('/admin/keys', { method: 'POST', key: adminKey, headers: { 'content-type': 'application/json' }, body: undefined })
+  t.equal(notJson.status, 400)
+  t.match(notJson.body, { error: String })
+  const unknown = await request('/admin/keys/key_nope', { method: 'DELETE', key: adminKey })
+  t.equal(unknown.status, 404)
+  t.same(unknown.body, { error: 'active key key_nope not found' })
+})
+
 t.test('each tier reaches exactly the route groups the spec allows', async (t) => {
   const { request, createKey } = await startFleet(t)
   const keys = {
