@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url'
 import { createInterface } from 'node:readline'
 import { readFileSync } from 'node:fs'
 import autocannon from 'autocannon'
+import { freshDatabase } from '@ats/service-kit/testing'
 
 /**
  * pnpm bench: requests/s and p99 of a keyed route through the gateway (auth with
@@ -78,8 +79,10 @@ async function load(url: string, key?: string, pid?: number) {
   return { rps: result.requests.average, p99: result.latency.p99, cpu: cpuPerRequest }
 }
 
+// a database of its own, dropped at the end, so runs leave no keys behind
+const cleanups: Array<() => unknown> = []
 const env = {
-  DATABASE_URL: process.env.DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres',
+  DATABASE_URL: await freshDatabase({ teardown: (fn) => cleanups.push(fn) }),
   NATS_URL: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
   REDIS_URL: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
   INTERNAL_TOKEN: randomBytes(18).toString('base64url'),
@@ -134,4 +137,7 @@ console.table(table)
 const [bareRow, keyedRow, quietRow] = table as [(typeof table)[0], (typeof table)[0], (typeof table)[0]]
 const percent = (row: typeof bareRow) => ((row['requests/s'] / bareRow['requests/s']) * 100).toFixed(1)
 console.log(`keyed / bare throughput: ${percent(keyedRow)}% (access log on), ${percent(quietRow)}% (access log off); aim: at least 85%`)
+children.forEach((c) => c.kill('SIGTERM'))
+await Promise.all(children.map((c) => new Promise((resolve) => (c.exitCode === null ? c.once('exit', resolve) : resolve(null)))))
+for (const cleanup of cleanups) await cleanup()
 process.exit(0)
