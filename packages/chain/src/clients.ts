@@ -1,0 +1,51 @@
+import { createPublicClient, createWalletClient, defineChain, http, type Chain, type Hex, type PublicClient, type WalletClient } from 'viem'
+import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
+import { arbitrum } from 'viem/chains'
+
+export class ServerWalletNotConfigured extends Error {
+  override name = 'ServerWalletNotConfigured'
+  constructor() {
+    super('server wallet not configured')
+  }
+}
+
+export interface ChainSettings {
+  rpcUrl: string
+  chainId: number
+  /** SERVER_WALLET_PRIVATE_KEY; without it, write operations are refused */
+  privateKey?: Hex
+}
+
+export interface ChainClients {
+  chain: Chain
+  publicClient: PublicClient
+  /** the server wallet, or throws ServerWalletNotConfigured */
+  wallet(): { client: WalletClient; account: PrivateKeyAccount }
+}
+
+function chainFor({ chainId, rpcUrl }: ChainSettings): Chain {
+  if (chainId === arbitrum.id) return { ...arbitrum, rpcUrls: { default: { http: [rpcUrl] } } }
+  return defineChain({
+    id: chainId,
+    name: chainId === 31337 ? 'devnet' : `chain ${chainId}`,
+    nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
+    rpcUrls: { default: { http: [rpcUrl] } },
+  })
+}
+
+/** The one factory for viem clients: every service talks to the chain through it. */
+export function createChainClients(settings: ChainSettings): ChainClients {
+  const chain = chainFor(settings)
+  const transport = http(settings.rpcUrl, { batch: true, retryCount: 2 })
+  const publicClient = createPublicClient({ chain, transport }) as PublicClient
+  const account = settings.privateKey ? privateKeyToAccount(settings.privateKey) : undefined
+  const walletClient = account ? createWalletClient({ chain, transport, account }) : undefined
+  return {
+    chain,
+    publicClient,
+    wallet: () => {
+      if (!account || !walletClient) throw new ServerWalletNotConfigured()
+      return { client: walletClient, account }
+    },
+  }
+}

@@ -1,0 +1,3 @@
+export * from './tokens.ts'
+export * from './networks.ts'
+export * from './clients.ts'

@@ -1,0 +1,47 @@
+import type { Address } from 'viem'
+import { arbitrumOneTokens, type Token } from './tokens.ts'
+
+/** Where the protocols the service uses live on one network. */
+export interface AddressBook {
+  chainId: number
+  name: string
+  tokens: readonly Token[]
+  uniswapV3: { factory: Address; quoterV2: Address; swapRouter02: Address; positionManager: Address }
+  /** Camelot's current AMM runs Algebra Integral */
+  algebra: { factory: Address; quoterV2: Address; swapRouter: Address; positionManager: Address }
+  aaveV3?: { pool: Address }
+  gmxV2?: { dataStore: Address; reader: Address }
+  /** Chainlink USD feeds by token symbol */
+  chainlink?: Record<string, Address>
+}
+
+export const arbitrumOne: AddressBook = {
+  chainId: 42161,
+  name: 'arbitrum-one',
+  tokens: arbitrumOneTokens,
+  uniswapV3: {
+    factory: '0x1F98431c8aD98523631AE4a59f267346ea31F984',
+    quoterV2: '0x61fFE014bA17989E743c5F6cB21bF9697530B21e',
+    swapRouter02: '0x68b3465833fb72A70ecDF485E0e4C7bD8665Fc45',
+    positionManager: '0xC36442b4a4522E871399CD717aBDD847Ab11FE88',
+  },
+  algebra: {
+    factory: '0xBefC4b405041c5833f53412fF997ed2f697a2f37',
+    quoterV2: '0xFe24b2cDfF01B644995bc248bA8497467d688F7B',
+    swapRouter: '0x4ee15342d6Deb297c3A2aA7CFFd451f788675F53',
+    positionManager: '0xA602E7195fcC9364210181DffA33482B5adCE9d8',
+  },
+  aaveV3: { pool: '0x794a61358D6845594F94dc1DB02A252b5b4814aD' },
+  gmxV2: {
+    dataStore: '0xFD70de6b91282D8017aA4E741e9Ae325CAb992d8',
+    reader: '0x470fbC46bcC0f16532691Df360A07d8Bf5ee0789',
+  },
+  chainlink: {
+    WETH: '0x639Fe6ab55C921f74e7fac1ee960C0B6293ba612',
+    USDC: '0x50834F3163758fcC1Df9973b6e91f0F0F0434aD3',
+    USDT: '0x3f3f5dF88dC9F13eac63DF89EC16ef6e7E25DdE7',
+    DAI: '0xc5C8E77B397E531B8EC06BFb0048328B30E9eCfB',
+    WBTC: '0xd0C7101eACbB49F3deCcCc166d238410D6D46d57',
+    ARB: '0xb2A824043730FE05F3DA2efaFa1CBbe83fa548D6',
+  },
+}
