@@ -1,0 +1,81 @@
+import { getContractAddress, parseAbi, zeroAddress, maxUint256, type Address } from 'viem'
+import { npmArtifact } from './artifacts.ts'
+import { fullRange, tokenAbi, wethUsdcPosition } from './seed.ts'
+import type { DeployerSession } from './session.ts'
+
+export interface AlgebraAddresses {
+  factory: Address
+  poolDeployer: Address
+  quoterV2: Address
+  positionManager: Address
+  pools: { WETH_USDC: Address }
+}
+
+const npmAbi = parseAbi([
+  'function createAndInitializePoolIfNecessary(address token0, address token1, address deployer, uint160 sqrtPriceX96, bytes data) payable returns (address pool)',
+  'struct MintParams { address token0; address token1; address deployer; int24 tickLower; int24 tickUpper; uint256 amount0Desired; uint256 amount1Desired; uint256 amount0Min; uint256 amount1Min; address recipient; uint256 deadline; }',
+  'function mint(MintParams params) payable returns (uint256 tokenId, uint128 liquidity, uint256 amount0, uint256 amount1)',
+])
+const factoryAbi = parseAbi([
+  'function defaultTickspacing() view returns (int24)',
+  'function poolByPair(address, address) view returns (address)',
+])
+
+/** Algebra Integral (Camelot's current AMM engine) from its npm artifacts, and a seeded WETH/USDC pool. */
+export async function deployAlgebra(s: DeployerSession, weth: Address, usdc: Address): Promise<AlgebraAddresses> {
+  // The factory and the pool deployer each take the other's address: the deployer is the
+  // next contract this account creates, so its address follows from the nonce.
+  const nonce = await s.publicClient.getTransactionCount({ address: s.account.address })
+  const expectedPoolDeployer = getContractAddress({ from: s.account.address, nonce: BigInt(nonce + 1) })
+  const factory = await s.deploy(
+    npmArtifact('@cryptoalgebra/integral-core', 'contracts/AlgebraFactory.sol/AlgebraFactory'),
+    [expectedPoolDeployer],
+  )
+  const poolDeployer = await s.deploy(
+    npmArtifact('@cryptoalgebra/integral-core', 'contracts/AlgebraPoolDeployer.sol/AlgebraPoolDeployer'),
+    [factory],
+  )
+  if (poolDeployer !== expectedPoolDeployer) throw new Error('devnet deploy: Algebra pool deployer address mismatch')
+  const positionManager = await s.deploy(
+    npmArtifact('@cryptoalgebra/integral-periphery', 'contracts/NonfungiblePositionManager.sol/NonfungiblePositionManager'),
+    [factory, weth, zeroAddress, poolDeployer],
+  )
+  const quoterV2 = await s.deploy(
+    npmArtifact('@cryptoalgebra/integral-periphery', 'contracts/lens/QuoterV2.sol/QuoterV2'),
+    [factory, weth, poolDeployer],
+  )
+
+  for (const token of [weth, usdc]) {
+    await s.write({ address: token, abi: tokenAbi, functionName: 'approve', args: [positionManager, maxUint256] })
+  }
+  const { token0, token1, sqrtPrice, amount0Desired, amount1Desired } = wethUsdcPosition(weth, usdc)
+  // deployer = zero address selects the factory's ordinary (non-custom) pools.
+  await s.write({
+    address: positionManager,
+    abi: npmAbi,
+    functionName: 'createAndInitializePoolIfNecessary',
+    args: [token0, token1, zeroAddress, sqrtPrice, '0x'],
+  })
+  const tickSpacing = await s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'defaultTickspacing' })
+  await s.write({
+    address: positionManager,
+    abi: npmAbi,
+    functionName: 'mint',
+    args: [
+      {
+        token0,
+        token1,
+        deployer: zeroAddress,
+        ...fullRange(tickSpacing),
+        amount0Desired,
+        amount1Desired,
+        amount0Min: 0n,
+        amount1Min: 0n,
+        recipient: s.account.address,
+        deadline: maxUint256,
+      },
+    ],
+  })
+  const pool = await s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'poolByPair', args: [token0, token1] })
+  return { factory, poolDeployer, quoterV2, positionManager, pools: { WETH_USDC: pool } }
+}

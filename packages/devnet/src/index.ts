@@ -1,0 +1,7 @@
+export { startAnvil, anvilBinary, ANVIL_CHAIN_ID, type Anvil, type StartAnvilOptions } from './anvil.ts'
+export { deployDevnet, type AddressBook } from './deploy.ts'
+export { DEPLOYER_PRIVATE_KEY } from './session.ts'
+export { WETH_PRICE_USDC } from './seed.ts'
+export type { UniswapV3Addresses } from './uniswap.ts'
+export type { AlgebraAddresses } from './algebra.ts'
+export { sqrtPriceX96, sortTokens } from './price.ts'

@@ -1,0 +1,27 @@
+import { parseAbi, parseUnits, type Address } from 'viem'
+import { sortTokens, sqrtPriceX96 } from './price.ts'
+
+export const WETH_PRICE_USDC = 3000n
+/** What each seeded WETH/USDC pool holds: 1000 WETH and 3,000,000 USDC, full range. */
+export const POOL_WETH = parseUnits('1000', 18)
+export const POOL_USDC = parseUnits('3000000', 6)
+
+export const tokenAbi = parseAbi([
+  'function mint(address to, uint256 amount)',
+  'function approve(address spender, uint256 amount) returns (bool)',
+  'function deposit() payable',
+])
+
+/** Widest tick range a pool with this spacing accepts (MIN_TICK/MAX_TICK = ±887272). */
+export function fullRange(tickSpacing: number) {
+  const max = Math.floor(887272 / tickSpacing) * tickSpacing
+  return { tickLower: -max, tickUpper: max }
+}
+
+/** token0/token1, the initial price and the desired amounts of a WETH/USDC pool. */
+export function wethUsdcPosition(weth: Address, usdc: Address) {
+  const [token0, token1] = sortTokens(weth, usdc)
+  const [amount0Desired, amount1Desired] = token0 === weth ? [POOL_WETH, POOL_USDC] : [POOL_USDC, POOL_WETH]
+  const sqrtPrice = sqrtPriceX96(weth, parseUnits('1', 18), usdc, WETH_PRICE_USDC * 10n ** 6n)
+  return { token0, token1, sqrtPrice, amount0Desired, amount1Desired }
+}
