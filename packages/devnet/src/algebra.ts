@@ -1,6 +1,6 @@
-import { getContractAddress, parseAbi, zeroAddress, maxUint256, type Address } from 'viem'
+import { getContractAddress, parseAbi, zeroAddress, type Address } from 'viem'
 import { npmArtifact } from './artifacts.ts'
-import { fullRange, tokenAbi, wethUsdcPosition } from './seed.ts'
+import { approvePositionManager, fullRangeMint, wethUsdcPosition } from './seed.ts'
 import type { DeployerSession } from './session.ts'
 
 export interface AlgebraAddresses {
@@ -45,37 +45,27 @@ export async function deployAlgebra(s: DeployerSession, weth: Address, usdc: Add
     [factory, weth, poolDeployer],
   )
 
-  for (const token of [weth, usdc]) {
-    await s.write({ address: token, abi: tokenAbi, functionName: 'approve', args: [positionManager, maxUint256] })
-  }
-  const { token0, token1, sqrtPrice, amount0Desired, amount1Desired } = wethUsdcPosition(weth, usdc)
+  await approvePositionManager(s, positionManager, [weth, usdc])
+  const position = wethUsdcPosition(weth, usdc)
   // deployer = zero address selects the factory's ordinary (non-custom) pools.
   await s.write({
     address: positionManager,
     abi: npmAbi,
     functionName: 'createAndInitializePoolIfNecessary',
-    args: [token0, token1, zeroAddress, sqrtPrice, '0x'],
+    args: [position.token0, position.token1, zeroAddress, position.sqrtPrice, '0x'],
   })
   const tickSpacing = await s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'defaultTickspacing' })
   await s.write({
     address: positionManager,
     abi: npmAbi,
     functionName: 'mint',
-    args: [
-      {
-        token0,
-        token1,
-        deployer: zeroAddress,
-        ...fullRange(tickSpacing),
-        amount0Desired,
-        amount1Desired,
-        amount0Min: 0n,
-        amount1Min: 0n,
-        recipient: s.account.address,
-        deadline: maxUint256,
-      },
-    ],
+    args: [{ ...fullRangeMint(position, tickSpacing, s.account.address), deployer: zeroAddress }],
   })
-  const pool = await s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'poolByPair', args: [token0, token1] })
+  const pool = await s.publicClient.readContract({
+    address: factory,
+    abi: factoryAbi,
+    functionName: 'poolByPair',
+    args: [position.token0, position.token1],
+  })
   return { factory, poolDeployer, quoterV2, positionManager, pools: { WETH_USDC: pool } }
 }

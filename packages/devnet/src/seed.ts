@@ -1,4 +1,5 @@
-import { parseAbi, parseUnits, type Address } from 'viem'
+import { maxUint256, parseAbi, parseUnits, type Address } from 'viem'
+import type { DeployerSession } from './session.ts'
 import { sortTokens, sqrtPriceX96 } from './price.ts'
 
 export const WETH_PRICE_USDC = 3000n
@@ -24,4 +25,26 @@ export function wethUsdcPosition(weth: Address, usdc: Address) {
   const [amount0Desired, amount1Desired] = token0 === weth ? [POOL_WETH, POOL_USDC] : [POOL_USDC, POOL_WETH]
   const sqrtPrice = sqrtPriceX96(weth, parseUnits('1', 18), usdc, WETH_PRICE_USDC * 10n ** 6n)
   return { token0, token1, sqrtPrice, amount0Desired, amount1Desired }
+}
+
+/** Lets the position manager take both tokens of the seeded pool. */
+export async function approvePositionManager(s: DeployerSession, positionManager: Address, tokens: Address[]) {
+  for (const token of tokens) {
+    await s.write({ address: token, abi: tokenAbi, functionName: 'approve', args: [positionManager, maxUint256] })
+  }
+}
+
+/** The mint parameters both position managers share: full range, the seeded amounts, to the deployer. */
+export function fullRangeMint(position: ReturnType<typeof wethUsdcPosition>, tickSpacing: number, recipient: Address) {
+  return {
+    token0: position.token0,
+    token1: position.token1,
+    ...fullRange(tickSpacing),
+    amount0Desired: position.amount0Desired,
+    amount1Desired: position.amount1Desired,
+    amount0Min: 0n,
+    amount1Min: 0n,
+    recipient,
+    deadline: maxUint256,
+  }
 }

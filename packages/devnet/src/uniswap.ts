@@ -1,6 +1,6 @@
-import { parseAbi, zeroAddress, maxUint256, type Address } from 'viem'
+import { parseAbi, zeroAddress, type Address } from 'viem'
 import { npmArtifact } from './artifacts.ts'
-import { fullRange, tokenAbi, wethUsdcPosition } from './seed.ts'
+import { approvePositionManager, fullRangeMint, wethUsdcPosition } from './seed.ts'
 import type { DeployerSession } from './session.ts'
 
 export interface UniswapV3Addresses {
@@ -35,34 +35,19 @@ export async function deployUniswapV3(s: DeployerSession, weth: Address, usdc: A
     [zeroAddress, factory, positionManager, weth], // no Uniswap V2 on the devnet
   )
 
-  for (const token of [weth, usdc]) {
-    await s.write({ address: token, abi: tokenAbi, functionName: 'approve', args: [positionManager, maxUint256] })
-  }
-  const { token0, token1, sqrtPrice, amount0Desired, amount1Desired } = wethUsdcPosition(weth, usdc)
+  await approvePositionManager(s, positionManager, [weth, usdc])
+  const position = wethUsdcPosition(weth, usdc)
   await s.write({
     address: positionManager,
     abi: npmAbi,
     functionName: 'createAndInitializePoolIfNecessary',
-    args: [token0, token1, FEE_500, sqrtPrice],
+    args: [position.token0, position.token1, FEE_500, position.sqrtPrice],
   })
   await s.write({
     address: positionManager,
     abi: npmAbi,
     functionName: 'mint',
-    args: [
-      {
-        token0,
-        token1,
-        fee: FEE_500,
-        ...fullRange(TICK_SPACING_500),
-        amount0Desired,
-        amount1Desired,
-        amount0Min: 0n,
-        amount1Min: 0n,
-        recipient: s.account.address,
-        deadline: maxUint256,
-      },
-    ],
+    args: [{ ...fullRangeMint(position, TICK_SPACING_500, s.account.address), fee: FEE_500 }],
   })
   const pool = await s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'getPool', args: [weth, usdc, FEE_500] })
   return { factory, quoterV2, swapRouter02, positionManager, pools: { WETH_USDC_500: pool } }
