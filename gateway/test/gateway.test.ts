@@ -105,7 +105,7 @@ t.test('the gateway sets identity headers and strips the client\'s', async (t) =
   t.equal(headers['x-ats-key-tier'], 'readwrite')
   t.equal(headers['x-ats-internal-token'], 'test-internal-token-0123456789')
   t.match(headers['x-request-id'], /^[0-9a-f-]{36}$/)
-  t.equal(res.headers.get('x-request-id'), null, 'the upstream answer is returned as is')
+  t.equal(res.headers.get('x-request-id'), headers['x-request-id'], 'the client gets the request id the service saw')
   t.notOk('authorization' in headers, 'the raw key does not travel on')
   t.notOk('x-payment' in headers)
 })
@@ -149,6 +149,7 @@ t.test('an unknown path answers 404 {error}', async (t) => {
   const { request } = await startFleet(t)
   const res = await request('/nowhere')
   t.equal(res.status, 404)
+  t.match(res.headers.get('x-request-id'), /^[0-9a-f-]{36}$/, 'errors carry the request id too')
   t.same(res.body, { error: 'no route GET /nowhere' })
 })
 

@@ -51,6 +51,8 @@ async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: Prox
     undici: { connections: 128, pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: options.timeoutMs, bodyTimeout: options.timeoutMs },
     replyOptions: {
       rewriteRequestHeaders: (request, headers) => forwardedHeaders(request, headers, options.internalToken),
+      // the client gets the id the gateway logged and forwarded, to quote when asking for help
+      rewriteHeaders: (headers, request) => ({ ...headers, [identityHeaders.requestId]: request?.id }),
       onError: upstreamFailed(group.service),
       retryDelay: () => null,
     },

@@ -1,3 +1,4 @@
+import { identityHeaders } from '@ats/contracts'
 import createError from '@fastify/error'
 import type { FastifyError, FastifyInstance } from 'fastify'
 
@@ -36,6 +37,7 @@ function validationMessage(error: FastifyError): string {
 /** One error handler for every process: always `{error: string}`. */
 export function installErrorHandler(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError, request, reply) => {
+    reply.header(identityHeaders.requestId, request.id)
     if (error.validation) return reply.code(400).send({ error: validationMessage(error) })
     const status = statusOf(error)
     if (status >= 500 && !isOurs(error)) {
@@ -46,6 +48,7 @@ export function installErrorHandler(app: FastifyInstance): void {
     return reply.code(status).send({ error: error.message })
   })
   app.setNotFoundHandler((request, reply) => {
+    reply.header(identityHeaders.requestId, request.id)
     reply.code(404).send({ error: `no route ${request.method} ${request.url.split('?')[0]}` })
   })
 }
