@@ -4,11 +4,15 @@ import { connect } from 'node:net'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { generateApiKey } from '@ats/contracts'
+import type { Devnet } from '../packages/devnet/src/deploy.ts'
+import { describeDevnet, devnetPort, startDevnetOrExplain } from '../packages/devnet/src/cli.ts'
 import { fleetMembers, type FleetMember } from './services.ts'
 
 /**
  * pnpm start: the whole fleet on this machine. Each service runs as its own
  * process (as in production), admin-side services first, the gateway last.
+ * Without RPC_URL it first starts the local devnet (anvil on 127.0.0.1:8545, see
+ * packages/devnet) and points every service at it; anvil stops last.
  */
 const defaults = {
   DATABASE_URL: 'postgresql://postgres@127.0.0.1:5432/postgres',
@@ -87,6 +91,9 @@ async function waitReady(url: string, child: ChildProcess, name: string): Promis
 }
 
 const children = new Map<string, ChildProcess>()
+let devnet: Devnet | undefined
+/** set while the devnet starts, so that a Ctrl-C then still stops its anvil */
+let devnetStarting: Promise<Devnet> | undefined
 let stopping = false
 
 async function stopAll(code: number): Promise<never> {
@@ -100,6 +107,9 @@ async function stopAll(code: number): Promise<never> {
       }),
   )
   await Promise.race([Promise.all(exits), new Promise((resolve) => setTimeout(resolve, 15_000))])
+  // The chain goes last: services may still use it while they shut down.
+  const chain = devnet ?? (await devnetStarting?.catch(() => undefined))
+  await chain?.stop().catch((error: Error) => process.stderr.write(`devnet: ${error.message}\n`))
   process.exit(code)
 }
 
@@ -116,6 +126,24 @@ base.INTERNAL_TOKEN ||= randomBytes(24).toString('base64url')
 if (!base.ADMIN_API_KEY) {
   base.ADMIN_API_KEY = generateApiKey()
   say(`ADMIN_API_KEY is not set; this run's bootstrap admin key is:\n\n  ${base.ADMIN_API_KEY}\n\nSet ADMIN_API_KEY to keep one across restarts.\n`)
+}
+
+if (process.env.RPC_URL) {
+  say(`Chain: RPC_URL=${process.env.RPC_URL} (no devnet started)`)
+} else {
+  try {
+    devnet = await (devnetStarting = startDevnetOrExplain(devnetPort()))
+  } catch (error) {
+    fail(`${(error as Error).message}\n(set RPC_URL to use another chain instead of the devnet)`)
+  }
+  if (stopping) await new Promise(() => {}) // Ctrl-C while the devnet started: stopAll stops it and exits
+  Object.assign(base, {
+    RPC_URL: devnet!.rpcUrl,
+    CHAIN_ID: String(devnet!.chainId),
+    CHAIN_NAME: 'devnet',
+    ADDRESS_BOOK: devnet!.addressBookPath,
+  })
+  say(`${describeDevnet(devnet!, { accounts: false })}\n  Ten funded test accounts (address + public test key): "devnet.accounts" in the address book\n`)
 }
 
 const members = await fleetMembers()

@@ -1,4 +1,4 @@
-import type { Address } from 'viem'
+import type { Address, Hex } from 'viem'
 import { arbitrumOneTokens, type Token } from './tokens.ts'
 
 /** Where the protocols the service uses live on one network. */
@@ -6,13 +6,37 @@ export interface AddressBook {
   chainId: number
   name: string
   tokens: readonly Token[]
-  uniswapV3: { factory: Address; quoterV2: Address; swapRouter02: Address; positionManager: Address }
+  uniswapV3: {
+    factory: Address
+    quoterV2: Address
+    swapRouter02: Address
+    positionManager: Address
+    /** pools known to exist, by name (the devnet: its seeded pools, e.g. WETH_USDC_500) */
+    pools?: Record<string, Address>
+  }
   /** Camelot's current AMM runs Algebra Integral */
-  algebra: { factory: Address; quoterV2: Address; swapRouter: Address; positionManager: Address }
+  algebra: {
+    factory: Address
+    quoterV2: Address
+    swapRouter: Address
+    positionManager: Address
+    /** the pool deployer (pool addresses are CREATE2 from it) */
+    poolDeployer?: Address
+    /** pools known to exist, by name (the devnet: its seeded pools, e.g. WETH_USDC) */
+    pools?: Record<string, Address>
+  }
   aaveV3?: { pool: Address }
   gmxV2?: { dataStore: Address; reader: Address }
   /** Chainlink USD feeds by token symbol */
   chainlink?: Record<string, Address>
+  /** ERC-721 collections the NFT routes know; those in `spam` are hidden unless asked for */
+  nfts?: { collections: Address[]; spam: Address[] }
+  /** Only on a local devnet (chain 31337): where it answers and its funded test accounts. */
+  devnet?: {
+    rpcUrl: string
+    /** anvil's public default test accounts ("test test … junk"); never use these keys elsewhere */
+    accounts: { address: Address; privateKey: Hex }[]
+  }
 }
 
 export const arbitrumOne: AddressBook = {

@@ -1,14 +1,21 @@
-// Compiles contracts/Tokens.sol into artifacts/<Contract>.json ({abi, bytecode}).
-// The installed npm packages ship no WETH9 and no ERC-20 with settable decimals, so
-// these two small token contracts are ours; the protocols come from npm artifacts.
+// Compiles every contracts/*.sol into artifacts/<Contract>.json ({contractName, abi, bytecode}).
+// The installed npm packages ship no WETH9, no ERC-20 with settable decimals, no EIP-3009
+// USDC, no ERC-721 and no Aave/GMX read stand-ins, so these small contracts are ours; the
+// protocols come from npm artifacts. solc is pinned to 0.8.26 and sources are read in sorted
+// order, so the same sources give byte-identical artifacts (metadata hash included).
 import { createRequire } from 'node:module'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs'
 
 const solc = createRequire(import.meta.url)('solc')
+if (!String(solc.version()).startsWith('0.8.26+')) throw new Error(`compile: need solc 0.8.26, got ${solc.version()}`)
 const dir = new URL('..', import.meta.url)
+const files = readdirSync(new URL('contracts/', dir)).filter((f) => f.endsWith('.sol')).sort()
+const sources = Object.fromEntries(
+  files.map((f) => [f, { content: readFileSync(new URL(`contracts/${f}`, dir), 'utf8') }]),
+)
 const input = {
   language: 'Solidity',
-  sources: { 'Tokens.sol': { content: readFileSync(new URL('contracts/Tokens.sol', dir), 'utf8') } },
+  sources,
   settings: {
     optimizer: { enabled: true, runs: 200 },
     evmVersion: 'paris',
@@ -16,10 +23,20 @@ const input = {
   },
 }
 const output = JSON.parse(solc.compile(JSON.stringify(input)))
-const errors = (output.errors ?? []).filter((e: { severity: string }) => e.severity === 'error')
-if (errors.length) throw new Error(errors.map((e: { formattedMessage: string }) => e.formattedMessage).join('\n'))
-for (const [name, contract] of Object.entries<any>(output.contracts['Tokens.sol'])) {
-  const artifact = { contractName: name, abi: contract.abi, bytecode: `0x${contract.evm.bytecode.object}` }
-  writeFileSync(new URL(`artifacts/${name}.json`, dir), JSON.stringify(artifact, null, 2) + '\n')
-  console.log(`artifacts/${name}.json`)
+const diagnostics: Array<{ severity: string; formattedMessage: string }> = output.errors ?? []
+for (const w of diagnostics.filter((e) => e.severity !== 'error')) console.warn(w.formattedMessage)
+const errors = diagnostics.filter((e) => e.severity === 'error')
+if (errors.length) throw new Error(errors.map((e) => e.formattedMessage).join('\n'))
+
+const written = new Map<string, string>()
+for (const file of files) {
+  for (const [name, contract] of Object.entries<any>(output.contracts[file] ?? {})) {
+    // Interfaces have no bytecode and struct-only libraries no ABI: nothing to deploy or call.
+    if (!contract.evm.bytecode.object || contract.abi.length === 0) continue
+    if (written.has(name)) throw new Error(`compile: contract ${name} in both ${written.get(name)} and ${file}`)
+    written.set(name, file)
+    const artifact = { contractName: name, abi: contract.abi, bytecode: `0x${contract.evm.bytecode.object}` }
+    writeFileSync(new URL(`artifacts/${name}.json`, dir), JSON.stringify(artifact, null, 2) + '\n')
+    console.log(`artifacts/${name}.json (${file})`)
+  }
 }

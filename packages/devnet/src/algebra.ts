@@ -1,12 +1,13 @@
 import { getContractAddress, parseAbi, zeroAddress, type Address } from 'viem'
 import { npmArtifact } from './artifacts.ts'
-import { approvePositionManager, fullRangeMint, wethUsdcPosition } from './seed.ts'
+import { approvePositionManager, seedWrite, fullRangeMint, wethUsdcPosition } from './seed.ts'
 import type { DeployerSession } from './session.ts'
 
 export interface AlgebraAddresses {
   factory: Address
   poolDeployer: Address
   quoterV2: Address
+  swapRouter: Address
   positionManager: Address
   pools: { WETH_USDC: Address }
 }
@@ -44,18 +45,22 @@ export async function deployAlgebra(s: DeployerSession, weth: Address, usdc: Add
     npmArtifact('@cryptoalgebra/integral-periphery', 'contracts/lens/QuoterV2.sol/QuoterV2'),
     [factory, weth, poolDeployer],
   )
+  const swapRouter = await s.deploy(
+    npmArtifact('@cryptoalgebra/integral-periphery', 'contracts/SwapRouter.sol/SwapRouter'),
+    [factory, weth, poolDeployer], // (factory, WNativeToken, poolDeployer)
+  )
 
   await approvePositionManager(s, positionManager, [weth, usdc])
   const position = wethUsdcPosition(weth, usdc)
   // deployer = zero address selects the factory's ordinary (non-custom) pools.
-  await s.write({
+  await seedWrite(s, {
     address: positionManager,
     abi: npmAbi,
     functionName: 'createAndInitializePoolIfNecessary',
     args: [position.token0, position.token1, zeroAddress, position.sqrtPrice, '0x'],
   })
   const tickSpacing = await s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'defaultTickspacing' })
-  await s.write({
+  await seedWrite(s, {
     address: positionManager,
     abi: npmAbi,
     functionName: 'mint',
@@ -67,5 +72,5 @@ export async function deployAlgebra(s: DeployerSession, weth: Address, usdc: Add
     functionName: 'poolByPair',
     args: [position.token0, position.token1],
   })
-  return { factory, poolDeployer, quoterV2, positionManager, pools: { WETH_USDC: pool } }
+  return { factory, poolDeployer, quoterV2, swapRouter, positionManager, pools: { WETH_USDC: pool } }
 }

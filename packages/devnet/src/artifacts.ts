@@ -19,7 +19,9 @@ export function npmArtifact(pkg: string, contract: string): Artifact {
   return read(require.resolve(`${pkg}/artifacts/${contract}.json`))
 }
 
-/** One of our own token artifacts in packages/devnet/artifacts (see scripts/compile-tokens.ts). */
-export function localArtifact(name: 'DevToken' | 'WrappedEther'): Artifact {
+export type LocalContract = 'DevToken' | 'WrappedEther' | 'DevUsdc' | 'DevCollection' | 'DevPositions'
+
+/** One of our own contracts' artifacts in packages/devnet/artifacts (see scripts/compile-tokens.ts). */
+export function localArtifact(name: LocalContract): Artifact {
   return read(new URL(`../artifacts/${name}.json`, import.meta.url).pathname)
 }

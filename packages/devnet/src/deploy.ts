@@ -1,35 +1,119 @@
+import type { AddressBook } from '@ats/chain'
 import type { Address } from 'viem'
+import { deployCollection } from './collection.ts'
+import { deployPositions } from './positions.ts'
 import { anvil } from 'viem/chains'
-import { localArtifact } from './artifacts.ts'
 import { deployAlgebra, type AlgebraAddresses } from './algebra.ts'
-import { POOL_USDC, POOL_WETH, tokenAbi } from './seed.ts'
+import { removeAddressBook, writeAddressBook, DEVNET_ADDRESS_BOOK_PATH } from './addressBook.ts'
+import { startAnvil, type Anvil } from './anvil.ts'
+import { devAccounts, fundAccounts, type DevAccount } from './funding.ts'
+import { POOL_USDC, POOL_WETH, seedWrite, tokenAbi } from './seed.ts'
 import { deployerSession } from './session.ts'
+import { deployTokens, tokenBySymbol } from './tokens.ts'
 import { deployUniswapV3, type UniswapV3Addresses } from './uniswap.ts'
 
-export interface AddressBook {
-  chainId: number
-  tokens: Record<'WETH' | 'USDC' | 'ARB', Address>
+export type { AddressBook } from '@ats/chain'
+
+/** What deployDevnet returns: the chain package's AddressBook with the devnet's pools and pool deployer always present. */
+export interface DevnetAddressBook extends AddressBook {
   uniswapV3: UniswapV3Addresses
   algebra: AlgebraAddresses
+  aaveV3: { pool: Address }
+  gmxV2: { dataStore: Address; reader: Address }
+  nfts: { collections: Address[]; spam: Address[] }
 }
 
 /**
- * Deploys tokens, Uniswap V3 and Algebra Integral onto a fresh anvil and seeds a WETH/USDC
- * pool on each. Every transaction comes from the deployer account in a fixed order, so on
- * a fresh chain the addresses are the same on every run.
+ * Deploys every Arbitrum One token, Uniswap V3 and Algebra Integral onto a fresh anvil and
+ * seeds a WETH/USDC pool on each. Every transaction comes from the deployer account in a
+ * fixed order, so on a fresh chain the addresses are the same on every run.
  */
-export async function deployDevnet(rpcUrl: string): Promise<AddressBook> {
+export async function deployDevnet(rpcUrl: string): Promise<DevnetAddressBook> {
   const s = deployerSession(rpcUrl)
-  const token = localArtifact('DevToken')
-  const weth = await s.deploy(localArtifact('WrappedEther'))
-  const usdc = await s.deploy(token, ['USD Coin', 'USDC', 6])
-  const arb = await s.deploy(token, ['Arbitrum', 'ARB', 18])
+  const tokens = await deployTokens(s)
+  const weth = tokenBySymbol(tokens, 'WETH')
+  const usdc = tokenBySymbol(tokens, 'USDC')
 
   // Enough for both seeded pools.
-  await s.write({ address: weth, abi: tokenAbi, functionName: 'deposit', value: 2n * POOL_WETH })
-  await s.write({ address: usdc, abi: tokenAbi, functionName: 'mint', args: [s.account.address, 2n * POOL_USDC] })
+  await seedWrite(s, { address: weth, abi: tokenAbi, functionName: 'deposit', value: 2n * POOL_WETH })
+  await seedWrite(s, { address: usdc, abi: tokenAbi, functionName: 'mint', args: [s.account.address, 2n * POOL_USDC] })
 
   const uniswapV3 = await deployUniswapV3(s, weth, usdc)
   const algebra = await deployAlgebra(s, weth, usdc)
-  return { chainId: anvil.id, tokens: { WETH: weth, USDC: usdc, ARB: arb }, uniswapV3, algebra }
+
+  // One contract answers both Aave's getUserAccountData and GMX's getAccountPositions, so
+  // the real adapters read it; the server wallet (account 0 by default) holds a position in each.
+  const [server, second] = devAccounts(2).map((account) => account.address) as [Address, Address]
+  const positions = await deployPositions(s, server, { market: weth, collateralToken: usdc })
+  const collection = await deployCollection(s, [server, second], { name: 'Devnet Apes', symbol: 'DAPE' })
+  const spam = await deployCollection(s, [server, second], { name: 'Claim Free ETH', symbol: 'CLAIM' })
+  return {
+    chainId: anvil.id,
+    name: 'devnet',
+    tokens,
+    uniswapV3,
+    algebra,
+    aaveV3: { pool: positions },
+    gmxV2: { dataStore: positions, reader: positions },
+    nfts: { collections: [collection.address, spam.address], spam: [spam.address] },
+  }
+}
+
+/** Funds the default anvil accounts with every token of the book (see FUNDING). */
+export async function fundDevnet(rpcUrl: string, book: AddressBook, accounts: DevAccount[] = devAccounts()): Promise<void> {
+  await fundAccounts(deployerSession(rpcUrl), book.tokens, accounts)
+}
+
+export interface Devnet {
+  anvil: Anvil
+  rpcUrl: string
+  chainId: number
+  book: DevnetAddressBook
+  /** where the book was written (absent when not written) */
+  addressBookPath?: string
+  accounts: DevAccount[]
+  timings: { anvilMs: number; deployMs: number; fundMs: number; totalMs: number }
+  /** Stops anvil and removes the address book file it wrote. */
+  stop(): Promise<void>
+}
+
+export interface StartDevnetOptions {
+  port: number
+  /** where to write the address book; DEVNET_ADDRESS_BOOK_PATH by default, false to write none */
+  addressBookPath?: string | false
+  /** how many default accounts to fund (10) */
+  accounts?: number
+}
+
+/** Starts anvil, deploys, funds the default accounts and writes the address book: what `pnpm devnet` runs. */
+export async function startDevnet({ port, addressBookPath = DEVNET_ADDRESS_BOOK_PATH, accounts: count = 10 }: StartDevnetOptions): Promise<Devnet> {
+  const started = performance.now()
+  const anvil = await startAnvil({ port })
+  try {
+    const anvilDone = performance.now()
+    const deployed = await deployDevnet(anvil.rpcUrl)
+    const deployDone = performance.now()
+    const accounts = devAccounts(count)
+    await fundDevnet(anvil.rpcUrl, deployed, accounts)
+    const fundDone = performance.now()
+    const book: DevnetAddressBook = { ...deployed, devnet: { rpcUrl: anvil.rpcUrl, accounts } }
+    const path = addressBookPath === false ? undefined : writeAddressBook(book, addressBookPath)
+    const ms = (a: number, b: number) => Math.round(b - a)
+    return {
+      anvil,
+      rpcUrl: anvil.rpcUrl,
+      chainId: book.chainId,
+      book,
+      ...(path ? { addressBookPath: path } : {}),
+      accounts,
+      timings: { anvilMs: ms(started, anvilDone), deployMs: ms(anvilDone, deployDone), fundMs: ms(deployDone, fundDone), totalMs: ms(started, fundDone) },
+      stop: async () => {
+        if (path) removeAddressBook(book, path)
+        await anvil.stop()
+      },
+    }
+  } catch (error) {
+    await anvil.stop()
+    throw error
+  }
 }

@@ -1,7 +1,21 @@
 export { startAnvil, anvilBinary, ANVIL_CHAIN_ID, type Anvil, type StartAnvilOptions } from './anvil.ts'
-export { deployDevnet, type AddressBook } from './deploy.ts'
+export {
+  deployDevnet,
+  fundDevnet,
+  startDevnet,
+  type AddressBook,
+  type DevnetAddressBook,
+  type Devnet,
+  type StartDevnetOptions,
+} from './deploy.ts'
+export { DEVNET_ADDRESS_BOOK_PATH, writeAddressBook } from './addressBook.ts'
+export { devAccounts, fundAccounts, sendBatch, FUNDING, DEFAULT_FUNDING, DEV_MNEMONIC, type DevAccount, type BatchTx } from './funding.ts'
+export { deployTokens, tokenBySymbol } from './tokens.ts'
 export { DEPLOYER_PRIVATE_KEY } from './session.ts'
 export { WETH_PRICE_USDC } from './seed.ts'
 export type { UniswapV3Addresses } from './uniswap.ts'
 export type { AlgebraAddresses } from './algebra.ts'
 export { sqrtPriceX96, sortTokens } from './price.ts'
+export { eip3009Abi, transferWithAuthorizationTypes, receiveWithAuthorizationTypes, usdcDomain } from './usdc.ts'
+export { collectionAbi, listTokensByLogs } from './collection.ts'
+export { aavePoolAbi, gmxReaderAbi, SEEDED_LENDING, SEEDED_PERP } from './positions.ts'

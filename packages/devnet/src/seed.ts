@@ -1,4 +1,4 @@
-import { maxUint256, parseAbi, parseUnits, type Address } from 'viem'
+import { encodeFunctionData, maxUint256, parseAbi, parseUnits, type Abi, type Address } from 'viem'
 import type { DeployerSession } from './session.ts'
 import { sortTokens, sqrtPriceX96 } from './price.ts'
 
@@ -27,10 +27,27 @@ export function wethUsdcPosition(weth: Address, usdc: Address) {
   return { token0, token1, sqrtPrice, amount0Desired, amount1Desired }
 }
 
+/**
+ * Sends one call from the deployer with a gas limit 25% over the estimate and waits for it.
+ * anvil estimates the exact minimum, and a pool's gas use can change with the block (its
+ * oracle looks at the timestamp), so an unpadded estimate occasionally runs out of gas.
+ */
+export async function seedWrite(
+  s: DeployerSession,
+  call: { address: Address; abi: Abi; functionName: string; args?: readonly unknown[]; value?: bigint },
+) {
+  const data = encodeFunctionData({ abi: call.abi, functionName: call.functionName, args: call.args ?? [] } as Parameters<typeof encodeFunctionData>[0])
+  const request = { account: s.account, to: call.address, data, value: call.value ?? 0n }
+  const gas = ((await s.publicClient.estimateGas(request)) * 125n) / 100n
+  const hash = await s.wallet.sendTransaction({ ...request, gas })
+  const receipt = await s.publicClient.waitForTransactionReceipt({ hash, pollingInterval: 20 })
+  if (receipt.status !== 'success') throw new Error(`devnet deploy: ${call.functionName} (${hash}) reverted`)
+}
+
 /** Lets the position manager take both tokens of the seeded pool. */
 export async function approvePositionManager(s: DeployerSession, positionManager: Address, tokens: Address[]) {
   for (const token of tokens) {
-    await s.write({ address: token, abi: tokenAbi, functionName: 'approve', args: [positionManager, maxUint256] })
+    await seedWrite(s, { address: token, abi: tokenAbi, functionName: 'approve', args: [positionManager, maxUint256] })
   }
 }
 

@@ -1,6 +1,6 @@
 import { parseAbi, zeroAddress, type Address } from 'viem'
 import { npmArtifact } from './artifacts.ts'
-import { approvePositionManager, fullRangeMint, wethUsdcPosition } from './seed.ts'
+import { approvePositionManager, seedWrite, fullRangeMint, wethUsdcPosition } from './seed.ts'
 import type { DeployerSession } from './session.ts'
 
 export interface UniswapV3Addresses {
@@ -37,13 +37,13 @@ export async function deployUniswapV3(s: DeployerSession, weth: Address, usdc: A
 
   await approvePositionManager(s, positionManager, [weth, usdc])
   const position = wethUsdcPosition(weth, usdc)
-  await s.write({
+  await seedWrite(s, {
     address: positionManager,
     abi: npmAbi,
     functionName: 'createAndInitializePoolIfNecessary',
     args: [position.token0, position.token1, FEE_500, position.sqrtPrice],
   })
-  await s.write({
+  await seedWrite(s, {
     address: positionManager,
     abi: npmAbi,
     functionName: 'mint',

@@ -1,9 +1,26 @@
 import t from 'tap'
 import { createServer } from 'node:net'
-import { createPublicClient, createWalletClient, http, parseAbi, parseUnits, formatUnits, zeroAddress } from 'viem'
-import { privateKeyToAccount } from 'viem/accounts'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createPublicClient, createWalletClient, http, maxUint256, parseAbi, parseUnits, formatUnits, zeroAddress } from 'viem'
+import { mnemonicToAccount, privateKeyToAccount } from 'viem/accounts'
 import { anvil as anvilChain } from 'viem/chains'
-import { startAnvil, deployDevnet, type AddressBook } from '../src/index.ts'
+import { addressBookFor, arbitrumOneTokens } from '@ats/chain'
+import {
+  startAnvil,
+  startDevnet,
+  deployDevnet,
+  devAccounts,
+  tokenBySymbol,
+  DEV_MNEMONIC,
+  aavePoolAbi,
+  gmxReaderAbi,
+  eip3009Abi,
+  listTokensByLogs,
+  SEEDED_LENDING,
+  type DevnetAddressBook,
+} from '../src/index.ts'
 
 // Second default anvil account, so the swap does not touch the deployer's balances.
 const TRADER_KEY = '0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d'
@@ -20,26 +37,83 @@ const algebraQuoterAbi = parseAbi([
   'struct QuoteExactInputSingleParams { address tokenIn; address tokenOut; address deployer; uint256 amountIn; uint160 limitSqrtPrice; }',
   'function quoteExactInputSingle(QuoteExactInputSingleParams params) returns (uint256 amountOut, uint256 amountIn, uint160 sqrtPriceX96After, uint32 initializedTicksCrossed, uint256 gasEstimate, uint16 fee)',
 ])
+const algebraRouterAbi = parseAbi([
+  'struct ExactInputSingleParams { address tokenIn; address tokenOut; address deployer; address recipient; uint256 deadline; uint256 amountIn; uint256 amountOutMinimum; uint160 limitSqrtPrice; }',
+  'function exactInputSingle(ExactInputSingleParams params) payable returns (uint256 amountOut)',
+])
 const tokenAbi = parseAbi([
   'function deposit() payable',
   'function approve(address spender, uint256 amount) returns (bool)',
   'function balanceOf(address) view returns (uint256)',
+  'function name() view returns (string)',
+  'function symbol() view returns (string)',
+  'function decimals() view returns (uint8)',
 ])
 
-t.test('anvil + devnet: Uniswap V3 quote and swap, Algebra quote, WETH -> USDC', async (t) => {
-  const started = performance.now()
-  const anvil = await startAnvil({ port: 8601 })
-  t.teardown(() => anvil.stop())
-  const book = await deployDevnet(anvil.rpcUrl)
-  t.comment(`start + deploy took ${Math.round(performance.now() - started)} ms`)
-  t.comment(JSON.stringify(book))
-  t.equal(book.chainId, 31337)
+const scratch = mkdtempSync(join(tmpdir(), 'devnet-test-'))
+t.teardown(() => rmSync(scratch, { recursive: true, force: true }))
 
-  const transport = http(anvil.rpcUrl)
+t.test('the ten funded accounts are the default anvil accounts of the test mnemonic', async (t) => {
+  const accounts = devAccounts()
+  t.equal(accounts.length, 10)
+  for (const [i, account] of accounts.entries()) {
+    t.equal(account.address, mnemonicToAccount(DEV_MNEMONIC, { addressIndex: i }).address, `account ${i}`)
+    t.equal(privateKeyToAccount(account.privateKey).address, account.address, `key ${i}`)
+  }
+  t.equal(accounts[1]!.privateKey, TRADER_KEY)
+})
+
+t.test('devnet: every token, funded accounts, address book; Uniswap V3 and Algebra quote and swap WETH -> USDC', async (t) => {
+  const addressBookPath = join(scratch, 'address-book.json')
+  const devnet = await startDevnet({ port: 8640, addressBookPath })
+  t.teardown(() => devnet.stop())
+  const { book, timings } = devnet
+  t.comment(`start + deploy + fund took ${timings.totalMs} ms (anvil ${timings.anvilMs}, deploy ${timings.deployMs}, fund ${timings.fundMs})`)
+  t.ok(timings.totalMs < 20_000, 'ready in under 20 s')
+  t.comment(JSON.stringify({ ...book, devnet: undefined }))
+  t.equal(book.chainId, 31337)
+  t.equal(book.name, 'devnet')
+  t.equal(devnet.rpcUrl, 'http://127.0.0.1:8640')
+
+  // The book on disk is what services get for chain 31337.
+  t.equal(devnet.addressBookPath, addressBookPath)
+  t.same(addressBookFor({ chainId: 31337, addressBookPath }), book)
+  t.equal(book.devnet?.rpcUrl, devnet.rpcUrl)
+  t.equal(book.devnet?.accounts.length, 10)
+
+  const transport = http(devnet.rpcUrl)
   const client = createPublicClient({ chain: anvilChain, transport, pollingInterval: 20 })
   const trader = createWalletClient({ account: privateKeyToAccount(TRADER_KEY), chain: anvilChain, transport })
-  const { WETH, USDC } = book.tokens
+  const WETH = tokenBySymbol(book.tokens, 'WETH')
+  const USDC = tokenBySymbol(book.tokens, 'USDC')
   const oneWeth = parseUnits('1', 18)
+
+  // Every Arbitrum One token, deployed with its symbol, name and decimals.
+  t.same(
+    book.tokens.map(({ symbol, name, decimals }) => ({ symbol, name, decimals })),
+    arbitrumOneTokens.map(({ symbol, name, decimals }) => ({ symbol, name, decimals })),
+  )
+  for (const token of book.tokens) {
+    const [name, symbol, decimals] = await Promise.all(
+      (['name', 'symbol', 'decimals'] as const).map((functionName) => client.readContract({ address: token.address, abi: tokenAbi, functionName })),
+    )
+    t.same({ name, symbol, decimals }, { name: token.name, symbol: token.symbol, decimals: token.decimals }, `${token.symbol} on chain`)
+  }
+
+  // Every default account holds every token (the deployer, the first, also keeps what seeding the pools left).
+  const expected: Record<string, bigint> = { USDC: parseUnits('1000000', 6), WETH: parseUnits('100', 18), WBTC: parseUnits('10', 8) }
+  for (const account of devnet.accounts) {
+    const held = await Promise.all(
+      book.tokens.map((token) => client.readContract({ address: token.address, abi: tokenAbi, functionName: 'balanceOf', args: [account.address] })),
+    )
+    const isDeployer = account === devnet.accounts[0]
+    const funding = (token: { symbol: string; decimals: number }) => expected[token.symbol] ?? parseUnits('100000', token.decimals)
+    t.same(
+      Object.fromEntries(book.tokens.map((token, i) => [token.symbol, isDeployer ? held[i]! >= funding(token) : held[i]])),
+      Object.fromEntries(book.tokens.map((token) => [token.symbol, isDeployer ? true : funding(token)])),
+      `${account.address} is funded`,
+    )
+  }
 
   const { result: quote } = await client.simulateContract({
     address: book.uniswapV3.quoterV2,
@@ -69,7 +143,6 @@ t.test('anvil + devnet: Uniswap V3 quote and swap, Algebra quote, WETH -> USDC',
     weth: await client.readContract({ address: WETH, abi: tokenAbi, functionName: 'balanceOf', args: [trader.account.address] }),
     usdc: await client.readContract({ address: USDC, abi: tokenAbi, functionName: 'balanceOf', args: [trader.account.address] }),
   })
-  await confirm(await trader.writeContract({ address: WETH, abi: tokenAbi, functionName: 'deposit', value: oneWeth }))
   await confirm(
     await trader.writeContract({ address: WETH, abi: tokenAbi, functionName: 'approve', args: [book.uniswapV3.swapRouter02, oneWeth] }),
   )
@@ -95,11 +168,78 @@ t.test('anvil + devnet: Uniswap V3 quote and swap, Algebra quote, WETH -> USDC',
   const after = await balances()
   t.equal(before.weth - after.weth, oneWeth, 'spent 1 WETH')
   t.equal(after.usdc - before.usdc, amountOut, 'received exactly the quoted USDC')
+
+  // The same through Algebra's SwapRouter, quoted again now.
+  const { result: algebraQuoteNow } = await client.simulateContract({
+    address: book.algebra.quoterV2,
+    abi: algebraQuoterAbi,
+    functionName: 'quoteExactInputSingle',
+    args: [{ tokenIn: WETH, tokenOut: USDC, deployer: zeroAddress, amountIn: oneWeth, limitSqrtPrice: 0n }],
+  })
+  const [algebraAmountOut] = algebraQuoteNow
+  await confirm(
+    await trader.writeContract({ address: WETH, abi: tokenAbi, functionName: 'approve', args: [book.algebra.swapRouter, oneWeth] }),
+  )
+  const beforeAlgebra = await balances()
+  await confirm(
+    await trader.writeContract({
+      address: book.algebra.swapRouter,
+      abi: algebraRouterAbi,
+      functionName: 'exactInputSingle',
+      args: [
+        {
+          tokenIn: WETH,
+          tokenOut: USDC,
+          deployer: zeroAddress,
+          recipient: trader.account.address,
+          deadline: maxUint256,
+          amountIn: oneWeth,
+          amountOutMinimum: (algebraAmountOut * 99n) / 100n,
+          limitSqrtPrice: 0n,
+        },
+      ],
+    }),
+  )
+  const afterAlgebra = await balances()
+  t.comment(`Algebra SwapRouter: 1 WETH -> ${formatUnits(afterAlgebra.usdc - beforeAlgebra.usdc, 6)} USDC`)
+  t.equal(beforeAlgebra.weth - afterAlgebra.weth, oneWeth, 'Algebra: spent 1 WETH')
+  t.equal(afterAlgebra.usdc - beforeAlgebra.usdc, algebraAmountOut, 'Algebra: received exactly the quoted USDC')
+
+  // Positions: the book's Aave pool and GMX reader answer for the server wallet (account 0).
+  const server = devnet.accounts[0]!.address
+  const [collateral, debt, , , , healthFactor] = await client.readContract({
+    address: book.aaveV3.pool,
+    abi: aavePoolAbi,
+    functionName: 'getUserAccountData',
+    args: [server],
+  })
+  t.same([collateral, debt, healthFactor], [SEEDED_LENDING.totalCollateralBase, SEEDED_LENDING.totalDebtBase, SEEDED_LENDING.healthFactor])
+  const perps = await client.readContract({
+    address: book.gmxV2.reader,
+    abi: gmxReaderAbi,
+    functionName: 'getAccountPositions',
+    args: [book.gmxV2.dataStore, server, 0n, 10n],
+  })
+  t.equal(perps.length, 1, 'one perpetual position')
+  t.equal(perps[0]?.flags.isLong, true)
+
+  // NFTs: two collections, the second flagged as spam by the book.
+  t.equal(book.nfts.collections.length, 2)
+  t.same(book.nfts.spam, [book.nfts.collections[1]])
+  t.same(await listTokensByLogs(client, book.nfts.collections[0]!, server), [1n, 2n, 3n])
+  t.same(await listTokensByLogs(client, book.nfts.collections[0]!, devnet.accounts[1]!.address), [4n, 5n])
+
+  // USDC is the EIP-3009 token x402 settles on.
+  t.equal(await client.readContract({ address: USDC, abi: eip3009Abi, functionName: 'version' }), '2')
+
+  await devnet.stop()
+  t.notOk(existsSync(addressBookPath), 'stopping removes the address book it wrote')
+  await t.rejects(client.getChainId(), 'anvil is stopped')
 })
 
 t.test('deployment is deterministic: a fresh anvil gives the same address book', async (t) => {
-  const books: AddressBook[] = []
-  for (const port of [8602, 8603]) {
+  const books: DevnetAddressBook[] = []
+  for (const port of [8641, 8642]) {
     const anvil = await startAnvil({ port })
     try {
       books.push(await deployDevnet(anvil.rpcUrl))
@@ -112,9 +252,9 @@ t.test('deployment is deterministic: a fresh anvil gives the same address book',
 
 t.test('clear errors', async (t) => {
   const blocker = createServer()
-  await new Promise<void>((resolve) => blocker.listen(8604, '127.0.0.1', resolve))
+  await new Promise<void>((resolve) => blocker.listen(8643, '127.0.0.1', resolve))
   t.teardown(() => new Promise<void>((resolve) => blocker.close(() => resolve())))
-  await t.rejects(startAnvil({ port: 8604 }), /port 127\.0\.0\.1:8604 is not free/)
+  await t.rejects(startAnvil({ port: 8643 }), /port 127\.0\.0\.1:8643 is not free/)
 
   const saved = process.env.ANVIL_BIN
   process.env.ANVIL_BIN = '/nonexistent/anvil'
@@ -122,5 +262,5 @@ t.test('clear errors', async (t) => {
     if (saved === undefined) delete process.env.ANVIL_BIN
     else process.env.ANVIL_BIN = saved
   })
-  await t.rejects(startAnvil({ port: 8605 }), /anvil: failed to start .*ENOENT/)
+  await t.rejects(startAnvil({ port: 8644 }), /anvil: failed to start .*ENOENT/)
 })
