@@ -142,6 +142,8 @@ if (process.env.RPC_URL) {
     CHAIN_ID: String(devnet!.chainId),
     CHAIN_NAME: 'devnet',
     ADDRESS_BOOK: devnet!.addressBookPath,
+    // the server wallet is account 0 unless one is configured
+    SERVER_WALLET_PRIVATE_KEY: process.env.SERVER_WALLET_PRIVATE_KEY || devnet!.accounts[0]!.privateKey,
   })
   say(`${describeDevnet(devnet!, { accounts: false })}\n  Ten funded test accounts (address + public test key): "devnet.accounts" in the address book\n`)
 }

@@ -1,6 +1,6 @@
 import { getContractAddress, parseAbi, zeroAddress, type Address } from 'viem'
 import { npmArtifact } from './artifacts.ts'
-import { approvePositionManager, seedWrite, fullRangeMint, wethUsdcPosition } from './seed.ts'
+import { approvals, fullRangeMint, seedBatch, type SeededPool } from './seed.ts'
 import type { DeployerSession } from './session.ts'
 
 export interface AlgebraAddresses {
@@ -9,7 +9,7 @@ export interface AlgebraAddresses {
   quoterV2: Address
   swapRouter: Address
   positionManager: Address
-  pools: { WETH_USDC: Address }
+  pools: { WETH_USDC: Address; WBTC_USDC: Address; ARB_USDC: Address; WETH_ARB: Address }
 }
 
 const npmAbi = parseAbi([
@@ -22,8 +22,8 @@ const factoryAbi = parseAbi([
   'function poolByPair(address, address) view returns (address)',
 ])
 
-/** Algebra Integral (Camelot's current AMM engine) from its npm artifacts, and a seeded WETH/USDC pool. */
-export async function deployAlgebra(s: DeployerSession, weth: Address, usdc: Address): Promise<AlgebraAddresses> {
+/** Algebra Integral (Camelot's current AMM engine) from its npm artifacts, and the seeded pools (see SEEDED_PAIRS). */
+export async function deployAlgebra(s: DeployerSession, weth: Address, seeded: readonly SeededPool[]): Promise<AlgebraAddresses> {
   // The factory and the pool deployer each take the other's address: the deployer is the
   // next contract this account creates, so its address follows from the nonce.
   const nonce = await s.publicClient.getTransactionCount({ address: s.account.address })
@@ -50,27 +50,32 @@ export async function deployAlgebra(s: DeployerSession, weth: Address, usdc: Add
     [factory, weth, poolDeployer], // (factory, WNativeToken, poolDeployer)
   )
 
-  await approvePositionManager(s, positionManager, [weth, usdc])
-  const position = wethUsdcPosition(weth, usdc)
+  // Two batches: the approvals and every pool, then every position (a mint needs its pool).
   // deployer = zero address selects the factory's ordinary (non-custom) pools.
-  await seedWrite(s, {
-    address: positionManager,
-    abi: npmAbi,
-    functionName: 'createAndInitializePoolIfNecessary',
-    args: [position.token0, position.token1, zeroAddress, position.sqrtPrice, '0x'],
-  })
+  await seedBatch(s, [
+    ...approvals(positionManager, seeded),
+    ...seeded.map(({ position }) => ({
+      address: positionManager,
+      abi: npmAbi,
+      functionName: 'createAndInitializePoolIfNecessary',
+      args: [position.token0, position.token1, zeroAddress, position.sqrtPrice, '0x'],
+    })),
+  ])
   const tickSpacing = await s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'defaultTickspacing' })
-  await seedWrite(s, {
-    address: positionManager,
-    abi: npmAbi,
-    functionName: 'mint',
-    args: [{ ...fullRangeMint(position, tickSpacing, s.account.address), deployer: zeroAddress }],
-  })
-  const pool = await s.publicClient.readContract({
-    address: factory,
-    abi: factoryAbi,
-    functionName: 'poolByPair',
-    args: [position.token0, position.token1],
-  })
-  return { factory, poolDeployer, quoterV2, swapRouter, positionManager, pools: { WETH_USDC: pool } }
+  await seedBatch(
+    s,
+    seeded.map(({ position }) => ({
+      address: positionManager,
+      abi: npmAbi,
+      functionName: 'mint',
+      args: [{ ...fullRangeMint(position, tickSpacing, s.account.address), deployer: zeroAddress }],
+    })),
+  )
+  const addresses = await Promise.all(
+    seeded.map(({ position }) =>
+      s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'poolByPair', args: [position.token0, position.token1] }),
+    ),
+  )
+  const pools = Object.fromEntries(seeded.map(({ key }, i) => [key, addresses[i]!]))
+  return { factory, poolDeployer, quoterV2, swapRouter, positionManager, pools: pools as AlgebraAddresses['pools'] }
 }

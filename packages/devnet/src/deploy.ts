@@ -7,7 +7,7 @@ import { deployAlgebra, type AlgebraAddresses } from './algebra.ts'
 import { removeAddressBook, writeAddressBook, DEVNET_ADDRESS_BOOK_PATH } from './addressBook.ts'
 import { startAnvil, type Anvil } from './anvil.ts'
 import { devAccounts, fundAccounts, type DevAccount } from './funding.ts'
-import { POOL_USDC, POOL_WETH, seedWrite, tokenAbi } from './seed.ts'
+import { seedBatch, seededPools, seedingNeeds, tokenAbi } from './seed.ts'
 import { deployerSession } from './session.ts'
 import { deployTokens, tokenBySymbol } from './tokens.ts'
 import { deployUniswapV3, type UniswapV3Addresses } from './uniswap.ts'
@@ -25,8 +25,9 @@ export interface DevnetAddressBook extends AddressBook {
 
 /**
  * Deploys every Arbitrum One token, Uniswap V3 and Algebra Integral onto a fresh anvil and
- * seeds a WETH/USDC pool on each. Every transaction comes from the deployer account in a
- * fixed order, so on a fresh chain the addresses are the same on every run.
+ * seeds the main pairs on each (SEEDED_PAIRS: WETH/USDC, WBTC/USDC, ARB/USDC, WETH/ARB).
+ * Every transaction comes from the deployer account in a fixed order, so on a fresh chain
+ * the addresses are the same on every run.
  */
 export async function deployDevnet(rpcUrl: string): Promise<DevnetAddressBook> {
   const s = deployerSession(rpcUrl)
@@ -34,12 +35,19 @@ export async function deployDevnet(rpcUrl: string): Promise<DevnetAddressBook> {
   const weth = tokenBySymbol(tokens, 'WETH')
   const usdc = tokenBySymbol(tokens, 'USDC')
 
-  // Enough for both seeded pools.
-  await seedWrite(s, { address: weth, abi: tokenAbi, functionName: 'deposit', value: 2n * POOL_WETH })
-  await seedWrite(s, { address: usdc, abi: tokenAbi, functionName: 'mint', args: [s.account.address, 2n * POOL_USDC] })
+  // Exactly what the seeded pools of both DEXes take: WETH wrapped from the deployer's ether, the rest minted.
+  const seeded = seededPools(tokens)
+  await seedBatch(
+    s,
+    [...seedingNeeds(seeded, 2)].map(([token, amount]) =>
+      token === weth
+        ? { address: weth, abi: tokenAbi, functionName: 'deposit', value: amount }
+        : { address: token, abi: tokenAbi, functionName: 'mint', args: [s.account.address, amount] },
+    ),
+  )
 
-  const uniswapV3 = await deployUniswapV3(s, weth, usdc)
-  const algebra = await deployAlgebra(s, weth, usdc)
+  const uniswapV3 = await deployUniswapV3(s, weth, seeded)
+  const algebra = await deployAlgebra(s, weth, seeded)
 
   // One contract answers both Aave's getUserAccountData and GMX's getAccountPositions, so
   // the real adapters read it; the server wallet (account 0 by default) holds a position in each.

@@ -1,25 +1,7 @@
+import { gmxPositionStructs } from '@ats/chain'
 import { parseAbi, parseUnits, type Address } from 'viem'
 import { localArtifact } from './artifacts.ts'
 import type { DeployerSession } from './session.ts'
-
-/** Aave V3 Pool: the account summary (base currency USD with 8 decimals, bps, wad). */
-export const aavePoolAbi = parseAbi([
-  'function getUserAccountData(address user) view returns (uint256 totalCollateralBase, uint256 totalDebtBase, uint256 availableBorrowsBase, uint256 currentLiquidationThreshold, uint256 ltv, uint256 healthFactor)',
-])
-
-// gmx-synthetics Position.Props (main, contracts/position/Position.sol).
-const gmxPositionStructs = [
-  'struct Addresses { address account; address market; address collateralToken; }',
-  'struct Numbers { uint256 sizeInUsd; uint256 sizeInTokens; uint256 collateralAmount; int256 pendingImpactAmount; uint256 borrowingFactor; uint256 fundingFeeAmountPerSize; uint256 longTokenClaimableFundingAmountPerSize; uint256 shortTokenClaimableFundingAmountPerSize; uint256 increasedAtTime; uint256 decreasedAtTime; }',
-  'struct Flags { bool isLong; }',
-  'struct Props { Addresses addresses; Numbers numbers; Flags flags; }',
-] as const
-
-/** GMX V2 Reader: an account's positions, keys [start, end). */
-export const gmxReaderAbi = parseAbi([
-  ...gmxPositionStructs,
-  'function getAccountPositions(address dataStore, address account, uint256 start, uint256 end) view returns (Props[])',
-])
 
 /** DevPositions' owner-only setters. */
 export const positionsAdminAbi = parseAbi([

@@ -1,11 +1,27 @@
 import { encodeFunctionData, maxUint256, parseAbi, parseUnits, type Abi, type Address } from 'viem'
+import type { Token } from '@ats/chain'
+import { sendBatch, type BatchTx } from './funding.ts'
 import type { DeployerSession } from './session.ts'
 import { sortTokens, sqrtPriceX96 } from './price.ts'
 
 export const WETH_PRICE_USDC = 3000n
-/** What each seeded WETH/USDC pool holds: 1000 WETH and 3,000,000 USDC, full range. */
-export const POOL_WETH = parseUnits('1000', 18)
-export const POOL_USDC = parseUnits('3000000', 6)
+
+/** A price of one whole token A in whole tokens B: a decimal string ("0.80") or a rational. */
+export type Price = string | { numerator: bigint; denominator: bigint }
+
+/**
+ * The pairs seeded on both DEXes, full range, each side worth about $3,000,000:
+ * `amountA` whole tokens of A, and `amountA × price` of B. WETH/ARB is WETH/USDC ÷ ARB/USDC.
+ * `key` names the pool in the book (Uniswap V3 appends the fee: WETH_USDC_500).
+ */
+export const SEEDED_PAIRS = [
+  { key: 'WETH_USDC', a: 'WETH', b: 'USDC', price: '3000', amountA: '1000', uniswapFee: 500 },
+  { key: 'WBTC_USDC', a: 'WBTC', b: 'USDC', price: '60000', amountA: '50', uniswapFee: 3000 },
+  { key: 'ARB_USDC', a: 'ARB', b: 'USDC', price: '0.80', amountA: '3750000', uniswapFee: 3000 },
+  { key: 'WETH_ARB', a: 'WETH', b: 'ARB', price: '3750', amountA: '1000', uniswapFee: 3000 },
+] as const
+
+export type SeededPair = (typeof SEEDED_PAIRS)[number]
 
 export const tokenAbi = parseAbi([
   'function mint(address to, uint256 amount)',
@@ -13,46 +29,120 @@ export const tokenAbi = parseAbi([
   'function deposit() payable',
 ])
 
+/** Uniswap V3's (and Algebra's) sqrt price bounds: MIN_SQRT_RATIO inclusive, MAX_SQRT_RATIO exclusive. */
+const MIN_SQRT_RATIO = 4295128739n
+const MAX_SQRT_RATIO = 1461446703485210103287273052203988822378723970342n
+
 /** Widest tick range a pool with this spacing accepts (MIN_TICK/MAX_TICK = ±887272). */
 export function fullRange(tickSpacing: number) {
   const max = Math.floor(887272 / tickSpacing) * tickSpacing
   return { tickLower: -max, tickUpper: max }
 }
 
-/** token0/token1, the initial price and the desired amounts of a WETH/USDC pool. */
-export function wethUsdcPosition(weth: Address, usdc: Address) {
-  const [token0, token1] = sortTokens(weth, usdc)
-  const [amount0Desired, amount1Desired] = token0 === weth ? [POOL_WETH, POOL_USDC] : [POOL_USDC, POOL_WETH]
-  const sqrtPrice = sqrtPriceX96(weth, parseUnits('1', 18), usdc, WETH_PRICE_USDC * 10n ** 6n)
+/** A price as an exact positive rational: "0.80" is 80/100, "3750" is 3750/1. */
+export function toRational(price: Price): { numerator: bigint; denominator: bigint } {
+  if (typeof price !== 'string') {
+    if (price.numerator <= 0n || price.denominator <= 0n) throw new Error(`devnet: price must be positive`)
+    return price
+  }
+  const match = /^(\d+)(?:\.(\d+))?$/.exec(price.trim())
+  if (!match) throw new Error(`devnet: not a decimal price: ${price}`)
+  const fraction = match[2] ?? ''
+  const numerator = BigInt(match[1]! + fraction)
+  if (numerator === 0n) throw new Error(`devnet: price must be positive: ${price}`)
+  return { numerator, denominator: 10n ** BigInt(fraction.length) }
+}
+
+/**
+ * token0/token1, the initial sqrtPriceX96 and the desired amounts of a full-range position
+ * in the pool of tokens A and B where one whole A is worth `price` whole B, holding
+ * `amountA` raw units of A and the raw units of B worth as much (rounded down). All integer
+ * math: the raw price is (numerator × 10^decimalsB) / (denominator × 10^decimalsA).
+ */
+export function poolPosition(tokenA: Address, decimalsA: number, tokenB: Address, decimalsB: number, price: Price, amountA: bigint) {
+  if (tokenA.toLowerCase() === tokenB.toLowerCase()) throw new Error('devnet: a pool needs two different tokens')
+  const { numerator, denominator } = toRational(price)
+  const rawA = denominator * 10n ** BigInt(decimalsA) // this many raw A …
+  const rawB = numerator * 10n ** BigInt(decimalsB) // … are worth this many raw B
+  const amountB = (amountA * rawB) / rawA
+  if (amountA <= 0n || amountB <= 0n) throw new Error('devnet: a seeded position needs both tokens')
+  const sqrtPrice = sqrtPriceX96(tokenA, rawA, tokenB, rawB)
+  if (sqrtPrice < MIN_SQRT_RATIO || sqrtPrice >= MAX_SQRT_RATIO) throw new Error(`devnet: price ${String(price)} is out of range`)
+  const [token0, token1] = sortTokens(tokenA, tokenB)
+  const [amount0Desired, amount1Desired] = token0 === tokenA ? [amountA, amountB] : [amountB, amountA]
   return { token0, token1, sqrtPrice, amount0Desired, amount1Desired }
 }
+
+export type PoolPosition = ReturnType<typeof poolPosition>
+
+function tokenOf(tokens: readonly Token[], symbol: string): Token {
+  const token = tokens.find((t) => t.symbol === symbol)
+  if (!token) throw new Error(`devnet: no token ${symbol}`)
+  return token
+}
+
+/** Each seeded pair with its tokens and the position seeded on each DEX. */
+export function seededPools(tokens: readonly Token[]) {
+  return SEEDED_PAIRS.map((pair) => {
+    const a = tokenOf(tokens, pair.a)
+    const b = tokenOf(tokens, pair.b)
+    const position = poolPosition(a.address, a.decimals, b.address, b.decimals, pair.price, parseUnits(pair.amountA, a.decimals))
+    return { ...pair, tokenA: a.address, tokenB: b.address, position }
+  })
+}
+
+export type SeededPool = ReturnType<typeof seededPools>[number]
+
+/** Raw units of each token (by address) the seeded positions of `dexes` DEXes take, at most. */
+export function seedingNeeds(pools: readonly SeededPool[], dexes: number): Map<Address, bigint> {
+  const needs = new Map<Address, bigint>()
+  for (const { position } of pools) {
+    needs.set(position.token0, (needs.get(position.token0) ?? 0n) + BigInt(dexes) * position.amount0Desired)
+    needs.set(position.token1, (needs.get(position.token1) ?? 0n) + BigInt(dexes) * position.amount1Desired)
+  }
+  return needs
+}
+
+type Call = { address: Address; abi: Abi; functionName: string; args?: readonly unknown[]; value?: bigint }
+const callData = (call: Call) =>
+  encodeFunctionData({ abi: call.abi, functionName: call.functionName, args: call.args ?? [] } as Parameters<typeof encodeFunctionData>[0])
 
 /**
  * Sends one call from the deployer with a gas limit 25% over the estimate and waits for it.
  * anvil estimates the exact minimum, and a pool's gas use can change with the block (its
  * oracle looks at the timestamp), so an unpadded estimate occasionally runs out of gas.
  */
-export async function seedWrite(
-  s: DeployerSession,
-  call: { address: Address; abi: Abi; functionName: string; args?: readonly unknown[]; value?: bigint },
-) {
-  const data = encodeFunctionData({ abi: call.abi, functionName: call.functionName, args: call.args ?? [] } as Parameters<typeof encodeFunctionData>[0])
-  const request = { account: s.account, to: call.address, data, value: call.value ?? 0n }
+export async function seedWrite(s: DeployerSession, call: Call) {
+  const request = { account: s.account, to: call.address, data: callData(call), value: call.value ?? 0n }
   const gas = ((await s.publicClient.estimateGas(request)) * 125n) / 100n
   const hash = await s.wallet.sendTransaction({ ...request, gas })
   const receipt = await s.publicClient.waitForTransactionReceipt({ hash, pollingInterval: 20 })
   if (receipt.status !== 'success') throw new Error(`devnet deploy: ${call.functionName} (${hash}) reverted`)
 }
 
-/** Lets the position manager take both tokens of the seeded pool. */
-export async function approvePositionManager(s: DeployerSession, positionManager: Address, tokens: Address[]) {
-  for (const token of tokens) {
-    await seedWrite(s, { address: token, abi: tokenAbi, functionName: 'approve', args: [positionManager, maxUint256] })
-  }
+/**
+ * seedWrite for many calls at once: each estimated against the current state (so none may
+ * depend on another of the same batch), padded 25%, then sent in order as one sendBatch.
+ */
+export async function seedBatch(s: DeployerSession, calls: Call[]) {
+  const txs: BatchTx[] = await Promise.all(
+    calls.map(async (call) => {
+      const request = { account: s.account.address, to: call.address, data: callData(call), value: call.value ?? 0n }
+      const gas = await s.publicClient.estimateGas(request)
+      return { to: request.to, data: request.data, value: request.value, gas: (gas * 125n) / 100n }
+    }),
+  )
+  await sendBatch(s, txs)
+}
+
+/** The approvals that let the position manager take every token of the seeded pools. */
+export function approvals(positionManager: Address, pools: readonly SeededPool[]): Call[] {
+  const tokens = [...new Set(pools.flatMap(({ position }) => [position.token0, position.token1]))]
+  return tokens.map((token) => ({ address: token, abi: tokenAbi, functionName: 'approve', args: [positionManager, maxUint256] }))
 }
 
 /** The mint parameters both position managers share: full range, the seeded amounts, to the deployer. */
-export function fullRangeMint(position: ReturnType<typeof wethUsdcPosition>, tickSpacing: number, recipient: Address) {
+export function fullRangeMint(position: PoolPosition, tickSpacing: number, recipient: Address) {
   return {
     token0: position.token0,
     token1: position.token1,

@@ -1,6 +1,6 @@
 import { parseAbi, zeroAddress, type Address } from 'viem'
 import { npmArtifact } from './artifacts.ts'
-import { approvePositionManager, seedWrite, fullRangeMint, wethUsdcPosition } from './seed.ts'
+import { approvals, fullRangeMint, seedBatch, type SeededPool } from './seed.ts'
 import type { DeployerSession } from './session.ts'
 
 export interface UniswapV3Addresses {
@@ -8,11 +8,11 @@ export interface UniswapV3Addresses {
   quoterV2: Address
   swapRouter02: Address
   positionManager: Address
-  pools: { WETH_USDC_500: Address }
+  pools: { WETH_USDC_500: Address; WBTC_USDC_3000: Address; ARB_USDC_3000: Address; WETH_ARB_3000: Address }
 }
 
-const FEE_500 = 500
-const TICK_SPACING_500 = 10
+/** The factory's tick spacing for each fee tier it enables by default. */
+const TICK_SPACING: Record<number, number> = { 500: 10, 3000: 60, 10000: 200 }
 
 const npmAbi = parseAbi([
   'function createAndInitializePoolIfNecessary(address token0, address token1, uint24 fee, uint160 sqrtPriceX96) payable returns (address pool)',
@@ -21,8 +21,8 @@ const npmAbi = parseAbi([
 ])
 const factoryAbi = parseAbi(['function getPool(address, address, uint24) view returns (address)'])
 
-/** Uniswap V3 core + periphery + SwapRouter02 from their npm artifacts, and a seeded WETH/USDC 0.05% pool. */
-export async function deployUniswapV3(s: DeployerSession, weth: Address, usdc: Address): Promise<UniswapV3Addresses> {
+/** Uniswap V3 core + periphery + SwapRouter02 from their npm artifacts, and the seeded pools (see SEEDED_PAIRS). */
+export async function deployUniswapV3(s: DeployerSession, weth: Address, seeded: readonly SeededPool[]): Promise<UniswapV3Addresses> {
   const factory = await s.deploy(npmArtifact('@uniswap/v3-core', 'contracts/UniswapV3Factory.sol/UniswapV3Factory'))
   // No token descriptor: only tokenURI() needs it, and nothing on the devnet calls that.
   const positionManager = await s.deploy(
@@ -35,20 +35,34 @@ export async function deployUniswapV3(s: DeployerSession, weth: Address, usdc: A
     [zeroAddress, factory, positionManager, weth], // no Uniswap V2 on the devnet
   )
 
-  await approvePositionManager(s, positionManager, [weth, usdc])
-  const position = wethUsdcPosition(weth, usdc)
-  await seedWrite(s, {
-    address: positionManager,
-    abi: npmAbi,
-    functionName: 'createAndInitializePoolIfNecessary',
-    args: [position.token0, position.token1, FEE_500, position.sqrtPrice],
-  })
-  await seedWrite(s, {
-    address: positionManager,
-    abi: npmAbi,
-    functionName: 'mint',
-    args: [{ ...fullRangeMint(position, TICK_SPACING_500, s.account.address), fee: FEE_500 }],
-  })
-  const pool = await s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'getPool', args: [weth, usdc, FEE_500] })
-  return { factory, quoterV2, swapRouter02, positionManager, pools: { WETH_USDC_500: pool } }
+  // Two batches: the approvals and every pool, then every position (a mint needs its pool).
+  await seedBatch(s, [
+    ...approvals(positionManager, seeded),
+    ...seeded.map(({ position, uniswapFee }) => ({
+      address: positionManager,
+      abi: npmAbi,
+      functionName: 'createAndInitializePoolIfNecessary',
+      args: [position.token0, position.token1, uniswapFee, position.sqrtPrice],
+    })),
+  ])
+  await seedBatch(
+    s,
+    seeded.map(({ position, uniswapFee }) => {
+      const tickSpacing = TICK_SPACING[uniswapFee]
+      if (tickSpacing === undefined) throw new Error(`devnet deploy: no Uniswap V3 fee tier ${uniswapFee}`)
+      return {
+        address: positionManager,
+        abi: npmAbi,
+        functionName: 'mint',
+        args: [{ ...fullRangeMint(position, tickSpacing, s.account.address), fee: uniswapFee }],
+      }
+    }),
+  )
+  const addresses = await Promise.all(
+    seeded.map(({ position, uniswapFee }) =>
+      s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'getPool', args: [position.token0, position.token1, uniswapFee] }),
+    ),
+  )
+  const pools = Object.fromEntries(seeded.map(({ key, uniswapFee }, i) => [`${key}_${uniswapFee}`, addresses[i]!]))
+  return { factory, quoterV2, swapRouter02, positionManager, pools: pools as UniswapV3Addresses['pools'] }
 }

@@ -16,12 +16,11 @@ import { privateKeyToAccount } from 'viem/accounts'
 import { anvil as anvilChain } from 'viem/chains'
 import { startAnvil } from '../src/anvil.ts'
 import { deployerSession } from '../src/session.ts'
-import { deployUsdc, eip3009Abi, receiveWithAuthorizationTypes, transferWithAuthorizationTypes, usdcDomain } from '../src/usdc.ts'
+import { aavePoolAbi, eip3009Abi, gmxReaderAbi, receiveWithAuthorizationTypes, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
+import { deployUsdc } from '../src/usdc.ts'
 import { collectionAbi, deployCollection, listTokensByLogs } from '../src/collection.ts'
 import {
-  aavePoolAbi,
   deployPositions,
-  gmxReaderAbi,
   positionsAdminAbi,
   SEEDED_LENDING,
   SEEDED_PERP,

@@ -6,7 +6,14 @@ import { join } from 'node:path'
 import { createPublicClient, createWalletClient, http, maxUint256, parseAbi, parseUnits, formatUnits, zeroAddress } from 'viem'
 import { mnemonicToAccount, privateKeyToAccount } from 'viem/accounts'
 import { anvil as anvilChain } from 'viem/chains'
-import { addressBookFor, arbitrumOneTokens } from '@ats/chain'
+import {
+  addressBookFor,
+  algebraQuoterV2Abi,
+  algebraSwapRouterAbi,
+  arbitrumOneTokens,
+  uniswapQuoterV2Abi,
+  uniswapSwapRouter02Abi,
+} from '@ats/chain'
 import {
   startAnvil,
   startDevnet,
@@ -25,22 +32,6 @@ import {
 // Second default anvil account, so the swap does not touch the deployer's balances.
 const TRADER_KEY = '0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d'
 
-const quoterAbi = parseAbi([
-  'struct QuoteExactInputSingleParams { address tokenIn; address tokenOut; uint256 amountIn; uint24 fee; uint160 sqrtPriceLimitX96; }',
-  'function quoteExactInputSingle(QuoteExactInputSingleParams params) returns (uint256 amountOut, uint160 sqrtPriceX96After, uint32 initializedTicksCrossed, uint256 gasEstimate)',
-])
-const routerAbi = parseAbi([
-  'struct ExactInputSingleParams { address tokenIn; address tokenOut; uint24 fee; address recipient; uint256 amountIn; uint256 amountOutMinimum; uint160 sqrtPriceLimitX96; }',
-  'function exactInputSingle(ExactInputSingleParams params) payable returns (uint256 amountOut)',
-])
-const algebraQuoterAbi = parseAbi([
-  'struct QuoteExactInputSingleParams { address tokenIn; address tokenOut; address deployer; uint256 amountIn; uint160 limitSqrtPrice; }',
-  'function quoteExactInputSingle(QuoteExactInputSingleParams params) returns (uint256 amountOut, uint256 amountIn, uint160 sqrtPriceX96After, uint32 initializedTicksCrossed, uint256 gasEstimate, uint16 fee)',
-])
-const algebraRouterAbi = parseAbi([
-  'struct ExactInputSingleParams { address tokenIn; address tokenOut; address deployer; address recipient; uint256 deadline; uint256 amountIn; uint256 amountOutMinimum; uint160 limitSqrtPrice; }',
-  'function exactInputSingle(ExactInputSingleParams params) payable returns (uint256 amountOut)',
-])
 const tokenAbi = parseAbi([
   'function deposit() payable',
   'function approve(address spender, uint256 amount) returns (bool)',
@@ -117,7 +108,7 @@ t.test('devnet: every token, funded accounts, address book; Uniswap V3 and Algeb
 
   const { result: quote } = await client.simulateContract({
     address: book.uniswapV3.quoterV2,
-    abi: quoterAbi,
+    abi: uniswapQuoterV2Abi,
     functionName: 'quoteExactInputSingle',
     args: [{ tokenIn: WETH, tokenOut: USDC, amountIn: oneWeth, fee: 500, sqrtPriceLimitX96: 0n }],
   })
@@ -127,13 +118,59 @@ t.test('devnet: every token, funded accounts, address book; Uniswap V3 and Algeb
 
   const { result: algebraQuote } = await client.simulateContract({
     address: book.algebra.quoterV2,
-    abi: algebraQuoterAbi,
+    abi: algebraQuoterV2Abi,
     functionName: 'quoteExactInputSingle',
     args: [{ tokenIn: WETH, tokenOut: USDC, deployer: zeroAddress, amountIn: oneWeth, limitSqrtPrice: 0n }],
   })
   const [algebraOut, , , , , algebraFee] = algebraQuote
   t.comment(`Algebra QuoterV2: 1 WETH -> ${formatUnits(algebraOut, 6)} USDC (fee ${algebraFee / 1e4}%)`)
   t.ok(algebraOut > parseUnits('2850', 6) && algebraOut < parseUnits('3150', 6), 'Algebra quote is ~3000 USDC (within 5%)')
+
+  // Every seeded pair, on both DEXes, quotes a small trade within 2% of its intended price, both ways.
+  const pairs = [
+    { a: 'WETH', b: 'USDC', price: '3000', amountA: '0.1', uniswap: 'WETH_USDC_500', fee: 500, algebra: 'WETH_USDC' },
+    { a: 'WBTC', b: 'USDC', price: '60000', amountA: '0.01', uniswap: 'WBTC_USDC_3000', fee: 3000, algebra: 'WBTC_USDC' },
+    { a: 'ARB', b: 'USDC', price: '0.80', amountA: '1000', uniswap: 'ARB_USDC_3000', fee: 3000, algebra: 'ARB_USDC' },
+    { a: 'WETH', b: 'ARB', price: '3750', amountA: '0.1', uniswap: 'WETH_ARB_3000', fee: 3000, algebra: 'WETH_ARB' },
+  ] as const
+  t.same(Object.keys(book.uniswapV3.pools).sort(), pairs.map((p) => p.uniswap).sort(), 'Uniswap V3 pool keys')
+  t.same(Object.keys(book.algebra.pools).sort(), pairs.map((p) => p.algebra).sort(), 'Algebra pool keys')
+  const poolAddresses = [...Object.values(book.uniswapV3.pools), ...Object.values(book.algebra.pools)]
+  t.equal(new Set(poolAddresses).size, 8, 'eight distinct pools')
+  for (const pool of poolAddresses) t.ok((await client.getCode({ address: pool }))?.length, `pool ${pool} has code`)
+  const tokenOf = (symbol: string) => book.tokens.find((token) => token.symbol === symbol)!
+  const within2Percent = (out: bigint, expectedOut: bigint) => out * 100n >= expectedOut * 98n && out * 100n <= expectedOut * 102n
+  for (const pair of pairs) {
+    const a = tokenOf(pair.a)
+    const b = tokenOf(pair.b)
+    const priceE18 = parseUnits(pair.price, 18) // whole B per whole A, × 1e18
+    const inA = parseUnits(pair.amountA, a.decimals)
+    const outB = (inA * priceE18 * 10n ** BigInt(b.decimals)) / (10n ** 18n * 10n ** BigInt(a.decimals))
+    // A -> B for inA should give ~outB; B -> A for outB should give ~inA.
+    for (const [tokenIn, tokenOut, amountIn, expectedOut] of [
+      [a, b, inA, outB],
+      [b, a, outB, inA],
+    ] as const) {
+      const { result: uni } = await client.simulateContract({
+        address: book.uniswapV3.quoterV2,
+        abi: uniswapQuoterV2Abi,
+        functionName: 'quoteExactInputSingle',
+        args: [{ tokenIn: tokenIn.address, tokenOut: tokenOut.address, amountIn, fee: pair.fee, sqrtPriceLimitX96: 0n }],
+      })
+      const { result: alg } = await client.simulateContract({
+        address: book.algebra.quoterV2,
+        abi: algebraQuoterV2Abi,
+        functionName: 'quoteExactInputSingle',
+        args: [{ tokenIn: tokenIn.address, tokenOut: tokenOut.address, deployer: zeroAddress, amountIn, limitSqrtPrice: 0n }],
+      })
+      const trade = `${formatUnits(amountIn, tokenIn.decimals)} ${tokenIn.symbol} -> ${tokenOut.symbol}`
+      t.comment(
+        `${trade}: Uniswap V3 ${formatUnits(uni[0], tokenOut.decimals)}, Algebra ${formatUnits(alg[0], tokenOut.decimals)} (intended ${formatUnits(expectedOut, tokenOut.decimals)})`,
+      )
+      t.ok(within2Percent(uni[0], expectedOut), `Uniswap V3 ${pair.uniswap}: ${trade} within 2% of ${pair.price}`)
+      t.ok(within2Percent(alg[0], expectedOut), `Algebra ${pair.algebra}: ${trade} within 2% of ${pair.price}`)
+    }
+  }
 
   const confirm = async (hash: `0x${string}`) => {
     const receipt = await client.waitForTransactionReceipt({ hash, pollingInterval: 20 })
@@ -150,7 +187,7 @@ t.test('devnet: every token, funded accounts, address book; Uniswap V3 and Algeb
   await confirm(
     await trader.writeContract({
       address: book.uniswapV3.swapRouter02,
-      abi: routerAbi,
+      abi: uniswapSwapRouter02Abi,
       functionName: 'exactInputSingle',
       args: [
         {
@@ -172,7 +209,7 @@ t.test('devnet: every token, funded accounts, address book; Uniswap V3 and Algeb
   // The same through Algebra's SwapRouter, quoted again now.
   const { result: algebraQuoteNow } = await client.simulateContract({
     address: book.algebra.quoterV2,
-    abi: algebraQuoterAbi,
+    abi: algebraQuoterV2Abi,
     functionName: 'quoteExactInputSingle',
     args: [{ tokenIn: WETH, tokenOut: USDC, deployer: zeroAddress, amountIn: oneWeth, limitSqrtPrice: 0n }],
   })
@@ -184,7 +221,7 @@ t.test('devnet: every token, funded accounts, address book; Uniswap V3 and Algeb
   await confirm(
     await trader.writeContract({
       address: book.algebra.swapRouter,
-      abi: algebraRouterAbi,
+      abi: algebraSwapRouterAbi,
       functionName: 'exactInputSingle',
       args: [
         {
