@@ -52,7 +52,10 @@ async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: Prox
     replyOptions: {
       rewriteRequestHeaders: (request, headers) => forwardedHeaders(request, headers, options.internalToken),
       // the client gets the id the gateway logged and forwarded, to quote when asking for help
-      rewriteHeaders: (headers, request) => ({ ...headers, [identityHeaders.requestId]: request?.id }),
+      rewriteHeaders: (headers, request) => {
+        headers[identityHeaders.requestId] = request?.id
+        return headers
+      },
       onError: upstreamFailed(group.service),
       retryDelay: () => null,
     },
