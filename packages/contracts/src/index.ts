@@ -9,10 +9,16 @@ export * from './api/routeTable.ts'
 export * from './api/openapi.ts'
 export * from './api/gateway.ts'
 export * from './api/admin.ts'
+export * from './api/agent.ts'
 
 import { adminRoutes } from './api/admin.ts'
+import { agentRoutes } from './api/agent.ts'
 import { gatewayRoutes } from './api/gateway.ts'
 import type { ApiRoute } from './api/route.ts'
 
 /** Every public route; the gateway's OpenAPI document lists exactly these. */
-export const publicRoutes: readonly ApiRoute[] = [...Object.values(gatewayRoutes), ...Object.values(adminRoutes)]
+export const publicRoutes: readonly ApiRoute[] = [
+  ...Object.values(gatewayRoutes),
+  ...Object.values(agentRoutes),
+  ...Object.values(adminRoutes),
+]

@@ -64,4 +64,7 @@ t.test('the OpenAPI document lists every public route with its auth', async (t) 
   t.same(revoke.parameters.map((p) => [p.name, p.in]), [['id', 'path']])
   t.same((doc.paths['/health']?.get as { security: unknown }).security, [])
   t.ok(adminRoutes.createKey.schema.response[201])
+  const skills = doc.paths['/agent/skills']?.get as { security: unknown; responses: Record<string, unknown> }
+  t.same(skills.security, [{ x402: [] }], 'agent routes are paid')
+  t.same(Object.keys(skills.responses).sort(), ['200', '402', '503'])
 })

@@ -1,0 +1,7 @@
+export * from './errors.ts'
+export * from './requirements.ts'
+export * from './header.ts'
+export * from './signature.ts'
+export * from './nonces.ts'
+export * from './balances.ts'
+export * from './verifier.ts'

@@ -1,0 +1,116 @@
+import type { Address } from 'viem'
+
+/** What a paid route charges and where the money goes. */
+export interface PaymentTerms {
+  /** USDC base units (6 decimals): 10000 = $0.01 */
+  price: bigint
+  payTo: Address
+  /** the USDC contract */
+  asset: Address
+  chainId: number
+  /** absolute URL of the paid resource */
+  resource: string
+  description: string
+  maxTimeoutSeconds: number
+  /** the asset's EIP-712 domain name and version */
+  token: { name: string; version: string }
+  mimeType?: string
+}
+
+/** x402 v1 `PaymentRequirements` (coinbase/x402 typescript/packages/core/src/types/v1). */
+export interface PaymentRequirementsV1 {
+  scheme: 'exact'
+  network: string
+  maxAmountRequired: string
+  resource: string
+  description: string
+  mimeType: string
+  payTo: Address
+  maxTimeoutSeconds: number
+  asset: Address
+  extra: { name: string; version: string }
+}
+
+/** x402 v2 `PaymentRequirements` (coinbase/x402 typescript/packages/core/src/types/payments.ts). */
+export interface PaymentRequirementsV2 {
+  scheme: 'exact'
+  network: `eip155:${number}`
+  amount: string
+  asset: Address
+  payTo: Address
+  maxTimeoutSeconds: number
+  extra: { name: string; version: string }
+}
+
+export interface PaymentRequiredV1 {
+  x402Version: 1
+  error: string
+  accepts: PaymentRequirementsV1[]
+}
+
+export interface PaymentRequiredV2 {
+  x402Version: 2
+  error: string
+  resource: { url: string; description: string; mimeType: string }
+  accepts: PaymentRequirementsV2[]
+}
+
+/** The CAIP-2 chain id x402 v2 uses as `network`. */
+export const caip2Network = (chainId: number): `eip155:${number}` => `eip155:${chainId}`
+
+/**
+ * x402 v1 names networks by a short name. @x402/evm's v1 table (EVM_NETWORK_CHAIN_ID_MAP) has
+ * no entry for Arbitrum or a local chain, so these names are ours; chains we have no name for
+ * fall back to their CAIP-2 id, which x402's generic chain-id parser also accepts.
+ */
+const v1Names: Record<number, string> = { 42161: 'arbitrum', 421614: 'arbitrum-sepolia', 31337: 'anvil' }
+
+export const v1Network = (chainId: number): string => v1Names[chainId] ?? caip2Network(chainId)
+
+const mimeTypeOf = (terms: PaymentTerms) => terms.mimeType ?? 'application/json'
+
+export function paymentRequirementsV1(terms: PaymentTerms): PaymentRequirementsV1 {
+  return {
+    scheme: 'exact',
+    network: v1Network(terms.chainId),
+    maxAmountRequired: terms.price.toString(),
+    resource: terms.resource,
+    description: terms.description,
+    mimeType: mimeTypeOf(terms),
+    payTo: terms.payTo,
+    maxTimeoutSeconds: terms.maxTimeoutSeconds,
+    asset: terms.asset,
+    extra: { name: terms.token.name, version: terms.token.version },
+  }
+}
+
+export function paymentRequirementsV2(terms: PaymentTerms): PaymentRequirementsV2 {
+  return {
+    scheme: 'exact',
+    network: caip2Network(terms.chainId),
+    amount: terms.price.toString(),
+    asset: terms.asset,
+    payTo: terms.payTo,
+    maxTimeoutSeconds: terms.maxTimeoutSeconds,
+    extra: { name: terms.token.name, version: terms.token.version },
+  }
+}
+
+/** The body of a 402 answer (x402 v1). */
+export function paymentRequiredBody(terms: PaymentTerms, error: string): PaymentRequiredV1 {
+  return { x402Version: 1, error, accepts: [paymentRequirementsV1(terms)] }
+}
+
+export function paymentRequiredV2(terms: PaymentTerms, error: string): PaymentRequiredV2 {
+  return {
+    x402Version: 2,
+    error,
+    resource: { url: terms.resource, description: terms.description, mimeType: mimeTypeOf(terms) },
+    accepts: [paymentRequirementsV2(terms)],
+  }
+}
+
+/** The value of the `PAYMENT-REQUIRED` header of a 402 answer (x402 v2): base64 of the JSON. */
+export function paymentRequiredHeader(terms: PaymentTerms, error: string): string {
+  return Buffer.from(JSON.stringify(paymentRequiredV2(terms, error))).toString('base64')
+}

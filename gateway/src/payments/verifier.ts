@@ -1,0 +1,63 @@
+import { getAddress, type Address } from 'viem'
+import type { BalanceChecker } from './balances.ts'
+import { PaymentError } from './errors.ts'
+import type { Payment } from './header.ts'
+import type { NonceStore } from './nonces.ts'
+import { caip2Network, v1Network, type PaymentTerms } from './requirements.ts'
+import { createAuthorizationSigning } from './signature.ts'
+
+export interface PaymentVerifierOptions {
+  requirements: Pick<PaymentTerms, 'price' | 'payTo' | 'asset' | 'chainId' | 'token' | 'maxTimeoutSeconds'>
+  nonces: NonceStore
+  balances: BalanceChecker
+  /** validBefore must be at least this far ahead, so the payment can still settle (6 s) */
+  minValiditySeconds?: number
+  /** validBefore may be at most this far ahead (maxTimeoutSeconds + 600): it bounds how long a nonce is kept */
+  maxValiditySeconds?: number
+}
+
+/**
+ * Verifies an x402 `exact` payment at the edge, cheapest checks first; the nonce is claimed
+ * last so that a refused payment does not burn it.
+ */
+export function createPaymentVerifier({ requirements: r, nonces, balances, minValiditySeconds = 6, maxValiditySeconds }: PaymentVerifierOptions) {
+  const signing = createAuthorizationSigning({ ...r.token, chainId: r.chainId, verifyingContract: r.asset })
+  const networks = new Set([caip2Network(r.chainId), v1Network(r.chainId)])
+  const payTo = r.payTo.toLowerCase()
+  const asset = r.asset.toLowerCase()
+  const maxValidity = BigInt(maxValiditySeconds ?? r.maxTimeoutSeconds + 600)
+  const minValidity = BigInt(minValiditySeconds)
+
+  /** The payer's checksummed address, or a PaymentError saying what is wrong. `now` in unix seconds. */
+  async function verify(payment: Payment, now: number | bigint): Promise<Address> {
+    const t = BigInt(Math.floor(Number(now)))
+    const a = payment.authorization
+    if (!networks.has(payment.network))
+      throw new PaymentError('wrong_network', `wrong network: '${payment.network}'; this API is paid on ${[...networks].join(' / ')}`)
+    if (payment.asset !== undefined && payment.asset !== asset)
+      throw new PaymentError('wrong_asset', `wrong asset: ${payment.asset}; pay in ${r.asset}`)
+    if (a.to !== payTo) throw new PaymentError('wrong_recipient', `wrong recipient: authorization.to ${a.to} is not payTo ${r.payTo}`)
+    if (a.value < r.price) throw new PaymentError('amount_too_low', `amount too low: ${a.value} < ${r.price}`)
+    if (a.validAfter > t) throw new PaymentError('not_yet_valid', `not yet valid: validAfter ${a.validAfter} is after now (${t})`)
+    if (a.validBefore <= t) throw new PaymentError('expired', `expired: validBefore ${a.validBefore} is not after now (${t})`)
+    if (a.validBefore <= t + minValidity)
+      throw new PaymentError('expired', `expires too soon: validBefore ${a.validBefore} must be more than ${minValidity} s after now (${t})`)
+    if (a.validBefore > t + maxValidity)
+      throw new PaymentError('validity_too_long', `valid too long: validBefore ${a.validBefore} is more than ${maxValidity} s after now (${t})`)
+
+    const signer = signing.recover(a, payment.signature)
+    if (signer !== a.from)
+      throw new PaymentError('signer_mismatch', `invalid signature: signed by ${getAddress(signer)}, not by authorization.from ${getAddress(a.from)}`)
+
+    const payer = getAddress(a.from)
+    const balance = await balances.balanceOf(payer)
+    if (balance < a.value) throw new PaymentError('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${a.value}`)
+    if (!(await nonces.claim(a.from, a.nonce, a.validBefore)))
+      throw new PaymentError('nonce_used', `nonce already used: ${a.nonce} from ${payer}`)
+    return payer
+  }
+
+  return { verify, signing }
+}
+
+export type PaymentVerifier = ReturnType<typeof createPaymentVerifier>

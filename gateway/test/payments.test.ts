@@ -1,0 +1,318 @@
+import t, { type Test } from 'tap'
+import { randomBytes } from 'node:crypto'
+import { Redis } from 'ioredis'
+import { createChainClients, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
+import { startDevnet } from '@ats/devnet'
+import { hashTypedData, recoverTypedDataAddress, toHex, type Address, type Hex } from 'viem'
+import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
+import {
+  createBalanceChecker,
+  createNonceStore,
+  createPaymentVerifier,
+  decodePaymentSignature,
+  decodeXPayment,
+  MalformedPaymentError,
+  PaymentError,
+  PaymentUnavailableError,
+  paymentFromHeaders,
+  paymentRequiredBody,
+  paymentRequiredHeader,
+  paymentRequirementsV2,
+  type Payment,
+  type PaymentTerms,
+} from '../src/payments/index.ts'
+
+const devnet = await startDevnet({ port: 8661, addressBookPath: false, accounts: 3 })
+t.teardown(() => devnet.stop())
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+const redisA = new Redis(redisUrl, { maxRetriesPerRequest: 1 })
+const redisB = new Redis(redisUrl, { maxRetriesPerRequest: 1 })
+t.teardown(() => {
+  redisA.disconnect()
+  redisB.disconnect()
+})
+
+const usdc = devnet.book.tokens.find((token) => token.symbol === 'USDC')!.address
+const payer = privateKeyToAccount(devnet.accounts[1]!.privateKey)
+const payTo = devnet.accounts[2]!.address
+const terms: PaymentTerms = {
+  price: 10_000n,
+  payTo,
+  asset: usdc,
+  chainId: devnet.chainId,
+  resource: 'http://localhost:3000/agent/prompt',
+  description: 'one agent prompt',
+  maxTimeoutSeconds: 60,
+  token: { name: 'USD Coin', version: '2' },
+}
+const domain = usdcDomain(devnet.chainId, usdc)
+const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: devnet.chainId })
+const SECP256K1_N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n
+const nowS = () => Math.floor(Date.now() / 1000)
+
+const verifierOn = (redis: Redis) =>
+  createPaymentVerifier({
+    requirements: terms,
+    nonces: createNonceStore({ redis }),
+    balances: createBalanceChecker({ publicClient, asset: usdc }),
+  })
+const verifier = verifierOn(redisA)
+
+interface Message {
+  from: Address
+  to: Address
+  value: bigint
+  validAfter: bigint
+  validBefore: bigint
+  nonce: Hex
+}
+const messageFor = (signer: PrivateKeyAccount, over: Partial<Message> = {}): Message => ({
+  from: signer.address,
+  to: payTo,
+  value: 10_000n,
+  validAfter: BigInt(nowS() - 600),
+  validBefore: BigInt(nowS() + 60),
+  nonce: toHex(randomBytes(32)),
+  ...over,
+})
+const sign = (signer: PrivateKeyAccount, message: Message) =>
+  signer.signTypedData({ domain, types: transferWithAuthorizationTypes, primaryType: 'TransferWithAuthorization', message })
+
+const wire = (message: Message, signature: Hex) => ({
+  signature,
+  authorization: {
+    ...message,
+    value: message.value.toString(),
+    validAfter: message.validAfter.toString(),
+    validBefore: message.validBefore.toString(),
+  },
+})
+const b64 = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64')
+const xPayment = (message: Message, signature: Hex, network = 'anvil') =>
+  b64({ x402Version: 1, scheme: 'exact', network, payload: wire(message, signature) })
+const paymentSignature = (message: Message, signature: Hex, accepted = paymentRequirementsV2(terms)) =>
+  b64({ x402Version: 2, resource: { url: terms.resource, description: terms.description, mimeType: 'application/json' }, accepted, payload: wire(message, signature) })
+
+async function signed(signer = payer, over: Partial<Message> = {}) {
+  const message = messageFor(signer, over)
+  return { message, signature: await sign(signer, message) }
+}
+const v1 = async (signer = payer, over: Partial<Message> = {}, network?: string): Promise<Payment> => {
+  const { message, signature } = await signed(signer, over)
+  return decodeXPayment(xPayment(message, signature, network))
+}
+
+t.test('a payment signed by a funded account verifies and yields the payer', async (t) => {
+  t.equal(await verifier.verify(await v1(), nowS()), payer.address)
+  const { message, signature } = await signed()
+  t.equal(await verifier.verify(decodePaymentSignature(paymentSignature(message, signature)), nowS()), payer.address, 'v2 too')
+})
+
+t.test('the digest and signer match viem', async (t) => {
+  const { message, signature } = await signed()
+  const payment = decodeXPayment(xPayment(message, signature))
+  const digest = verifier.signing.digest(payment.authorization)
+  t.equal(toHex(digest), hashTypedData({ domain, types: transferWithAuthorizationTypes, primaryType: 'TransferWithAuthorization', message }))
+  const viemSigner = await recoverTypedDataAddress({ domain, types: transferWithAuthorizationTypes, primaryType: 'TransferWithAuthorization', message, signature })
+  t.equal(verifier.signing.recover(payment.authorization, payment.signature), viemSigner.toLowerCase())
+  t.equal(viemSigner, payer.address)
+})
+
+const refused = async (t: Test, payment: Payment | Promise<Payment>, code: string, message: RegExp, now = nowS()) => {
+  const error = await verifier.verify(await payment, now).then(
+    () => undefined,
+    (e: unknown) => e,
+  )
+  t.type(error, PaymentError)
+  t.match(error, { code, message }, `${code}: ${(error as Error | undefined)?.message}`)
+}
+
+t.test('each wrong payment fails with its own message', async (t) => {
+  const good = await signed()
+  // the last hex digit of s: s stays low and r a valid point, so some other key recovers
+  const flipped = (good.signature.slice(0, 129) + (good.signature[129] === 'a' ? 'b' : 'a') + good.signature.slice(130)) as Hex
+  await refused(t, decodeXPayment(xPayment(good.message, flipped)), 'signer_mismatch', /^invalid signature: signed by 0x[0-9a-fA-F]{40}, not by authorization\.from/)
+  const zeroR = `0x${'0'.repeat(64)}${good.signature.slice(66)}` as Hex
+  await refused(t, decodeXPayment(xPayment(good.message, zeroR)), 'invalid_signature', /^invalid signature: no public key recovers from it$/)
+  const highS = `${good.signature.slice(0, 66)}${(SECP256K1_N - BigInt(`0x${good.signature.slice(66, 130)}`)).toString(16).padStart(64, '0')}${good.signature.slice(130)}` as Hex
+  await refused(t, decodeXPayment(xPayment(good.message, highS)), 'invalid_signature', /^invalid signature: s is in the upper half/)
+  const changedValue = decodeXPayment(xPayment({ ...good.message, value: 20_000n }, good.signature))
+  await refused(t, changedValue, 'signer_mismatch', /^invalid signature: signed by/)
+  const someoneElse = privateKeyToAccount(devnet.accounts[0]!.privateKey)
+  const forged = await signed(someoneElse, { from: payer.address })
+  await refused(t, decodeXPayment(xPayment(forged.message, forged.signature)), 'signer_mismatch', new RegExp(`signed by ${someoneElse.address}, not by authorization.from ${payer.address}`))
+  const badV = (good.signature.slice(0, 130) + '1d') as Hex
+  await refused(t, decodeXPayment(xPayment(good.message, badV)), 'invalid_signature', /^invalid signature: v must be 27 or 28, not 29$/)
+
+  await refused(t, v1(payer, { to: devnet.accounts[0]!.address }), 'wrong_recipient', /^wrong recipient: authorization\.to 0x[0-9a-f]{40} is not payTo/)
+  await refused(t, v1(payer, { value: 9_999n }), 'amount_too_low', /^amount too low: 9999 < 10000$/)
+  await refused(t, v1(payer, { validBefore: BigInt(nowS() - 1) }), 'expired', /^expired: validBefore \d+ is not after now/)
+  await refused(t, v1(payer, { validBefore: BigInt(nowS() + 3) }), 'expired', /^expires too soon/)
+  await refused(t, v1(payer, { validBefore: BigInt(nowS() + 3600) }), 'validity_too_long', /^valid too long/)
+  await refused(t, v1(payer, { validAfter: BigInt(nowS() + 30) }), 'not_yet_valid', /^not yet valid: validAfter \d+ is after now/)
+  await refused(t, v1(payer, {}, 'arbitrum'), 'wrong_network', /^wrong network: 'arbitrum'; this API is paid on eip155:31337 \/ anvil$/)
+  const otherAsset = { ...paymentRequirementsV2(terms), asset: payTo }
+  await refused(t, decodePaymentSignature(paymentSignature(good.message, good.signature, otherAsset)), 'wrong_asset', /^wrong asset: /)
+})
+
+t.test('a nonce pays once', async (t) => {
+  const { message, signature } = await signed()
+  t.equal(await verifier.verify(decodeXPayment(xPayment(message, signature)), nowS()), payer.address)
+  await refused(t, decodePaymentSignature(paymentSignature(message, signature)), 'nonce_used', /^nonce already used: 0x[0-9a-f]{64} from /)
+})
+
+t.test('50 concurrent claims of one nonce on two gateways: exactly one wins', async (t) => {
+  const stores = [createNonceStore({ redis: redisA }), createNonceStore({ redis: redisB })]
+  const nonce = toHex(randomBytes(32))
+  const validBefore = BigInt(nowS() + 60)
+  const results = await Promise.all(Array.from({ length: 50 }, (_, i) => stores[i % 2]!.claim(payer.address, nonce, validBefore)))
+  t.equal(results.filter(Boolean).length, 1)
+  const ttl = await redisA.pttl(`ats-x402:${payer.address.toLowerCase()}:${nonce}`)
+  t.ok(ttl > 60_000 && ttl <= 121_000, `the claim is kept until validBefore + margin (${ttl} ms)`)
+
+  const verifiers = [verifier, verifierOn(redisB)]
+  const payment = await v1()
+  const outcomes = await Promise.allSettled(Array.from({ length: 50 }, (_, i) => verifiers[i % 2]!.verify(payment, nowS())))
+  t.equal(outcomes.filter((o) => o.status === 'fulfilled').length, 1, 'one payment verified across two verifiers')
+  t.ok(outcomes.every((o) => o.status === 'fulfilled' || /^nonce already used/.test((o.reason as Error).message)))
+})
+
+t.test('without Redis, claims are atomic per process', async (t) => {
+  const store = createNonceStore()
+  const nonce = toHex(randomBytes(32))
+  const results = await Promise.all(Array.from({ length: 50 }, () => store.claim(payer.address, nonce, BigInt(nowS() + 60))))
+  t.equal(results.filter(Boolean).length, 1)
+  t.equal(await store.claim(payer.address, nonce, BigInt(nowS() + 60)), false)
+})
+
+t.test('the in-memory store forgets a nonce after validBefore + margin', async (t) => {
+  let clock = 1_000_000_000
+  const store = createNonceStore({ marginMs: 1_000, now: () => clock })
+  const nonce = toHex(randomBytes(32))
+  const validBefore = BigInt(clock / 1000 + 10)
+  t.equal(await store.claim(payer.address, nonce, validBefore), true)
+  clock += 10_999
+  t.equal(await store.claim(payer.address, nonce, validBefore), false)
+  clock += 2
+  t.equal(await store.claim(payer.address, nonce, validBefore), true, 'expired claims are gone (the chain refuses the nonce by then)')
+})
+
+t.test('an unreachable Redis or RPC fails closed with PaymentUnavailableError, not a 402', async (t) => {
+  const dead = new Redis('redis://127.0.0.1:1', { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null })
+  t.teardown(() => dead.disconnect())
+  await t.rejects(createNonceStore({ redis: dead }).claim(payer.address, toHex(randomBytes(32)), BigInt(nowS() + 60)), PaymentUnavailableError)
+  const offline = createChainClients({ rpcUrl: 'http://127.0.0.1:8679', chainId: devnet.chainId }).publicClient
+  await t.rejects(createBalanceChecker({ publicClient: offline, asset: usdc }).balanceOf(payer.address), { name: 'PaymentUnavailableError', message: /^balance lookup failed: / })
+})
+
+t.test('an account without USDC has insufficient funds', async (t) => {
+  const poor = privateKeyToAccount(generatePrivateKey())
+  await refused(t, v1(poor), 'insufficient_funds', new RegExp(`^insufficient funds: ${poor.address} holds 0, the payment is 10000$`))
+})
+
+t.test('balances are cached and concurrent lookups share one call', async (t) => {
+  let calls = 0
+  const counting = { readContract: ((args: unknown) => (calls++, publicClient.readContract(args as never))) as typeof publicClient.readContract }
+  let clock = 0
+  const balances = createBalanceChecker({ publicClient: counting, asset: usdc, ttlMs: 5_000, now: () => clock })
+  const all = await Promise.all(Array.from({ length: 10 }, () => balances.balanceOf(payer.address)))
+  t.ok(all.every((b) => b === all[0] && b > 0n))
+  t.equal(calls, 1)
+  await balances.balanceOf(payer.address)
+  t.equal(calls, 1, 'cached')
+  clock = 5_001
+  await balances.balanceOf(payer.address)
+  t.equal(calls, 2, 'looked up again after the TTL')
+})
+
+t.test('headers decode; every malformation has its own message', async (t) => {
+  const { message, signature } = await signed()
+  const fromV1 = decodeXPayment(xPayment(message, signature))
+  const fromV2 = decodePaymentSignature(paymentSignature(message, signature))
+  t.same(fromV1, {
+    x402Version: 1,
+    scheme: 'exact',
+    network: 'anvil',
+    signature,
+    authorization: { ...message, from: message.from.toLowerCase(), to: message.to.toLowerCase() },
+  })
+  t.same({ ...fromV2, x402Version: 1, network: 'anvil', asset: undefined }, { ...fromV1, asset: undefined })
+  t.equal(fromV2.network, 'eip155:31337')
+  t.equal(fromV2.asset, usdc.toLowerCase())
+  t.same(paymentFromHeaders({ 'x-payment': xPayment(message, signature) }), fromV1)
+  t.same(paymentFromHeaders({ 'payment-signature': paymentSignature(message, signature), 'x-payment': 'junk' }), fromV2)
+  t.equal(paymentFromHeaders({}), undefined)
+  const hexValues = decodeXPayment(b64({ x402Version: 1, scheme: 'exact', network: 'anvil', payload: { signature, authorization: { ...wire(message, signature).authorization, value: '0x2710' } } }))
+  t.equal(hexValues.authorization.value, 10_000n, 'uint256 fields may be 0x-hex')
+
+  const bad = (raw: string, error: RegExp, decode = decodeXPayment) => {
+    t.throws(() => decode(raw), error, error.source)
+    try {
+      decode(raw)
+    } catch (e) {
+      t.type(e, PaymentError)
+    }
+  }
+  const v1Of = (payload: unknown, top: object = {}) => b64({ x402Version: 1, scheme: 'exact', network: 'anvil', payload, ...top })
+  const auth = wire(message, signature).authorization
+  bad('%%% not base64 %%%', /^X-PAYMENT: not base64$/)
+  bad('', /^X-PAYMENT: header is empty$/)
+  bad(Buffer.from('{"x402Version":1,').toString('base64'), /^X-PAYMENT: base64 does not decode to JSON$/)
+  bad(b64([1, 2]), /^X-PAYMENT: JSON is not an object$/)
+  bad(b64({ scheme: 'exact' }), /^X-PAYMENT: x402Version is missing$/)
+  bad(b64({ x402Version: 2 }), /^X-PAYMENT: x402Version must be 1, not 2$/)
+  bad(v1Of(wire(message, signature), { scheme: 'upto' }), /^X-PAYMENT: scheme 'upto' is not supported; only 'exact'$/)
+  bad(v1Of(wire(message, signature), { network: undefined }), /^X-PAYMENT: network is missing$/)
+  bad(v1Of(undefined), /^X-PAYMENT: payload is missing$/)
+  bad(v1Of({ authorization: auth }), /^X-PAYMENT: payload\.signature is missing$/)
+  bad(v1Of({ signature: '0x1234', authorization: auth }), /^X-PAYMENT: payload\.signature must be 65 bytes of 0x-hex$/)
+  bad(v1Of({ signature }), /^X-PAYMENT: payload\.authorization is missing$/)
+  bad(v1Of({ signature, authorization: { ...auth, from: '0xnothex' } }), /^X-PAYMENT: payload\.authorization\.from must be a 0x-hex address$/)
+  bad(v1Of({ signature, authorization: { ...auth, to: undefined } }), /^X-PAYMENT: payload\.authorization\.to is missing$/)
+  bad(v1Of({ signature, authorization: { ...auth, value: '-5' } }), /^X-PAYMENT: payload\.authorization\.value must be a uint256/)
+  bad(v1Of({ signature, authorization: { ...auth, validBefore: '1e9' } }), /^X-PAYMENT: payload\.authorization\.validBefore must be a uint256/)
+  bad(v1Of({ signature, authorization: { ...auth, nonce: '0x12' } }), /^X-PAYMENT: payload\.authorization\.nonce must be 32 bytes of 0x-hex$/)
+  bad(b64({ x402Version: 2, payload: wire(message, signature) }), /^PAYMENT-SIGNATURE: accepted is missing$/, decodePaymentSignature)
+  bad(b64({ x402Version: 1 }), /^PAYMENT-SIGNATURE: x402Version must be 2, not 1$/, decodePaymentSignature)
+  bad(
+    b64({ x402Version: 2, accepted: { ...paymentRequirementsV2(terms), scheme: 'upto' }, payload: wire(message, signature) }),
+    /^PAYMENT-SIGNATURE: scheme 'upto' is not supported/,
+    decodePaymentSignature,
+  )
+  t.type(new MalformedPaymentError('X-PAYMENT', 'x'), PaymentError)
+})
+
+t.test('the 402 body and PAYMENT-REQUIRED header have the x402 shapes', async (t) => {
+  const body = paymentRequiredBody(terms, 'payment required')
+  t.same(body, {
+    x402Version: 1,
+    error: 'payment required',
+    accepts: [
+      {
+        scheme: 'exact',
+        network: 'anvil',
+        maxAmountRequired: '10000',
+        resource: terms.resource,
+        description: terms.description,
+        mimeType: 'application/json',
+        payTo,
+        maxTimeoutSeconds: 60,
+        asset: usdc,
+        extra: { name: 'USD Coin', version: '2' },
+      },
+    ],
+  })
+  const header = paymentRequiredHeader(terms, 'payment required')
+  t.match(header, /^[A-Za-z0-9+/]+={0,2}$/)
+  t.same(JSON.parse(Buffer.from(header, 'base64').toString()), {
+    x402Version: 2,
+    error: 'payment required',
+    resource: { url: terms.resource, description: terms.description, mimeType: 'application/json' },
+    accepts: [
+      { scheme: 'exact', network: 'eip155:31337', amount: '10000', asset: usdc, payTo, maxTimeoutSeconds: 60, extra: { name: 'USD Coin', version: '2' } },
+    ],
+  })
+  const arbitrum = paymentRequiredBody({ ...terms, chainId: 42161 }, 'x').accepts[0]!
+  t.equal(arbitrum.network, 'arbitrum')
+  t.equal(paymentRequirementsV2({ ...terms, chainId: 42161 }).network, 'eip155:42161')
+})

@@ -1,0 +1,4 @@
+import { runService } from '@ats/service-kit'
+import { agentService } from './service.ts'
+
+await runService(agentService)
