@@ -144,6 +144,8 @@ if (process.env.RPC_URL) {
     ADDRESS_BOOK: devnet!.addressBookPath,
     // the server wallet is account 0 unless one is configured
     SERVER_WALLET_PRIVATE_KEY: process.env.SERVER_WALLET_PRIVATE_KEY || devnet!.accounts[0]!.privateKey,
+    // x402 payments go to the server wallet unless PAY_TO says otherwise
+    PAY_TO: process.env.PAY_TO || devnet!.accounts[0]!.address,
   })
   say(`${describeDevnet(devnet!, { accounts: false })}\n  Ten funded test accounts (address + public test key): "devnet.accounts" in the address book\n`)
 }

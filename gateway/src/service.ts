@@ -2,6 +2,7 @@ import type { ServiceName } from '@ats/contracts'
 import type { ServiceDefinition } from '@ats/service-kit'
 import { createKeyResolver } from './plugins/keyResolver.ts'
 import { connectRedis } from './plugins/redis.ts'
+import { createPaymentGuard } from './plugins/paymentGuard.ts'
 import { createKeyLimiter, type TierLimits } from './plugins/rateLimit.ts'
 import { proxyRoutes } from './routes/proxy.ts'
 import { rootRoutes } from './routes/root.ts'
@@ -35,8 +36,9 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
     }
 
     const limit = await createKeyLimiter(app, limits, redis)
+    const pay = createPaymentGuard(config, redis, app.log)
     await app.register(rootRoutes, { name: 'agent-trading-service', version, chain: config.CHAIN_NAME, chainId: config.CHAIN_ID })
-    await app.register(proxyRoutes, { upstreams, internalToken: config.INTERNAL_TOKEN, timeoutMs: config.UPSTREAM_TIMEOUT_MS, keys, limit })
+    await app.register(proxyRoutes, { upstreams, internalToken: config.INTERNAL_TOKEN, timeoutMs: config.UPSTREAM_TIMEOUT_MS, keys, limit, pay })
     app.log.info({ name, upstreams }, 'routes ready')
   },
 }

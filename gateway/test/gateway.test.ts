@@ -142,7 +142,7 @@ t.test('routes of services that are not running answer 503 {error}', async (t) =
   }
   const agent = await request('/agent/skills')
   t.equal(agent.status, 503)
-  t.match(agent.body, { error: /not available yet/ })
+  t.same(agent.body, { error: 'payments are not configured on this gateway (PAY_TO is not set)' })
 })
 
 t.test('an unknown path answers 404 {error}', async (t) => {

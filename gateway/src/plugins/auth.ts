@@ -2,6 +2,7 @@ import { tierAllows, type RouteAuth } from '@ats/contracts'
 import { Forbidden, Unauthorized, Unavailable } from '@ats/service-kit'
 import type { FastifyRequest, onRequestHookHandler } from 'fastify'
 import type { KeyResolver, ResolvedKey } from './keyResolver.ts'
+import type { PaymentGuard } from './paymentGuard.ts'
 import type { KeyLimiter } from './rateLimit.ts'
 
 const bearer = /^Bearer\s+(\S{16,256})\s*$/i
@@ -15,13 +16,9 @@ function rawKey(request: FastifyRequest): string {
 }
 
 /** The onRequest hook of one route group: who may pass, and as whom. */
-export function authHook(auth: RouteAuth, keys: KeyResolver, limit: KeyLimiter): onRequestHookHandler {
+export function authHook(auth: RouteAuth, keys: KeyResolver, limit: KeyLimiter, pay: PaymentGuard): onRequestHookHandler {
   if (auth.kind === 'none') return async () => {}
-  if (auth.kind === 'payment') {
-    return async () => {
-      throw new Unavailable('paid agent routes are not available yet: x402 payments are not enabled on this gateway')
-    }
-  }
+  if (auth.kind === 'payment') return pay
   const need = auth.tier
   const admit = (request: FastifyRequest, key: ResolvedKey | null) => {
     if (!key) throw new Unauthorized('invalid or revoked API key')

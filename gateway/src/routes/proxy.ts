@@ -4,6 +4,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerBase } fro
 import type { IncomingHttpHeaders } from 'node:http'
 import { authHook } from '../plugins/auth.ts'
 import type { KeyResolver } from '../plugins/keyResolver.ts'
+import type { PaymentGuard } from '../plugins/paymentGuard.ts'
 import type { KeyLimiter } from '../plugins/rateLimit.ts'
 
 export interface ProxyOptions {
@@ -12,6 +13,7 @@ export interface ProxyOptions {
   timeoutMs: number
   keys: KeyResolver
   limit: KeyLimiter
+  pay: PaymentGuard
 }
 
 /** Credentials and identity claims never pass the gateway as the client sent them. */
@@ -42,7 +44,7 @@ function upstreamFailed(service: ServiceName) {
 }
 
 async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: ProxyOptions) {
-  app.addHook('onRequest', authHook(group.auth, options.keys, options.limit))
+  app.addHook('onRequest', authHook(group.auth, options.keys, options.limit, options.pay))
   await app.register(proxy, {
     upstream: options.upstreams[group.service],
     prefix: group.prefix,
