@@ -3,12 +3,11 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
 import { startDevnet } from '@ats/devnet'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { keccak256, toHex, type Address } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { startFleet } from './fleet.ts'
 
-type Test = Parameters<Parameters<typeof t.test>[1]>[0]
 
 async function paidFleet(t: Test, extra: NodeJS.ProcessEnv = {}) {
   const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
