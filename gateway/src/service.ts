@@ -1,5 +1,7 @@
-import type { ServiceName } from '@ats/contracts'
+import { paymentChannels, type ServiceName } from '@ats/contracts'
 import type { ServiceDefinition } from '@ats/service-kit'
+import { watchBlockedPayers } from './plugins/blockedPayers.ts'
+import { createChargePublisher } from './plugins/chargePublisher.ts'
 import { createKeyResolver } from './plugins/keyResolver.ts'
 import { connectRedis } from './plugins/redis.ts'
 import { createPaymentGuard } from './plugins/paymentGuard.ts'
@@ -36,7 +38,13 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
     }
 
     const limit = await createKeyLimiter(app, limits, redis)
-    const pay = createPaymentGuard(config, redis, app.log)
+    const channels = paymentChannels(config.PAYMENTS_STREAM)
+    const blockedPayers = await watchBlockedPayers(nc, channels.blockedPayers, app.log)
+    const charges = await createChargePublisher(nc, channels, app.log)
+    onClose(blockedPayers.close)
+    onClose(charges.close)
+    app.decorateRequest('payment', null)
+    const pay = createPaymentGuard(config, { redis, log: app.log, blockedPayers, charges })
     await app.register(rootRoutes, { name: 'agent-trading-service', version, chain: config.CHAIN_NAME, chainId: config.CHAIN_ID })
     await app.register(proxyRoutes, { upstreams, internalToken: config.INTERNAL_TOKEN, timeoutMs: config.UPSTREAM_TIMEOUT_MS, keys, limit, pay })
     app.log.info({ name, upstreams }, 'routes ready')

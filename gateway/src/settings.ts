@@ -1,3 +1,4 @@
+import { chainSettings, paymentSettings } from '@ats/service-kit'
 import { Type } from 'typebox'
 
 const url = (fallback: string, what: string) => Type.String({ default: fallback, description: `base URL of the ${what} service` })
@@ -26,12 +27,10 @@ export const gatewaySettings = {
   PAY_TO: Type.Optional(
     Type.String({ pattern: '^0x[0-9a-fA-F]{40}$', description: 'address x402 payments go to; unset: paid routes answer 503' }),
   ),
-  PAYMENT_PRICE: Type.Integer({ minimum: 1, default: 10_000, description: 'price of a paid request in USDC base units (10000 = $0.01)' }),
+  ...paymentSettings,
   PAYMENT_TIMEOUT_SECONDS: Type.Integer({ minimum: 10, default: 60, description: 'maxTimeoutSeconds offered in 402 answers' }),
   SKIP_PAYMENT: Type.Boolean({ default: false, description: 'development only: paid routes pass without a verified payment' }),
-  RPC_URL: Type.String({ default: 'http://127.0.0.1:8545', description: 'chain JSON-RPC, for payer balances' }),
-  ADDRESS_BOOK: Type.Optional(Type.String({ description: "the devnet's address book file (chain 31337)" })),
+  ...chainSettings,
   PUBLIC_URL: Type.Optional(Type.String({ description: 'the gateway as clients reach it, for the resource URL of 402 answers' })),
   CHAIN_NAME: Type.String({ default: 'arbitrum-one', description: 'chain name shown by GET /' }),
-  CHAIN_ID: Type.Integer({ default: 42161, description: 'chain id shown by GET /' }),
 }

@@ -15,12 +15,9 @@ import {
   PaymentError,
   PaymentUnavailableError,
   paymentFromHeaders,
-  paymentRequiredBody,
-  paymentRequiredHeader,
-  paymentRequirementsV2,
   type Payment,
-  type PaymentTerms,
 } from '../src/payments/index.ts'
+import { paymentRequiredBody, paymentRequiredHeader, paymentRequirementsV2, type PaymentTerms } from '@ats/contracts'
 
 const devnet = await startDevnet({ port: 8661, addressBookPath: false, accounts: 3 })
 t.teardown(() => devnet.stop())

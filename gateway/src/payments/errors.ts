@@ -13,6 +13,7 @@ export type PaymentErrorCode =
   | 'signer_mismatch'
   | 'nonce_used'
   | 'insufficient_funds'
+  | 'payer_blocked'
 
 export class PaymentError extends Error {
   override name = 'PaymentError'

@@ -1,5 +1,4 @@
 export * from './errors.ts'
-export * from './requirements.ts'
 export * from './header.ts'
 export * from './signature.ts'
 export * from './nonces.ts'

@@ -3,13 +3,15 @@ import type { BalanceChecker } from './balances.ts'
 import { PaymentError } from './errors.ts'
 import type { Payment } from './header.ts'
 import type { NonceStore } from './nonces.ts'
-import { caip2Network, v1Network, type PaymentTerms } from './requirements.ts'
+import { caip2Network, v1Network, type PaymentTerms } from '@ats/contracts'
 import { createAuthorizationSigning } from './signature.ts'
 
 export interface PaymentVerifierOptions {
   requirements: Pick<PaymentTerms, 'price' | 'payTo' | 'asset' | 'chainId' | 'token' | 'maxTimeoutSeconds'>
   nonces: NonceStore
   balances: BalanceChecker
+  /** why a payer (lower-case address) is refused outright, or undefined */
+  refusedPayer?: (payer: string) => string | undefined
   /** validBefore must be at least this far ahead, so the payment can still settle (6 s) */
   minValiditySeconds?: number
   /** validBefore may be at most this far ahead (maxTimeoutSeconds + 600): it bounds how long a nonce is kept */
@@ -20,7 +22,14 @@ export interface PaymentVerifierOptions {
  * Verifies an x402 `exact` payment at the edge, cheapest checks first; the nonce is claimed
  * last so that a refused payment does not burn it.
  */
-export function createPaymentVerifier({ requirements: r, nonces, balances, minValiditySeconds = 6, maxValiditySeconds }: PaymentVerifierOptions) {
+export function createPaymentVerifier({
+  requirements: r,
+  nonces,
+  balances,
+  refusedPayer = () => undefined,
+  minValiditySeconds = 6,
+  maxValiditySeconds,
+}: PaymentVerifierOptions) {
   const signing = createAuthorizationSigning({ ...r.token, chainId: r.chainId, verifyingContract: r.asset })
   const networks = new Set([caip2Network(r.chainId), v1Network(r.chainId)])
   const payTo = r.payTo.toLowerCase()
@@ -50,6 +59,8 @@ export function createPaymentVerifier({ requirements: r, nonces, balances, minVa
       throw new PaymentError('signer_mismatch', `invalid signature: signed by ${getAddress(signer)}, not by authorization.from ${getAddress(a.from)}`)
 
     const payer = getAddress(a.from)
+    const refused = refusedPayer(a.from)
+    if (refused !== undefined) throw new PaymentError('payer_blocked', `payer refused: ${payer} has a payment that could not settle (${refused})`)
     const balance = await balances.balanceOf(payer)
     if (balance < a.value) throw new PaymentError('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${a.value}`)
     if (!(await nonces.claim(a.from, a.nonce, a.validBefore)))

@@ -18,7 +18,7 @@ function rawKey(request: FastifyRequest): string {
 /** The onRequest hook of one route group: who may pass, and as whom. */
 export function authHook(auth: RouteAuth, keys: KeyResolver, limit: KeyLimiter, pay: PaymentGuard): onRequestHookHandler {
   if (auth.kind === 'none') return async () => {}
-  if (auth.kind === 'payment') return pay
+  if (auth.kind === 'payment') return pay.onRequest
   const need = auth.tier
   const admit = (request: FastifyRequest, key: ResolvedKey | null) => {
     if (!key) throw new Unauthorized('invalid or revoked API key')

@@ -1,18 +1,27 @@
-import { addressBookFor, createChainClients, createTokenRegistry } from '@ats/chain'
-import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
-import type { Redis } from 'ioredis'
-import { getAddress, type Address } from 'viem'
+import { addressBookFor, createChainClients, createTokenRegistry, usdcDomain } from '@ats/chain'
 import {
-  createBalanceChecker,
-  createNonceStore,
-  createPaymentVerifier,
-  paymentFromHeaders,
+  caip2Network,
+  paidRequestDescription,
   paymentRequiredBody,
   paymentRequiredHeader,
-  PaymentError,
+  v1Network,
+  type PaymentCharged,
   type PaymentTerms,
-} from '../payments/index.ts'
+} from '@ats/contracts'
 import { Unavailable } from '@ats/service-kit'
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify'
+import type { Redis } from 'ioredis'
+import { getAddress, type Address } from 'viem'
+import { createBalanceChecker, createNonceStore, createPaymentVerifier, paymentFromHeaders, PaymentError, type Payment } from '../payments/index.ts'
+import type { BlockedPayers } from './blockedPayers.ts'
+import type { ChargePublisher } from './chargePublisher.ts'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** the verified payment of a paid request, charged when the service answers below 400 */
+    payment: { payment: Payment; payer: Address; resource: string } | null
+  }
+}
 
 export interface PaymentSettings {
   PAY_TO?: string
@@ -28,30 +37,52 @@ export interface PaymentSettings {
 /** The owner of paid requests when SKIP_PAYMENT is on and no payment header names one. */
 export const developmentOwner: Address = '0x000000000000000000000000000000000000dEaD'
 
-export type PaymentGuard = (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>
+/** The hooks of paid route groups: verify before the proxy, charge after the service answered. */
+export interface PaymentGuard {
+  onRequest: onRequestHookHandler
+  onSend: onSendHookHandler
+}
+
+export interface PaymentGuardDeps {
+  redis: Redis | undefined
+  log: FastifyBaseLogger
+  blockedPayers: BlockedPayers
+  charges: ChargePublisher
+}
+
+const passThrough: onSendHookHandler = (_request, _reply, payload, done) => done(null, payload)
+
+/** base64 JSON of an x402 settlement response, for X-PAYMENT-RESPONSE and PAYMENT-RESPONSE */
+const encodeResponse = (value: Record<string, unknown>) => Buffer.from(JSON.stringify(value)).toString('base64')
 
 /**
- * The onRequest guard of paid route groups (x402 `exact` on USDC): a verified payment's
- * payer becomes the owner id. Without PAY_TO paid routes answer 503; with SKIP_PAYMENT
- * they pass (owner: the header's unverified `from`, else a fixed development address).
+ * x402 `exact` on USDC for paid route groups: a verified payment's payer becomes the owner
+ * id. Without PAY_TO paid routes answer 503; with SKIP_PAYMENT they pass unpaid (owner:
+ * the header's unverified `from`, else a fixed development address).
  */
-export function createPaymentGuard(settings: PaymentSettings, redis: Redis | undefined, log: FastifyBaseLogger): PaymentGuard {
+export function createPaymentGuard(settings: PaymentSettings, { redis, log, blockedPayers, charges }: PaymentGuardDeps): PaymentGuard {
   if (settings.SKIP_PAYMENT) {
     log.warn('SKIP_PAYMENT is on: paid routes accept requests WITHOUT payment. Development only.')
-    return async (request) => {
-      let owner = developmentOwner
-      try {
-        owner = getAddress(paymentFromHeaders(request.headers)?.authorization.from ?? developmentOwner)
-      } catch {
-        // an unreadable header still passes in development
-      }
-      request.identity = { ownerId: owner }
+    return {
+      onRequest: async (request) => {
+        let owner = developmentOwner
+        try {
+          owner = getAddress(paymentFromHeaders(request.headers)?.authorization.from ?? developmentOwner)
+        } catch {
+          // an unreadable header still passes in development
+        }
+        request.identity = { ownerId: owner }
+      },
+      onSend: passThrough,
     }
   }
   if (!settings.PAY_TO) {
     log.warn('PAY_TO is not set: paid routes answer 503')
-    return async () => {
-      throw new Unavailable('payments are not configured on this gateway (PAY_TO is not set)')
+    return {
+      onRequest: async () => {
+        throw new Unavailable('payments are not configured on this gateway (PAY_TO is not set)')
+      },
+      onSend: passThrough,
     }
   }
 
@@ -59,39 +90,92 @@ export function createPaymentGuard(settings: PaymentSettings, redis: Redis | und
   const usdc = createTokenRegistry(book.tokens).find('USDC')
   if (!usdc) throw new Error(`the address book of chain ${settings.CHAIN_ID} has no USDC`)
   const { publicClient } = createChainClients({ rpcUrl: settings.RPC_URL, chainId: settings.CHAIN_ID })
+  const { name, version } = usdcDomain(settings.CHAIN_ID, usdc.address)
   const terms: Omit<PaymentTerms, 'resource'> = {
     price: BigInt(settings.PAYMENT_PRICE),
     payTo: getAddress(settings.PAY_TO),
     asset: usdc.address,
     chainId: settings.CHAIN_ID,
-    description: 'Agent Trading Service: one agent request',
+    description: paidRequestDescription,
     maxTimeoutSeconds: settings.PAYMENT_TIMEOUT_SECONDS,
-    token: { name: 'USD Coin', version: '2' },
+    token: { name, version },
   }
   const verifier = createPaymentVerifier({
     requirements: terms,
     nonces: createNonceStore(redis ? { redis } : {}),
     balances: createBalanceChecker({ publicClient, asset: usdc.address }),
+    refusedPayer: blockedPayers.reasonFor,
   })
   log.info({ payTo: terms.payTo, asset: terms.asset, price: String(terms.price), chainId: terms.chainId }, 'x402 payments on')
 
+  const resourceOf = (request: FastifyRequest) => `${settings.PUBLIC_URL ?? `${request.protocol}://${request.host}`}${request.url.split('?')[0]}`
+
   const paymentRequired = (request: FastifyRequest, reply: FastifyReply, error: string) => {
-    const base = settings.PUBLIC_URL ?? `${request.protocol}://${request.host}`
-    const full = { ...terms, resource: `${base}${request.url.split('?')[0]}` }
+    const full = { ...terms, resource: resourceOf(request) }
     return reply.code(402).header('payment-required', paymentRequiredHeader(full, error)).send(paymentRequiredBody(full, error))
   }
 
-  return async (request, reply) => {
-    let payer: Address
-    try {
-      const payment = paymentFromHeaders(request.headers)
-      if (!payment) return paymentRequired(request, reply, 'payment required: send X-PAYMENT (x402 v1) or PAYMENT-SIGNATURE (v2)')
-      payer = await verifier.verify(payment, Date.now() / 1000)
-    } catch (error) {
-      if (error instanceof PaymentError) return paymentRequired(request, reply, error.message)
-      request.log.error({ err: error }, 'payment verification failed')
-      throw new Unavailable('payment verification is unavailable, try again shortly')
+  const charged = (request: FastifyRequest, paid: NonNullable<FastifyRequest['payment']>): PaymentCharged => {
+    const a = paid.payment.authorization
+    return {
+      payer: paid.payer,
+      payTo: terms.payTo,
+      asset: terms.asset,
+      chainId: terms.chainId,
+      network: paid.payment.network,
+      x402Version: paid.payment.x402Version,
+      authorization: {
+        from: a.from,
+        to: a.to,
+        value: a.value.toString(),
+        validAfter: a.validAfter.toString(),
+        validBefore: a.validBefore.toString(),
+        nonce: a.nonce,
+      },
+      signature: paid.payment.signature,
+      method: request.method,
+      route: request.url.split('?')[0]!,
+      resource: paid.resource,
+      requestId: request.id,
+      chargedAt: Date.now(),
     }
-    request.identity = { ownerId: payer }
+  }
+
+  return {
+    async onRequest(request, reply) {
+      let payer: Address
+      let payment: Payment | undefined
+      try {
+        payment = paymentFromHeaders(request.headers)
+        if (!payment) return paymentRequired(request, reply, 'payment required: send X-PAYMENT (x402 v1) or PAYMENT-SIGNATURE (v2)')
+        payer = await verifier.verify(payment, Date.now() / 1000)
+      } catch (error) {
+        if (error instanceof PaymentError) return paymentRequired(request, reply, error.message)
+        request.log.error({ err: error }, 'payment verification failed')
+        throw new Unavailable('payment verification is unavailable, try again shortly')
+      }
+      request.identity = { ownerId: payer }
+      request.payment = { payment, payer, resource: resourceOf(request) }
+    },
+
+    // Charged only when the service answered below 400, as the x402 reference middleware
+    // does; the nonce stays used either way and the answer says which happened.
+    async onSend(request, reply, payload) {
+      const paid = request.payment
+      if (!paid) return payload
+      const network = paid.payment.x402Version === 2 ? caip2Network(terms.chainId) : v1Network(terms.chainId)
+      let response: Record<string, unknown>
+      if (reply.statusCode < 400) {
+        await charges.charge(charged(request, paid))
+        // settlement is asynchronous: the transaction is in GET /admin/revenue once settled
+        response = { success: true, transaction: '', network, payer: paid.payer }
+      } else {
+        const errorReason = `not charged: the service answered ${reply.statusCode}; this payment's nonce is used, sign a new one to retry`
+        response = { success: false, errorReason, transaction: '', network, payer: paid.payer }
+      }
+      const header = encodeResponse(response)
+      reply.header('x-payment-response', header).header('payment-response', header)
+      return payload
+    },
   }
 }

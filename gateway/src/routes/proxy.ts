@@ -45,6 +45,7 @@ function upstreamFailed(service: ServiceName) {
 
 async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: ProxyOptions) {
   app.addHook('onRequest', authHook(group.auth, options.keys, options.limit, options.pay))
+  if (group.auth.kind === 'payment') app.addHook('onSend', options.pay.onSend)
   await app.register(proxy, {
     upstream: options.upstreams[group.service],
     prefix: group.prefix,

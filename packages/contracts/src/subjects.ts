@@ -13,4 +13,8 @@ export const subjects = {
     /** broadcast: a key was revoked; every gateway evicts it from its cache */
     revoked: 'ats.admin.keys.revoked',
   },
+  payments: {
+    /** JetStream (stream PAYMENTS_STREAM): a payment the gateway charged, for admin to record and settle */
+    charged: (stream: string) => `ats.payments.${stream}.charged`,
+  },
 } as const

@@ -1,3 +1,4 @@
+import { defaultPaymentsStream, paymentsStreamPattern } from '@ats/contracts'
 import { Type, type Static, type TObject, type TProperties, type TSchema } from 'typebox'
 import { Compile } from 'typebox/compile'
 import Value from 'typebox/value'
@@ -59,4 +60,21 @@ export function loadConfig<P extends TProperties>(
     out[name] = value
   }
   return out as Static<TObject<P>>
+}
+
+/** The chain a process reads or writes: the gateway (payer balances) and services that settle or trade. */
+export const chainSettings = {
+  RPC_URL: Type.String({ default: 'http://127.0.0.1:8545', description: 'JSON-RPC endpoint of the chain' }),
+  CHAIN_ID: Type.Integer({ default: 42161, description: 'chain id: 42161 (Arbitrum One) or 31337 (the devnet)' }),
+  ADDRESS_BOOK: Type.Optional(Type.String({ description: "the devnet's address book file (chain 31337)" })),
+}
+
+/** What the gateway charges and admin records, reports and settles. */
+export const paymentSettings = {
+  PAYMENT_PRICE: Type.Integer({ minimum: 1, default: 10_000, description: 'price of a paid request in USDC base units (10000 = $0.01)' }),
+  PAYMENTS_STREAM: Type.String({
+    pattern: paymentsStreamPattern,
+    default: defaultPaymentsStream,
+    description: 'JetStream stream of payment events; fleets sharing one NATS each need their own',
+  }),
 }

@@ -16,5 +16,7 @@ export interface DatabaseOptions<Db extends DatabaseClient> {
 }
 
 export function createDatabase<Db extends DatabaseClient>(url: string, options: DatabaseOptions<Db>): Db {
-  return options.client(new PrismaPg({ connectionString: url }, { schema: options.schema }))
+  // the search_path makes the service's raw SQL ($queryRaw) resolve to its own schema too
+  const pool = { connectionString: url, options: `-c search_path=${options.schema}` }
+  return options.client(new PrismaPg(pool, { schema: options.schema }))
 }

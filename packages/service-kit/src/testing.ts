@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { connect as tcpConnect } from 'node:net'
+import { paymentChannels } from '@ats/contracts'
+import { connect } from 'nats'
 import pg from 'pg'
 import type { TProperties } from 'typebox'
 import type { DatabaseClient } from './database.ts'
@@ -119,10 +121,28 @@ export async function freshDatabase(t: Teardown): Promise<string> {
 
 export const testInternalToken = 'test-internal-token-0123456789'
 
+/**
+ * A payments stream name of the test's own; its stream and blocked-payers bucket are
+ * deleted when the test ends, so tests sharing one NATS never see each other's payments.
+ */
+export async function freshPaymentsStream(t: Teardown): Promise<string> {
+  const { natsUrl } = await testInfra()
+  const name = `ATS_TEST_${randomBytes(6).toString('hex')}`
+  t.teardown(async () => {
+    const nc = await connect({ servers: natsUrl })
+    const jsm = await nc.jetstreamManager()
+    const channels = paymentChannels(name)
+    for (const stream of [channels.stream, `KV_${channels.blockedPayers}`]) await jsm.streams.delete(stream).catch(() => false)
+    await nc.close()
+  })
+  return name
+}
+
 export async function baseTestEnv(t: Teardown): Promise<NodeJS.ProcessEnv> {
   const { natsUrl } = await testInfra()
   return {
     DATABASE_URL: await freshDatabase(t),
+    PAYMENTS_STREAM: await freshPaymentsStream(t),
     NATS_URL: natsUrl,
     INTERNAL_TOKEN: testInternalToken,
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',

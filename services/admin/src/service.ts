@@ -1,10 +1,19 @@
 import { fileURLToPath } from 'node:url'
-import { keyRevoked, keyVerify, services } from '@ats/contracts'
-import { addNatsService, publish, serveEndpoint, type ServiceDefinition } from '@ats/service-kit'
+import { createChainClients } from '@ats/chain'
+import { keyRevoked, keyVerify, paymentChannels, services } from '@ats/contracts'
+import { addNatsService, chainSettings, openBucket, paymentSettings, publish, serveEndpoint, type ServiceDefinition } from '@ats/service-kit'
 import { Type } from 'typebox'
+import type { Hex } from 'viem'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createKeyStore } from './keys/keyStore.ts'
+import { createLedger } from './payments/ledger.ts'
+import { startLedgerConsumer } from './payments/ledgerConsumer.ts'
+import { facilitatorSettlement, onchainSettlement, type Settlement } from './payments/settlement.ts'
+import { startSettler } from './payments/settler.ts'
 import { keyRoutes } from './routes/keys.ts'
+import { revenueRoutes } from './routes/revenue.ts'
+
+const schema = 'admin'
 
 const settings = {
   ADMIN_API_KEY: Type.Optional(
@@ -14,6 +23,16 @@ const settings = {
       description: 'bootstrap admin key, seeded (hashed) at start; changing it revokes the previous one',
     }),
   ),
+  RPC_URL: chainSettings.RPC_URL,
+  CHAIN_ID: chainSettings.CHAIN_ID,
+  ...paymentSettings,
+  SERVER_WALLET_PRIVATE_KEY: Type.Optional(
+    Type.String({ pattern: '^0x[0-9a-fA-F]{64}$', secret: true, description: 'the server wallet that submits on-chain settlements' }),
+  ),
+  FACILITATOR_URL: Type.Optional(Type.String({ pattern: '^https?://', description: 'x402 facilitator to settle through (POST /settle)' })),
+  SETTLEMENT_ENABLED: Type.Boolean({ default: true, description: 'settle recorded payments; false records them as skipped' }),
+  SETTLEMENT_INTERVAL_MS: Type.Integer({ minimum: 50, default: 1_000, description: 'how often the settler looks for due payments' }),
+  SETTLEMENT_MAX_ATTEMPTS: Type.Integer({ minimum: 1, default: 5, description: 'attempts before a payment is marked failed' }),
 }
 
 export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
@@ -22,7 +41,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
   port: 3005,
   settings,
   database: {
-    schema: 'admin',
+    schema,
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
     client: (adapter) => new PrismaClient({ adapter }),
   },
@@ -42,6 +61,42 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     })
     serveEndpoint(nats, 'keys-verify', keyVerify, app.log, async ({ hash }) => ({ key: await keys.findActiveByHash(hash) }))
 
+    const settlement = chooseSettlement(config)
+    if (!settlement) {
+      app.log.warn(
+        config.SETTLEMENT_ENABLED
+          ? 'neither SERVER_WALLET_PRIVATE_KEY nor FACILITATOR_URL is set: payments are recorded and stay pending until one is'
+          : 'SETTLEMENT_ENABLED=false: payments are recorded as skipped, never settled',
+      )
+    }
+    const channels = paymentChannels(config.PAYMENTS_STREAM)
+    const ledger = createLedger(db, { settle: config.SETTLEMENT_ENABLED })
+    const consumer = await startLedgerConsumer(nc, channels, ledger, app.log)
+    onClose(consumer.stop)
+    if (settlement) {
+      const settler = startSettler({
+        ledger,
+        settlement,
+        blockedPayers: await openBucket(nc, channels.blockedPayers),
+        log: app.log,
+        intervalMs: config.SETTLEMENT_INTERVAL_MS,
+        maxAttempts: config.SETTLEMENT_MAX_ATTEMPTS,
+      })
+      onClose(settler.stop)
+    }
+
     await app.register(keyRoutes, { keys, nc })
+    await app.register(revenueRoutes, { ledger, price: BigInt(config.PAYMENT_PRICE), storage: `postgres (schema ${schema}, table payments)` })
   },
+}
+
+type AdminConfig = Parameters<typeof adminService.register>[1]['config']
+
+function chooseSettlement(config: AdminConfig): Settlement | undefined {
+  if (!config.SETTLEMENT_ENABLED) return undefined
+  if (config.FACILITATOR_URL) return facilitatorSettlement(config.FACILITATOR_URL)
+  if (!config.SERVER_WALLET_PRIVATE_KEY) return undefined
+  return onchainSettlement(
+    createChainClients({ rpcUrl: config.RPC_URL, chainId: config.CHAIN_ID, privateKey: config.SERVER_WALLET_PRIVATE_KEY as Hex }),
+  )
 }

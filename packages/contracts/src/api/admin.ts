@@ -28,6 +28,50 @@ export type CreateKeyBody = Static<typeof CreateKeyBody>
 
 const KeyIdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
 
+const UsdcAmount = Type.String({ pattern: '^[0-9]+$', description: 'USDC base units (6 decimals)' })
+const Usd = Type.String({ description: 'dollar-formatted, e.g. $0.01' })
+
+export const SettlementStateSchema = Type.Unsafe<'pending' | 'settling' | 'settled' | 'failed' | 'skipped'>({
+  type: 'string',
+  enum: ['pending', 'settling', 'settled', 'failed', 'skipped'],
+  description: 'pending: recorded, not yet settled; settling: submitted; settled: on chain (txHash); failed: will not settle (settleError); skipped: settlement is off',
+})
+
+export const RecentPayment = Type.Object({
+  payer: Type.String(),
+  amount: UsdcAmount,
+  route: Type.String({ description: 'method and path of the paid request' }),
+  paidAt: Type.Integer({ description: 'when the gateway charged it, ms since the Unix epoch' }),
+  requestId: Type.String({ description: 'x-request-id of the paid request' }),
+  settlement: SettlementStateSchema,
+  txHash: Type.Union([Type.String(), Type.Null()], { description: 'the settling transaction, once known' }),
+  settleError: Type.Union([Type.String(), Type.Null()], { description: 'why settlement failed or is being retried' }),
+})
+export type RecentPayment = Static<typeof RecentPayment>
+
+export const RevenueSummary = Type.Object({
+  totalUsdc: UsdcAmount,
+  totalUsd: Usd,
+  uniquePayers: Type.Integer(),
+  pricePerRequest: Usd,
+  requestCount: Type.Integer({ description: 'paid requests charged (payments whose settlement failed are not counted)' }),
+  recentPayments: Type.Array(RecentPayment, { description: 'the latest 20 payments, newest first, whatever their settlement' }),
+  storage: Type.String({ description: 'where the ledger is kept' }),
+})
+export type RevenueSummary = Static<typeof RevenueSummary>
+
+export const DailyRevenue = Type.Object({
+  date: Type.String({ description: 'YYYY-MM-DD (UTC)' }),
+  count: Type.Integer(),
+  totalUsdc: UsdcAmount,
+  totalUsd: Usd,
+})
+
+export const RevenueHistoryQuery = Type.Object(
+  { days: Type.Integer({ minimum: 1, maximum: 90, default: 30, description: 'how many days back, today included' }) },
+  { additionalProperties: false },
+)
+
 const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody }
 
 export const adminRoutes = {
@@ -54,6 +98,21 @@ export const adminRoutes = {
         404: ErrorBody,
         ...errors,
       },
+    },
+  }),
+  revenue: route({
+    method: 'GET',
+    url: '/admin/revenue',
+    summary: 'Revenue from paid requests: totals, unique payers and the latest payments with their settlement',
+    schema: { response: { 200: RevenueSummary, ...errors } },
+  }),
+  revenueHistory: route({
+    method: 'GET',
+    url: '/admin/revenue/history',
+    summary: 'Revenue per UTC day, one entry per day (days without payments count 0), oldest first',
+    schema: {
+      querystring: RevenueHistoryQuery,
+      response: { 200: Type.Object({ days: Type.Integer(), history: Type.Array(DailyRevenue) }), ...errors },
     },
   }),
 }

@@ -1,4 +1,5 @@
-import type { Address } from 'viem'
+/** x402 wire formats (coinbase/x402): what a 402 offers and what a facilitator settles. */
+type Address = `0x${string}`
 
 /** What a paid route charges and where the money goes. */
 export interface PaymentTerms {

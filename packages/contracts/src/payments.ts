@@ -1,0 +1,97 @@
+import { Type, type Static } from 'typebox'
+import { codec } from './codec.ts'
+import type { Topic } from './messages.ts'
+import { subjects } from './subjects.ts'
+
+/**
+ * x402 payment events (gateway -> JetStream -> admin) and the shared list of blocked
+ * payers. Every deployment names its own stream (PAYMENTS_STREAM), so two fleets or
+ * two test runs on one NATS never see each other's payments.
+ */
+export interface PaymentChannels {
+  /** JetStream stream holding charged payments */
+  stream: string
+  /** the subject gateways publish charged payments on */
+  charged: Topic<PaymentCharged>
+  /** the KV bucket of payers refused at the edge (key: lower-case address) */
+  blockedPayers: string
+  /** the durable consumer through which admin records payments */
+  ledgerConsumer: string
+  /** the stream's configuration, ensured by every publisher and consumer at start */
+  streamSpec: { name: string; subjects: string[]; maxAgeMs: number; duplicateWindowMs: number }
+}
+
+export const defaultPaymentsStream = 'ATS_PAYMENTS'
+export const paymentsStreamPattern = '^[A-Za-z0-9_-]{1,64}$'
+
+const Address = Type.String({ pattern: '^0x[0-9a-fA-F]{40}$' })
+const Uint = Type.String({ pattern: '^[0-9]{1,78}$' })
+
+/**
+ * One charged payment: enough to record, report and settle it (on chain or through a
+ * facilitator). What it earns is `authorization.value`: EIP-3009 moves the whole value.
+ */
+export const PaymentCharged = Type.Object({
+  payer: Address,
+  payTo: Address,
+  asset: Address,
+  chainId: Type.Integer(),
+  /** the network the client named: a v1 short name or a CAIP-2 id */
+  network: Type.String(),
+  x402Version: Type.Union([Type.Literal(1), Type.Literal(2)]),
+  authorization: Type.Object({
+    from: Address,
+    to: Address,
+    value: Uint,
+    validAfter: Uint,
+    validBefore: Uint,
+    nonce: Type.String({ pattern: '^0x[0-9a-fA-F]{64}$' }),
+  }),
+  signature: Type.String({ pattern: '^0x[0-9a-fA-F]{130}$' }),
+  method: Type.String(),
+  /** path of the paid request, without the query */
+  route: Type.String(),
+  /** absolute URL offered as `resource` in the requirements; a facilitator gets it back */
+  resource: Type.String(),
+  requestId: Type.String(),
+  chargedAt: Type.Integer({ description: 'ms since the Unix epoch' }),
+})
+export type PaymentCharged = Static<typeof PaymentCharged>
+
+const chargedCodec = codec(PaymentCharged)
+
+const day = 86_400_000
+
+export function paymentChannels(stream: string = defaultPaymentsStream): PaymentChannels {
+  const charged = subjects.payments.charged(stream)
+  return {
+    stream,
+    charged: { subject: charged, message: chargedCodec },
+    blockedPayers: `${stream}-blocked-payers`,
+    ledgerConsumer: 'admin-ledger',
+    // kept a week, so an admin outage of days loses nothing; a republished payment within
+    // 10 minutes is dropped by JetStream, later ones by the ledger's unique (payer, nonce)
+    streamSpec: { name: stream, subjects: [charged], maxAgeMs: 7 * day, duplicateWindowMs: 600_000 },
+  }
+}
+
+/** JetStream's de-duplication id of a payment: one EIP-3009 authorization is charged once. */
+export const paymentMessageId = (from: string, nonce: string) => `${from.toLowerCase()}:${nonce.toLowerCase()}`
+
+/** Why a payer is refused at the edge, as stored in the blocked-payers bucket. */
+export const BlockedPayer = Type.Object({ reason: Type.String(), since: Type.Integer() })
+export type BlockedPayer = Static<typeof BlockedPayer>
+export const blockedPayerCodec = codec(BlockedPayer)
+
+/** USDC base units (6 decimals) as dollars: 10000n -> "$0.01", 1234567n -> "$1.234567", 0n -> "$0.00". */
+export function formatUsd(baseUnits: bigint): string {
+  const negative = baseUnits < 0n
+  const abs = negative ? -baseUnits : baseUnits
+  const whole = abs / 1_000_000n
+  let fraction = (abs % 1_000_000n).toString().padStart(6, '0').replace(/0+$/, '')
+  if (fraction.length < 2) fraction = fraction.padEnd(2, '0')
+  return `${negative ? '-' : ''}$${whole}.${fraction}`
+}
+
+/** The `description` of what a paid request buys, as offered in 402 answers and sent to facilitators. */
+export const paidRequestDescription = 'Agent Trading Service: one agent request'

@@ -1,0 +1,124 @@
+import { getAddress } from 'viem'
+import type { PaymentCharged } from '@ats/contracts'
+import type { Payment, PrismaClient, SettlementState } from '../generated/prisma/client.ts'
+
+export type PaymentRow = Payment
+
+export interface RevenueTotals {
+  totalUsdc: bigint
+  requestCount: number
+  uniquePayers: number
+}
+
+export interface DailyRevenue {
+  date: string
+  count: number
+  totalUsdc: bigint
+}
+
+const dayMs = 86_400_000
+
+/**
+ * The payments ledger: every charged payment once (unique payer + nonce), its settlement
+ * state, and the revenue figures. Revenue counts every payment that has not failed to
+ * settle: a failed one earned nothing.
+ */
+export function createLedger(db: PrismaClient, { settle }: { settle: boolean }) {
+  const earning = { state: { not: 'failed' as SettlementState } }
+  return {
+    /** Records charged payments; ones already recorded are skipped. Returns how many were new. */
+    async record(events: PaymentCharged[]): Promise<number> {
+      if (events.length === 0) return 0
+      const { count } = await db.payment.createMany({
+        skipDuplicates: true,
+        data: events.map((e) => ({
+          payer: getAddress(e.payer),
+          payTo: getAddress(e.payTo),
+          asset: getAddress(e.asset),
+          chainId: e.chainId,
+          network: e.network,
+          x402Version: e.x402Version,
+          amount: BigInt(e.authorization.value),
+          validAfter: BigInt(e.authorization.validAfter),
+          validBefore: BigInt(e.authorization.validBefore),
+          nonce: e.authorization.nonce.toLowerCase(),
+          signature: e.signature.toLowerCase(),
+          method: e.method,
+          route: e.route,
+          resource: e.resource,
+          requestId: e.requestId,
+          chargedAt: new Date(e.chargedAt),
+          state: settle ? 'pending' : 'skipped',
+        })),
+      })
+      return count
+    },
+
+    async totals(): Promise<RevenueTotals> {
+      const [sum, payers] = await Promise.all([
+        db.payment.aggregate({ where: earning, _sum: { amount: true }, _count: { _all: true } }),
+        db.payment.groupBy({ by: ['payer'], where: earning }),
+      ])
+      return { totalUsdc: sum._sum.amount ?? 0n, requestCount: sum._count._all, uniquePayers: payers.length }
+    },
+
+    recent(limit: number): Promise<PaymentRow[]> {
+      return db.payment.findMany({ orderBy: [{ chargedAt: 'desc' }, { id: 'desc' }], take: limit })
+    },
+
+    /** One entry per UTC day, oldest first, ending today; days without payments count 0. */
+    async history(days: number, now = Date.now()): Promise<DailyRevenue[]> {
+      const today = Math.floor(now / dayMs) * dayMs
+      const from = new Date(today - (days - 1) * dayMs)
+      const rows = await db.$queryRaw<Array<{ day: string; count: bigint; total: bigint | null }>>`
+        SELECT to_char(charged_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, count(*) AS count, sum(amount)::bigint AS total
+        FROM payments
+        WHERE charged_at >= ${from} AND state <> 'failed'
+        GROUP BY 1`
+      const byDay = new Map(rows.map((r) => [r.day, r]))
+      return Array.from({ length: days }, (_, i) => {
+        const date = new Date(from.getTime() + i * dayMs).toISOString().slice(0, 10)
+        const row = byDay.get(date)
+        return { date, count: Number(row?.count ?? 0), totalUsdc: row?.total ?? 0n }
+      })
+    },
+
+    /**
+     * Claims up to `limit` payments due for settlement, leasing them for `leaseMs`: replicas
+     * never claim the same one, and one whose settler died is claimed again after the lease.
+     */
+    claimDue(limit: number, leaseMs: number): Promise<PaymentRow[]> {
+      return db.$queryRaw<PaymentRow[]>`
+        UPDATE payments SET state = 'settling', attempts = attempts + 1,
+          next_attempt_at = now() + ${leaseMs} * interval '1 millisecond'
+        WHERE id IN (
+          SELECT id FROM payments
+          WHERE state IN ('pending', 'settling') AND next_attempt_at <= now()
+          ORDER BY charged_at LIMIT ${limit}
+          FOR UPDATE SKIP LOCKED)
+        RETURNING id, payer, pay_to AS "payTo", asset, chain_id AS "chainId", network, x402_version AS "x402Version",
+          amount, valid_after AS "validAfter", valid_before AS "validBefore", nonce, signature, method, route, resource,
+          request_id AS "requestId", charged_at AS "chargedAt", recorded_at AS "recordedAt", state, attempts,
+          next_attempt_at AS "nextAttemptAt", tx_hash AS "txHash", settle_error AS "settleError", settled_at AS "settledAt"`
+    },
+
+    /** The transaction is sent: if this settler dies now, the next one checks it instead of sending again. */
+    async submitted(id: bigint, txHash: string): Promise<void> {
+      await db.payment.update({ where: { id }, data: { txHash } })
+    },
+
+    async settled(id: bigint, txHash: string): Promise<void> {
+      await db.payment.update({ where: { id }, data: { state: 'settled', txHash, settledAt: new Date(), settleError: null } })
+    },
+
+    async failed(id: bigint, reason: string): Promise<void> {
+      await db.payment.update({ where: { id }, data: { state: 'failed', settleError: reason } })
+    },
+
+    async retryLater(id: bigint, reason: string, delayMs: number): Promise<void> {
+      await db.payment.update({ where: { id }, data: { state: 'pending', settleError: reason, nextAttemptAt: new Date(Date.now() + delayMs) } })
+    },
+  }
+}
+
+export type Ledger = ReturnType<typeof createLedger>

@@ -1,0 +1,147 @@
+import { eip3009Abi, usdcDomain, type ChainClients } from '@ats/chain'
+import { paidRequestDescription, paymentRequirementsV1, paymentRequirementsV2, type PaymentTerms } from '@ats/contracts'
+import { parseSignature, type Address, type Hex } from 'viem'
+import type { PaymentRow } from './ledger.ts'
+
+/** What one settlement attempt came to. */
+export type SettleOutcome =
+  | { kind: 'settled'; txHash: string }
+  | { kind: 'failed'; reason: string; insufficientFunds?: boolean }
+  /** worth trying again later (an RPC error, a facilitator 5xx, a transaction still pending) */
+  | { kind: 'retry'; reason: string }
+
+export interface Settlement {
+  name: string
+  settle(payment: PaymentRow, onSubmitted: (txHash: string) => Promise<void>): Promise<SettleOutcome>
+}
+
+const firstLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]!
+
+/**
+ * Settles on chain: the server wallet submits `transferWithAuthorization` on the payment's
+ * USDC. Whatever the chain will refuse (expired, already used, not enough funds) is found by
+ * reads first, so no gas is spent on a transaction bound to revert.
+ */
+export function onchainSettlement(clients: ChainClients): Settlement {
+  const { publicClient } = clients
+  const read = <T>(address: Address, functionName: 'balanceOf' | 'authorizationState', args: readonly unknown[]) =>
+    publicClient.readContract({ address, abi: eip3009Abi, functionName, args } as never) as Promise<T>
+
+  return {
+    name: 'on chain, from the server wallet',
+    async settle(p, onSubmitted) {
+      const { client, account } = clients.wallet()
+      if (p.chainId !== clients.chain.id) return { kind: 'failed', reason: `payment is on chain ${p.chainId}; this admin settles on chain ${clients.chain.id}` }
+      const asset = p.asset as Address
+      const from = p.payer as Address
+      if (p.txHash) {
+        const receipt = await publicClient.getTransactionReceipt({ hash: p.txHash as Hex }).catch(() => null)
+        if (receipt?.status === 'success') return { kind: 'settled', txHash: p.txHash }
+        if (!receipt) return { kind: 'retry', reason: `transaction ${p.txHash} not mined yet` }
+      }
+      const now = BigInt(Math.floor(Date.now() / 1000))
+      if (p.validBefore <= now) return { kind: 'failed', reason: `authorization expired at ${p.validBefore} before it was settled` }
+      if (await read<boolean>(asset, 'authorizationState', [from, p.nonce])) return { kind: 'failed', reason: 'authorization already used on chain' }
+      const balance = await read<bigint>(asset, 'balanceOf', [from])
+      if (balance < p.amount) return { kind: 'failed', reason: `insufficient funds: ${from} holds ${balance}, the payment is ${p.amount}`, insufficientFunds: true }
+
+      const { r, s, v, yParity } = parseSignature(p.signature as Hex)
+      const hash = await client.writeContract({
+        chain: clients.chain,
+        account,
+        address: asset,
+        abi: eip3009Abi,
+        functionName: 'transferWithAuthorization',
+        args: [from, p.payTo as Address, p.amount, p.validAfter, p.validBefore, p.nonce as Hex, Number(v ?? 27n + BigInt(yParity)), r, s],
+      })
+      await onSubmitted(hash)
+      const receipt = await publicClient.waitForTransactionReceipt({ hash, timeout: 60_000 })
+      return receipt.status === 'success' ? { kind: 'settled', txHash: hash } : { kind: 'failed', reason: `transaction ${hash} reverted` }
+    },
+  }
+}
+
+/** The x402 `exact` requirements a payment was made against, rebuilt from the ledger row. */
+function termsOf(p: PaymentRow): PaymentTerms {
+  const { name, version } = usdcDomain(p.chainId, p.asset as Address)
+  return {
+    price: p.amount,
+    payTo: p.payTo as Address,
+    asset: p.asset as Address,
+    chainId: p.chainId,
+    resource: p.resource,
+    description: paidRequestDescription,
+    maxTimeoutSeconds: 60,
+    token: { name, version },
+  }
+}
+
+/** The body of a facilitator's POST /settle (x402 v1 or v2, as the client paid). */
+export function settleRequest(p: PaymentRow) {
+  const terms = termsOf(p)
+  const payload = {
+    signature: p.signature,
+    authorization: {
+      from: p.payer,
+      to: p.payTo,
+      value: p.amount.toString(),
+      validAfter: p.validAfter.toString(),
+      validBefore: p.validBefore.toString(),
+      nonce: p.nonce,
+    },
+  }
+  if (p.x402Version === 2) {
+    const accepted = paymentRequirementsV2(terms)
+    return {
+      x402Version: 2,
+      paymentPayload: { x402Version: 2, resource: { url: p.resource, description: terms.description, mimeType: 'application/json' }, accepted, payload },
+      paymentRequirements: accepted,
+    }
+  }
+  const requirements = { ...paymentRequirementsV1(terms), network: p.network }
+  return {
+    x402Version: 1,
+    paymentPayload: { x402Version: 1, scheme: 'exact', network: p.network, payload },
+    paymentRequirements: requirements,
+  }
+}
+
+interface SettleResponse {
+  success?: boolean
+  errorReason?: string
+  transaction?: string
+  network?: string
+  payer?: string
+}
+
+/**
+ * Settles through an x402 facilitator: POST {url}/settle with the payment payload and its
+ * requirements; the facilitator submits the transfer and answers with its transaction.
+ */
+export function facilitatorSettlement(url: string, fetchImpl: typeof fetch = fetch): Settlement {
+  const endpoint = `${url.replace(/\/+$/, '')}/settle`
+  return {
+    name: `through the facilitator at ${url}`,
+    async settle(p) {
+      let res: Response
+      try {
+        res = await fetchImpl(endpoint, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(settleRequest(p)),
+          signal: AbortSignal.timeout(30_000),
+        })
+      } catch (error) {
+        return { kind: 'retry', reason: `facilitator unreachable: ${firstLine(error)}` }
+      }
+      if (res.status >= 500 || res.status === 429) return { kind: 'retry', reason: `facilitator answered ${res.status}` }
+      const body = (await res.json().catch(() => ({}))) as SettleResponse
+      if (res.ok && body.success === true && typeof body.transaction === 'string' && body.transaction !== '') {
+        return { kind: 'settled', txHash: body.transaction }
+      }
+      const reason = body.errorReason ?? `facilitator answered ${res.status} without success`
+      return { kind: 'failed', reason: `facilitator: ${reason}`, insufficientFunds: /insufficient_funds/i.test(reason) }
+    },
+  }
+}
+

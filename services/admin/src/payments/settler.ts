@@ -1,0 +1,87 @@
+import { blockedPayerCodec, type BlockedPayer } from '@ats/contracts'
+import type { FastifyBaseLogger } from 'fastify'
+import type { KV } from 'nats'
+import type { Ledger, PaymentRow } from './ledger.ts'
+import type { Settlement } from './settlement.ts'
+
+export interface SettlerOptions {
+  ledger: Ledger
+  settlement: Settlement
+  /** where payers whose payment could not settle for lack of funds are written; gateways refuse them */
+  blockedPayers: KV
+  log: FastifyBaseLogger
+  intervalMs: number
+  maxAttempts: number
+  batchSize?: number
+}
+
+/** how long a claimed payment stays with its settler before another may take it */
+const leaseMs = 120_000
+const backoffMs = (attempt: number) => Math.min(60_000, 1_000 * 2 ** (attempt - 1))
+
+/**
+ * Settles recorded payments, oldest first, one at a time (one server wallet, one nonce
+ * sequence). A transient failure is retried with backoff up to `maxAttempts`, then the
+ * payment is marked failed with the reason; a payer that could not pay is blocked.
+ */
+export function startSettler({ ledger, settlement, blockedPayers, log, intervalMs, maxAttempts, batchSize = 10 }: SettlerOptions) {
+  let running = true
+  let wake: (() => void) | undefined
+
+  async function block(p: PaymentRow, reason: string) {
+    const entry: BlockedPayer = { reason, since: Date.now() }
+    await blockedPayers.put(p.payer.toLowerCase(), blockedPayerCodec.encode(entry))
+    log.warn({ payer: p.payer, reason }, 'payer blocked: a payment of theirs could not settle')
+  }
+
+  async function settleOne(p: PaymentRow) {
+    let outcome
+    try {
+      outcome = await settlement.settle(p, (txHash) => ledger.submitted(p.id, txHash))
+    } catch (error) {
+      outcome = { kind: 'retry' as const, reason: (error as Error).message.split('\n')[0]! }
+    }
+    const at = { paymentId: String(p.id), payer: p.payer, nonce: p.nonce, attempt: p.attempts }
+    if (outcome.kind === 'settled') {
+      await ledger.settled(p.id, outcome.txHash)
+      log.info({ ...at, txHash: outcome.txHash }, 'payment settled')
+    } else if (outcome.kind === 'failed' || p.attempts >= maxAttempts) {
+      const reason = outcome.kind === 'failed' ? outcome.reason : `gave up after ${p.attempts} attempts: ${outcome.reason}`
+      await ledger.failed(p.id, reason)
+      log.error({ ...at, reason }, 'payment settlement failed')
+      if (outcome.kind === 'failed' && outcome.insufficientFunds) await block(p, reason)
+    } else {
+      await ledger.retryLater(p.id, outcome.reason, backoffMs(p.attempts))
+      log.warn({ ...at, reason: outcome.reason }, 'payment settlement will be retried')
+    }
+  }
+
+  const done = (async () => {
+    log.info({ settlement: settlement.name }, 'settling payments')
+    while (running) {
+      try {
+        const due = await ledger.claimDue(batchSize, leaseMs)
+        for (const p of due) {
+          if (!running) break
+          await settleOne(p)
+        }
+        if (due.length === batchSize) continue
+      } catch (error) {
+        if (!running) break
+        log.error({ err: error }, 'settlement round failed')
+      }
+      await new Promise<void>((resolve) => {
+        wake = resolve
+        setTimeout(resolve, intervalMs)
+      })
+    }
+  })()
+
+  return {
+    async stop() {
+      running = false
+      wake?.()
+      await done
+    },
+  }
+}

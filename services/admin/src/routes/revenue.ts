@@ -1,0 +1,52 @@
+import { adminRoutes, formatUsd } from '@ats/contracts'
+import type { TypeBoxTypeProvider } from '@ats/service-kit'
+import type { FastifyInstance } from 'fastify'
+import type { Ledger } from '../payments/ledger.ts'
+
+export interface RevenueOptions {
+  ledger: Ledger
+  /** PAYMENT_PRICE, USDC base units */
+  price: bigint
+  storage: string
+}
+
+export async function revenueRoutes(app: FastifyInstance, { ledger, price, storage }: RevenueOptions) {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>()
+
+  api.route({
+    ...adminRoutes.revenue,
+    handler: async () => {
+      const [totals, recent] = await Promise.all([ledger.totals(), ledger.recent(20)])
+      return {
+        totalUsdc: totals.totalUsdc.toString(),
+        totalUsd: formatUsd(totals.totalUsdc),
+        uniquePayers: totals.uniquePayers,
+        pricePerRequest: formatUsd(price),
+        requestCount: totals.requestCount,
+        recentPayments: recent.map((p) => ({
+          payer: p.payer,
+          amount: p.amount.toString(),
+          route: `${p.method} ${p.route}`,
+          paidAt: p.chargedAt.getTime(),
+          requestId: p.requestId,
+          settlement: p.state,
+          txHash: p.txHash,
+          settleError: p.settleError,
+        })),
+        storage,
+      }
+    },
+  })
+
+  api.route({
+    ...adminRoutes.revenueHistory,
+    handler: async (request) => {
+      const { days } = request.query
+      const history = await ledger.history(days)
+      return {
+        days,
+        history: history.map((d) => ({ date: d.date, count: d.count, totalUsdc: d.totalUsdc.toString(), totalUsd: formatUsd(d.totalUsdc) })),
+      }
+    },
+  })
+}
