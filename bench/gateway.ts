@@ -3,13 +3,14 @@ import { randomBytes } from 'node:crypto'
 import { fileURLToPath } from 'node:url'
 import { createInterface } from 'node:readline'
 import { createServer } from 'node:net'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
 import { freshDatabase } from '@ats/service-kit/testing'
 // by path: @ats/devnet is a dependency of the gateway's tests, not of the root package
 import { startDevnet } from '../packages/devnet/src/index.ts'
+import { openPaymentsStream } from './jetstream.ts'
 import { signPayments } from './payments.ts'
 
 /**
@@ -25,6 +26,9 @@ import { signPayments } from './payments.ts'
  * A paid request spends its payment (the nonce is claimed), so each one carries a
  * payment of its own: BENCH_PAID_RPS (6000, above what one core verifies) × seconds ×
  * (rounds + warm-up) are signed before the timed runs, at most BENCH_PAID_MAX (300,000).
+ * Each charged request is also published to JetStream (a stream of the bench's own, deleted
+ * at the end) and recorded by the admin service (settlement off): after a paid run the
+ * next run starts only once the admin has recorded every payment of it.
  */
 const root = fileURLToPath(new URL('..', import.meta.url))
 const duration = Number(process.env.BENCH_SECONDS ?? 10)
@@ -45,13 +49,15 @@ interface Started {
   exited?: string
 }
 
-function start(script: string, env: NodeJS.ProcessEnv, printsAddress: boolean): Promise<Started> {
+/** `stdout`: 'pipe' when the process prints its address first, else a file (descriptor) or 'ignore' */
+function start(script: string, env: NodeJS.ProcessEnv, stdout: 'pipe' | 'ignore' | number): Promise<Started> {
   const command = [process.execPath, '--import', 'tsx', script]
   const [file, ...args] = pinned ? ['taskset', '-c', '1', ...command] : command
+  const printsAddress = stdout === 'pipe'
   const child = spawn(file!, args, {
     cwd: root,
     env: { ...process.env, ...env },
-    stdio: ['ignore', printsAddress ? 'pipe' : 'ignore', 'pipe'],
+    stdio: ['ignore', stdout, 'pipe'],
   })
   children.push(child)
   let errors = ''
@@ -128,7 +134,7 @@ interface Target {
   payments?: PaymentPool
   runs: Run[]
 }
-type Run = { rps: number; p99: number; cpu: number }
+type Run = { rps: number; p99: number; cpu: number; requests: number }
 
 async function load(target: Target, measure: boolean): Promise<Run> {
   const before = measure ? cpuMicros(target.pid) : Number.NaN
@@ -164,7 +170,7 @@ async function load(target: Target, measure: boolean): Promise<Run> {
   })
   if (payments?.exhausted)
     throw new Error(
-      `${target.url}: ran out of pre-signed payments (${payments.size} signed, ${result.requests.total} requests in this run): ` +
+      `${target.url}: ran out of pre-signed payments (all ${payments.size} signed are spent, the last by this run): ` +
         `the paid route answered more than BENCH_PAID_RPS=${paidRps} requests/s; raise BENCH_PAID_RPS (and BENCH_PAID_MAX) or lower BENCH_SECONDS/BENCH_ROUNDS`,
     )
   if (result.non2xx > 0 || result.errors > 0) {
@@ -175,7 +181,7 @@ async function load(target: Target, measure: boolean): Promise<Run> {
     throw new Error(`${target.name} (${target.url}): ${result.non2xx} non-2xx answers (${statuses.join(', ')}), ${result.errors} errors; one more request now: ${sample}`)
   }
   const cpuPerRequest = measure ? (cpuMicros(target.pid) - before) / result.requests.total : Number.NaN
-  return { rps: result.requests.average, p99: result.latency.p99, cpu: cpuPerRequest }
+  return { rps: result.requests.average, p99: result.latency.p99, cpu: cpuPerRequest, requests: result.requests.total }
 }
 
 // a database of its own, dropped at the end, so runs leave no keys behind; a devnet of its own too
@@ -193,9 +199,9 @@ async function main() {
   }
 
   // the chain the paid route reads payer balances from (anvil, mostly idle: balances are cached)
-  const bookDir = mkdtempSync(join(tmpdir(), 'bench-book-'))
-  cleanups.push(() => rmSync(bookDir, { recursive: true, force: true }))
-  const addressBookPath = join(bookDir, 'address-book.json')
+  const benchDir = mkdtempSync(join(tmpdir(), 'bench-'))
+  cleanups.push(() => rmSync(benchDir, { recursive: true, force: true }))
+  const addressBookPath = join(benchDir, 'address-book.json')
   const devnet = await startDevnet({ port: devnetPort, addressBookPath })
   cleanups.push(() => devnet.stop())
   const usdc = devnet.book.tokens.find((token) => token.symbol === 'USDC')?.address
@@ -207,30 +213,59 @@ async function main() {
   const rows = 4
   const wanted = Math.ceil(paidRps * duration * (rounds + 1)) + 2 // + the acceptance check and its replay
   const count = Math.min(wanted, maxPayments)
-  const validFor = Math.ceil(count * 200e-6) + (rounds + 1) * rows * (duration + 3) + 120
+  const validFor = Math.ceil(count * 500e-6) + (rounds + 1) * rows * (duration + 3) + 120
   // the gateway accepts validBefore up to PAYMENT_TIMEOUT_SECONDS + 600 s ahead
   const paymentTimeout = Math.max(60, validFor - 600 + 30)
 
-  const upstream = (await start('bench/upstream.ts', {}, true)).address
-  const bare = await start('bench/bareProxy.ts', { UPSTREAM: upstream, PORT: '3901' }, true)
-  const admin = await start('services/admin/src/server.ts', { ...env, PORT: '3905', HOST: '127.0.0.1' }, false)
+  // payment events go to a stream of this run's own (not the default one a `pnpm start` fleet on
+  // this NATS records and settles), removed at the end with the blocked-payers bucket
+  const paymentsStream = `BENCH_${randomBytes(6).toString('hex')}`
+  const natsUrl = env.NATS_URL
+  cleanups.push(async () => {
+    const js = await openPaymentsStream(natsUrl, paymentsStream, 'admin-ledger')
+    await js.remove([paymentsStream, `KV_${paymentsStream}-blocked-payers`])
+    await js.close()
+  })
+  const chain = { RPC_URL: devnet.rpcUrl, CHAIN_ID: String(devnet.chainId), PAYMENTS_STREAM: paymentsStream }
+
+  const upstream = (await start('bench/upstream.ts', {}, 'pipe')).address
+  const bare = await start('bench/bareProxy.ts', { UPSTREAM: upstream, PORT: '3901' }, 'pipe')
+  // the admin records the charged payments (one ledger write per batch); settling them on the
+  // devnet would add a transaction per request on anvil, so settlement is off
+  const adminLog = join(benchDir, 'admin.log')
+  const adminLogFd = openSync(adminLog, 'w')
+  const adminEnv = { ...env, ...chain, PORT: '3905', HOST: '127.0.0.1', SETTLEMENT_ENABLED: 'false' }
+  const admin = await start('services/admin/src/server.ts', adminEnv, adminLogFd)
+  closeSync(adminLogFd)
+  /** the admin's warnings and errors so far, each distinct one once, with how often */
+  const adminProblems = () => {
+    const seen = new Map<string, number>()
+    for (const line of readFileSync(adminLog, 'utf8').split('\n')) {
+      try {
+        const entry = JSON.parse(line) as { level?: number; msg?: string; err?: { message?: string } }
+        if ((entry.level ?? 0) < 40) continue
+        const text = `${entry.msg ?? ''}${entry.err?.message ? `: ${entry.err.message}` : ''}`
+        seen.set(text, (seen.get(text) ?? 0) + 1)
+      } catch {}
+    }
+    return [...seen].map(([text, n]) => `  ${n} × ${text}`).join('\n') || '  (none)'
+  }
   const gatewayEnv = {
     ...env,
+    ...chain,
     HOST: '127.0.0.1',
     ADMIN_URL: 'http://127.0.0.1:3905',
     MARKET_DATA_URL: upstream,
     AGENT_URL: upstream,
     RATE_LIMIT_READONLY: '1000000000',
     PAY_TO: payTo,
-    RPC_URL: devnet.rpcUrl,
-    CHAIN_ID: String(devnet.chainId),
     ADDRESS_BOOK: addressBookPath,
     PAYMENT_TIMEOUT_SECONDS: String(paymentTimeout),
     SKIP_PAYMENT: 'false',
   }
   // the same gateway twice: as deployed (access log at info) and with the access log off
-  const gateway = await start('gateway/src/server.ts', { ...gatewayEnv, PORT: '3900' }, false)
-  const quiet = await start('gateway/src/server.ts', { ...gatewayEnv, PORT: '3902', LOG_LEVEL: 'warn' }, false)
+  const gateway = await start('gateway/src/server.ts', { ...gatewayEnv, PORT: '3900' }, 'ignore')
+  const quiet = await start('gateway/src/server.ts', { ...gatewayEnv, PORT: '3902', LOG_LEVEL: 'warn' }, 'ignore')
 
   // sign here (core 0) while the servers start (core 1)
   const signStarted = performance.now()
@@ -271,6 +306,28 @@ async function main() {
   if (replay.status !== 402) throw new Error(`a replayed payment was not refused: GET /agent/skills answered ${replay.status} ${await replay.text()}`)
   await replay.body?.cancel()
 
+  // the admin's ledger consumer: a paid run leaves a backlog of payment events behind, and the
+  // next run (another row) must not pay for recording them
+  const ledger = await openPaymentsStream(natsUrl, paymentsStream, 'admin-ledger')
+  cleanups.push(() => ledger.close())
+  const ledgerCaughtUp = async (timeoutMs = Math.max(60_000, duration * 10_000)) => {
+    try {
+      return await ledger.caughtUp(timeoutMs)
+    } catch (error) {
+      throw new Error(`${(error as Error).message}\nadmin warnings and errors:\n${adminProblems()}`)
+    }
+  }
+  // the accepted payment above must reach the ledger; when the admin records nothing at all the
+  // bench goes on (the gateway's figures still mean something) but says so loudly, twice
+  let ledgerBroken: string | undefined
+  try {
+    await ledgerCaughtUp(10_000)
+  } catch (error) {
+    ledgerBroken = (error as Error).message
+    console.warn(`WARNING: the admin records no payments, so the paid runs leave out its ledger work:\n${ledgerBroken}`)
+  }
+  const paidExtras: Array<{ catchUpMs: number; adminCpu: number }> = []
+
   const targets: Target[] = [
     { name: 'bare @fastify/http-proxy', url: `${bare.address}/market/prices`, pid: bare.pid, runs: [] },
     { name: 'gateway, keyed (readonly key)', url: 'http://127.0.0.1:3900/market/prices', pid: gateway.pid, key, runs: [] },
@@ -287,9 +344,18 @@ async function main() {
   console.log(
     `warming up; then ${rounds} rounds of ${duration} s each, ${connections} connections, GET /market/prices (keyed), GET /agent/skills (paid, one payment per request)`,
   )
-  for (const target of targets) await load(target, false)
+  const run = async (target: Target, measure: boolean) => {
+    const adminBefore = cpuMicros(admin.pid)
+    const result = await load(target, measure)
+    if (target.payments && !ledgerBroken) {
+      const catchUpMs = await ledgerCaughtUp()
+      if (measure) paidExtras.push({ catchUpMs, adminCpu: (cpuMicros(admin.pid) - adminBefore) / result.requests })
+    }
+    return result
+  }
+  for (const target of targets) await run(target, false)
   for (let i = 0; i < rounds; i++) {
-    for (const target of targets) target.runs.push(await load(target, true))
+    for (const target of targets) target.runs.push(await run(target, true))
   }
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length
   const table = targets.map(({ name, runs }) => ({
@@ -303,7 +369,19 @@ async function main() {
   const ratio = (row: typeof bareRow, base: typeof bareRow) => ((row['requests/s'] / base['requests/s']) * 100).toFixed(1)
   console.log(`keyed / bare throughput: ${ratio(keyedRow, bareRow)}% (access log on), ${ratio(quietRow, bareRow)}% (access log off); aim: at least 85%`)
   console.log(`paid / keyed throughput: ${ratio(paidRow, keyedRow)}%; aim: at least 40%`)
-  console.log(`(${payments.left} of ${payments.size} payments left unspent)`)
+  const { published, pending } = await ledger.backlog()
+  if (ledgerBroken)
+    console.warn(
+      `WARNING: the admin recorded none of the ${published} payment events (${pending} pending): ` +
+        'the paid figures leave out the ledger consumer that shares the servers core; see the warning above',
+    )
+  else
+    console.log(
+      `paid runs: admin (ledger consumer, same core) CPU ${mean(paidExtras.map((x) => x.adminCpu)).toFixed(1)} µs per paid request; ` +
+        `it had recorded every payment ${Math.round(mean(paidExtras.map((x) => x.catchUpMs)))} ms after a run ended; ` +
+        `${published} payment events in all`,
+    )
+  console.log(`${payments.left} of ${payments.size} signed payments left unspent`)
 }
 
 let failed = false

@@ -1,4 +1,12 @@
+import { randomBytes } from 'node:crypto'
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createChainClients, eip3009Abi, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
+import { startDevnet } from '@ats/devnet'
 import { baseTestEnv, startService, testInfra } from '@ats/service-kit/testing'
+import { toHex, type Address } from 'viem'
+import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
 import Fastify from 'fastify'
 import type { Test } from 'tap'
 import { adminService } from '../../services/admin/src/service.ts'
@@ -12,7 +20,11 @@ export const adminKey = 'atsk_gateway-test-bootstrap-key-000'
  */
 export async function startEcho(t: Test) {
   const app = Fastify()
-  app.all('/*', async (request) => ({ path: request.url, headers: request.headers }))
+  app.all('/*', async (request, reply) => {
+    // a path the service does not have, to see what the gateway does with a service's 4xx
+    if (request.url.includes('/missing')) return reply.code(404).send({ error: `no route ${request.url}` })
+    return { path: request.url, headers: request.headers }
+  })
   t.teardown(() => app.close())
   return app.listen({ port: 0, host: '127.0.0.1' })
 }
@@ -20,6 +32,7 @@ export async function startEcho(t: Test) {
 export interface FleetOptions {
   gateways?: number
   gatewayEnv?: NodeJS.ProcessEnv
+  adminEnv?: NodeJS.ProcessEnv
   /** where the not-yet-built services are: the echo probe by default */
   otherServices?: string
 }
@@ -28,7 +41,8 @@ export interface FleetOptions {
 export async function startFleet(t: Test, options: FleetOptions = {}) {
   const env = await baseTestEnv(t)
   const { redisUrl } = await testInfra()
-  const admin = await startService(t, adminService, { ...env, ADMIN_API_KEY: adminKey })
+  const adminEnv = { ...env, ADMIN_API_KEY: adminKey, ...options.adminEnv }
+  const admin = await startService(t, adminService, adminEnv)
   const others = options.otherServices ?? (await startEcho(t))
   const gatewayEnv: NodeJS.ProcessEnv = {
     ...env,
@@ -64,5 +78,74 @@ export async function startFleet(t: Test, options: FleetOptions = {}) {
     return res.body as { id: string; key: string; tier: string }
   }
 
-  return { admin, gateway, gateways, request, createKey }
+  return { admin, adminEnv, gateway, gateways, gatewayEnv, request, createKey }
+}
+
+export interface PaymentOverrides {
+  /** the signer (default devnet account 1) */
+  payer?: PrivateKeyAccount
+  value?: bigint
+  to?: Address
+  validAfter?: bigint
+  validBefore?: bigint
+  network?: string
+}
+
+/**
+ * A devnet (on its own port) plus the fleet with payments on: PAY_TO is devnet account 9,
+ * the payer devnet account 1, admin settles from account 0. `pay()` signs a fresh v1 X-PAYMENT header by hand.
+ */
+export async function startPaidFleet(t: Test, port: number, options: FleetOptions = {}) {
+  const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
+  const devnet = await startDevnet({ port, addressBookPath })
+  t.teardown(() => devnet.stop())
+  const payTo = devnet.accounts[9]!.address
+  const chain = { RPC_URL: devnet.rpcUrl, CHAIN_ID: '31337', ADDRESS_BOOK: addressBookPath }
+  const fleet = await startFleet(t, {
+    ...options,
+    gatewayEnv: { PAY_TO: payTo, ...chain, ...options.gatewayEnv },
+    // admin settles on chain from the server wallet, devnet account 0
+    adminEnv: { ...chain, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey, ...options.adminEnv },
+  })
+  const usdc = devnet.book.tokens.find((token) => token.symbol === 'USDC')!.address
+  const payer = privateKeyToAccount(devnet.accounts[1]!.privateKey)
+  const pay = async (overrides: PaymentOverrides = {}) => {
+    const now = BigInt(Math.floor(Date.now() / 1000))
+    const signer = overrides.payer ?? payer
+    const authorization = {
+      from: signer.address,
+      to: overrides.to ?? payTo,
+      value: overrides.value ?? 10_000n,
+      validAfter: overrides.validAfter ?? now - 5n,
+      validBefore: overrides.validBefore ?? now + 60n,
+      nonce: toHex(randomBytes(32)),
+    }
+    const signature = await signer.signTypedData({
+      domain: usdcDomain(31337, usdc),
+      types: transferWithAuthorizationTypes,
+      primaryType: 'TransferWithAuthorization',
+      message: authorization,
+    })
+    const header = {
+      x402Version: 1,
+      scheme: 'exact',
+      network: overrides.network ?? 'eip155:31337',
+      payload: { signature, authorization: Object.fromEntries(Object.entries(authorization).map(([k, v]) => [k, String(v)])) },
+    }
+    return Buffer.from(JSON.stringify(header)).toString('base64')
+  }
+  const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: 31337 })
+  const balanceOf = (owner: Address) => publicClient.readContract({ address: usdc, abi: eip3009Abi, functionName: 'balanceOf', args: [owner] })
+  return { ...fleet, devnet, publicClient, payTo, payer, usdc, pay, balanceOf }
+}
+
+/** Polls `check` every 100 ms until it returns a value other than undefined (10 s at most). */
+export async function eventually<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const value = await check()
+    if (value !== undefined) return value
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
 }

@@ -1,94 +1,127 @@
-import { mkdtempSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
-import { startDevnet } from '@ats/devnet'
+import { spawn } from 'node:child_process'
+import { createServer } from 'node:net'
+import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
-import { keccak256, toHex, type Address } from 'viem'
-import { privateKeyToAccount } from 'viem/accounts'
-import { startFleet } from './fleet.ts'
+import { startPaidFleet } from './fleet.ts'
 
-
-async function paidFleet(t: Test, extra: NodeJS.ProcessEnv = {}) {
-  const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
-  const devnet = await startDevnet({ port: 8681, addressBookPath })
-  t.teardown(() => devnet.stop())
-  const payTo = devnet.accounts[9]!.address
-  const fleet = await startFleet(t, {
-    gatewayEnv: { PAY_TO: payTo, RPC_URL: devnet.rpcUrl, CHAIN_ID: '31337', ADDRESS_BOOK: addressBookPath, ...extra },
-  })
-  const usdc = devnet.book.tokens.find((token) => token.symbol === 'USDC')!.address
-  const payer = privateKeyToAccount(devnet.accounts[1]!.privateKey)
-  let counter = 0
-  const pay = async (overrides: { value?: bigint; to?: Address } = {}) => {
-    const now = BigInt(Math.floor(Date.now() / 1000))
-    const authorization = {
-      from: payer.address,
-      to: overrides.to ?? payTo,
-      value: overrides.value ?? 10_000n,
-      validAfter: now - 5n,
-      validBefore: now + 60n,
-      nonce: keccak256(toHex(`payment ${Date.now()} ${counter++}`)),
-    }
-    const signature = await payer.signTypedData({
-      domain: usdcDomain(31337, usdc),
-      types: transferWithAuthorizationTypes,
-      primaryType: 'TransferWithAuthorization',
-      message: authorization,
-    })
-    const header = {
-      x402Version: 1,
-      scheme: 'exact',
-      network: 'eip155:31337',
-      payload: { signature, authorization: Object.fromEntries(Object.entries(authorization).map(([k, v]) => [k, String(v)])) },
-    }
-    return Buffer.from(JSON.stringify(header)).toString('base64')
-  }
-  return { ...fleet, devnet, payTo, payer, usdc, pay }
-}
+const paid = (t: Test, options?: Parameters<typeof startPaidFleet>[2]) => startPaidFleet(t, 8681, options)
+const decode = (header: string | null) => JSON.parse(Buffer.from(header ?? '', 'base64').toString('utf8'))
 
 t.test('a paid route without a payment answers 402 with the requirements in the body and the v2 header', async (t) => {
-  const { request, payTo, usdc } = await paidFleet(t)
+  const { request, payTo, usdc } = await paid(t)
   const res = await request('/agent/skills')
   t.equal(res.status, 402)
   t.match(res.body, {
     x402Version: 1,
     error: /payment required/,
-    accepts: [{ scheme: 'exact', maxAmountRequired: '10000', payTo, asset: usdc, extra: { name: 'USD Coin', version: '2' } }],
+    accepts: [
+      {
+        scheme: 'exact',
+        network: 'anvil',
+        maxAmountRequired: '10000',
+        payTo,
+        asset: usdc,
+        resource: /\/agent\/skills$/,
+        description: String,
+        mimeType: 'application/json',
+        maxTimeoutSeconds: 60,
+        extra: { name: 'USD Coin', version: '2' },
+      },
+    ],
   })
-  const v2 = JSON.parse(Buffer.from(res.headers.get('payment-required')!, 'base64').toString('utf8'))
-  t.match(v2, { x402Version: 2, accepts: [{ network: 'eip155:31337', amount: '10000' }] })
+  t.match(decode(res.headers.get('payment-required')), { x402Version: 2, accepts: [{ network: 'eip155:31337', amount: '10000', payTo, asset: usdc }] })
 })
 
-t.test('a valid X-PAYMENT passes once; the payer is the owner the service sees', async (t) => {
-  const { request, pay, payer } = await paidFleet(t)
+t.test('a hand-signed X-PAYMENT passes once; the payer is the owner the service sees and the answer says it was charged', async (t) => {
+  const { request, pay, payer } = await paid(t)
   const header = await pay()
   const res = await request('/agent/skills', { headers: { 'x-payment': header } })
   t.equal(res.status, 200)
   t.equal(res.body.headers['x-ats-owner-id'], payer.address)
   t.notOk('x-payment' in res.body.headers, 'the payment header is not forwarded')
+  const receipt = decode(res.headers.get('x-payment-response'))
+  t.same(receipt, { success: true, transaction: '', network: 'anvil', payer: payer.address })
+  t.equal(res.headers.get('payment-response'), res.headers.get('x-payment-response'))
   const replay = await request('/agent/skills', { headers: { 'x-payment': header } })
   t.equal(replay.status, 402)
   t.match(replay.body.error, /^nonce already used/)
 })
 
-t.test('wrong recipient, too small an amount and garbage each answer 402 saying so', async (t) => {
-  const { request, pay, devnet } = await paidFleet(t)
-  const cases: Array<[string, RegExp]> = [
-    [await pay({ to: devnet.accounts[3]!.address }), /^wrong recipient/],
-    [await pay({ value: 9_999n }), /^amount too low: 9999 < 10000/],
-    ['%%%not-base64%%%', /X-PAYMENT/],
+t.test('each bad payment answers 402 saying what is wrong', async (t) => {
+  const { request, pay, devnet } = await paid(t)
+  const now = BigInt(Math.floor(Date.now() / 1000))
+  const good = JSON.parse(Buffer.from(await pay(), 'base64').toString('utf8'))
+  const tampered = structuredClone(good)
+  tampered.payload.authorization.value = '20000'
+  const cases: Array<[string, string, RegExp]> = [
+    ['tampered signature', Buffer.from(JSON.stringify(tampered)).toString('base64'), /^invalid signature: signed by 0x[0-9a-fA-F]{40}, not by authorization.from/],
+    ['wrong payTo', await pay({ to: devnet.accounts[3]!.address }), /^wrong recipient/],
+    ['value 9999', await pay({ value: 9_999n }), /^amount too low: 9999 < 10000/],
+    ['expired validBefore', await pay({ validAfter: now - 120n, validBefore: now - 60n }), /^expired: validBefore/],
+    ['future validAfter', await pay({ validAfter: now + 3600n }), /^not yet valid: validAfter/],
+    ['wrong network', await pay({ network: 'eip155:42161' }), /^wrong network: 'eip155:42161'/],
+    ['garbage base64', '%%%not-base64%%%', /^X-PAYMENT: not base64/],
+    ['base64 of no JSON', Buffer.from('hello').toString('base64'), /^X-PAYMENT: base64 does not decode to JSON/],
   ]
-  for (const [header, error] of cases) {
+  for (const [what, header, error] of cases) {
     const res = await request('/agent/skills', { headers: { 'x-payment': header } })
-    t.equal(res.status, 402)
-    t.match(res.body, { x402Version: 1, error, accepts: Array })
+    t.equal(res.status, 402, what)
+    t.match(res.body, { x402Version: 1, error, accepts: Array }, what)
+    t.match(decode(res.headers.get('payment-required')), { x402Version: 2, error }, `${what}: the v2 header says it too`)
   }
 })
 
+t.test('a payment is not charged when the service answers 4xx, and the answer says so', async (t) => {
+  const { request, pay } = await paid(t)
+  const res = await request('/agent/missing', { headers: { 'x-payment': await pay() } })
+  t.equal(res.status, 404)
+  t.match(decode(res.headers.get('x-payment-response')), { success: false, errorReason: /^not charged: the service answered 404/ })
+})
+
 t.test('SKIP_PAYMENT lets paid routes through with a development owner', async (t) => {
-  const { request } = await paidFleet(t, { SKIP_PAYMENT: 'true' })
+  const { request } = await paid(t, { gatewayEnv: { SKIP_PAYMENT: 'true' } })
   const res = await request('/agent/skills')
   t.equal(res.status, 200)
   t.equal(res.body.headers['x-ats-owner-id'], '0x000000000000000000000000000000000000dEaD')
+})
+
+const freePort = () =>
+  new Promise<number>((resolve) => {
+    const server = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => resolve(port))
+    })
+  })
+
+/** A gateway in a process of its own, as deployed. */
+async function gatewayProcess(t: Test, env: NodeJS.ProcessEnv) {
+  const port = await freePort()
+  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('../src/server.ts', import.meta.url))], {
+    env: { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' },
+    stdio: 'ignore',
+  })
+  t.teardown(() => {
+    child.kill('SIGTERM')
+    return new Promise((resolve) => (child.exitCode === null ? child.once('exit', resolve) : resolve(null)))
+  })
+  const url = `http://127.0.0.1:${port}`
+  for (let i = 0; i < 200; i++) {
+    if (child.exitCode !== null) throw new Error(`gateway process exited with ${child.exitCode}`)
+    if (await fetch(`${url}/ready`).then((r) => r.ok, () => false)) return url
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  throw new Error('gateway process never became ready')
+}
+
+t.test('one payment sent 50 times at once to two gateway processes succeeds exactly once', async (t) => {
+  const { gatewayEnv, pay } = await paid(t)
+  const urls = await Promise.all([gatewayProcess(t, gatewayEnv), gatewayProcess(t, gatewayEnv)])
+  const header = await pay()
+  const answers = await Promise.all(
+    Array.from({ length: 50 }, (_, i) => fetch(`${urls[i % 2]}/agent/skills`, { headers: { 'x-payment': header } }).then(async (r) => ({ status: r.status, body: await r.json() }))),
+  )
+  t.equal(answers.filter((a) => a.status === 200).length, 1, 'exactly one success')
+  const refused = answers.filter((a) => a.status !== 200)
+  t.equal(refused.length, 49)
+  t.ok(refused.every((a) => a.status === 402 && /^nonce already used/.test(a.body.error)), 'the other 49 are refused as replays')
 })

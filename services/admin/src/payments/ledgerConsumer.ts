@@ -5,7 +5,7 @@ import { AckPolicy, DeliverPolicy, nanos, type JsMsg, type NatsConnection } from
 import type { Ledger } from './ledger.ts'
 
 const batchSize = 256
-const fetchWaitMs = 500
+const fetchWaitMs = 1_000
 const retryDelayMs = 2_000
 
 /**
