@@ -1,29 +1,13 @@
-import { mkdtempSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { startDevnet } from '@ats/devnet'
 import { ExactEvmScheme } from '@x402/evm/exact/client'
 import { wrapFetchWithPayment, x402Client, type x402ClientConfig } from '@x402/fetch'
 import t, { type Test } from 'tap'
 import { getAddress } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
-import { startFleet } from './fleet.ts'
+import { adminKey, eventually, startPaidFleet } from './fleet.ts'
 
 const network = 'eip155:31337'
 
-/** A devnet (own port, so it does not collide with paidRoutes.test.ts) and a gateway with payments on. */
-async function paidFleet(t: Test) {
-  const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
-  const devnet = await startDevnet({ port: 8682, addressBookPath })
-  t.teardown(() => devnet.stop())
-  const payTo = devnet.accounts[9]!.address
-  const fleet = await startFleet(t, {
-    gatewayEnv: { PAY_TO: payTo, RPC_URL: devnet.rpcUrl, CHAIN_ID: '31337', ADDRESS_BOOK: addressBookPath },
-  })
-  const usdc = devnet.book.tokens.find((token) => token.symbol === 'USDC')!.address
-  const payer = privateKeyToAccount(devnet.accounts[1]!.privateKey)
-  return { ...fleet, devnet, payTo, payer, usdc }
-}
+const paidFleet = (t: Test) => startPaidFleet(t, 8682, { adminEnv: { SETTLEMENT_ENABLED: 'false' } })
 
 /** The real client: @x402/fetch over an inner fetch that records every request it is handed. */
 function payingFetch(payer: ReturnType<typeof privateKeyToAccount>, spendControls: x402ClientConfig['spendControls']) {
@@ -42,8 +26,8 @@ function payingFetch(payer: ReturnType<typeof privateKeyToAccount>, spendControl
 
 const decode = (header: string) => JSON.parse(Buffer.from(header, 'base64').toString('utf8'))
 
-t.test('a real @x402/fetch client pays and gets past the 402', async (t) => {
-  const { gateway, payer, payTo, usdc } = await paidFleet(t)
+t.test('a real @x402/fetch client pays, gets past the 402, and the payment appears in /admin/revenue', async (t) => {
+  const { gateway, payer, payTo, usdc, request } = await paidFleet(t)
   const url = `${gateway.url}/agent/skills`
 
   const unpaid = await fetch(url)
@@ -72,6 +56,13 @@ t.test('a real @x402/fetch client pays and gets past the 402', async (t) => {
       authorization: { from: payer.address, to: payTo, value: '10000', nonce: /^0x[0-9a-f]{64}$/i },
     },
   })
+  t.match(decode(res.headers.get('payment-response')!), { success: true, network, payer: getAddress(payer.address) }, 'the answer carries PAYMENT-RESPONSE')
+
+  const revenue = await eventually('the payment in /admin/revenue', async () => {
+    const res = await request('/admin/revenue', { key: adminKey })
+    return res.body.requestCount === 1 ? res.body : undefined
+  })
+  t.match(revenue, { totalUsdc: '10000', totalUsd: '$0.01', uniquePayers: 1, recentPayments: [{ payer: getAddress(payer.address), amount: '10000', route: 'GET /agent/skills' }] })
 })
 
 t.test('with spendControls: false the client pays too, and its payment cannot be replayed', async (t) => {
