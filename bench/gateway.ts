@@ -27,8 +27,10 @@ import { signPayments } from './payments.ts'
  * payment of its own: BENCH_PAID_RPS (6000, above what one core verifies) × seconds ×
  * (rounds + warm-up) are signed before the timed runs, at most BENCH_PAID_MAX (300,000).
  * Each charged request is also published to JetStream (a stream of the bench's own, deleted
- * at the end) and recorded by the admin service (settlement off): after a paid run the
- * next run starts only once the admin has recorded every payment of it.
+ * at the end) and recorded by the admin service (settlement off), which runs on the servers'
+ * core like the rest and so competes with the gateway during paid runs: its CPU per paid
+ * request is printed, and after a paid run the next run starts only once the admin has
+ * recorded every payment of it.
  */
 const root = fileURLToPath(new URL('..', import.meta.url))
 const duration = Number(process.env.BENCH_SECONDS ?? 10)
