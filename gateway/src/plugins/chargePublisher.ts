@@ -22,15 +22,17 @@ export async function createChargePublisher(nc: NatsConnection, channels: Paymen
   const send = (p: Pending) => js.publish(channels.charged.subject, p.data, { msgID: p.msgID, timeout: 5_000 })
 
   async function flush() {
+    let delivered = 0
     while (outbox.length > 0) {
       try {
         await send(outbox[0]!)
         outbox.shift()
+        delivered++
       } catch {
         return
       }
     }
-    log.info('unsent payment events delivered')
+    if (delivered > 0) log.info({ delivered }, 'unsent payment events delivered')
   }
   const timer = setInterval(() => {
     if (outbox.length > 0) void flush()
