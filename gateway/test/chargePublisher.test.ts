@@ -1,0 +1,62 @@
+import { paymentChannels, type PaymentCharged } from '@ats/contracts'
+import { ensureStream } from '@ats/service-kit'
+import { freshPaymentsStream, testInfra } from '@ats/service-kit/testing'
+import { connect, type NatsConnection } from 'nats'
+import Fastify from 'fastify'
+import t, { type Test } from 'tap'
+import { createChargePublisher } from '../src/plugins/chargePublisher.ts'
+
+const charge = (nonceByte: string): PaymentCharged => ({
+  payer: '0x70997970C51812dc3A010C7d01b50e0d17dc79C8',
+  payTo: '0xa0Ee7A142d267C1f36714E4a8F75612F20a79720',
+  asset: '0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512',
+  chainId: 31337,
+  network: 'anvil',
+  x402Version: 1,
+  authorization: {
+    from: '0x70997970c51812dc3a010c7d01b50e0d17dc79c8',
+    to: '0xa0ee7a142d267c1f36714e4a8f75612f20a79720',
+    value: '10000',
+    validAfter: '0',
+    validBefore: '9999999999',
+    nonce: `0x${nonceByte.repeat(32)}`,
+  },
+  signature: `0x${'11'.repeat(65)}`,
+  method: 'GET',
+  route: '/agent/skills',
+  resource: 'http://localhost:3000/agent/skills',
+  requestId: `req-${nonceByte}`,
+  chargedAt: Date.now(),
+})
+
+async function setup(t: Test) {
+  const { natsUrl } = await testInfra()
+  const nc: NatsConnection = await connect({ servers: natsUrl })
+  t.teardown(() => nc.close())
+  const channels = paymentChannels(await freshPaymentsStream(t))
+  const publisher = await createChargePublisher(nc, channels, Fastify().log)
+  const jsm = await nc.jetstreamManager()
+  const stored = async () => (await jsm.streams.info(channels.stream)).state.messages
+  return { nc, channels, publisher, jsm, stored }
+}
+
+t.test('a charge is stored once in the stream, however often it is published', async (t) => {
+  const { publisher, stored } = await setup(t)
+  await publisher.charge(charge('aa'))
+  await publisher.charge(charge('aa'))
+  await publisher.charge(charge('bb'))
+  t.equal(await stored(), 2, 'de-duplicated by payer and nonce')
+})
+
+t.test('charges that cannot be published are kept and delivered when the stream is back', async (t) => {
+  const { nc, channels, publisher, jsm, stored } = await setup(t)
+  await jsm.streams.delete(channels.stream)
+  await publisher.charge(charge('cc'))
+  await publisher.charge(charge('dd'))
+  await ensureStream(nc, channels.streamSpec)
+  t.equal(await stored(), 0, 'nothing stored while the stream was gone')
+  const deadline = Date.now() + 10_000
+  while ((await stored()) < 2 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100))
+  t.equal(await stored(), 2, 'both delivered by the retry')
+  await publisher.close()
+})
