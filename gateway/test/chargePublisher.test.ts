@@ -60,3 +60,17 @@ t.test('charges that cannot be published are kept and delivered when the stream 
   t.equal(await stored(), 2, 'both delivered by the retry')
   await publisher.close()
 })
+
+t.test('charges that arrive while a publish is in flight go together, none lost', async (t) => {
+  const { publisher, jsm, channels, stored } = await setup(t)
+  const nonces = Array.from({ length: 50 }, (_, i) => i.toString(16).padStart(2, '0'))
+  await Promise.all(nonces.map((n) => publisher.charge(charge(n))))
+  const messages = await stored()
+  t.ok(messages < 50, `50 charges in ${messages} stream messages`)
+  const recorded: string[] = []
+  for (let seq = 1; seq <= messages; seq++) {
+    const { data } = await jsm.streams.getMessage(channels.stream, { seq })
+    recorded.push(...channels.charged.message.decode(data).charges.map((c) => c.authorization.nonce))
+  }
+  t.same(recorded.sort(), nonces.map((n) => `0x${n.repeat(32)}`).sort(), 'every charge exactly once')
+})

@@ -11,8 +11,8 @@ import { subjects } from './subjects.ts'
 export interface PaymentChannels {
   /** JetStream stream holding charged payments */
   stream: string
-  /** the subject gateways publish charged payments on */
-  charged: Topic<PaymentCharged>
+  /** the subject gateways publish charged payments on, in batches */
+  charged: Topic<PaymentsCharged>
   /** the KV bucket of payers refused at the edge (key: lower-case address) */
   blockedPayers: string
   /** the durable consumer through which admin records payments */
@@ -58,7 +58,15 @@ export const PaymentCharged = Type.Object({
 })
 export type PaymentCharged = Static<typeof PaymentCharged>
 
-const chargedCodec = codec(PaymentCharged)
+/**
+ * One stream message: the payments a gateway charged while its previous publish was in
+ * flight (one alone when traffic is light). Batching keeps JetStream's cost per paid
+ * request small; the ledger's unique (payer, nonce) keeps every payment recorded once.
+ */
+export const PaymentsCharged = Type.Object({ charges: Type.Array(PaymentCharged, { minItems: 1 }) })
+export type PaymentsCharged = Static<typeof PaymentsCharged>
+
+const chargedCodec = codec(PaymentsCharged)
 
 const day = 86_400_000
 
@@ -75,8 +83,11 @@ export function paymentChannels(stream: string = defaultPaymentsStream): Payment
   }
 }
 
-/** JetStream's de-duplication id of a payment: one EIP-3009 authorization is charged once. */
-export const paymentMessageId = (from: string, nonce: string) => `${from.toLowerCase()}:${nonce.toLowerCase()}`
+/** JetStream's de-duplication id of a batch: a batch published again (a retry) is stored once. */
+export const paymentsMessageId = ({ charges }: PaymentsCharged) => {
+  const first = charges[0]!.authorization
+  return `${first.from.toLowerCase()}:${first.nonce.toLowerCase()}:${charges.length}`
+}
 
 /** Why a payer is refused at the edge, as stored in the blocked-payers bucket. */
 export const BlockedPayer = Type.Object({ reason: Type.String(), since: Type.Integer() })

@@ -4,7 +4,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { AckPolicy, DeliverPolicy, nanos, type JsMsg, type NatsConnection } from 'nats'
 import type { Ledger } from './ledger.ts'
 
-const batchSize = 256
+const batchSize = 64
 const fetchWaitMs = 1_000
 const retryDelayMs = 2_000
 
@@ -32,7 +32,7 @@ export async function startLedgerConsumer(nc: NatsConnection, channels: PaymentC
     const good: JsMsg[] = []
     for (const m of messages) {
       try {
-        events.push(channels.charged.message.decode(m.data))
+        events.push(...channels.charged.message.decode(m.data).charges)
         good.push(m)
       } catch (error) {
         // a message that can never be read is dropped, loudly, rather than redelivered forever
