@@ -374,14 +374,14 @@ async function main() {
   const { published, pending } = await ledger.backlog()
   if (ledgerBroken)
     console.warn(
-      `WARNING: the admin recorded none of the ${published} payment events (${pending} pending): ` +
+      `WARNING: the admin recorded none of the ${published} stream messages (${pending} pending): ` +
         'the paid figures leave out the ledger consumer that shares the servers core; see the warning above',
     )
   else
     console.log(
       `paid runs: admin (ledger consumer, same core) CPU ${mean(paidExtras.map((x) => x.adminCpu)).toFixed(1)} µs per paid request; ` +
         `it had recorded every payment ${Math.round(mean(paidExtras.map((x) => x.catchUpMs)))} ms after a run ended; ` +
-        `${published} payment events in all`,
+        `${published} stream messages in all (payments are batched while a publish is in flight)`,
     )
   console.log(`${payments.left} of ${payments.size} signed payments left unspent`)
 }

@@ -125,14 +125,16 @@ t.test('a payer whose payment fails to settle for lack of funds is refused at th
   t.equal(await paidRequest(fleet, await fleet.pay()), 200, 'other payers still pass')
 })
 
-t.test('with FACILITATOR_URL payments settle through its /settle, and its refusals are recorded', async (t) => {
+t.test('with FACILITATOR_URL payments settle through its /settle, retried when it fails, and its refusals are recorded', async (t) => {
   const received: any[] = []
   const facilitator = Fastify()
-  facilitator.post('/settle', async (request) => {
+  facilitator.post('/settle', async (request, reply) => {
     const body = request.body as any
     received.push(body)
     const payer = body.paymentPayload.payload.authorization.from as Address
-    if (received.length > 1) return { success: false, errorReason: 'insufficient_funds', transaction: '', network: body.paymentPayload.network, payer }
+    // the first call meets a facilitator in trouble: a transient failure, retried
+    if (received.length === 1) return reply.code(503).send({ error: 'try again' })
+    if (received.length > 2) return { success: false, errorReason: 'insufficient_funds', transaction: '', network: body.paymentPayload.network, payer }
     return { success: true, transaction: `0x${'ab'.repeat(32)}`, network: body.paymentPayload.network, payer }
   })
   const url = await facilitator.listen({ port: 0, host: '127.0.0.1' })
@@ -142,6 +144,8 @@ t.test('with FACILITATOR_URL payments settle through its /settle, and its refusa
   t.equal(await paidRequest(fleet, await fleet.pay()), 200)
   const settled = await latestWhen(fleet, (p) => p.settlement === 'settled')
   t.equal(settled.txHash, `0x${'ab'.repeat(32)}`)
+  t.equal(received.length, 2, 'the 503 was retried')
+  t.same(received[1], received[0], 'with the same request')
   t.match(received[0], {
     x402Version: 1,
     paymentPayload: {

@@ -61,8 +61,12 @@ export function startSettler({ ledger, settlement, blockedPayers, log, intervalM
     while (running) {
       try {
         const due = await ledger.claimDue(batchSize, leaseMs)
-        for (const p of due) {
-          if (!running) break
+        for (const [i, p] of due.entries()) {
+          if (!running) {
+            // stopping: hand the rest back now rather than when their lease runs out
+            await ledger.release(due.slice(i).map((left) => left.id))
+            break
+          }
           await settleOne(p)
         }
         if (due.length === batchSize) continue
