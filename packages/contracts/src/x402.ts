@@ -1,5 +1,30 @@
+import { Type } from 'typebox'
+
 /** x402 wire formats (coinbase/x402): what a 402 offers and what a facilitator settles. */
 type Address = `0x${string}`
+
+/** The body of a 402 answer (x402 v1), as documented in OpenAPI. */
+export const PaymentRequiredSchema = Type.Object(
+  {
+    x402Version: Type.Literal(1),
+    error: Type.String({ description: 'what is wrong with the payment, or that one is required' }),
+    accepts: Type.Array(
+      Type.Object({
+        scheme: Type.Literal('exact'),
+        network: Type.String({ description: 'arbitrum (42161), anvil (31337), or a CAIP-2 id' }),
+        maxAmountRequired: Type.String({ description: 'USDC base units' }),
+        resource: Type.String(),
+        description: Type.String(),
+        mimeType: Type.String(),
+        payTo: Type.String(),
+        maxTimeoutSeconds: Type.Integer(),
+        asset: Type.String({ description: 'the USDC contract' }),
+        extra: Type.Object({ name: Type.String(), version: Type.String() }, { description: "the asset's EIP-712 domain" }),
+      }),
+    ),
+  },
+  { description: 'x402 v1 payment requirements; the same, as x402 v2, base64 in the PAYMENT-REQUIRED header' },
+)
 
 /** What a paid route charges and where the money goes. */
 export interface PaymentTerms {

@@ -1,3 +1,4 @@
+import { StartupError } from './config.ts'
 import { DiscardPolicy, RetentionPolicy, StorageType, nanos, type JetStreamManager, type KV, type NatsConnection } from 'nats'
 
 export interface StreamSpec {
@@ -14,7 +15,9 @@ export interface StreamSpec {
  * publishes or consumes calls it at start, so the order in which they start never matters.
  */
 export async function ensureStream(nc: NatsConnection, spec: StreamSpec): Promise<JetStreamManager> {
-  const jsm = await nc.jetstreamManager()
+  const jsm = await nc.jetstreamManager().catch((error: Error) => {
+    throw new StartupError(`NATS has no JetStream (${error.message}): start nats-server with -js`)
+  })
   const config = {
     name: spec.name,
     subjects: spec.subjects,

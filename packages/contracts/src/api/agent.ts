@@ -1,5 +1,6 @@
 import { Type, type Static } from 'typebox'
 import { ErrorBody } from '../errors.ts'
+import { PaymentRequiredSchema } from '../x402.ts'
 import { route } from './route.ts'
 
 export const Skill = Type.Object({
@@ -10,7 +11,7 @@ export const Skill = Type.Object({
 export type Skill = Static<typeof Skill>
 
 // every /agent/* route is paid per request (x402)
-const errors = { 402: ErrorBody, 503: ErrorBody }
+const errors = { 402: PaymentRequiredSchema, 503: ErrorBody }
 
 export const agentRoutes = {
   skills: route({
