@@ -30,12 +30,17 @@ async function paidRequest(fleet: Fleet, header: string, path = '/agent/skills')
   return res.status
 }
 
-/** A new account holding `amount` USDC base units, sent by devnet account 1. */
+/** Sends `amount` USDC base units from devnet account 1. */
+async function fundAccount(fleet: Fleet, to: Address, amount: bigint) {
+  const funder = createWalletClient({ account: privateKeyToAccount(fleet.devnet.accounts[1]!.privateKey as Hex), transport: http(fleet.devnet.rpcUrl) })
+  const hash = await funder.writeContract({ chain: null, address: fleet.usdc, abi: erc20Abi, functionName: 'transfer', args: [to, amount] })
+  await fleet.publicClient.waitForTransactionReceipt({ hash })
+}
+
+/** A new account holding `amount` USDC base units. */
 async function fundedAccount(fleet: Fleet, amount: bigint) {
   const account = privateKeyToAccount(generatePrivateKey())
-  const funder = createWalletClient({ account: privateKeyToAccount(fleet.devnet.accounts[1]!.privateKey as Hex), transport: http(fleet.devnet.rpcUrl) })
-  const hash = await funder.writeContract({ chain: null, address: fleet.usdc, abi: erc20Abi, functionName: 'transfer', args: [account.address, amount] })
-  await fleet.publicClient.waitForTransactionReceipt({ hash })
+  await fundAccount(fleet, account.address, amount)
   return account
 }
 
@@ -100,7 +105,7 @@ t.test('payments charged while admin is down are recorded when it is back', asyn
   t.equal(summary.totalUsdc, '30000')
 })
 
-t.test('a payer whose payment fails to settle for lack of funds is refused at the edge afterwards', async (t) => {
+t.test('a payer whose payment fails to settle for lack of funds is refused at the edge until an admin unblocks them', async (t) => {
   const fleet = await settling(t)
   const poor = await fundedAccount(fleet, 15_000n)
   // both pass the edge: the balance seen there (15000, cached briefly) covers each alone
@@ -123,6 +128,18 @@ t.test('a payer whose payment fails to settle for lack of funds is refused at th
   })
   t.match(refused.body.error, new RegExp(`^payer refused: ${poor.address} has a payment that could not settle \\(insufficient funds`))
   t.equal(await paidRequest(fleet, await fleet.pay()), 200, 'other payers still pass')
+
+  const blocked = await fleet.request('/admin/payers/blocked', { key: adminKey })
+  t.match(blocked.body, { payers: [{ payer: poor.address.toLowerCase(), reason: /^insufficient funds/, since: Number }] })
+  const unblocked = await fleet.request(`/admin/payers/blocked/${poor.address}`, { method: 'DELETE', key: adminKey })
+  t.same(unblocked.body, { ok: true, payer: poor.address.toLowerCase() })
+  await fundAccount(fleet, poor.address, 20_000n)
+  await eventually('the payer accepted again', async () => ((await paidRequest(fleet, await fleet.pay({ payer: poor }))) === 200 ? true : undefined))
+  const again = await fleet.request(`/admin/payers/blocked/${poor.address}`, { method: 'DELETE', key: adminKey })
+  t.equal(again.status, 404)
+  const bad = await fleet.request('/admin/payers/blocked/0x123', { method: 'DELETE', key: adminKey })
+  t.equal(bad.status, 400)
+  t.match(bad.body, { error: /params\/address/ })
 })
 
 t.test('with FACILITATOR_URL payments settle through its /settle, retried when it fails, and its refusals are recorded', async (t) => {

@@ -11,6 +11,12 @@ export function loggerOptions(name: string, level: string): LoggerOptions {
   }
 }
 
+type Destination = ReturnType<typeof pino.destination>
+
+// One timer and one exit hook for every logger of the process (tests build many services in one)
+const destinations = new Set<Destination>()
+let flushing: NodeJS.Timeout | undefined
+
 /**
  * The process logger. Lines are buffered (4 KiB) and written asynchronously: a
  * write syscall per request line cost the gateway ~15% of its throughput. The
@@ -18,7 +24,10 @@ export function loggerOptions(name: string, level: string): LoggerOptions {
  */
 export function createLogger(name: string, level: string): Logger {
   const destination = pino.destination({ dest: 1, sync: false, minLength: 4096 })
-  setInterval(() => destination.flush(), 250).unref()
-  process.once('exit', () => destination.flushSync())
+  destinations.add(destination)
+  if (!flushing) {
+    flushing = setInterval(() => destinations.forEach((d) => d.flush()), 250).unref()
+    process.once('exit', () => destinations.forEach((d) => d.flushSync()))
+  }
   return pino(loggerOptions(name, level), destination)
 }

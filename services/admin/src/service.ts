@@ -11,6 +11,7 @@ import { startLedgerConsumer } from './payments/ledgerConsumer.ts'
 import { facilitatorSettlement, onchainSettlement, type Settlement } from './payments/settlement.ts'
 import { startSettler } from './payments/settler.ts'
 import { keyRoutes } from './routes/keys.ts'
+import { payerRoutes } from './routes/payers.ts'
 import { revenueRoutes } from './routes/revenue.ts'
 
 const schema = 'admin'
@@ -73,11 +74,12 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     const ledger = createLedger(db, { settle: config.SETTLEMENT_ENABLED })
     const consumer = await startLedgerConsumer(nc, channels, ledger, app.log)
     onClose(consumer.stop)
+    const blockedPayers = await openBucket(nc, channels.blockedPayers)
     if (settlement) {
       const settler = startSettler({
         ledger,
         settlement,
-        blockedPayers: await openBucket(nc, channels.blockedPayers),
+        blockedPayers,
         log: app.log,
         intervalMs: config.SETTLEMENT_INTERVAL_MS,
         maxAttempts: config.SETTLEMENT_MAX_ATTEMPTS,
@@ -86,6 +88,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     }
 
     await app.register(keyRoutes, { keys, nc })
+    await app.register(payerRoutes, { blockedPayers })
     await app.register(revenueRoutes, { ledger, price: BigInt(config.PAYMENT_PRICE), storage: `postgres (schema ${schema}, table payments)` })
   },
 }

@@ -72,6 +72,14 @@ export const RevenueHistoryQuery = Type.Object(
   { additionalProperties: false },
 )
 
+export const BlockedPayerEntry = Type.Object({
+  payer: Type.String({ description: 'lower-case address' }),
+  reason: Type.String({ description: 'why a payment of theirs could not settle' }),
+  since: Type.Integer({ description: 'ms since the Unix epoch' }),
+})
+
+const PayerParams = Type.Object({ address: Type.String({ pattern: '^0x[0-9a-fA-F]{40}$', description: 'the payer address' }) })
+
 const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody }
 
 export const adminRoutes = {
@@ -113,6 +121,21 @@ export const adminRoutes = {
     schema: {
       querystring: RevenueHistoryQuery,
       response: { 200: Type.Object({ days: Type.Integer(), history: Type.Array(DailyRevenue) }), ...errors },
+    },
+  }),
+  listBlockedPayers: route({
+    method: 'GET',
+    url: '/admin/payers/blocked',
+    summary: 'Payers refused at the edge because a payment of theirs could not settle for lack of funds',
+    schema: { response: { 200: Type.Object({ payers: Type.Array(BlockedPayerEntry) }), ...errors } },
+  }),
+  unblockPayer: route({
+    method: 'DELETE',
+    url: '/admin/payers/blocked/:address',
+    summary: 'Let a blocked payer pay again; every gateway accepts them at once',
+    schema: {
+      params: PayerParams,
+      response: { 200: Type.Object({ ok: Type.Literal(true), payer: Type.String() }), 404: ErrorBody, ...errors },
     },
   }),
 }

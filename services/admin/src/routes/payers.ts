@@ -1,0 +1,33 @@
+import { adminRoutes, blockedPayerCodec } from '@ats/contracts'
+import { NotFound, type TypeBoxTypeProvider } from '@ats/service-kit'
+import type { FastifyInstance } from 'fastify'
+import type { KV } from 'nats'
+
+/** The blocked-payers bucket that every gateway watches: list it, take a payer off it. */
+export async function payerRoutes(app: FastifyInstance, { blockedPayers }: { blockedPayers: KV }) {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>()
+
+  api.route({
+    ...adminRoutes.listBlockedPayers,
+    handler: async () => {
+      const payers = []
+      for await (const key of await blockedPayers.keys()) {
+        const entry = await blockedPayers.get(key)
+        if (entry?.operation === 'PUT') payers.push({ payer: key, ...blockedPayerCodec.decode(entry.value) })
+      }
+      return { payers: payers.sort((a, b) => a.since - b.since) }
+    },
+  })
+
+  api.route({
+    ...adminRoutes.unblockPayer,
+    handler: async (request) => {
+      const payer = request.params.address.toLowerCase()
+      const entry = await blockedPayers.get(payer)
+      if (entry?.operation !== 'PUT') throw new NotFound(`blocked payer ${payer}`)
+      await blockedPayers.delete(payer)
+      request.log.info({ payer, by: request.identity.keyId }, 'payer unblocked')
+      return { ok: true as const, payer }
+    },
+  })
+}
