@@ -78,11 +78,15 @@ t.test('a payment is not charged when the service answers 4xx, and the answer sa
   t.match(decode(res.headers.get('x-payment-response')), { success: false, errorReason: /^not charged: the service answered 404/ })
 })
 
-t.test('SKIP_PAYMENT lets paid routes through with a development owner', async (t) => {
-  const { request } = await paid(t, { gatewayEnv: { SKIP_PAYMENT: 'true' } })
+t.test('SKIP_PAYMENT lets paid routes through unpaid: the owner is the header\'s from, else a development address', async (t) => {
+  const { request, pay, payer } = await paid(t, { gatewayEnv: { SKIP_PAYMENT: 'true' } })
   const res = await request('/agent/skills')
   t.equal(res.status, 200)
   t.equal(res.body.headers['x-ats-owner-id'], '0x000000000000000000000000000000000000dEaD')
+  const named = await request('/agent/skills', { headers: { 'x-payment': await pay({ value: 1n }) } })
+  t.equal(named.status, 200, 'even a payment that would be refused passes')
+  t.equal(named.body.headers['x-ats-owner-id'], payer.address)
+  t.equal(named.headers.get('x-payment-response'), null, 'and nothing is charged')
 })
 
 const freePort = () =>
