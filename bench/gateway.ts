@@ -7,6 +7,7 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
+import { paymentChannels } from '@ats/contracts'
 import { freshDatabase } from '@ats/service-kit/testing'
 // by path: @ats/devnet is a dependency of the gateway's tests, not of the root package
 import { startDevnet } from '../packages/devnet/src/index.ts'
@@ -219,16 +220,17 @@ async function main() {
   // the gateway accepts validBefore up to PAYMENT_TIMEOUT_SECONDS + 600 s ahead
   const paymentTimeout = Math.max(60, validFor - 600 + 30)
 
-  // payment events go to a stream of this run's own (not the default one a `pnpm start` fleet on
-  // this NATS records and settles), removed at the end with the blocked-payers bucket
-  const paymentsStream = `BENCH_${randomBytes(6).toString('hex')}`
+  // a NATS namespace of this run's own: its admin answers only its gateways (not a `pnpm start`
+  // fleet's on this NATS), and its payments stream and blocked-payers bucket are removed at the end
+  const namespace = `bench${randomBytes(6).toString('hex')}`
+  const { stream: paymentsStream, blockedPayers, ledgerConsumer } = paymentChannels(namespace)
   const natsUrl = env.NATS_URL
   cleanups.push(async () => {
-    const js = await openPaymentsStream(natsUrl, paymentsStream, 'admin-ledger')
-    await js.remove([paymentsStream, `KV_${paymentsStream}-blocked-payers`])
+    const js = await openPaymentsStream(natsUrl, paymentsStream, ledgerConsumer)
+    await js.remove([paymentsStream, `KV_${blockedPayers}`])
     await js.close()
   })
-  const chain = { RPC_URL: devnet.rpcUrl, CHAIN_ID: String(devnet.chainId), PAYMENTS_STREAM: paymentsStream }
+  const chain = { RPC_URL: devnet.rpcUrl, CHAIN_ID: String(devnet.chainId), NATS_NAMESPACE: namespace }
 
   const upstream = (await start('bench/upstream.ts', {}, 'pipe')).address
   const bare = await start('bench/bareProxy.ts', { UPSTREAM: upstream, PORT: '3901' }, 'pipe')
@@ -310,7 +312,7 @@ async function main() {
 
   // the admin's ledger consumer: a paid run leaves a backlog of payment events behind, and the
   // next run (another row) must not pay for recording them
-  const ledger = await openPaymentsStream(natsUrl, paymentsStream, 'admin-ledger')
+  const ledger = await openPaymentsStream(natsUrl, paymentsStream, ledgerConsumer)
   cleanups.push(() => ledger.close())
   const ledgerCaughtUp = async (timeoutMs = Math.max(60_000, duration * 10_000)) => {
     try {

@@ -1,4 +1,4 @@
-import { paymentChannels, type ServiceName } from '@ats/contracts'
+import type { ServiceName } from '@ats/contracts'
 import type { ServiceDefinition } from '@ats/service-kit'
 import { watchBlockedPayers } from './plugins/blockedPayers.ts'
 import { createChargePublisher } from './plugins/chargePublisher.ts'
@@ -16,14 +16,14 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
   port: 3000,
   edge: true,
   settings: gatewaySettings,
-  async register(app, { config, nc, name, version, onClose, addReadinessCheck }) {
+  async register(app, { config, nc, channels, name, version, onClose, addReadinessCheck }) {
     const redis = config.REDIS_URL ? await connectRedis(config.REDIS_URL) : undefined
     if (redis) {
       addReadinessCheck('redis', () => redis.ping())
       onClose(async () => void (await redis.quit()))
     } else app.log.warn('REDIS_URL is not set: rate limits are counted per gateway process')
 
-    const keys = createKeyResolver(nc, app.log, config.KEY_CACHE_TTL_MS)
+    const keys = createKeyResolver(nc, channels, app.log, config.KEY_CACHE_TTL_MS)
     onClose(keys.close)
     const limits: TierLimits = {
       windowMs: config.RATE_LIMIT_WINDOW_MS,
@@ -38,9 +38,8 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
     }
 
     const limit = await createKeyLimiter(app, limits, redis)
-    const channels = paymentChannels(config.PAYMENTS_STREAM)
-    const blockedPayers = await watchBlockedPayers(nc, channels.blockedPayers, app.log)
-    const charges = await createChargePublisher(nc, channels, app.log)
+    const blockedPayers = await watchBlockedPayers(nc, channels.payments.blockedPayers, app.log)
+    const charges = await createChargePublisher(nc, channels.payments, app.log)
     onClose(blockedPayers.close)
     onClose(charges.close)
     app.decorateRequest('payment', null)

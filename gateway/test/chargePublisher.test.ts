@@ -1,6 +1,6 @@
 import { paymentChannels, type PaymentCharged } from '@ats/contracts'
 import { ensureStream } from '@ats/service-kit'
-import { freshPaymentsStream, testInfra } from '@ats/service-kit/testing'
+import { freshNamespace, testInfra } from '@ats/service-kit/testing'
 import { connect, type NatsConnection } from 'nats'
 import Fastify from 'fastify'
 import t, { type Test } from 'tap'
@@ -33,7 +33,7 @@ async function setup(t: Test) {
   const { natsUrl } = await testInfra()
   const nc: NatsConnection = await connect({ servers: natsUrl })
   t.teardown(() => nc.close())
-  const channels = paymentChannels(await freshPaymentsStream(t))
+  const channels = paymentChannels(await freshNamespace(t))
   const publisher = await createChargePublisher(nc, channels, Fastify().log)
   const jsm = await nc.jetstreamManager()
   const stored = async () => (await jsm.streams.info(channels.stream)).state.messages

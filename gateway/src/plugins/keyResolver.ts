@@ -1,4 +1,4 @@
-import { hashApiKey, keyRevoked, keyVerify, type Tier } from '@ats/contracts'
+import { hashApiKey, type NatsChannels, type Tier } from '@ats/contracts'
 import { callEndpoint, subscribe } from '@ats/service-kit'
 import type { FastifyBaseLogger } from 'fastify'
 import type { NatsConnection } from 'nats'
@@ -23,7 +23,7 @@ const negativeTtlMs = 5_000
  * at once; after a NATS reconnect, when a broadcast may have been missed, the
  * whole cache is dropped.
  */
-export function createKeyResolver(nc: NatsConnection, log: FastifyBaseLogger, ttlMs: number) {
+export function createKeyResolver(nc: NatsConnection, { keyVerify, keyRevoked }: NatsChannels, log: FastifyBaseLogger, ttlMs: number) {
   const cache = new Map<string, Entry>()
   const inFlight = new Map<string, Promise<ResolvedKey | null>>()
 

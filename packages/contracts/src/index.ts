@@ -24,3 +24,12 @@ export const publicRoutes: readonly ApiRoute[] = [
   ...Object.values(agentRoutes),
   ...Object.values(adminRoutes),
 ]
+
+import { keyChannels } from './messages.ts'
+import { paymentChannels } from './payments.ts'
+
+/** Every NATS channel of one namespace (NATS_NAMESPACE). */
+export function natsChannels(namespace: string) {
+  return { ...keyChannels(namespace), payments: paymentChannels(namespace) }
+}
+export type NatsChannels = ReturnType<typeof natsChannels>

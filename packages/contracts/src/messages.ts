@@ -1,7 +1,7 @@
 import { Type, type Static } from 'typebox'
 import { codec, type Codec } from './codec.ts'
 import { TierSchema } from './identity.ts'
-import { subjects } from './subjects.ts'
+import { subjectsFor } from './subjects.ts'
 
 /** A request/reply endpoint: its subject and both message codecs. */
 export interface Endpoint<Req, Rep> {
@@ -32,10 +32,15 @@ export type KeyVerifyReply = Static<typeof KeyVerifyReply>
 export const KeyRevoked = Type.Object({ id: Type.String(), hash: Sha256Hex })
 export type KeyRevoked = Static<typeof KeyRevoked>
 
-export const keyVerify: Endpoint<KeyVerifyRequest, KeyVerifyReply> = {
-  subject: subjects.keys.verify,
-  request: codec(KeyVerifyRequest),
-  reply: codec(KeyVerifyReply),
-}
+const keyVerifyRequest = codec(KeyVerifyRequest)
+const keyVerifyReply = codec(KeyVerifyReply)
+const keyRevokedMessage = codec(KeyRevoked)
 
-export const keyRevoked: Topic<KeyRevoked> = { subject: subjects.keys.revoked, message: codec(KeyRevoked) }
+/** The key channels of one namespace: verification (request/reply) and revocations (broadcast). */
+export function keyChannels(namespace: string): { keyVerify: Endpoint<KeyVerifyRequest, KeyVerifyReply>; keyRevoked: Topic<KeyRevoked> } {
+  const subjects = subjectsFor(namespace)
+  return {
+    keyVerify: { subject: subjects.keys.verify, request: keyVerifyRequest, reply: keyVerifyReply },
+    keyRevoked: { subject: subjects.keys.revoked, message: keyRevokedMessage },
+  }
+}

@@ -1,12 +1,11 @@
 import { Type, type Static } from 'typebox'
 import { codec } from './codec.ts'
 import type { Topic } from './messages.ts'
-import { subjects } from './subjects.ts'
+import { subjectsFor } from './subjects.ts'
 
 /**
  * x402 payment events (gateway -> JetStream -> admin) and the shared list of blocked
- * payers. Every deployment names its own stream (PAYMENTS_STREAM), so two fleets or
- * two test runs on one NATS never see each other's payments.
+ * payers, in the fleet's NATS namespace.
  */
 export interface PaymentChannels {
   /** JetStream stream holding charged payments */
@@ -20,9 +19,6 @@ export interface PaymentChannels {
   /** the stream's configuration, ensured by every publisher and consumer at start */
   streamSpec: { name: string; subjects: string[]; maxAgeMs: number; duplicateWindowMs: number }
 }
-
-export const defaultPaymentsStream = 'ATS_PAYMENTS'
-export const paymentsStreamPattern = '^[A-Za-z0-9_-]{1,64}$'
 
 const Address = Type.String({ pattern: '^0x[0-9a-fA-F]{40}$' })
 const Uint = Type.String({ pattern: '^[0-9]{1,78}$' })
@@ -70,16 +66,16 @@ const chargedCodec = codec(PaymentsCharged)
 
 const day = 86_400_000
 
-export function paymentChannels(stream: string = defaultPaymentsStream): PaymentChannels {
-  const charged = subjects.payments.charged(stream)
+export function paymentChannels(namespace: string): PaymentChannels {
+  const { payments } = subjectsFor(namespace)
   return {
-    stream,
-    charged: { subject: charged, message: chargedCodec },
-    blockedPayers: `${stream}-blocked-payers`,
+    stream: payments.stream,
+    charged: { subject: payments.charged, message: chargedCodec },
+    blockedPayers: payments.blockedPayers,
     ledgerConsumer: 'admin-ledger',
-    // kept a week, so an admin outage of days loses nothing; a republished payment within
-    // 10 minutes is dropped by JetStream, later ones by the ledger's unique (payer, nonce)
-    streamSpec: { name: stream, subjects: [charged], maxAgeMs: 7 * day, duplicateWindowMs: 600_000 },
+    // kept a week, so an admin outage of days loses nothing; a republished batch within
+    // 10 minutes is dropped by JetStream, anything else by the ledger's unique (payer, nonce)
+    streamSpec: { name: payments.stream, subjects: [payments.charged], maxAgeMs: 7 * day, duplicateWindowMs: 600_000 },
   }
 }
 

@@ -1,4 +1,4 @@
-import { defaultPaymentsStream, paymentsStreamPattern } from '@ats/contracts'
+import { defaultNamespace, namespacePattern } from '@ats/contracts'
 import { Type, type Static, type TObject, type TProperties, type TSchema } from 'typebox'
 import { Compile } from 'typebox/compile'
 import Value from 'typebox/value'
@@ -16,6 +16,11 @@ export const baseSettings = {
     { default: 'info', description: 'pino log level' },
   ),
   NATS_URL: Type.String({ default: 'nats://127.0.0.1:4222', description: 'NATS server(s), comma-separated' }),
+  NATS_NAMESPACE: Type.String({
+    pattern: namespacePattern,
+    default: defaultNamespace,
+    description: "prefix of the fleet's NATS subjects, stream and bucket; fleets sharing one NATS need one each",
+  }),
   INTERNAL_TOKEN: Type.String({
     minLength: 16,
     secret: true,
@@ -72,9 +77,4 @@ export const chainSettings = {
 /** What the gateway charges and admin records, reports and settles. */
 export const paymentSettings = {
   PAYMENT_PRICE: Type.Integer({ minimum: 1, default: 10_000, description: 'price of a paid request in USDC base units (10000 = $0.01)' }),
-  PAYMENTS_STREAM: Type.String({
-    pattern: paymentsStreamPattern,
-    default: defaultPaymentsStream,
-    description: 'JetStream stream of payment events; fleets sharing one NATS each need their own',
-  }),
 }

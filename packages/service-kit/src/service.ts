@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import { identityHeaders, type Identity } from '@ats/contracts'
+import { identityHeaders, natsChannels, type Identity, type NatsChannels } from '@ats/contracts'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { NatsConnection } from 'nats'
 import { Type, type Static, type TObject, type TProperties } from 'typebox'
@@ -18,6 +18,7 @@ export interface KitConfig {
   HOST: string
   LOG_LEVEL: string
   NATS_URL: string
+  NATS_NAMESPACE: string
   INTERNAL_TOKEN: string
   /** set for services that declare a database */
   DATABASE_URL?: string
@@ -29,6 +30,8 @@ export interface ServiceContext<S extends TProperties, Db> {
   version: string
   config: ServiceConfig<S>
   nc: NatsConnection
+  /** the subjects, stream and bucket of this fleet's NATS namespace */
+  channels: NatsChannels
   db: Db
   /** run on shutdown, after the server stopped taking requests and before NATS drains */
   onClose(hook: () => Promise<void> | void): void
@@ -102,6 +105,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     version: definition.version,
     config,
     nc,
+    channels: natsChannels(config.NATS_NAMESPACE),
     db,
     onClose: (hook) => closeHooks.push(hook),
     addReadinessCheck: (name, check) => {

@@ -122,27 +122,27 @@ export async function freshDatabase(t: Teardown): Promise<string> {
 export const testInternalToken = 'test-internal-token-0123456789'
 
 /**
- * A payments stream name of the test's own; its stream and blocked-payers bucket are
- * deleted when the test ends, so tests sharing one NATS never see each other's payments.
+ * A NATS namespace of the test's own: its services answer only each other, and its payments
+ * stream and blocked-payers bucket are deleted when the test ends.
  */
-export async function freshPaymentsStream(t: Teardown): Promise<string> {
+export async function freshNamespace(t: Teardown): Promise<string> {
   const { natsUrl } = await testInfra()
-  const name = `ATS_TEST_${randomBytes(6).toString('hex')}`
+  const namespace = `t${randomBytes(6).toString('hex')}`
   t.teardown(async () => {
     const nc = await connect({ servers: natsUrl })
     const jsm = await nc.jetstreamManager()
-    const channels = paymentChannels(name)
-    for (const stream of [channels.stream, `KV_${channels.blockedPayers}`]) await jsm.streams.delete(stream).catch(() => false)
+    const { stream, blockedPayers } = paymentChannels(namespace)
+    for (const name of [stream, `KV_${blockedPayers}`]) await jsm.streams.delete(name).catch(() => false)
     await nc.close()
   })
-  return name
+  return namespace
 }
 
 export async function baseTestEnv(t: Teardown): Promise<NodeJS.ProcessEnv> {
   const { natsUrl } = await testInfra()
   return {
     DATABASE_URL: await freshDatabase(t),
-    PAYMENTS_STREAM: await freshPaymentsStream(t),
+    NATS_NAMESPACE: await freshNamespace(t),
     NATS_URL: natsUrl,
     INTERNAL_TOKEN: testInternalToken,
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs'
 import { connect } from 'nats'
 import t from 'tap'
 import { ensureStream, StartupError } from '../src/index.ts'
-import { freshPaymentsStream, testInfra } from '../src/testing.ts'
+import { freshNamespace, testInfra } from '../src/testing.ts'
 
 const spec = (name: string) => ({ name, subjects: [`test.${name}.>`], maxAgeMs: 60_000, duplicateWindowMs: 10_000 })
 
@@ -11,7 +11,7 @@ t.test('ensureStream creates a stream, and brings an existing one to its spec', 
   const { natsUrl } = await testInfra()
   const nc = await connect({ servers: natsUrl })
   t.teardown(() => nc.close())
-  const name = await freshPaymentsStream(t)
+  const name = `${await freshNamespace(t)}_payments`
   const jsm = await ensureStream(nc, spec(name))
   t.same((await jsm.streams.info(name)).config.subjects, [`test.${name}.>`])
   await ensureStream(nc, { ...spec(name), maxAgeMs: 120_000 })

@@ -1,6 +1,6 @@
 import { fileURLToPath } from 'node:url'
 import { createChainClients } from '@ats/chain'
-import { keyRevoked, keyVerify, paymentChannels, services } from '@ats/contracts'
+import { services } from '@ats/contracts'
 import { addNatsService, chainSettings, openBucket, paymentSettings, publish, serveEndpoint, type ServiceDefinition } from '@ats/service-kit'
 import { Type } from 'typebox'
 import type { Hex } from 'viem'
@@ -46,7 +46,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
     client: (adapter) => new PrismaClient({ adapter }),
   },
-  async register(app, { db, nc, config, version, onClose }) {
+  async register(app, { db, nc, channels: { keyVerify, keyRevoked, payments: channels }, config, version, onClose }) {
     const keys = createKeyStore(db)
 
     if (config.ADMIN_API_KEY) {
@@ -70,7 +70,6 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
           : 'SETTLEMENT_ENABLED=false: payments are recorded as skipped, never settled',
       )
     }
-    const channels = paymentChannels(config.PAYMENTS_STREAM)
     const ledger = createLedger(db, { settle: config.SETTLEMENT_ENABLED })
     const consumer = await startLedgerConsumer(nc, channels, ledger, app.log)
     onClose(consumer.stop)
@@ -87,7 +86,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
       onClose(settler.stop)
     }
 
-    await app.register(keyRoutes, { keys, nc })
+    await app.register(keyRoutes, { keys, nc, keyRevoked })
     await app.register(payerRoutes, { blockedPayers })
     await app.register(revenueRoutes, { ledger, price: BigInt(config.PAYMENT_PRICE), storage: `postgres (schema ${schema}, table payments)` })
   },
