@@ -57,6 +57,22 @@ t.test('a settled payment moves its USDC from payer to payTo on chain, and its t
   t.equal(await fleet.balanceOf(fleet.payTo), before.payTo + 10_000n, 'payTo received them')
 })
 
+t.test('payments of many payers settle side by side from one server wallet, each exactly once', async (t) => {
+  const fleet = await settling(t)
+  const payers = [1, 2, 3].map((i) => privateKeyToAccount(fleet.devnet.accounts[i]!.privateKey as Hex))
+  const before = await fleet.balanceOf(fleet.payTo)
+  const headers = await Promise.all(payers.flatMap((payer) => [1, 2, 3].map(() => fleet.pay({ payer }))))
+  t.same(await Promise.all(headers.map((h) => paidRequest(fleet, h))), Array(9).fill(200))
+
+  const settled = await eventually('9 payments settled', async () => {
+    const { recentPayments } = await revenue(fleet)
+    const done = recentPayments.filter((p: { settlement: string }) => p.settlement === 'settled')
+    return done.length === 9 ? done : undefined
+  })
+  t.equal(new Set(settled.map((p: { txHash: string }) => p.txHash)).size, 9, 'nine transactions')
+  t.equal(await fleet.balanceOf(fleet.payTo), before + 90_000n, 'payTo received every payment once')
+})
+
 t.test('revenue and its history match the payments made, to the unit', async (t) => {
   const fleet = await settling(t, { SETTLEMENT_ENABLED: 'false' })
   const second = await fundedAccount(fleet, 1_000_000n)

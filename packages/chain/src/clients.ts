@@ -1,4 +1,5 @@
-import { createPublicClient, createWalletClient, defineChain, http, type Chain, type Hex, type PublicClient, type WalletClient } from 'viem'
+import { createNonceManager, createPublicClient, createWalletClient, defineChain, http, type Chain, type Hex, type PublicClient, type WalletClient } from 'viem'
+import { jsonRpc } from 'viem/nonce'
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
 import { arbitrum } from 'viem/chains'
 
@@ -38,7 +39,12 @@ export function createChainClients(settings: ChainSettings): ChainClients {
   const chain = chainFor(settings)
   const transport = http(settings.rpcUrl, { batch: true, retryCount: 2 })
   const publicClient = createPublicClient({ chain, transport }) as PublicClient
-  const account = settings.privateKey ? privateKeyToAccount(settings.privateKey) : undefined
+  // A nonce manager of these clients' own (viem's default one is shared by the whole process and
+  // never goes below a nonce it handed out): transactions are sent without waiting for the
+  // previous one to be mined; viem resets it when a send fails.
+  const account = settings.privateKey
+    ? privateKeyToAccount(settings.privateKey, { nonceManager: createNonceManager({ source: jsonRpc() }) })
+    : undefined
   const walletClient = account ? createWalletClient({ chain, transport, account }) : undefined
   return {
     chain,

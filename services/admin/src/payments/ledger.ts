@@ -109,14 +109,6 @@ export function createLedger(db: PrismaClient, { settle }: { settle: boolean }) 
       await db.payment.update({ where: { id }, data: { state: 'failed', settleError: reason } })
     },
 
-    /** Claimed payments given back untried, due again at once. */
-    async release(ids: bigint[]): Promise<void> {
-      await db.payment.updateMany({
-        where: { id: { in: ids }, state: 'settling', txHash: null },
-        data: { state: 'pending', nextAttemptAt: new Date(), attempts: { decrement: 1 } },
-      })
-    },
-
     async retryLater(id: bigint, reason: string, delayMs: number): Promise<void> {
       await db.payment.update({ where: { id }, data: { state: 'pending', settleError: reason, nextAttemptAt: new Date(Date.now() + delayMs) } })
     },

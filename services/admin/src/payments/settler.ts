@@ -19,12 +19,21 @@ export interface SettlerOptions {
 const leaseMs = 120_000
 const backoffMs = (attempt: number) => Math.min(60_000, 1_000 * 2 ** (attempt - 1))
 
+/** Payments grouped by payer, oldest first within each. */
+function byPayer(payments: PaymentRow[]): Map<string, PaymentRow[]> {
+  const groups = new Map<string, PaymentRow[]>()
+  for (const p of payments) groups.set(p.payer, [...(groups.get(p.payer) ?? []), p])
+  return groups
+}
+
 /**
- * Settles recorded payments, oldest first, one at a time (one server wallet, one nonce
- * sequence). A transient failure is retried with backoff up to `maxAttempts`, then the
+ * Settles recorded payments, oldest first: payers in parallel (transactions from the one
+ * server wallet get their nonces from viem's nonce manager, so none waits for another to be
+ * mined), each payer's payments one after another, so that a payer who cannot cover them
+ * all is caught by the balance check before a transaction is sent. A transient failure is retried with backoff up to `maxAttempts`, then the
  * payment is marked failed with the reason; a payer that could not pay is blocked.
  */
-export function startSettler({ ledger, settlement, blockedPayers, log, intervalMs, maxAttempts, batchSize = 10 }: SettlerOptions) {
+export function startSettler({ ledger, settlement, blockedPayers, log, intervalMs, maxAttempts, batchSize = 25 }: SettlerOptions) {
   let running = true
   let wake: (() => void) | undefined
 
@@ -61,14 +70,10 @@ export function startSettler({ ledger, settlement, blockedPayers, log, intervalM
     while (running) {
       try {
         const due = await ledger.claimDue(batchSize, leaseMs)
-        for (const [i, p] of due.entries()) {
-          if (!running) {
-            // stopping: hand the rest back now rather than when their lease runs out
-            await ledger.release(due.slice(i).map((left) => left.id))
-            break
-          }
-          await settleOne(p)
+        const settlePayer = async (payments: PaymentRow[]) => {
+          for (const p of payments) await settleOne(p)
         }
+        await Promise.all([...byPayer(due).values()].map(settlePayer))
         if (due.length === batchSize) continue
       } catch (error) {
         if (!running) break
