@@ -8,31 +8,26 @@ import {
   type PaymentCharged,
   type PaymentTerms,
 } from '@ats/contracts'
-import { Unavailable } from '@ats/service-kit'
+import { Unavailable, type ServiceConfig } from '@ats/service-kit'
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify'
 import type { Redis } from 'ioredis'
 import { getAddress, type Address } from 'viem'
 import { createBalanceChecker, createNonceStore, createPaymentVerifier, paymentFromHeaders, PaymentError, type Payment } from '../payments/index.ts'
 import type { BlockedPayers } from './blockedPayers.ts'
 import type { ChargePublisher } from './chargePublisher.ts'
+import type { gatewaySettings } from '../settings.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
     /** the verified payment of a paid request, charged when the service answers below 400 */
-    payment: { payment: Payment; payer: Address; resource: string } | null
+    payment: { payment: Payment; payer: Address; route: string; resource: string } | null
   }
 }
 
-export interface PaymentSettings {
-  PAY_TO?: string
-  PAYMENT_PRICE: number
-  PAYMENT_TIMEOUT_SECONDS: number
-  SKIP_PAYMENT: boolean
-  RPC_URL: string
-  ADDRESS_BOOK?: string
-  PUBLIC_URL?: string
-  CHAIN_ID: number
-}
+export type PaymentSettings = Pick<
+  ServiceConfig<typeof gatewaySettings>,
+  'PAY_TO' | 'PAYMENT_PRICE' | 'PAYMENT_TIMEOUT_SECONDS' | 'SKIP_PAYMENT' | 'RPC_URL' | 'ADDRESS_BOOK' | 'PUBLIC_URL' | 'CHAIN_ID'
+>
 
 /** The owner of paid requests when SKIP_PAYMENT is on and no payment header names one. */
 export const developmentOwner: Address = '0x000000000000000000000000000000000000dEaD'
@@ -108,10 +103,13 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
   })
   log.info({ payTo: terms.payTo, asset: terms.asset, price: String(terms.price), chainId: terms.chainId }, 'x402 payments on')
 
-  const resourceOf = (request: FastifyRequest) => `${settings.PUBLIC_URL ?? `${request.protocol}://${request.host}`}${request.url.split('?')[0]}`
+  // the `network` of payment responses, as the client's x402 version names it
+  const responseNetwork = { 1: v1Network(terms.chainId), 2: caip2Network(terms.chainId) }
+  const pathOf = (request: FastifyRequest) => request.url.split('?')[0]!
+  const resourceOf = (request: FastifyRequest, route: string) => `${settings.PUBLIC_URL ?? `${request.protocol}://${request.host}`}${route}`
 
   const paymentRequired = (request: FastifyRequest, reply: FastifyReply, error: string) => {
-    const full = { ...terms, resource: resourceOf(request) }
+    const full = { ...terms, resource: resourceOf(request, pathOf(request)) }
     return reply.code(402).header('payment-required', paymentRequiredHeader(full, error)).send(paymentRequiredBody(full, error))
   }
 
@@ -134,7 +132,7 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
       },
       signature: paid.payment.signature,
       method: request.method,
-      route: request.url.split('?')[0]!,
+      route: paid.route,
       resource: paid.resource,
       requestId: request.id,
       chargedAt: Date.now(),
@@ -154,8 +152,9 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
         request.log.error({ err: error }, 'payment verification failed')
         throw new Unavailable('payment verification is unavailable, try again shortly')
       }
+      const route = pathOf(request)
       request.identity = { ownerId: payer }
-      request.payment = { payment, payer, resource: resourceOf(request) }
+      request.payment = { payment, payer, route, resource: resourceOf(request, route) }
     },
 
     // Charged only when the service answered below 400, as the x402 reference middleware
@@ -163,7 +162,7 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
     async onSend(request, reply, payload) {
       const paid = request.payment
       if (!paid) return payload
-      const network = paid.payment.x402Version === 2 ? caip2Network(terms.chainId) : v1Network(terms.chainId)
+      const network = responseNetwork[paid.payment.x402Version]
       let response: Record<string, unknown>
       if (reply.statusCode < 400) {
         await charges.charge(charged(request, paid))

@@ -24,8 +24,6 @@ const firstLine = (error: unknown) => (error instanceof Error ? error.message : 
  */
 export function onchainSettlement(clients: ChainClients): Settlement {
   const { publicClient } = clients
-  const read = <T>(address: Address, functionName: 'balanceOf' | 'authorizationState', args: readonly unknown[]) =>
-    publicClient.readContract({ address, abi: eip3009Abi, functionName, args } as never) as Promise<T>
 
   return {
     name: 'on chain, from the server wallet',
@@ -41,8 +39,9 @@ export function onchainSettlement(clients: ChainClients): Settlement {
       }
       const now = BigInt(Math.floor(Date.now() / 1000))
       if (p.validBefore <= now) return { kind: 'failed', reason: `authorization expired at ${p.validBefore} before it was settled` }
-      if (await read<boolean>(asset, 'authorizationState', [from, p.nonce])) return { kind: 'failed', reason: 'authorization already used on chain' }
-      const balance = await read<bigint>(asset, 'balanceOf', [from])
+      const used = await publicClient.readContract({ address: asset, abi: eip3009Abi, functionName: 'authorizationState', args: [from, p.nonce as Hex] })
+      if (used) return { kind: 'failed', reason: 'authorization already used on chain' }
+      const balance = await publicClient.readContract({ address: asset, abi: eip3009Abi, functionName: 'balanceOf', args: [from] })
       if (balance < p.amount) return { kind: 'failed', reason: `insufficient funds: ${from} holds ${balance}, the payment is ${p.amount}`, insufficientFunds: true }
 
       const { r, s, v, yParity } = parseSignature(p.signature as Hex)
