@@ -4,7 +4,7 @@ import { freshNamespace, testInfra } from '@ats/service-kit/testing'
 import { connect, type NatsConnection } from 'nats'
 import Fastify from 'fastify'
 import t, { type Test } from 'tap'
-import { createChargePublisher } from '../src/plugins/chargePublisher.ts'
+import { createChargePublisher } from '../src/payments/chargePublisher.ts'
 
 const charge = (nonceByte: string): PaymentCharged => ({
   payer: '0x70997970C51812dc3A010C7d01b50e0d17dc79C8',

@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache'
 import { getAddress, type Address } from 'viem'
 import type { BalanceChecker } from './balances.ts'
 import { PaymentError } from './errors.ts'
@@ -38,16 +39,7 @@ export function createPaymentVerifier({
   const minValidity = BigInt(minValiditySeconds)
 
   // a checksum is a keccak; paying clients come back, so remember theirs
-  const checksums = new Map<string, Address>()
-  const checksummed = (lower: string): Address => {
-    let address = checksums.get(lower)
-    if (!address) {
-      if (checksums.size >= 50_000) checksums.clear()
-      address = getAddress(lower)
-      checksums.set(lower, address)
-    }
-    return address
-  }
+  const checksums = new LRUCache<string, Address>({ max: 50_000, memoMethod: (lower) => getAddress(lower) })
 
   /** The payer's checksummed address, or a PaymentError saying what is wrong. `now` in unix seconds. */
   async function verify(payment: Payment, now: number | bigint): Promise<Address> {
@@ -70,7 +62,7 @@ export function createPaymentVerifier({
     if (signer !== a.from)
       throw new PaymentError('signer_mismatch', `invalid signature: signed by ${getAddress(signer)}, not by authorization.from ${getAddress(a.from)}`)
 
-    const payer = checksummed(a.from)
+    const payer = checksums.memo(a.from)
     const refused = refusedPayer(a.from)
     if (refused !== undefined) throw new PaymentError('payer_blocked', `payer refused: ${payer} has a payment that could not settle (${refused})`)
     const balance = await balances.balanceOf(payer)

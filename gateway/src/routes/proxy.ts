@@ -1,19 +1,15 @@
 import proxy from '@fastify/http-proxy'
-import { identityHeaders, routeTable, type RouteGroup, type ServiceName } from '@ats/contracts'
-import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerBase } from 'fastify'
 import type { IncomingHttpHeaders } from 'node:http'
-import { authHook } from '../plugins/auth.ts'
-import type { KeyResolver } from '../plugins/keyResolver.ts'
-import type { PaymentGuard } from '../plugins/paymentGuard.ts'
-import type { KeyLimiter } from '../plugins/rateLimit.ts'
+import { identityHeaders } from '@ats/contracts'
+import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerBase } from 'fastify'
+import { authHook, type AuthDeps } from '../auth/authHook.ts'
+import { routeTable, type RouteGroup, type UpstreamName } from '../routing/routeTable.ts'
 
 export interface ProxyOptions {
-  upstreams: Record<ServiceName, string>
+  upstreams: Record<UpstreamName, string>
   internalToken: string
   timeoutMs: number
-  keys: KeyResolver
-  limit: KeyLimiter
-  pay: PaymentGuard
+  auth: AuthDeps
 }
 
 /** Credentials and identity claims never pass the gateway as the client sent them. */
@@ -33,7 +29,7 @@ function forwardedHeaders(request: FastifyRequest<any, RawServerBase>, headers: 
   return out
 }
 
-function upstreamFailed(service: ServiceName) {
+function upstreamFailed(service: UpstreamName) {
   return (reply: FastifyReply<any, RawServerBase>, { error }: { error: Error & { statusCode?: number } }) => {
     reply.request.log.warn({ err: error, service }, 'upstream failed')
     const timedOut = error.statusCode === 504
@@ -44,8 +40,8 @@ function upstreamFailed(service: ServiceName) {
 }
 
 async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: ProxyOptions) {
-  app.addHook('onRequest', authHook(group.auth, options.keys, options.limit, options.pay))
-  if (group.auth.kind === 'payment') app.addHook('onSend', options.pay.onSend)
+  app.addHook('onRequest', authHook(group.auth, options.auth))
+  if (group.auth.kind === 'payment') app.addHook('onSend', options.auth.pay.onSend)
   await app.register(proxy, {
     upstream: options.upstreams[group.service],
     prefix: group.prefix,

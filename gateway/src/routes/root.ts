@@ -1,6 +1,7 @@
-import { buildOpenApi, gatewayRoutes, publicRoutes } from '@ats/contracts'
+import { gatewayRoutes, publicRoutes } from '@ats/contracts'
 import type { TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
+import { buildOpenApi } from '../routing/openapi.ts'
 
 export interface RootOptions {
   name: string

@@ -3,8 +3,11 @@ import { jsonRpc } from 'viem/nonce'
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
 import { arbitrum } from 'viem/chains'
 
+/** A typed 503: services answer it as `{error: "server wallet not configured"}`, not as a 500. */
 export class ServerWalletNotConfigured extends Error {
   override name = 'ServerWalletNotConfigured'
+  readonly code = 'ATS_ERR_SERVER_WALLET_NOT_CONFIGURED'
+  readonly statusCode = 503
   constructor() {
     super('server wallet not configured')
   }

@@ -1,35 +1,33 @@
-export * from './subjects.ts'
-export * from './identity.ts'
-export * from './errors.ts'
-export * from './messages.ts'
-export * from './codec.ts'
-export * from './apiKeys.ts'
-export * from './payments.ts'
-export * from './x402.ts'
-export * from './api/route.ts'
-export * from './api/routeTable.ts'
-export * from './api/openapi.ts'
-export * from './api/gateway.ts'
-export * from './api/admin.ts'
-export * from './api/agent.ts'
+import { adminContract } from './admin/index.ts'
+import { agentContract } from './agent/index.ts'
+import type { ApiRoute } from './common/route.ts'
+import { gatewayContract } from './gateway/index.ts'
 
-import { adminRoutes } from './api/admin.ts'
-import { agentRoutes } from './api/agent.ts'
-import { gatewayRoutes } from './api/gateway.ts'
-import type { ApiRoute } from './api/route.ts'
+export * from './common/errors.ts'
+export * from './common/identity.ts'
+export * from './common/messages.ts'
+export * from './common/namespace.ts'
+export * from './common/primitives.ts'
+export * from './common/route.ts'
+export * from './common/service.ts'
+export * from './x402/requirements.ts'
+export * from './gateway/index.ts'
+export * from './admin/index.ts'
+export * from './agent/index.ts'
+
+/** Every service's contract, by name. Adding a service is its folder plus one line here. */
+export const serviceContracts = {
+  gateway: gatewayContract,
+  admin: adminContract,
+  agent: agentContract,
+} as const
 
 /** Every public route; the gateway's OpenAPI document lists exactly these. */
-export const publicRoutes: readonly ApiRoute[] = [
-  ...Object.values(gatewayRoutes),
-  ...Object.values(agentRoutes),
-  ...Object.values(adminRoutes),
-]
+export const publicRoutes: readonly ApiRoute[] = Object.values(serviceContracts).flatMap((c) => Object.values<ApiRoute>(c.routes))
 
-import { keyChannels } from './messages.ts'
-import { paymentChannels } from './payments.ts'
+/** Every NATS channel of one namespace (NATS_NAMESPACE), by service: `channels.admin.keyVerify`. */
+export type NatsChannels = { [S in keyof typeof serviceContracts]: ReturnType<(typeof serviceContracts)[S]['channels']> }
 
-/** Every NATS channel of one namespace (NATS_NAMESPACE). */
-export function natsChannels(namespace: string) {
-  return { ...keyChannels(namespace), payments: paymentChannels(namespace) }
+export function natsChannels(namespace: string): NatsChannels {
+  return Object.fromEntries(Object.entries(serviceContracts).map(([name, c]) => [name, c.channels(namespace)])) as NatsChannels
 }
-export type NatsChannels = ReturnType<typeof natsChannels>

@@ -15,7 +15,7 @@ export const baseSettings = {
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)),
     { default: 'info', description: 'pino log level' },
   ),
-  NATS_URL: Type.String({ default: 'nats://127.0.0.1:4222', description: 'NATS server(s), comma-separated' }),
+  NATS_URL: Type.String({ default: 'nats://127.0.0.1:4222', secret: true, description: 'NATS server(s), comma-separated' }),
   NATS_NAMESPACE: Type.String({
     pattern: namespacePattern,
     default: defaultNamespace,
@@ -26,6 +26,10 @@ export const baseSettings = {
     secret: true,
     description: 'shared secret the gateway sends to services; services refuse requests without it',
   }),
+}
+
+export const redisSettings = {
+  REDIS_URL: Type.Optional(Type.String({ secret: true, description: 'Redis, shared by every replica of the process' })),
 }
 
 export const databaseSettings = {
@@ -67,14 +71,23 @@ export function loadConfig<P extends TProperties>(
   return out as Static<TObject<P>>
 }
 
-/** The chain a process reads or writes: the gateway (payer balances) and services that settle or trade. */
-export const chainSettings = {
-  RPC_URL: Type.String({ default: 'http://127.0.0.1:8545', description: 'JSON-RPC endpoint of the chain' }),
-  CHAIN_ID: Type.Integer({ default: 42161, description: 'chain id: 42161 (Arbitrum One) or 31337 (the devnet)' }),
-  ADDRESS_BOOK: Type.Optional(Type.String({ description: "the devnet's address book file (chain 31337)" })),
-}
-
 /** What the gateway charges and admin records, reports and settles. */
 export const paymentSettings = {
   PAYMENT_PRICE: Type.Integer({ minimum: 1, default: 10_000, description: 'price of a paid request in USDC base units (10000 = $0.01)' }),
+}
+
+/** A connection URL fit for a log line or an error message: its password masked. Comma-separated lists too. */
+export function safeUrl(url: string): string {
+  return url
+    .split(',')
+    .map((one) => {
+      try {
+        const parsed = new URL(one.trim())
+        if (parsed.password) parsed.password = '***'
+        return parsed.toString()
+      } catch {
+        return '(unparseable URL)'
+      }
+    })
+    .join(',')
 }

@@ -39,3 +39,6 @@ export function installIdentity(app: FastifyInstance, internalToken: string): vo
     request.identity = identity
   })
 }
+
+/** What a NATS call made while serving `request` carries along: its request id and the caller's identity. */
+export const callContextOf = (request: FastifyRequest) => ({ requestId: request.id, identity: request.identity ?? {} })

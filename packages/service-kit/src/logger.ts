@@ -1,7 +1,22 @@
-import { pino, type Logger, type LoggerOptions } from 'pino'
+import { pino, type LevelWithSilent, type LogFn, type LoggerOptions } from 'pino'
 
 /** Header values that are credentials: never written to a log. */
 export const redactedHeaders = ['authorization', 'x-payment', 'payment-signature', 'x-ats-internal-token', 'cookie']
+
+/**
+ * The kit's logger type: what NATS endpoints, consumers and worker loops log through. Fastify's
+ * `app.log` and any pino logger are one, so that code needs no Fastify to log.
+ */
+export interface Logger {
+  level: LevelWithSilent | string
+  fatal: LogFn
+  error: LogFn
+  warn: LogFn
+  info: LogFn
+  debug: LogFn
+  trace: LogFn
+  child(bindings: Record<string, unknown>): Logger
+}
 
 export function loggerOptions(name: string, level: string): LoggerOptions {
   return {
@@ -22,7 +37,7 @@ let flushing: NodeJS.Timeout | undefined
  * write syscall per request line cost the gateway ~15% of its throughput. The
  * buffer is flushed every 250 ms and on exit.
  */
-export function createLogger(name: string, level: string): Logger {
+export function createLogger(name: string, level: string): pino.Logger {
   const destination = pino.destination({ dest: 1, sync: false, minLength: 4096 })
   destinations.add(destination)
   if (!flushing) {

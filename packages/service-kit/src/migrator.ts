@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto'
 import { readdir, readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import pg from 'pg'
-import { StartupError } from './config.ts'
+import { safeUrl, StartupError } from './config.ts'
 
 export interface MigrationPlan {
   /** Postgres schema the service owns; created when missing */
@@ -109,12 +109,3 @@ export function unreachable(databaseUrl: string, error: unknown): StartupError {
 }
 
 /** The URL without its password, for messages and logs. */
-export function safeUrl(url: string): string {
-  try {
-    const parsed = new URL(url)
-    if (parsed.password) parsed.password = '***'
-    return parsed.toString()
-  } catch {
-    return '(unparseable URL)'
-  }
-}

@@ -1,5 +1,5 @@
 import { connect, type NatsConnection } from 'nats'
-import { StartupError } from './config.ts'
+import { safeUrl, StartupError } from './config.ts'
 
 export async function connectNats(url: string, name: string): Promise<NatsConnection> {
   try {
@@ -12,7 +12,7 @@ export async function connectNats(url: string, name: string): Promise<NatsConnec
     })
   } catch (error) {
     throw new StartupError(
-      `NATS is not reachable at ${url} (${(error as Error).message}): start nats-server with JetStream (nats-server -js) or set NATS_URL`,
+      `NATS is not reachable at ${safeUrl(url)} (${(error as Error).message}): start nats-server with JetStream (nats-server -js) or set NATS_URL`,
     )
   }
 }

@@ -3,14 +3,17 @@ import { identityHeaders, natsChannels, type Identity, type NatsChannels } from 
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { NatsConnection } from 'nats'
 import { Type, type Static, type TObject, type TProperties } from 'typebox'
-import { StartupError, baseSettings, databaseSettings, loadConfig } from './config.ts'
+import type { Redis } from 'ioredis'
+import { chainSettings, createChainContext, serverWalletSettings, type ChainConfig, type ChainContext } from './chain.ts'
+import { StartupError, baseSettings, databaseSettings, loadConfig, redisSettings } from './config.ts'
 import { createDatabase, type DatabaseClient, type DatabaseOptions } from './database.ts'
 import { installErrorHandler } from './errors.ts'
 import { installIdentity, operationalRoutes } from './identity.ts'
-import { createLogger } from './logger.ts'
+import { createLogger, type Logger } from './logger.ts'
 import { installMetrics } from './metrics.ts'
 import { migrate } from './migrator.ts'
 import { connectNats } from './nats.ts'
+import { connectRedis } from './redis.ts'
 
 /** The settings the kit itself reads, for every process. */
 export interface KitConfig {
@@ -22,6 +25,9 @@ export interface KitConfig {
   INTERNAL_TOKEN: string
   /** set for services that declare a database */
   DATABASE_URL?: string
+  /** the edge's port for /ready and /metrics */
+  OPS_PORT?: number
+  REDIS_URL?: string
 }
 export type ServiceConfig<S extends TProperties> = KitConfig & Static<TObject<S>>
 
@@ -30,9 +36,14 @@ export interface ServiceContext<S extends TProperties, Db> {
   version: string
   config: ServiceConfig<S>
   nc: NatsConnection
-  /** the subjects, stream and bucket of this fleet's NATS namespace */
+  /** the subjects, streams and buckets of this fleet's NATS namespace, by service */
   channels: NatsChannels
   db: Db
+  log: Logger
+  /** for services that declare `redis`: the connection, or undefined when optional and REDIS_URL is unset */
+  redis: Redis | undefined
+  /** for services that declare `chain`: clients, address book, server wallet */
+  chain: ChainContext
   /** run on shutdown, after the server stopped taking requests and before NATS drains */
   onClose(hook: () => Promise<void> | void): void
   /** adds a dependency that /ready checks, beside Postgres and NATS */
@@ -51,26 +62,44 @@ export interface ServiceDefinition<S extends TProperties, Db extends DatabaseCli
   settings?: S
   /** the service's Prisma schema; migrated at start */
   database?: DatabaseOptions<Db>
-  /** the gateway answers clients directly: no internal token, its own request ids */
+  /**
+   * the gateway answers clients directly: no internal token, its own request ids, and /ready
+   * and /metrics on a port of their own (OPS_PORT), never on the public one
+   */
   edge?: boolean
-  /** extra Fastify options (body limits, router options) */
-  fastify?: Partial<FastifyServerOptions>
+  /** Redis (REDIS_URL): 'required', or 'optional' (unset: undefined) */
+  redis?: 'required' | 'optional'
+  /** the chain (RPC_URL, CHAIN_ID, ADDRESS_BOOK): 'read', or 'write' with SERVER_WALLET_PRIVATE_KEY */
+  chain?: 'read' | 'write'
+  /** extra Fastify options (body limits, router options, trustProxy), fixed or from the settings */
+  fastify?: Partial<FastifyServerOptions> | ((config: ServiceConfig<S>) => Partial<FastifyServerOptions>)
   /** registers routes, hooks and NATS endpoints; runs after the kit's own plugins */
   register(app: FastifyInstance, ctx: ServiceContext<S, Db>): Promise<void>
 }
 
 export interface Service<S extends TProperties, Db> {
   app: FastifyInstance
+  /** the edge's operational server (/ready, /metrics); the app itself for services */
+  ops: FastifyInstance
   ctx: ServiceContext<S, Db>
   listen(): Promise<string>
+  /** where /ready and /metrics answer, once listening */
+  opsUrl(): string
   close(): Promise<void>
 }
 
-function kitSettings(port: number, withDatabase: boolean): TProperties {
+const portSetting = (port: number, description: string) => Type.Integer({ minimum: 0, maximum: 65535, default: port, description })
+
+function kitSettings(definition: ServiceDefinition<TProperties, DatabaseClient>): TProperties {
   return {
-    PORT: Type.Integer({ minimum: 0, maximum: 65535, default: port, description: 'HTTP port' }),
+    PORT: portSetting(definition.port, 'HTTP port'),
     ...baseSettings,
-    ...(withDatabase ? databaseSettings : {}),
+    ...(definition.edge ? { OPS_PORT: portSetting(definition.port + 6000, 'port of /ready and /metrics') } : {}),
+    ...(definition.database ? databaseSettings : {}),
+    ...(definition.redis === 'required' ? { REDIS_URL: Type.String({ secret: true, description: 'Redis' }) } : {}),
+    ...(definition.redis === 'optional' ? redisSettings : {}),
+    ...(definition.chain ? chainSettings : {}),
+    ...(definition.chain === 'write' ? serverWalletSettings : {}),
   }
 }
 
@@ -84,7 +113,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<Service<S, Db>> {
   const config = {
-    ...(loadConfig(kitSettings(definition.port, Boolean(definition.database)), env) as unknown as KitConfig),
+    ...(loadConfig(kitSettings(definition as ServiceDefinition<TProperties, DatabaseClient>), env) as unknown as KitConfig),
     ...loadConfig(definition.settings ?? ({} as S), env),
   } as ServiceConfig<S>
   let db = undefined as unknown as Db
@@ -92,14 +121,23 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     await migrate(config.DATABASE_URL, { schema: definition.database.schema, dir: definition.database.migrations })
     db = createDatabase(config.DATABASE_URL, definition.database)
   }
+  const logger = createLogger(definition.name, config.LOG_LEVEL)
   const nc = await connectNats(config.NATS_URL, definition.name).catch(async (error) => {
     await db?.$disconnect()
     throw error
   })
+  const redis = config.REDIS_URL
+    ? await connectRedis(config.REDIS_URL, logger).catch(async (error) => {
+        await nc.close()
+        await db?.$disconnect()
+        throw error
+      })
+    : undefined
 
   const closeHooks: Array<() => Promise<void> | void> = []
   const checks: Record<string, ReadinessCheck> = { nats: () => nc.flush() }
   if (db) checks.postgres = () => db.$queryRawUnsafe('SELECT 1')
+  if (redis) checks.redis = () => redis.ping()
   const ctx: ServiceContext<S, Db> = {
     name: definition.name,
     version: definition.version,
@@ -107,6 +145,9 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     nc,
     channels: natsChannels(config.NATS_NAMESPACE),
     db,
+    log: logger,
+    redis,
+    chain: (definition.chain ? createChainContext(config as unknown as ChainConfig) : undefined) as ChainContext,
     onClose: (hook) => closeHooks.push(hook),
     addReadinessCheck: (name, check) => {
       checks[name] = check
@@ -114,17 +155,22 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
   }
 
   const app = Fastify({
-    loggerInstance: createLogger(definition.name, config.LOG_LEVEL),
+    loggerInstance: logger,
     // one line per request, written by the onResponse hook below
     logController: new LogController({ disableRequestLogging: true }),
     ...(definition.edge
       ? { requestIdHeader: false, genReqId: () => randomUUID() }
       : { requestIdHeader: identityHeaders.requestId, genReqId: () => randomUUID() }),
-    ...definition.fastify,
+    ...(typeof definition.fastify === 'function' ? definition.fastify(config) : definition.fastify),
   })
+  // the edge keeps /ready and /metrics off its public port
+  const ops: FastifyInstance = definition.edge
+    ? (Fastify({ loggerInstance: logger, logController: new LogController({ disableRequestLogging: true }) }) as unknown as FastifyInstance)
+    : (app as unknown as FastifyInstance)
   installErrorHandler(app)
+  if (ops !== app) installErrorHandler(ops)
   app.decorateRequest('identity', null as unknown as Identity)
-  const observe = installMetrics(app, definition.name)
+  const observe = installMetrics(ops, definition.name)
   // One hook, callback style: it runs on every request of the gateway's hot path.
   app.addHook('onResponse', (request, reply, done) => {
     observe(request, reply)
@@ -139,7 +185,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
   if (!definition.edge) installIdentity(app, config.INTERNAL_TOKEN)
 
   app.get('/health', { logLevel: 'warn' }, async () => ({ ok: true, ts: Date.now() }))
-  app.get('/ready', { logLevel: 'warn' }, async (request, reply) => {
+  ops.get('/ready', { logLevel: 'warn' }, async (request, reply) => {
     const failed: string[] = []
     await Promise.all(
       Object.entries(checks).map(async ([name, check]) => {
@@ -164,16 +210,25 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
       // close them as they do, so closing does not wait for clients to hang up
       const idle = setInterval(() => app.server.closeIdleConnections(), 50)
       await app.close().finally(() => clearInterval(idle))
+      if (ops !== app) await ops.close()
       for (const hook of closeHooks.reverse()) await hook()
       if (!nc.isClosed()) await nc.drain().catch(() => {})
+      if (redis) await redis.quit().catch(() => redis.disconnect())
       await db?.$disconnect()
     })())
 
+  let opsAddress: string | undefined
   return {
     app,
+    ops,
     ctx,
     close,
-    listen: async () => app.listen({ port: config.PORT, host: config.HOST }),
+    opsUrl: () => opsAddress ?? '',
+    listen: async () => {
+      const address = await app.listen({ port: config.PORT, host: config.HOST })
+      opsAddress = ops === app ? address : await ops.listen({ port: config.OPS_PORT ?? 0, host: config.HOST })
+      return address
+    },
   }
 }
 
@@ -197,7 +252,8 @@ export async function runService<S extends TProperties, Db extends DatabaseClien
   try {
     service = await createService(definition)
     const address = await service.listen()
-    service.app.log.info({ address, version: definition.version }, `${definition.name} listening`)
+    const ops = service.opsUrl() === address ? {} : { ops: service.opsUrl() }
+    service.app.log.info({ address, ...ops, version: definition.version }, `${definition.name} listening`)
   } catch (error) {
     const message = error instanceof StartupError ? error.message : `failed to start: ${(error as Error).message}`
     process.stderr.write(`${definition.name}: ${message}\n`)

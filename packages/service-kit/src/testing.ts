@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { connect as tcpConnect } from 'node:net'
-import { paymentChannels } from '@ats/contracts'
+import { natsChannels } from '@ats/contracts'
 import { connect } from 'nats'
 import pg from 'pg'
 import type { TProperties } from 'typebox'
@@ -131,7 +131,7 @@ export async function freshNamespace(t: Teardown): Promise<string> {
   t.teardown(async () => {
     const nc = await connect({ servers: natsUrl })
     const jsm = await nc.jetstreamManager()
-    const { stream, blockedPayers } = paymentChannels(namespace)
+    const { stream, blockedPayers } = natsChannels(namespace).admin.payments
     for (const name of [stream, `KV_${blockedPayers}`]) await jsm.streams.delete(name).catch(() => false)
     await nc.close()
   })
@@ -148,6 +148,7 @@ export async function baseTestEnv(t: Teardown): Promise<NodeJS.ProcessEnv> {
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     HOST: '127.0.0.1',
     PORT: '0',
+    OPS_PORT: '0',
   }
 }
 

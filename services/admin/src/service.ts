@@ -1,9 +1,7 @@
 import { fileURLToPath } from 'node:url'
-import { createChainClients } from '@ats/chain'
-import { services } from '@ats/contracts'
-import { addNatsService, chainSettings, openBucket, paymentSettings, publish, serveEndpoint, type ServiceDefinition } from '@ats/service-kit'
+import { adminContract } from '@ats/contracts'
+import { addNatsService, openBucket, paymentSettings, publish, serveEndpoint, type ChainContext, type ServiceDefinition } from '@ats/service-kit'
 import { Type } from 'typebox'
-import type { Hex } from 'viem'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createKeyStore } from './keys/keyStore.ts'
 import { createLedger } from './payments/ledger.ts'
@@ -24,12 +22,7 @@ const settings = {
       description: 'bootstrap admin key, seeded (hashed) at start; changing it revokes the previous one',
     }),
   ),
-  RPC_URL: chainSettings.RPC_URL,
-  CHAIN_ID: chainSettings.CHAIN_ID,
   ...paymentSettings,
-  SERVER_WALLET_PRIVATE_KEY: Type.Optional(
-    Type.String({ pattern: '^0x[0-9a-fA-F]{64}$', secret: true, description: 'the server wallet that submits on-chain settlements' }),
-  ),
   FACILITATOR_URL: Type.Optional(Type.String({ pattern: '^https?://', description: 'x402 facilitator to settle through (POST /settle)' })),
   SETTLEMENT_ENABLED: Type.Boolean({ default: true, description: 'settle recorded payments; false records them as skipped' }),
   SETTLEMENT_INTERVAL_MS: Type.Integer({ minimum: 50, default: 1_000, description: 'how often the settler looks for due payments' }),
@@ -40,13 +33,16 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
   name: 'admin',
   version: '0.1.0',
   port: 3005,
+  // settles on chain from the server wallet (SERVER_WALLET_PRIVATE_KEY)
+  chain: 'write',
   settings,
   database: {
     schema,
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
     client: (adapter) => new PrismaClient({ adapter }),
   },
-  async register(app, { db, nc, channels: { keyVerify, keyRevoked, payments: channels }, config, version, onClose }) {
+  async register(app, { db, nc, channels, config, version, onClose, chain, log }) {
+    const { keyVerify, keyRevoked, payments } = channels.admin
     const keys = createKeyStore(db)
 
     if (config.ADMIN_API_KEY) {
@@ -56,13 +52,13 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
       else app.log.info({ state, retired: revoked.length }, 'bootstrap admin key ready')
     }
 
-    const nats = await addNatsService(nc, services.admin.name, version, 'API keys, payments ledger, revenue')
+    const nats = await addNatsService(nc, adminContract.name, version, 'API keys, payments ledger, revenue')
     onClose(async () => {
       await nats.stop()
     })
-    serveEndpoint(nats, 'keys-verify', keyVerify, app.log, async ({ hash }) => ({ key: await keys.findActiveByHash(hash) }))
+    serveEndpoint(nats, 'keys-verify', keyVerify, log, async ({ hash }) => ({ key: await keys.findActiveByHash(hash) }))
 
-    const settlement = chooseSettlement(config)
+    const settlement = chooseSettlement(config, chain)
     if (!settlement) {
       app.log.warn(
         config.SETTLEMENT_ENABLED
@@ -71,15 +67,15 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
       )
     }
     const ledger = createLedger(db, { settle: config.SETTLEMENT_ENABLED })
-    const consumer = await startLedgerConsumer(nc, channels, ledger, app.log)
+    const consumer = await startLedgerConsumer(nc, payments, ledger, log)
     onClose(consumer.stop)
-    const blockedPayers = await openBucket(nc, channels.blockedPayers)
+    const blockedPayers = await openBucket(nc, payments.blockedPayers)
     if (settlement) {
       const settler = startSettler({
         ledger,
         settlement,
         blockedPayers,
-        log: app.log,
+        log,
         intervalMs: config.SETTLEMENT_INTERVAL_MS,
         maxAttempts: config.SETTLEMENT_MAX_ATTEMPTS,
       })
@@ -87,18 +83,15 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     }
 
     await app.register(keyRoutes, { keys, nc, keyRevoked })
-    await app.register(payerRoutes, { blockedPayers })
+    await app.register(payerRoutes, { blockedPayers, log })
     await app.register(revenueRoutes, { ledger, price: BigInt(config.PAYMENT_PRICE), storage: `postgres (schema ${schema}, table payments)` })
   },
 }
 
 type AdminConfig = Parameters<typeof adminService.register>[1]['config']
 
-function chooseSettlement(config: AdminConfig): Settlement | undefined {
+function chooseSettlement(config: AdminConfig, chain: ChainContext): Settlement | undefined {
   if (!config.SETTLEMENT_ENABLED) return undefined
   if (config.FACILITATOR_URL) return facilitatorSettlement(config.FACILITATOR_URL)
-  if (!config.SERVER_WALLET_PRIVATE_KEY) return undefined
-  return onchainSettlement(
-    createChainClients({ rpcUrl: config.RPC_URL, chainId: config.CHAIN_ID, privateKey: config.SERVER_WALLET_PRIVATE_KEY as Hex }),
-  )
+  return chain.hasWallet ? onchainSettlement(chain) : undefined
 }

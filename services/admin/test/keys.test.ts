@@ -76,7 +76,7 @@ t.test('revoking is permanent: gone from the list, refused by verify, 404 the se
   const { call, svc } = await start(t)
   const created = await call('POST', '/admin/keys', { tier: 'readonly', label: 'temp' })
   const hash = hashApiKey(created.body.key)
-  t.same(await callEndpoint(svc.ctx.nc, svc.ctx.channels.keyVerify, { hash }), { key: { id: created.body.id, tier: 'readonly' } })
+  t.same(await callEndpoint(svc.ctx.nc, svc.ctx.channels.admin.keyVerify, { hash }), { key: { id: created.body.id, tier: 'readonly' } })
 
   const revoked = await call('DELETE', `/admin/keys/${created.body.id}`)
   t.equal(revoked.status, 200)
@@ -85,7 +85,7 @@ t.test('revoking is permanent: gone from the list, refused by verify, 404 the se
     (await call('GET', '/admin/keys')).body.keys.some((k: { id: string }) => k.id === created.body.id),
     'not listed any more',
   )
-  t.same(await callEndpoint(svc.ctx.nc, svc.ctx.channels.keyVerify, { hash }), { key: null })
+  t.same(await callEndpoint(svc.ctx.nc, svc.ctx.channels.admin.keyVerify, { hash }), { key: null })
   const again = await call('DELETE', `/admin/keys/${created.body.id}`)
   t.equal(again.status, 404)
   t.same(again.body, { error: `active key ${created.body.id} not found` })
@@ -95,9 +95,9 @@ t.test('revoking is permanent: gone from the list, refused by verify, 404 the se
 t.test('a revocation is broadcast with the key id and hash', async (t) => {
   const { call, svc } = await start(t)
   const created = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'watched' })
-  const sub = svc.ctx.nc.subscribe(svc.ctx.channels.keyRevoked.subject, { max: 1 })
+  const sub = svc.ctx.nc.subscribe(svc.ctx.channels.admin.keyRevoked.subject, { max: 1 })
   const received = (async () => {
-    for await (const msg of sub) return svc.ctx.channels.keyRevoked.message.decode(msg.data)
+    for await (const msg of sub) return svc.ctx.channels.admin.keyRevoked.message.decode(msg.data)
   })()
   await call('DELETE', `/admin/keys/${created.body.id}`)
   t.same(await received, { id: created.body.id, hash: hashApiKey(created.body.key) })
@@ -105,10 +105,10 @@ t.test('a revocation is broadcast with the key id and hash', async (t) => {
 
 t.test('verify answers an unknown hash with null and a malformed request with a service error', async (t) => {
   const { svc } = await start(t)
-  t.same(await callEndpoint(svc.ctx.nc, svc.ctx.channels.keyVerify, { hash: 'a'.repeat(64) }), { key: null })
-  await t.rejects(callEndpoint(svc.ctx.nc, { ...svc.ctx.channels.keyVerify, request: { ...svc.ctx.channels.keyVerify.request, encode: () => new TextEncoder().encode('{"hash":"nope"}') } }, { hash: '' }), {
+  t.same(await callEndpoint(svc.ctx.nc, svc.ctx.channels.admin.keyVerify, { hash: 'a'.repeat(64) }), { key: null })
+  await t.rejects(callEndpoint(svc.ctx.nc, { ...svc.ctx.channels.admin.keyVerify, request: { ...svc.ctx.channels.admin.keyVerify.request, encode: () => new TextEncoder().encode('{"hash":"nope"}') } }, { hash: '' }), {
     name: 'ServiceCallError',
-    code: 400,
+    statusCode: 400,
     message: /invalid message: \/hash/,
   })
 })
@@ -116,7 +116,7 @@ t.test('verify answers an unknown hash with null and a malformed request with a 
 t.test('ADMIN_API_KEY is seeded as an admin key; changing it retires the old one', async (t) => {
   const env = { ...(await baseTestEnv(t)), ADMIN_API_KEY: bootstrapKey }
   const verify = (svc: { ctx: { nc: NatsConnection; channels: NatsChannels } }, raw: string) =>
-    callEndpoint(svc.ctx.nc, svc.ctx.channels.keyVerify, { hash: hashApiKey(raw) }).then((r) => r.key)
+    callEndpoint(svc.ctx.nc, svc.ctx.channels.admin.keyVerify, { hash: hashApiKey(raw) }).then((r) => r.key)
 
   const first = await startService(t, adminService, env)
   t.equal((await verify(first, bootstrapKey))?.tier, 'admin', 'seeded as admin')
@@ -136,7 +136,7 @@ t.test('ADMIN_API_KEY is seeded as an admin key; changing it retires the old one
 t.test('a bootstrap key an admin revoked stays revoked after a restart', async (t) => {
   const env = { ...(await baseTestEnv(t)), ADMIN_API_KEY: bootstrapKey }
   const first = await startService(t, adminService, env)
-  const { key } = await callEndpoint(first.ctx.nc, first.ctx.channels.keyVerify, { hash: hashApiKey(bootstrapKey) })
+  const { key } = await callEndpoint(first.ctx.nc, first.ctx.channels.admin.keyVerify, { hash: hashApiKey(bootstrapKey) })
   const res = await fetch(`${first.url}/admin/keys/${key?.id}`, {
     method: 'DELETE',
     headers: { [identityHeaders.internalToken]: testInternalToken },
@@ -144,7 +144,7 @@ t.test('a bootstrap key an admin revoked stays revoked after a restart', async (
   t.equal(res.status, 200)
   await first.close()
   const second = await startService(t, adminService, env)
-  t.same(await callEndpoint(second.ctx.nc, second.ctx.channels.keyVerify, { hash: hashApiKey(bootstrapKey) }), { key: null })
+  t.same(await callEndpoint(second.ctx.nc, second.ctx.channels.admin.keyVerify, { hash: hashApiKey(bootstrapKey) }), { key: null })
 })
 
 t.test('schema.prisma and the migrated database agree', async (t) => {

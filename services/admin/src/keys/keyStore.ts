@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
-import { generateApiKey, hashApiKey, visiblePrefix, type KeyEntry, type Tier } from '@ats/contracts'
+import { hashApiKey, type KeyEntry, type Tier } from '@ats/contracts'
 import type { ApiKey, PrismaClient } from '../generated/prisma/client.ts'
+import { generateApiKey, visiblePrefix } from './apiKeys.ts'
 
 export interface CreatedKey extends KeyEntry {
   key: string

@@ -1,5 +1,7 @@
 import { eip3009Abi, usdcDomain, type ChainClients } from '@ats/chain'
 import { paidRequestDescription, paymentRequirementsV1, paymentRequirementsV2, type PaymentTerms } from '@ats/contracts'
+import { SettleError, type PaymentPayload, type PaymentRequirements } from '@x402/core/types'
+import { HTTPFacilitatorClient } from '@x402/core/server'
 import { parseSignature, type Address, type Hex } from 'viem'
 import type { PaymentRow } from './ledger.ts'
 
@@ -105,42 +107,39 @@ export function settleRequest(p: PaymentRow) {
   }
 }
 
-interface SettleResponse {
-  success?: boolean
-  errorReason?: string
-  transaction?: string
-  network?: string
-  payer?: string
-}
+const retryable = (status: number) => status >= 500 || status === 429
 
 /**
- * Settles through an x402 facilitator: POST {url}/settle with the payment payload and its
- * requirements; the facilitator submits the transfer and answers with its transaction.
+ * Settles through an x402 facilitator with the reference client (@x402/core's
+ * HTTPFacilitatorClient: POST {url}/settle with the payment payload and its requirements); the
+ * facilitator submits the transfer and answers with its transaction. A 5xx, a 429, a timeout
+ * or an unreachable facilitator is retried; any other refusal fails the payment with its reason.
  */
-export function facilitatorSettlement(url: string, fetchImpl: typeof fetch = fetch): Settlement {
-  const endpoint = `${url.replace(/\/+$/, '')}/settle`
+export function facilitatorSettlement(url: string): Settlement {
+  const client = new HTTPFacilitatorClient({ url: url.replace(/\/+$/, ''), timeoutMs: 30_000 })
   return {
     name: `through the facilitator at ${url}`,
     async settle(p) {
-      let res: Response
+      const { paymentPayload, paymentRequirements } = settleRequest(p)
+      let result
       try {
-        res = await fetchImpl(endpoint, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(settleRequest(p)),
-          signal: AbortSignal.timeout(30_000),
-        })
+        // the reference client is typed for v2; it sends a v1 payload as it is
+        result = await client.settle(paymentPayload as PaymentPayload, paymentRequirements as PaymentRequirements)
       } catch (error) {
+        if (error instanceof SettleError) {
+          if (retryable(error.statusCode)) return { kind: 'retry', reason: `facilitator answered ${error.statusCode}` }
+          return refused(error.errorReason ?? `facilitator answered ${error.statusCode}`)
+        }
+        const status = Number(/failed \((\d{3})\)/.exec(firstLine(error))?.[1] ?? 0)
+        if (status && !retryable(status)) return refused(`facilitator answered ${status}`)
         return { kind: 'retry', reason: `facilitator unreachable: ${firstLine(error)}` }
       }
-      if (res.status >= 500 || res.status === 429) return { kind: 'retry', reason: `facilitator answered ${res.status}` }
-      const body = (await res.json().catch(() => ({}))) as SettleResponse
-      if (res.ok && body.success === true && typeof body.transaction === 'string' && body.transaction !== '') {
-        return { kind: 'settled', txHash: body.transaction }
-      }
-      const reason = body.errorReason ?? `facilitator answered ${res.status} without success`
-      return { kind: 'failed', reason: `facilitator: ${reason}`, insufficientFunds: /insufficient_funds/i.test(reason) }
+      if (result.success && result.transaction) return { kind: 'settled', txHash: result.transaction }
+      return refused(result.errorReason ?? 'facilitator answered without success')
     },
   }
 }
 
+function refused(reason: string): SettleOutcome {
+  return { kind: 'failed', reason: `facilitator: ${reason}`, insufficientFunds: /insufficient_funds/i.test(reason) }
+}

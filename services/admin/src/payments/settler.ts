@@ -1,5 +1,5 @@
 import { blockedPayerCodec, type BlockedPayer } from '@ats/contracts'
-import type { FastifyBaseLogger } from 'fastify'
+import { startWorkerLoop, type Logger } from '@ats/service-kit'
 import type { KV } from 'nats'
 import type { Ledger, PaymentRow } from './ledger.ts'
 import type { Settlement } from './settlement.ts'
@@ -9,7 +9,7 @@ export interface SettlerOptions {
   settlement: Settlement
   /** where payers whose payment could not settle for lack of funds are written; gateways refuse them */
   blockedPayers: KV
-  log: FastifyBaseLogger
+  log: Logger
   intervalMs: number
   maxAttempts: number
   batchSize?: number
@@ -34,9 +34,6 @@ function byPayer(payments: PaymentRow[]): Map<string, PaymentRow[]> {
  * payment is marked failed with the reason; a payer that could not pay is blocked.
  */
 export function startSettler({ ledger, settlement, blockedPayers, log, intervalMs, maxAttempts, batchSize = 25 }: SettlerOptions) {
-  let running = true
-  let wake: (() => void) | undefined
-
   async function block(p: PaymentRow, reason: string) {
     const entry: BlockedPayer = { reason, since: Date.now() }
     await blockedPayers.put(p.payer.toLowerCase(), blockedPayerCodec.encode(entry))
@@ -65,32 +62,18 @@ export function startSettler({ ledger, settlement, blockedPayers, log, intervalM
     }
   }
 
-  const done = (async () => {
-    log.info({ settlement: settlement.name }, 'settling payments')
-    while (running) {
-      try {
-        const due = await ledger.claimDue(batchSize, leaseMs)
-        const settlePayer = async (payments: PaymentRow[]) => {
-          for (const p of payments) await settleOne(p)
-        }
-        await Promise.all([...byPayer(due).values()].map(settlePayer))
-        if (due.length === batchSize) continue
-      } catch (error) {
-        if (!running) break
-        log.error({ err: error }, 'settlement round failed')
+  log.info({ settlement: settlement.name }, 'settling payments')
+  return startWorkerLoop({
+    name: 'settler',
+    log,
+    idleMs: intervalMs,
+    round: async () => {
+      const due = await ledger.claimDue(batchSize, leaseMs)
+      const settlePayer = async (payments: PaymentRow[]) => {
+        for (const p of payments) await settleOne(p)
       }
-      await new Promise<void>((resolve) => {
-        wake = resolve
-        setTimeout(resolve, intervalMs)
-      })
-    }
-  })()
-
-  return {
-    async stop() {
-      running = false
-      wake?.()
-      await done
+      await Promise.all([...byPayer(due).values()].map(settlePayer))
+      return due.length === batchSize
     },
-  }
+  })
 }

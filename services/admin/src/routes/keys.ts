@@ -1,10 +1,10 @@
-import { adminRoutes, type NatsChannels } from '@ats/contracts'
+import { adminRoutes, type AdminChannels } from '@ats/contracts'
 import { NotFound, publish, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
 import type { NatsConnection } from 'nats'
 import type { KeyStore } from '../keys/keyStore.ts'
 
-export async function keyRoutes(app: FastifyInstance, { keys, nc, keyRevoked }: { keys: KeyStore; nc: NatsConnection; keyRevoked: NatsChannels['keyRevoked'] }) {
+export async function keyRoutes(app: FastifyInstance, { keys, nc, keyRevoked }: { keys: KeyStore; nc: NatsConnection; keyRevoked: AdminChannels['keyRevoked'] }) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({

@@ -1,10 +1,10 @@
 import { adminRoutes, blockedPayerCodec } from '@ats/contracts'
-import { NotFound, type TypeBoxTypeProvider } from '@ats/service-kit'
+import { NotFound, type Logger, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
 import type { KV } from 'nats'
 
 /** The blocked-payers bucket that every gateway watches: list it, take a payer off it. */
-export async function payerRoutes(app: FastifyInstance, { blockedPayers }: { blockedPayers: KV }) {
+export async function payerRoutes(app: FastifyInstance, { blockedPayers, log }: { blockedPayers: KV; log: Logger }) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({
@@ -13,7 +13,13 @@ export async function payerRoutes(app: FastifyInstance, { blockedPayers }: { blo
       const payers = []
       for await (const key of await blockedPayers.keys()) {
         const entry = await blockedPayers.get(key)
-        if (entry?.operation === 'PUT') payers.push({ payer: key, ...blockedPayerCodec.decode(entry.value) })
+        if (entry?.operation !== 'PUT') continue
+        try {
+          payers.push({ payer: key, ...blockedPayerCodec.decode(entry.value) })
+        } catch (error) {
+          // gateways skip such an entry too: the payer is not refused, so it is not listed
+          log.warn({ err: error, payer: key }, 'unreadable blocked-payer entry skipped')
+        }
       }
       return { payers: payers.sort((a, b) => a.since - b.since) }
     },

@@ -1,7 +1,8 @@
-import { adminRoutes, formatUsd } from '@ats/contracts'
+import { adminRoutes } from '@ats/contracts'
 import type { TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
 import type { Ledger } from '../payments/ledger.ts'
+import { formatUsd } from '../payments/usd.ts'
 
 export interface RevenueOptions {
   ledger: Ledger

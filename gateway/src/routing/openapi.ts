@@ -1,5 +1,5 @@
+import type { ApiRoute } from '@ats/contracts'
 import type { TSchema } from 'typebox'
-import type { ApiRoute } from './route.ts'
 import { groupFor, type RouteAuth } from './routeTable.ts'
 
 interface OpenApiInfo {

@@ -1,6 +1,6 @@
 import { blockedPayerCodec, type BlockedPayer } from '@ats/contracts'
 import { openBucket } from '@ats/service-kit'
-import type { FastifyBaseLogger } from 'fastify'
+import type { Logger } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 
 /**
@@ -8,7 +8,7 @@ import type { NatsConnection } from 'nats'
  * them to a JetStream KV bucket). Every gateway watches the bucket: it starts with the
  * whole list and sees each change as it happens.
  */
-export async function watchBlockedPayers(nc: NatsConnection, bucket: string, log: FastifyBaseLogger) {
+export async function watchBlockedPayers(nc: NatsConnection, bucket: string, log: Logger) {
   const blocked = new Map<string, BlockedPayer>()
   const kv = await openBucket(nc, bucket)
   let initialized!: () => void

@@ -1,12 +1,13 @@
-import type { Tier } from '../identity.ts'
+import type { Tier } from '@ats/contracts'
 
-export type ServiceName = 'agent' | 'trading' | 'market-data' | 'automation' | 'admin'
+/** The services the gateway forwards to (each has its *_URL setting). */
+export type UpstreamName = 'agent' | 'trading' | 'market-data' | 'automation' | 'admin'
 export type RouteAuth = { kind: 'none' } | { kind: 'payment' } | { kind: 'key'; tier: Tier }
 
 export interface RouteGroup {
   /** path prefix as the client sends it; the proxy keeps it when forwarding */
   prefix: string
-  service: ServiceName
+  service: UpstreamName
   auth: RouteAuth
   /** whose id becomes x-ats-owner-id: the payer's address or the key's id */
   owner: 'payer' | 'key'

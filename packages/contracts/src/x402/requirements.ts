@@ -1,6 +1,10 @@
+import type { Network, PaymentRequired, PaymentRequirements, PaymentRequirementsV1 } from '@x402/core/types'
 import { Type } from 'typebox'
 
-/** x402 wire formats (coinbase/x402): what a 402 offers and what a facilitator settles. */
+/**
+ * What a 402 offers and what a facilitator settles, in x402's own types (@x402/core):
+ * the requirements of one paid request in both protocol versions.
+ */
 type Address = `0x${string}`
 
 /** The body of a 402 answer (x402 v1), as documented in OpenAPI. */
@@ -43,46 +47,11 @@ export interface PaymentTerms {
   mimeType?: string
 }
 
-/** x402 v1 `PaymentRequirements` (coinbase/x402 typescript/packages/core/src/types/v1). */
-export interface PaymentRequirementsV1 {
-  scheme: 'exact'
-  network: string
-  maxAmountRequired: string
-  resource: string
-  description: string
-  mimeType: string
-  payTo: Address
-  maxTimeoutSeconds: number
-  asset: Address
-  extra: { name: string; version: string }
-}
-
-/** x402 v2 `PaymentRequirements` (coinbase/x402 typescript/packages/core/src/types/payments.ts). */
-export interface PaymentRequirementsV2 {
-  scheme: 'exact'
-  network: `eip155:${number}`
-  amount: string
-  asset: Address
-  payTo: Address
-  maxTimeoutSeconds: number
-  extra: { name: string; version: string }
-}
-
-export interface PaymentRequiredV1 {
-  x402Version: 1
-  error: string
-  accepts: PaymentRequirementsV1[]
-}
-
-export interface PaymentRequiredV2 {
-  x402Version: 2
-  error: string
-  resource: { url: string; description: string; mimeType: string }
-  accepts: PaymentRequirementsV2[]
-}
+/** x402 v1 requirements as we offer them: the reference type, without the optional `outputSchema`. */
+export type OfferedRequirementsV1 = Omit<PaymentRequirementsV1, 'outputSchema'>
 
 /** The CAIP-2 chain id x402 v2 uses as `network`. */
-export const caip2Network = (chainId: number): `eip155:${number}` => `eip155:${chainId}`
+export const caip2Network = (chainId: number): Network => `eip155:${chainId}`
 
 /**
  * x402 v1 names networks by a short name. @x402/evm's v1 table (EVM_NETWORK_CHAIN_ID_MAP) has
@@ -95,10 +64,11 @@ export const v1Network = (chainId: number): string => v1Names[chainId] ?? caip2N
 
 const mimeTypeOf = (terms: PaymentTerms) => terms.mimeType ?? 'application/json'
 
-export function paymentRequirementsV1(terms: PaymentTerms): PaymentRequirementsV1 {
+export function paymentRequirementsV1(terms: PaymentTerms): OfferedRequirementsV1 {
   return {
     scheme: 'exact',
-    network: v1Network(terms.chainId),
+    // v1 short names are not CAIP-2; the reference type spells every network as one
+    network: v1Network(terms.chainId) as Network,
     maxAmountRequired: terms.price.toString(),
     resource: terms.resource,
     description: terms.description,
@@ -110,7 +80,7 @@ export function paymentRequirementsV1(terms: PaymentTerms): PaymentRequirementsV
   }
 }
 
-export function paymentRequirementsV2(terms: PaymentTerms): PaymentRequirementsV2 {
+export function paymentRequirementsV2(terms: PaymentTerms): PaymentRequirements {
   return {
     scheme: 'exact',
     network: caip2Network(terms.chainId),
@@ -123,11 +93,11 @@ export function paymentRequirementsV2(terms: PaymentTerms): PaymentRequirementsV
 }
 
 /** The body of a 402 answer (x402 v1). */
-export function paymentRequiredBody(terms: PaymentTerms, error: string): PaymentRequiredV1 {
+export function paymentRequiredBody(terms: PaymentTerms, error: string): { x402Version: 1; error: string; accepts: OfferedRequirementsV1[] } {
   return { x402Version: 1, error, accepts: [paymentRequirementsV1(terms)] }
 }
 
-export function paymentRequiredV2(terms: PaymentTerms, error: string): PaymentRequiredV2 {
+export function paymentRequiredV2(terms: PaymentTerms, error: string): PaymentRequired {
   return {
     x402Version: 2,
     error,
@@ -140,3 +110,6 @@ export function paymentRequiredV2(terms: PaymentTerms, error: string): PaymentRe
 export function paymentRequiredHeader(terms: PaymentTerms, error: string): string {
   return Buffer.from(JSON.stringify(paymentRequiredV2(terms, error))).toString('base64')
 }
+
+/** The `description` of what a paid request buys, as offered in 402 answers and sent to facilitators. */
+export const paidRequestDescription = 'Agent Trading Service: one agent request'

@@ -1,4 +1,4 @@
-import { addressBookFor, createChainClients, createTokenRegistry, usdcDomain } from '@ats/chain'
+import { usdcDomain } from '@ats/chain'
 import {
   caip2Network,
   paidRequestDescription,
@@ -8,11 +8,15 @@ import {
   type PaymentCharged,
   type PaymentTerms,
 } from '@ats/contracts'
-import { Unavailable, type ServiceConfig } from '@ats/service-kit'
-import type { FastifyBaseLogger, FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify'
+import { StartupError, Unavailable, type ChainContext, type Logger, type ServiceConfig } from '@ats/service-kit'
+import type { FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify'
 import type { Redis } from 'ioredis'
 import { getAddress, type Address } from 'viem'
-import { createBalanceChecker, createNonceStore, createPaymentVerifier, paymentFromHeaders, PaymentError, type Payment } from '../payments/index.ts'
+import { createBalanceChecker } from './balances.ts'
+import { PaymentError } from './errors.ts'
+import { paymentFromHeaders, type Payment } from './header.ts'
+import { createNonceStore } from './nonces.ts'
+import { createPaymentVerifier } from './verifier.ts'
 import type { BlockedPayers } from './blockedPayers.ts'
 import type { ChargePublisher } from './chargePublisher.ts'
 import type { gatewaySettings } from '../settings.ts'
@@ -26,7 +30,7 @@ declare module 'fastify' {
 
 export type PaymentSettings = Pick<
   ServiceConfig<typeof gatewaySettings>,
-  'PAY_TO' | 'PAYMENT_PRICE' | 'PAYMENT_TIMEOUT_SECONDS' | 'SKIP_PAYMENT' | 'RPC_URL' | 'ADDRESS_BOOK' | 'PUBLIC_URL' | 'CHAIN_ID'
+  'PAY_TO' | 'PAYMENT_PRICE' | 'PAYMENT_TIMEOUT_SECONDS' | 'SKIP_PAYMENT' | 'PUBLIC_URL'
 >
 
 /** The owner of paid requests when SKIP_PAYMENT is on and no payment header names one. */
@@ -40,7 +44,8 @@ export interface PaymentGuard {
 
 export interface PaymentGuardDeps {
   redis: Redis | undefined
-  log: FastifyBaseLogger
+  log: Logger
+  chain: ChainContext
   blockedPayers: BlockedPayers
   charges: ChargePublisher
 }
@@ -55,7 +60,7 @@ const encodeResponse = (value: Record<string, unknown>) => Buffer.from(JSON.stri
  * id. Without PAY_TO paid routes answer 503; with SKIP_PAYMENT they pass unpaid (owner:
  * the header's unverified `from`, else a fixed development address).
  */
-export function createPaymentGuard(settings: PaymentSettings, { redis, log, blockedPayers, charges }: PaymentGuardDeps): PaymentGuard {
+export function createPaymentGuard(settings: PaymentSettings, { redis, log, blockedPayers, charges, chain }: PaymentGuardDeps): PaymentGuard {
   if (settings.SKIP_PAYMENT) {
     log.warn('SKIP_PAYMENT is on: paid routes accept requests WITHOUT payment. Development only.')
     return {
@@ -81,16 +86,14 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
     }
   }
 
-  const book = addressBookFor({ chainId: settings.CHAIN_ID, ...(settings.ADDRESS_BOOK ? { addressBookPath: settings.ADDRESS_BOOK } : {}) })
-  const usdc = createTokenRegistry(book.tokens).find('USDC')
-  if (!usdc) throw new Error(`the address book of chain ${settings.CHAIN_ID} has no USDC`)
-  const { publicClient } = createChainClients({ rpcUrl: settings.RPC_URL, chainId: settings.CHAIN_ID })
-  const { name, version } = usdcDomain(settings.CHAIN_ID, usdc.address)
+  const usdc = chain.tokens().find('USDC')
+  if (!usdc) throw new StartupError(`the address book of chain ${chain.chainId} has no USDC`)
+  const { name, version } = usdcDomain(chain.chainId, usdc.address)
   const terms: Omit<PaymentTerms, 'resource'> = {
     price: BigInt(settings.PAYMENT_PRICE),
     payTo: getAddress(settings.PAY_TO),
     asset: usdc.address,
-    chainId: settings.CHAIN_ID,
+    chainId: chain.chainId,
     description: paidRequestDescription,
     maxTimeoutSeconds: settings.PAYMENT_TIMEOUT_SECONDS,
     token: { name, version },
@@ -98,7 +101,7 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
   const verifier = createPaymentVerifier({
     requirements: terms,
     nonces: createNonceStore(redis ? { redis } : {}),
-    balances: createBalanceChecker({ publicClient, asset: usdc.address }),
+    balances: createBalanceChecker({ publicClient: chain.publicClient, asset: usdc.address }),
     refusedPayer: blockedPayers.reasonFor,
   })
   log.info({ payTo: terms.payTo, asset: terms.asset, price: String(terms.price), chainId: terms.chainId }, 'x402 payments on')
@@ -106,7 +109,11 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
   // the `network` of payment responses, as the client's x402 version names it
   const responseNetwork = { 1: v1Network(terms.chainId), 2: caip2Network(terms.chainId) }
   const pathOf = (request: FastifyRequest) => request.url.split('?')[0]!
-  const resourceOf = (request: FastifyRequest, route: string) => `${settings.PUBLIC_URL ?? `${request.protocol}://${request.host}`}${route}`
+  // never from the client's Host header: a client could make our 402 name any site. Without
+  // PUBLIC_URL the gateway names itself by the port the request reached (right for local use)
+  if (!settings.PUBLIC_URL) log.warn('PUBLIC_URL is not set: 402 answers name http://localhost:<port> as the resource')
+  const resourceOf = (request: FastifyRequest, route: string) =>
+    `${settings.PUBLIC_URL ?? `http://localhost:${request.socket.localPort}`}${route}`
 
   const paymentRequired = (request: FastifyRequest, reply: FastifyReply, error: string) => {
     const full = { ...terms, resource: resourceOf(request, pathOf(request)) }

@@ -1,6 +1,7 @@
-import { Compile } from 'typebox/compile'
 import type { Static, TSchema } from 'typebox'
+import { Compile } from 'typebox/compile'
 
+/** NATS messages: a codec per schema, checked both ways, and the two kinds of channel. */
 export class MessageError extends Error {
   override name = 'MessageError'
 }
@@ -8,6 +9,19 @@ export class MessageError extends Error {
 export interface Codec<T> {
   encode(value: T): Uint8Array
   decode(data: Uint8Array): T
+}
+
+/** A request/reply endpoint: its subject and both message codecs. */
+export interface Endpoint<Req, Rep> {
+  subject: string
+  request: Codec<Req>
+  reply: Codec<Rep>
+}
+
+/** A broadcast or stream message: its subject and codec. */
+export interface Topic<M> {
+  subject: string
+  message: Codec<M>
 }
 
 const encoder = new TextEncoder()
@@ -33,4 +47,12 @@ export function codec<S extends TSchema>(schema: S): Codec<Static<S>> {
       return check(parsed)
     },
   }
+}
+
+export function endpoint<Req extends TSchema, Rep extends TSchema>(subject: string, request: Req, reply: Rep): Endpoint<Static<Req>, Static<Rep>> {
+  return { subject, request: codec(request), reply: codec(reply) }
+}
+
+export function topic<M extends TSchema>(subject: string, message: M): Topic<Static<M>> {
+  return { subject, message: codec(message) }
 }

@@ -1,6 +1,5 @@
 import { paymentsMessageId, type PaymentChannels, type PaymentCharged, type PaymentsCharged } from '@ats/contracts'
-import { ensureStream } from '@ats/service-kit'
-import type { FastifyBaseLogger } from 'fastify'
+import { ensureStream, type Logger } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 
 interface Waiter {
@@ -18,9 +17,10 @@ const maxBatch = 512
  * once. A charge resolves once JetStream has stored it. A batch that cannot be published
  * is kept and retried every second (its requests are answered meanwhile: a short NATS
  * outage must not fail paid requests that were served); what is still unsent at shutdown
- * is logged in full, so those authorizations can still be settled from the log.
+ * is logged by payer, nonce and amount, never with its signature: a signed authorization in a
+ * log would let anyone who reads it move the payer's money.
  */
-export async function createChargePublisher(nc: NatsConnection, channels: PaymentChannels, log: FastifyBaseLogger) {
+export async function createChargePublisher(nc: NatsConnection, channels: PaymentChannels, log: Logger) {
   await ensureStream(nc, channels.streamSpec)
   const js = nc.jetstream()
   const queued: Waiter[] = []
@@ -80,7 +80,12 @@ export async function createChargePublisher(nc: NatsConnection, channels: Paymen
       clearInterval(timer)
       await retryUnsent()
       if (unsent.length > 0) {
-        const events = unsent.flatMap((b) => b.charges)
+        const events = unsent.flatMap((b) => b.charges).map(({ payer, authorization, requestId }) => ({
+          payer,
+          nonce: authorization.nonce,
+          value: authorization.value,
+          requestId,
+        }))
         log.error({ unsent: events.length, events }, 'payment events could not be published before shutdown')
       }
     },

@@ -1,5 +1,5 @@
 import { Type } from 'typebox'
-import { route } from './route.ts'
+import { route } from '../common/route.ts'
 
 export const gatewayRoutes = {
   health: route({

@@ -1,14 +1,15 @@
 import { Type, type Static } from 'typebox'
-import { ErrorBody } from '../errors.ts'
-import { TierSchema } from '../identity.ts'
-import { route } from './route.ts'
+import { ErrorBody } from '../common/errors.ts'
+import { TierSchema } from '../common/identity.ts'
+import { Address, EpochMs, IntegerString } from '../common/primitives.ts'
+import { route } from '../common/route.ts'
 
 export const KeyEntry = Type.Object({
   id: Type.String({ description: '<key_id>' }),
   tier: TierSchema,
   label: Type.String({ maxLength: 64 }),
   prefix: Type.String({ description: 'the first characters of the raw key, to recognise it; not enough to use it' }),
-  createdAt: Type.Integer({ description: 'ms since the Unix epoch' }),
+  createdAt: EpochMs(),
 })
 export type KeyEntry = Static<typeof KeyEntry>
 
@@ -28,7 +29,7 @@ export type CreateKeyBody = Static<typeof CreateKeyBody>
 
 const KeyIdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
 
-const UsdcAmount = Type.String({ pattern: '^[0-9]+$', description: 'USDC base units (6 decimals)' })
+const UsdcAmount = IntegerString({ description: 'USDC base units (6 decimals)' })
 const Usd = Type.String({ description: 'dollar-formatted, e.g. $0.01' })
 
 export const SettlementStateSchema = Type.Unsafe<'pending' | 'settling' | 'settled' | 'failed' | 'skipped'>({
@@ -75,10 +76,10 @@ export const RevenueHistoryQuery = Type.Object(
 export const BlockedPayerEntry = Type.Object({
   payer: Type.String({ description: 'lower-case address' }),
   reason: Type.String({ description: 'why a payment of theirs could not settle' }),
-  since: Type.Integer({ description: 'ms since the Unix epoch' }),
+  since: EpochMs(),
 })
 
-const PayerParams = Type.Object({ address: Type.String({ pattern: '^0x[0-9a-fA-F]{40}$', description: 'the payer address' }) })
+const PayerParams = Type.Object({ address: Address({ description: 'the payer address' }) })
 
 const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody }
 

@@ -1,7 +1,7 @@
 import { Type, type Static } from 'typebox'
-import { ErrorBody } from '../errors.ts'
-import { PaymentRequiredSchema } from '../x402.ts'
-import { route } from './route.ts'
+import { ErrorBody } from '../common/errors.ts'
+import { route } from '../common/route.ts'
+import { PaymentRequiredSchema } from '../x402/requirements.ts'
 
 export const Skill = Type.Object({
   name: Type.String(),

@@ -1,0 +1,46 @@
+import { hashApiKey, type AdminChannels, type Tier } from '@ats/contracts'
+import { cachedLoader, callEndpoint, subscribe, type Logger } from '@ats/service-kit'
+import type { NatsConnection } from 'nats'
+
+export interface ResolvedKey {
+  id: string
+  tier: Tier
+}
+
+/** Unknown keys are remembered briefly, so a client retrying a bad key does not cost a round trip each time. */
+const negativeTtlMs = 5_000
+
+/**
+ * Resolves raw API keys to their entry: in memory first, else one NATS request to
+ * admin (concurrent misses for the same key share it). Revocation broadcasts evict
+ * at once; after a NATS reconnect, when a broadcast may have been missed, the
+ * whole cache is dropped.
+ */
+export function createKeyResolver(nc: NatsConnection, { keyVerify, keyRevoked }: AdminChannels, log: Logger, ttlMs: number) {
+  const keys = cachedLoader<string, ResolvedKey | null>({
+    max: 50_000,
+    ttlMs,
+    load: async (hash) => (await callEndpoint(nc, keyVerify, { hash })).key,
+    ttlOf: (key) => (key ? ttlMs : Math.min(ttlMs, negativeTtlMs)),
+  })
+
+  const unsubscribe = subscribe(nc, keyRevoked, log, ({ hash }) => keys.delete(hash))
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type === 'reconnect') {
+        keys.clear()
+        log.info('NATS reconnected: key cache cleared')
+      }
+    }
+  })()
+
+  return {
+    /** The cached answer for a key (null: known invalid), or undefined when it must be resolved. */
+    cached: (raw: string): ResolvedKey | null | undefined => keys.peek(hashApiKey(raw)),
+    resolve: (raw: string): Promise<ResolvedKey | null> => keys.get(hashApiKey(raw)),
+    size: () => keys.size,
+    close: unsubscribe,
+  }
+}
+
+export type KeyResolver = ReturnType<typeof createKeyResolver>

@@ -1,0 +1,31 @@
+import { adminRoutes, publicRoutes } from '@ats/contracts'
+import t from 'tap'
+import { buildOpenApi } from '../src/routing/openapi.ts'
+import { groupFor, routeTable } from '../src/routing/routeTable.ts'
+
+t.test('the longest route-table prefix wins', async (t) => {
+  t.equal(groupFor('/portfolio/jobs')?.service, 'agent')
+  t.equal(groupFor('/portfolio/positions')?.service, 'trading')
+  t.equal(groupFor('/admin/keys/key_1')?.auth.kind, 'key')
+  t.equal(groupFor('/agentx'), undefined)
+  t.equal(groupFor('/nowhere'), undefined)
+  t.equal(new Set(routeTable.map((g) => g.prefix)).size, routeTable.length, 'no prefix twice')
+})
+
+t.test('the OpenAPI document lists every public route with its auth', async (t) => {
+  const doc = buildOpenApi({ title: 't', version: '1' }, publicRoutes)
+  for (const r of publicRoutes) {
+    const path = r.url.replace(/:(\w+)/g, '{$1}')
+    t.ok(doc.paths[path]?.[r.method.toLowerCase()], `${r.method} ${r.url} documented`)
+  }
+  const create = doc.paths['/admin/keys']?.post as { security: unknown; requestBody: { content: Record<string, { schema: { required: string[] } }> } }
+  t.same(create.security, [{ apiKey: ['admin'] }])
+  t.same(create.requestBody.content['application/json']?.schema.required.sort(), ['label', 'tier'])
+  const revoke = doc.paths['/admin/keys/{id}']?.delete as { parameters: Array<{ name: string; in: string }> }
+  t.same(revoke.parameters.map((p) => [p.name, p.in]), [['id', 'path']])
+  t.same((doc.paths['/health']?.get as { security: unknown }).security, [])
+  t.ok(adminRoutes.createKey.schema.response[201])
+  const skills = doc.paths['/agent/skills']?.get as { security: unknown; responses: Record<string, unknown> }
+  t.same(skills.security, [{ x402: [] }], 'agent routes are paid')
+  t.same(Object.keys(skills.responses).sort(), ['200', '402', '503'])
+})

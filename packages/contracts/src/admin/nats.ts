@@ -1,0 +1,33 @@
+import { Type, type Static } from 'typebox'
+import { TierSchema } from '../common/identity.ts'
+import { endpoint, topic } from '../common/messages.ts'
+import { subjectOf } from '../common/namespace.ts'
+import { Sha256Hex } from '../common/primitives.ts'
+import { paymentChannels } from './payments.ts'
+
+/** admin.keys.verify request: the SHA-256 of the raw key (raw keys never travel). */
+export const KeyVerifyRequest = Type.Object({ hash: Sha256Hex() })
+export type KeyVerifyRequest = Static<typeof KeyVerifyRequest>
+
+/** admin.keys.verify reply: the active key, or null when unknown or revoked. */
+export const KeyVerifyReply = Type.Object({
+  key: Type.Union([Type.Object({ id: Type.String(), tier: TierSchema }), Type.Null()]),
+})
+export type KeyVerifyReply = Static<typeof KeyVerifyReply>
+
+/** admin.keys.revoked broadcast. */
+export const KeyRevoked = Type.Object({ id: Type.String(), hash: Sha256Hex() })
+export type KeyRevoked = Static<typeof KeyRevoked>
+
+/** admin's NATS channels in one namespace. */
+export function adminChannels(namespace: string) {
+  return {
+    /** request/reply (NATS services API, queue-grouped): resolve a key hash to its entry */
+    keyVerify: endpoint(subjectOf(namespace, 'admin', 'keys.verify'), KeyVerifyRequest, KeyVerifyReply),
+    /** broadcast: a key was revoked; every gateway evicts it from its cache */
+    keyRevoked: topic(subjectOf(namespace, 'admin', 'keys.revoked'), KeyRevoked),
+    /** charged payments (gateway -> JetStream -> admin's ledger) and the blocked payers */
+    payments: paymentChannels(namespace),
+  }
+}
+export type AdminChannels = ReturnType<typeof adminChannels>

@@ -1,0 +1,21 @@
+import { Type, type TStringOptions } from 'typebox'
+
+/**
+ * Schemas of values every service passes around; each pattern is written here and nowhere
+ * else. Each is a function so a field can say what it is (`Address({ description: 'the payer' })`).
+ */
+export const addressPattern = '^0x[0-9a-fA-F]{40}$'
+export const bytes32Pattern = '^0x[0-9a-fA-F]{64}$'
+export const integerStringPattern = '^[0-9]{1,78}$'
+
+const string = (pattern: string, description: string) => (options: TStringOptions = {}) =>
+  Type.String({ pattern, description, ...options })
+
+export const Address = string(addressPattern, 'a 0x-hex address')
+export const Bytes32 = string(bytes32Pattern, '32 bytes of 0x-hex')
+/** an ECDSA signature r ‖ s ‖ v */
+export const Signature65 = string('^0x[0-9a-fA-F]{130}$', '65 bytes of 0x-hex')
+/** an unsigned integer as a decimal string (a uint256 fits in 78 digits): token amounts in base units */
+export const IntegerString = string(integerStringPattern, 'an unsigned integer as a decimal string')
+export const Sha256Hex = string('^[0-9a-f]{64}$', 'a SHA-256 as lower-case hex')
+export const EpochMs = (description = 'ms since the Unix epoch') => Type.Integer({ description })
