@@ -546,9 +546,11 @@ export function printReport(report: Report, log: (line: string) => void = consol
   for (const m of measurements) for (const o of m.machine.topOthers) heaviest.set(o.name, (heaviest.get(o.name) ?? 0) + (o.percent / 100) * m.machine.seconds)
   const runSeconds = measurements.reduce((sum, m) => sum + m.machine.seconds, 0)
   const heaviestText = [...heaviest]
+    .map(([name, cpuSeconds]) => [name, (cpuSeconds / runSeconds) * 100] as const)
+    .filter(([, percent]) => percent >= 2)
     .sort((a, b) => b[1] - a[1])
     .slice(0, 3)
-    .map(([name, cpuSeconds]) => `${name} ${((cpuSeconds / runSeconds) * 100).toFixed(0)}%`)
+    .map(([name, percent]) => `${name} ${percent.toFixed(0)}%`)
     .join(', ')
   log('')
   log(
@@ -559,33 +561,37 @@ export function printReport(report: Report, log: (line: string) => void = consol
   log(
     disturbed.length === 0
       ? `no run was disturbed (outside load ≥ ${disturbedAt}% of a core or steal ≥ ${DISTURBING_STEAL}%)`
-      : `${disturbed.length} of ${measurements.length} runs disturbed (outside load ≥ ${disturbedAt}% of a core or steal ≥ ${DISTURBING_STEAL}%): ` +
+      : disturbed.length === measurements.length
+        ? `all ${measurements.length} runs disturbed (outside load ≥ ${disturbedAt}% of a core or steal ≥ ${DISTURBING_STEAL}%)`
+        : `${disturbed.length} of ${measurements.length} runs disturbed (outside load ≥ ${disturbedAt}% of a core or steal ≥ ${DISTURBING_STEAL}%): ` +
           roundNumbers
             .map((n) => [n, disturbed.filter((m) => m.round === n).map((m) => m.target)] as const)
             .filter(([, names]) => names.length > 0)
             .map(([n, names]) => `round ${n} (${names.join(', ')})`)
-            .join(', '),
+            .join('; '),
   )
 
   // whether each median can be expected to repeat, and if not, why
+  const minUndisturbed = Math.max(3, Math.ceil(rounds / 2))
+  const overAll = report.ratios.filter((r) => r.over === 'all' && r.disturbed.size > 0)
+  if (overAll.length > 0)
+    log(
+      `NOTE ${overAll.length === report.ratios.length ? 'every ratio' : overAll.map((r) => `"${r.ratio.name}"`).join(', ')}: ` +
+        `fewer than ${minUndisturbed} of ${rounds} rounds were undisturbed, so the medians ` +
+        `include rounds in which other processes${heaviestText ? ` (mostly ${heaviestText.replace(/ \d+%/g, '')})` : ''} took CPU from the bench, and may not repeat`,
+    )
   for (const { ratio, perRound, sources, summary, over, disturbed: disturbedRounds } of report.ratios) {
     const spread = summary.max - summary.min
-    const why: string[] = []
-    if (over === 'all' && disturbedRounds.size > 0)
-      why.push(`only ${perRound.size - disturbedRounds.size} of ${perRound.size} rounds were undisturbed, so the figures include rounds other processes took CPU from`)
-    if (spread > maxSpread) {
-      const roundOf = (value: number) => [...perRound].find(([round, v]) => v === value && (over === 'all' || !disturbedRounds.has(round)))?.[0]
-      const [low, high] = [roundOf(summary.min), roundOf(summary.max)]
-      const hit = [low, high].filter((r): r is number => r !== undefined && (sources.get(r) ?? []).some((m) => m.disturbed))
-      why.push(
-        `its rounds spread over ${spread.toFixed(1)} points (> ${maxSpread}; lowest in round ${low}, highest in round ${high}), so the median may move by more than ${maxSpread / 2} points in a repeat run; ` +
-          (hit.length > 0
-            ? `outside load hit round ${hit.join(' and ')}`
-            : over === 'undisturbed'
-              ? 'no outside load was seen in those rounds: the variation is in the measured processes themselves (GC, JIT, Redis/NATS/Postgres) or in the host (see the CPU µs per request of the same target across rounds)'
-              : 'the extremes were not among the disturbed runs: the variation is in the measured processes themselves or in the host'),
-      )
-    }
-    if (why.length > 0) log(`NOTE ${ratio.name}: ${why.join('; ')}. More rounds (BENCH_ROUNDS) or a quieter machine narrow it.`)
+    if (!(spread > maxSpread)) continue
+    const roundOf = (value: number) => [...perRound].find(([round, v]) => v === value && (over === 'all' || !disturbedRounds.has(round)))?.[0]
+    const [low, high] = [roundOf(summary.min), roundOf(summary.max)]
+    const hit = [low, high].filter((r): r is number => r !== undefined && (sources.get(r) ?? []).some((m) => m.disturbed))
+    log(
+      `NOTE ${ratio.name}: the rounds spread over ${spread.toFixed(1)} points (> ${maxSpread}; lowest in round ${low}, highest in round ${high}), ` +
+        `so its median may move by more than ${maxSpread / 2} points in a repeat run: ` +
+        (hit.length > 0
+          ? `outside load hit round ${hit.join(' and ')}`
+          : 'no outside load was seen in those rounds, so the variation is in the measured processes themselves (GC, JIT, Redis/NATS/Postgres) or in the host'),
+    )
   }
 }

@@ -71,17 +71,24 @@ export async function stopAll(): Promise<void> {
   )
 }
 
-/** Waits (up to a minute) until `${url}/ready` answers 2xx. */
-export async function ready(url: string, server?: Started): Promise<void> {
+/**
+ * Waits (up to a minute) until `${url}/ready` answers 2xx for one of `urls` (a server with its
+ * /ready on an operational port of its own, or on its public one).
+ */
+export async function ready(urls: string | string[], server?: Started): Promise<void> {
+  const list = typeof urls === 'string' ? [urls] : urls
+  const answers = (url: string) =>
+    fetch(`${url}/ready`).then(
+      (res) => res.ok,
+      () => false,
+    )
   for (let i = 0; i < 240; i++) {
     // a server that died while starting: say why at once instead of waiting a minute
-    if (server?.exited) throw new Error(`${url} never became ready: ${server.exited}`)
-    try {
-      if ((await fetch(`${url}/ready`)).ok) return
-    } catch {}
+    if (server?.exited) throw new Error(`${list.join(' or ')} never became ready: ${server.exited}`)
+    if ((await Promise.all(list.map(answers))).some(Boolean)) return
     await new Promise((r) => setTimeout(r, 250))
   }
-  throw new Error(`${url} never became ready`)
+  throw new Error(`${list.join(' or ')} never became ready`)
 }
 
 /** Throws when something already listens on the port: the bench would measure (or talk to) it instead. */

@@ -19,7 +19,7 @@ import {
 } from '../src/payments/index.ts'
 import { paymentRequiredBody, paymentRequiredHeader, paymentRequirementsV2, type PaymentTerms } from '@ats/contracts'
 
-const devnet = await startDevnet({ port: 8661, addressBookPath: false, accounts: 3 })
+const devnet = await startDevnet({ port: 0, addressBookPath: false, accounts: 3 })
 t.teardown(() => devnet.stop())
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const redisA = new Redis(redisUrl, { maxRetriesPerRequest: 1 })

@@ -1,5 +1,14 @@
+import { Address, Bytes32, integerStringPattern, Signature65 } from '@ats/contracts'
+import { PaymentPayloadV1Schema, PaymentPayloadV2Schema, type z } from '@x402/core/schemas'
+import { Type, type Static, type TSchema } from 'typebox'
+import { Compile } from 'typebox/compile'
 import type { Hex } from 'viem'
 import { MalformedPaymentError, PaymentError } from './errors.ts'
+
+/**
+ * The two payment headers, read with x402's own schemas (@x402/core) for the envelope and ours
+ * for the `exact` EVM payload inside it; each malformation gets a message naming the field.
+ */
 
 /** EIP-3009 TransferWithAuthorization fields; addresses and nonce lower-case. */
 export interface Authorization {
@@ -26,16 +35,30 @@ export interface Payment {
 export const V1_HEADER = 'X-PAYMENT'
 export const V2_HEADER = 'PAYMENT-SIGNATURE'
 
-const base64 = /^[A-Za-z0-9+/_-]+={0,2}$/
-const address = /^0x[0-9a-fA-F]{40}$/
-const bytes32 = /^0x[0-9a-fA-F]{64}$/
-const signature65 = /^0x[0-9a-fA-F]{130}$/
-const decimal = /^[0-9]+$/
-const hexNumber = /^0x[0-9a-fA-F]+$/i
+// x402's exact/EVM spec: uint256 fields are decimal strings, or hex when 0x-prefixed
+const uint256Description = 'a uint256 as a decimal or 0x-hex string'
+const uint256 = Type.Union(
+  [Type.String({ pattern: `${integerStringPattern}|^0x[0-9a-fA-F]{1,64}$` }), Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })],
+  { description: uint256Description },
+)
+const ExactEvmPayload = Type.Object({
+  signature: Signature65(),
+  authorization: Type.Object({
+    from: Address(),
+    to: Address(),
+    value: uint256,
+    validAfter: uint256,
+    validBefore: uint256,
+    nonce: Bytes32(),
+  }),
+})
+const exactPayload = Compile(ExactEvmPayload)
+const acceptedAsset = Compile(Type.Object({ asset: Address() }))
 const maxUint256 = (1n << 256n) - 1n
 
+const base64 = /^[A-Za-z0-9+/_-]+={0,2}$/
+
 type Json = Record<string, unknown>
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v)
 
 function parseJson(header: string, raw: string): Json {
   const value = raw.trim()
@@ -47,97 +70,74 @@ function parseJson(header: string, raw: string): Json {
   } catch {
     throw new MalformedPaymentError(header, 'base64 does not decode to JSON')
   }
-  if (!isObject(json)) throw new MalformedPaymentError(header, 'JSON is not an object')
-  return json
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) throw new MalformedPaymentError(header, 'JSON is not an object')
+  const version = (json as Json).x402Version
+  const expected = header === V1_HEADER ? 1 : 2
+  if (version === undefined) throw new MalformedPaymentError(header, 'x402Version is missing')
+  if (version !== expected) throw new MalformedPaymentError(header, `x402Version must be ${expected}, not ${JSON.stringify(version)}`)
+  return json as Json
 }
 
-function field(header: string, obj: Json, path: string, name: string): unknown {
-  const value = obj[name]
-  if (value === undefined || value === null) throw new MalformedPaymentError(header, `${path}${name} is missing`)
-  return value
+/** The envelope, by x402's schema: the first problem as "<field> is missing" or "<field>: <what>". */
+function envelope<T>(header: string, schema: z.ZodType<T>, json: Json): T {
+  const result = schema.safeParse(json)
+  if (result.success) return result.data
+  const [issue] = result.error.issues
+  const field = issue?.path.join('.') || 'payload'
+  const missing = issue?.code === 'invalid_type' && issue.received === 'undefined'
+  throw new MalformedPaymentError(header, missing ? `${field} is missing` : `${field}: ${issue?.message ?? 'invalid'}`)
 }
 
-function stringField(header: string, obj: Json, path: string, name: string, pattern: RegExp, what: string): string {
-  const value = field(header, obj, path, name)
-  if (typeof value !== 'string' || !pattern.test(value)) throw new MalformedPaymentError(header, `${path}${name} must be ${what}`)
-  return value
-}
-
-/** x402's exact/EVM spec: uint256 fields are decimal strings, or hex when 0x-prefixed. */
-function uintField(header: string, obj: Json, path: string, name: string): bigint {
-  const value = field(header, obj, path, name)
-  let n: bigint | undefined
-  if (typeof value === 'string' && (decimal.test(value) || hexNumber.test(value))) n = BigInt(value)
-  else if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) n = BigInt(value)
-  if (n === undefined || n > maxUint256)
-    throw new MalformedPaymentError(header, `${path}${name} must be a uint256 as a decimal or 0x-hex string`)
-  return n
-}
-
-function objectField(header: string, obj: Json, path: string, name: string): Json {
-  const value = field(header, obj, path, name)
-  if (!isObject(value)) throw new MalformedPaymentError(header, `${path}${name} must be an object`)
-  return value
-}
-
-function exactPayload(header: string, payload: Json): Pick<Payment, 'signature' | 'authorization'> {
-  const signature = stringField(header, payload, 'payload.', 'signature', signature65, '65 bytes of 0x-hex')
-  const auth = objectField(header, payload, 'payload.', 'authorization')
-  const at = 'payload.authorization.'
-  return {
-    signature: signature.toLowerCase() as Hex,
-    authorization: {
-      from: stringField(header, auth, at, 'from', address, 'a 0x-hex address').toLowerCase() as Hex,
-      to: stringField(header, auth, at, 'to', address, 'a 0x-hex address').toLowerCase() as Hex,
-      value: uintField(header, auth, at, 'value'),
-      validAfter: uintField(header, auth, at, 'validAfter'),
-      validBefore: uintField(header, auth, at, 'validBefore'),
-      nonce: stringField(header, auth, at, 'nonce', bytes32, '32 bytes of 0x-hex').toLowerCase() as Hex,
-    },
+/** The first problem a TypeBox schema finds, as "<prefix><field> is missing" or "... must be <its description>". */
+function problem(validator: ReturnType<typeof Compile>, value: unknown, prefix: string): string | undefined {
+  if (validator.Check(value)) return undefined
+  const errors = [...validator.Errors(value)]
+  const first = errors.find((e) => e.keyword === 'required') ?? errors[errors.length - 1]!
+  const segments = first.instancePath.split('/').filter(Boolean)
+  if (first.keyword === 'required') {
+    const [name] = (first.params as { requiredProperties: string[] }).requiredProperties
+    return `${prefix}${[...segments, name].join('.')} is missing`
   }
+  let schema: TSchema | undefined = validator.Type() as TSchema
+  for (const s of segments) schema = (schema as { properties?: Record<string, TSchema> }).properties?.[s]
+  const what = (schema as { description?: string } | undefined)?.description ?? 'valid'
+  return `${prefix}${segments.join('.')} must be ${what}`
 }
 
-function scheme(header: string, value: unknown, path: string): 'exact' {
-  if (typeof value !== 'string') throw new MalformedPaymentError(header, `${path}scheme is missing`)
-  if (value !== 'exact') throw new PaymentError('unsupported_scheme', `${header}: scheme '${value}' is not supported; only 'exact'`)
-  return value
-}
+const toUint = (value: string | number) => BigInt(value)
 
-function network(header: string, value: unknown, path: string): string {
-  if (typeof value !== 'string' || value === '') throw new MalformedPaymentError(header, `${path}network is missing`)
-  return value
-}
-
-function version(header: string, json: Json, expected: 1 | 2): void {
-  const v = json.x402Version
-  if (v === undefined) throw new MalformedPaymentError(header, 'x402Version is missing')
-  if (v !== expected) throw new MalformedPaymentError(header, `x402Version must be ${expected}, not ${JSON.stringify(v)}`)
+function exact(header: string, scheme: string, payload: unknown): Pick<Payment, 'signature' | 'authorization'> {
+  if (scheme !== 'exact') throw new PaymentError('unsupported_scheme', `${header}: scheme '${scheme}' is not supported; only 'exact'`)
+  const wrong = problem(exactPayload, payload, 'payload.')
+  if (wrong) throw new MalformedPaymentError(header, wrong)
+  const { signature, authorization: a } = payload as Static<typeof ExactEvmPayload>
+  const authorization = {
+    from: a.from.toLowerCase() as Hex,
+    to: a.to.toLowerCase() as Hex,
+    value: toUint(a.value),
+    validAfter: toUint(a.validAfter),
+    validBefore: toUint(a.validBefore),
+    nonce: a.nonce.toLowerCase() as Hex,
+  }
+  for (const field of ['value', 'validAfter', 'validBefore'] as const) {
+    if (authorization[field] > maxUint256) throw new MalformedPaymentError(header, `payload.authorization.${field} must be ${uint256Description}`)
+  }
+  return { signature: signature.toLowerCase() as Hex, authorization }
 }
 
 /** `X-PAYMENT` (x402 v1): base64 of {x402Version: 1, scheme, network, payload: {signature, authorization}}. */
 export function decodeXPayment(raw: string): Payment {
-  const h = V1_HEADER
-  const json = parseJson(h, raw)
-  version(h, json, 1)
-  const s = scheme(h, json.scheme, '')
-  const n = network(h, json.network, '')
-  return { x402Version: 1, scheme: s, network: n, ...exactPayload(h, objectField(h, json, '', 'payload')) }
+  const p = envelope(V1_HEADER, PaymentPayloadV1Schema, parseJson(V1_HEADER, raw))
+  return { x402Version: 1, scheme: 'exact', network: p.network, ...exact(V1_HEADER, p.scheme, p.payload) }
 }
 
-/**
- * `PAYMENT-SIGNATURE` (x402 v2): base64 of {x402Version: 2, resource?, accepted: PaymentRequirements,
- * payload: {signature, authorization}, extensions?}. Scheme and network live in `accepted`; early v2
- * payloads also carried them at the top level, which we accept when `accepted` lacks them.
- */
+/** `PAYMENT-SIGNATURE` (x402 v2): base64 of {x402Version: 2, resource?, accepted: PaymentRequirements, payload, extensions?}. */
 export function decodePaymentSignature(raw: string): Payment {
-  const h = V2_HEADER
-  const json = parseJson(h, raw)
-  version(h, json, 2)
-  const accepted = objectField(h, json, '', 'accepted')
-  const s = scheme(h, accepted.scheme ?? json.scheme, 'accepted.')
-  const n = network(h, accepted.network ?? json.network, 'accepted.')
-  const asset = stringField(h, accepted, 'accepted.', 'asset', address, 'a 0x-hex address').toLowerCase() as Hex
-  return { x402Version: 2, scheme: s, network: n, asset, ...exactPayload(h, objectField(h, json, '', 'payload')) }
+  const p = envelope(V2_HEADER, PaymentPayloadV2Schema, parseJson(V2_HEADER, raw))
+  const payment = exact(V2_HEADER, p.accepted.scheme, p.payload)
+  const wrongAsset = problem(acceptedAsset, p.accepted, 'accepted.')
+  if (wrongAsset) throw new MalformedPaymentError(V2_HEADER, wrongAsset)
+  return { x402Version: 2, scheme: 'exact', network: p.accepted.network, asset: p.accepted.asset.toLowerCase() as Hex, ...payment }
 }
 
 type Headers = Record<string, string | string[] | undefined>

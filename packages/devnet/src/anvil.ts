@@ -44,13 +44,17 @@ export function anvilBinary(): string {
   throw new Error(`anvil: binary not found (package @foundry-rs/anvil-${platform}); install dependencies or set ANVIL_BIN`)
 }
 
-function assertPortFree(port: number): Promise<void> {
+/** Checks the port is free; port 0 picks a free one (what tests running side by side ask for). */
+function claimPort(port: number): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer()
     server.once('error', (err: NodeJS.ErrnoException) =>
       reject(new Error(`anvil: port ${ANVIL_HOST}:${port} is not free (${err.code ?? err.message})`)),
     )
-    server.listen(port, ANVIL_HOST, () => server.close(() => resolve()))
+    server.listen(port, ANVIL_HOST, () => {
+      const { port: chosen } = server.address() as { port: number }
+      server.close(() => resolve(chosen))
+    })
   })
 }
 
@@ -73,10 +77,10 @@ function waitForExit(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => child.once('exit', () => resolve()))
 }
 
-/** Starts anvil on 127.0.0.1:port with chain id 31337 and the default test mnemonic. */
-export async function startAnvil({ port, timeoutMs = 10_000 }: StartAnvilOptions): Promise<Anvil> {
+/** Starts anvil on 127.0.0.1:port (0: a free port) with chain id 31337 and the default test mnemonic. */
+export async function startAnvil({ port: wanted, timeoutMs = 10_000 }: StartAnvilOptions): Promise<Anvil> {
   const bin = anvilBinary()
-  await assertPortFree(port)
+  const port = await claimPort(wanted)
   const child = spawn(
     bin,
     ['--host', ANVIL_HOST, '--port', String(port), '--chain-id', String(ANVIL_CHAIN_ID), '--silent'],

@@ -43,7 +43,7 @@ const [payer, submitter, payee, server] = KEYS.map((k) => privateKeyToAccount(k)
 const SECP256K1_N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n
 const mintAbi = parseAbi(['function mint(address to, uint256 amount)'])
 
-const anvil = await startAnvil({ port: 8620 })
+const anvil = await startAnvil({ port: 0 })
 t.teardown(() => anvil.stop())
 const s = deployerSession(anvil.rpcUrl)
 const client = s.publicClient

@@ -56,7 +56,7 @@ t.test('the ten funded accounts are the default anvil accounts of the test mnemo
 
 t.test('devnet: every token, funded accounts, address book; Uniswap V3 and Algebra quote and swap WETH -> USDC', async (t) => {
   const addressBookPath = join(scratch, 'address-book.json')
-  const devnet = await startDevnet({ port: 8640, addressBookPath })
+  const devnet = await startDevnet({ port: 0, addressBookPath })
   t.teardown(() => devnet.stop())
   const { book, timings } = devnet
   t.comment(`start + deploy + fund took ${timings.totalMs} ms (anvil ${timings.anvilMs}, deploy ${timings.deployMs}, fund ${timings.fundMs})`)
@@ -64,7 +64,7 @@ t.test('devnet: every token, funded accounts, address book; Uniswap V3 and Algeb
   t.comment(JSON.stringify({ ...book, devnet: undefined }))
   t.equal(book.chainId, 31337)
   t.equal(book.name, 'devnet')
-  t.equal(devnet.rpcUrl, 'http://127.0.0.1:8640')
+  t.match(devnet.rpcUrl, /^http:\/\/127\.0\.0\.1:\d+$/)
 
   // The book on disk is what services get for chain 31337.
   t.equal(devnet.addressBookPath, addressBookPath)
@@ -276,8 +276,8 @@ t.test('devnet: every token, funded accounts, address book; Uniswap V3 and Algeb
 
 t.test('deployment is deterministic: a fresh anvil gives the same address book', async (t) => {
   const books: DevnetAddressBook[] = []
-  for (const port of [8641, 8642]) {
-    const anvil = await startAnvil({ port })
+  for (let i = 0; i < 2; i++) {
+    const anvil = await startAnvil({ port: 0 })
     try {
       books.push(await deployDevnet(anvil.rpcUrl))
     } finally {
@@ -289,9 +289,10 @@ t.test('deployment is deterministic: a fresh anvil gives the same address book',
 
 t.test('clear errors', async (t) => {
   const blocker = createServer()
-  await new Promise<void>((resolve) => blocker.listen(8643, '127.0.0.1', resolve))
+  await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve))
   t.teardown(() => new Promise<void>((resolve) => blocker.close(() => resolve())))
-  await t.rejects(startAnvil({ port: 8643 }), /port 127\.0\.0\.1:8643 is not free/)
+  const { port } = blocker.address() as { port: number }
+  await t.rejects(startAnvil({ port }), new RegExp(`port 127\\.0\\.0\\.1:${port} is not free`))
 
   const saved = process.env.ANVIL_BIN
   process.env.ANVIL_BIN = '/nonexistent/anvil'
@@ -299,5 +300,5 @@ t.test('clear errors', async (t) => {
     if (saved === undefined) delete process.env.ANVIL_BIN
     else process.env.ANVIL_BIN = saved
   })
-  await t.rejects(startAnvil({ port: 8644 }), /anvil: failed to start .*ENOENT/)
+  await t.rejects(startAnvil({ port: 0 }), /anvil: failed to start .*ENOENT/)
 })

@@ -30,7 +30,7 @@ export function cachedLoader<K extends string, V>({ max, ttlMs, load, ttlOf, now
   const cache = new LRUCache<K, { value: V }>({
     max,
     ttl: Math.max(1, ttlMs),
-    ...(now ? { perf: { now } } : {}),
+    ...(now ? { perf: { now }, ttlResolution: 0 } : {}),
     fetchMethod: async (key, _stale, { options }) => {
       const value = await load(key)
       if (ttlOf) options.ttl = Math.max(1, ttlOf(value))

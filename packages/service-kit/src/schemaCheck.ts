@@ -16,27 +16,48 @@ interface PrismaModel {
 
 const mapped = (attributes: string, name: string) => /@map\("([^"]+)"\)/.exec(attributes)?.[1] ?? name
 
+/**
+ * The `model` and `enum` blocks of a schema, by line: a block ends at a line holding only `}`
+ * (Prisma's format), so a `}` inside a field (`@default("{}")`) does not end it.
+ */
+function blocks(text: string, kind: 'model' | 'enum'): Array<[name: string, body: string]> {
+  const found: Array<[string, string]> = []
+  let current: { name: string; lines: string[] } | undefined
+  for (const line of text.split('\n')) {
+    if (current) {
+      if (/^\s*\}\s*$/.test(line)) {
+        found.push([current.name, current.lines.join('\n')])
+        current = undefined
+      } else current.lines.push(line)
+      continue
+    }
+    const start = new RegExp(`^\\s*${kind}\\s+(\\w+)\\s*\\{\\s*$`).exec(line)
+    if (start) current = { name: start[1]!, lines: [] }
+  }
+  return found
+}
+
 /** Reads the models and enums of a schema.prisma: enough to compare it with a database. */
 export function parsePrismaSchema(source: string): { models: PrismaModel[]; enums: Map<string, string> } {
   const text = source.replace(/\/\/.*$/gm, '')
   const enums = new Map<string, string>()
-  for (const [, name, body] of text.matchAll(/enum\s+(\w+)\s*\{([^}]*)\}/g)) {
-    enums.set(name!, /@@map\("([^"]+)"\)/.exec(body!)?.[1] ?? name!)
+  for (const [name, body] of blocks(text, 'enum')) enums.set(name, /@@map\("([^"]+)"\)/.exec(body)?.[1] ?? name)
+  const models = blocks(text, 'model')
+  const modelNames = new Set(models.map(([name]) => name))
+  return {
+    enums,
+    models: models.map(([name, body]) => {
+      const fields: PrismaField[] = []
+      for (const line of body.split('\n').map((l) => l.trim())) {
+        const match = /^(\w+)\s+(\w+)(\[\])?(\?)?\s*(.*)$/.exec(line)
+        if (!match) continue
+        const [, field, type, list, optional, attributes] = match
+        if (modelNames.has(type!) || attributes!.includes('@relation')) continue
+        fields.push({ column: mapped(attributes!, field!), type: type!, optional: Boolean(optional), list: Boolean(list) })
+      }
+      return { name, table: /@@map\("([^"]+)"\)/.exec(body)?.[1] ?? name, fields }
+    }),
   }
-  const blocks = [...text.matchAll(/model\s+(\w+)\s*\{([^}]*)\}/g)]
-  const modelNames = new Set(blocks.map(([, name]) => name!))
-  const models = blocks.map(([, name, body]) => {
-    const fields: PrismaField[] = []
-    for (const line of body!.split('\n').map((l) => l.trim())) {
-      const match = /^(\w+)\s+(\w+)(\[\])?(\?)?\s*(.*)$/.exec(line)
-      if (!match) continue
-      const [, field, type, list, optional, attributes] = match
-      if (modelNames.has(type!) || attributes!.includes('@relation')) continue
-      fields.push({ column: mapped(attributes!, field!), type: type!, optional: Boolean(optional), list: Boolean(list) })
-    }
-    return { name: name!, table: /@@map\("([^"]+)"\)/.exec(body!)?.[1] ?? name!, fields }
-  })
-  return { models, enums }
 }
 
 const compatible: Record<string, string[]> = {

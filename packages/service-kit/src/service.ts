@@ -103,6 +103,11 @@ function kitSettings(definition: ServiceDefinition<TProperties, DatabaseClient>)
   }
 }
 
+/** Every setting a process of this definition reads: the kit's (by what it declares) and its own. */
+export function settingsOf(definition: ServiceDefinition<any, any>): TProperties {
+  return { ...kitSettings(definition), ...(definition.settings ?? {}) }
+}
+
 /**
  * Builds one process of the fleet: config, migrations, NATS, Prisma, Fastify with
  * the kit's logging, errors, metrics, health and readiness, then the service's

@@ -4,11 +4,11 @@ import Fastify from 'fastify'
 import t, { type Test } from 'tap'
 import { createWalletClient, erc20Abi, http, type Address, type Hex } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
-import { adminService } from '../../services/admin/src/service.ts'
+import { adminService } from '@ats/admin/service'
 import { adminKey, eventually, startPaidFleet } from './fleet.ts'
 
 const settling = (t: Test, extra: NodeJS.ProcessEnv = {}) =>
-  startPaidFleet(t, 8683, { adminEnv: { SETTLEMENT_INTERVAL_MS: '100', ...extra } })
+  startPaidFleet(t, { adminEnv: { SETTLEMENT_INTERVAL_MS: '100', ...extra } })
 
 type Fleet = Awaited<ReturnType<typeof settling>>
 

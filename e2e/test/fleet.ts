@@ -9,10 +9,10 @@ import { toHex, type Address } from 'viem'
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
 import Fastify from 'fastify'
 import type { Test } from 'tap'
-import { adminService } from '../../services/admin/src/service.ts'
-import { gatewayService } from '../src/service.ts'
+import { adminService } from '@ats/admin/service'
+import { gatewayService } from '@ats/gateway/service'
 
-export const adminKey = 'atsk_gateway-test-bootstrap-key-000'
+export const adminKey = 'atsk_gatewayTestBootstrapKey-00000000'
 
 /**
  * A probe upstream for the route groups whose services do not exist yet: it
@@ -95,9 +95,9 @@ export interface PaymentOverrides {
  * A devnet (on its own port) plus the fleet with payments on: PAY_TO is devnet account 9,
  * the payer devnet account 1, admin settles from account 0. `pay()` signs a fresh v1 X-PAYMENT header by hand.
  */
-export async function startPaidFleet(t: Test, port: number, options: FleetOptions = {}) {
+export async function startPaidFleet(t: Test, options: FleetOptions = {}) {
   const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
-  const devnet = await startDevnet({ port, addressBookPath })
+  const devnet = await startDevnet({ port: 0, addressBookPath })
   t.teardown(() => devnet.stop())
   const payTo = devnet.accounts[9]!.address
   const chain = { RPC_URL: devnet.rpcUrl, CHAIN_ID: '31337', ADDRESS_BOOK: addressBookPath }

@@ -69,7 +69,7 @@ t.test('each tier reaches exactly the route groups the spec allows', async (t) =
     const none = await request(path)
     t.equal(none.status, 401, `${path} without a key`)
     t.same(none.body, { error: 'missing API key: send Authorization: Bearer <key>' })
-    const bad = await request(path, { key: 'atsk_this-key-does-not-exist-000000' })
+    const bad = await request(path, { key: 'atsk_this-key-does-not-exist-00000000' })
     t.equal(bad.status, 401, `${path} with an unknown key`)
     t.same(bad.body, { error: 'invalid or revoked API key' })
     for (const tier of ['readonly', 'readwrite', 'admin'] as const) {

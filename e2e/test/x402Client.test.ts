@@ -7,7 +7,7 @@ import { adminKey, eventually, startPaidFleet } from './fleet.ts'
 
 const network = 'eip155:31337'
 
-const paidFleet = (t: Test) => startPaidFleet(t, 8682, { adminEnv: { SETTLEMENT_ENABLED: 'false' } })
+const paidFleet = (t: Test) => startPaidFleet(t, { adminEnv: { SETTLEMENT_ENABLED: 'false' } })
 
 /** The real client: @x402/fetch over an inner fetch that records every request it is handed. */
 function payingFetch(payer: ReturnType<typeof privateKeyToAccount>, spendControls: x402ClientConfig['spendControls']) {

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { startPaidFleet } from './fleet.ts'
 
-const paid = (t: Test, options?: Parameters<typeof startPaidFleet>[2]) => startPaidFleet(t, 8681, options)
+const paid = (t: Test, options?: Parameters<typeof startPaidFleet>[1]) => startPaidFleet(t, options)
 const decode = (header: string | null) => JSON.parse(Buffer.from(header ?? '', 'base64').toString('utf8'))
 
 t.test('a paid route without a payment answers 402 with the requirements in the body and the v2 header', async (t) => {
@@ -100,7 +100,7 @@ const freePort = () =>
 /** A gateway in a process of its own, as deployed. */
 async function gatewayProcess(t: Test, env: NodeJS.ProcessEnv) {
   const port = await freePort()
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('../src/server.ts', import.meta.url))], {
+  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.resolve('@ats/gateway/server'))], {
     env: { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' },
     stdio: 'ignore',
   })
@@ -111,7 +111,7 @@ async function gatewayProcess(t: Test, env: NodeJS.ProcessEnv) {
   const url = `http://127.0.0.1:${port}`
   for (let i = 0; i < 200; i++) {
     if (child.exitCode !== null) throw new Error(`gateway process exited with ${child.exitCode}`)
-    if (await fetch(`${url}/ready`).then((r) => r.ok, () => false)) return url
+    if (await fetch(`${url}/health`).then((r) => r.ok, () => false)) return url
     await new Promise((resolve) => setTimeout(resolve, 100))
   }
   throw new Error('gateway process never became ready')
