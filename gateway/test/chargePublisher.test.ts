@@ -1,8 +1,9 @@
-import { paymentChannels, type PaymentCharged } from '@ats/contracts'
+import { Writable } from 'node:stream'
+import { natsChannels, type PaymentCharged } from '@ats/contracts'
 import { ensureStream } from '@ats/service-kit'
 import { freshNamespace, testInfra } from '@ats/service-kit/testing'
 import { connect, type NatsConnection } from 'nats'
-import Fastify from 'fastify'
+import { pino } from 'pino'
 import t, { type Test } from 'tap'
 import { createChargePublisher } from '../src/payments/chargePublisher.ts'
 
@@ -29,12 +30,12 @@ const charge = (nonceByte: string): PaymentCharged => ({
   chargedAt: Date.now(),
 })
 
-async function setup(t: Test) {
+async function setup(t: Test, log = pino({ level: 'silent' })) {
   const { natsUrl } = await testInfra()
   const nc: NatsConnection = await connect({ servers: natsUrl })
   t.teardown(() => nc.close())
-  const channels = paymentChannels(await freshNamespace(t))
-  const publisher = await createChargePublisher(nc, channels, Fastify().log)
+  const channels = natsChannels(await freshNamespace(t)).admin.payments
+  const publisher = await createChargePublisher(nc, channels, log)
   const jsm = await nc.jetstreamManager()
   const stored = async () => (await jsm.streams.info(channels.stream)).state.messages
   return { nc, channels, publisher, jsm, stored }
@@ -73,4 +74,17 @@ t.test('charges that arrive while a publish is in flight go together, none lost'
     recorded.push(...channels.charged.message.decode(data).charges.map((c) => c.authorization.nonce))
   }
   t.same(recorded.sort(), nonces.map((n) => `0x${n.repeat(32)}`).sort(), 'every charge exactly once')
+})
+
+t.test('charges unsent at shutdown are logged without their signed authorization', async (t) => {
+  let logged = ''
+  const sink = new Writable({ write: (chunk, _encoding, done) => void ((logged += chunk.toString()), done()) })
+  const { channels, publisher, jsm } = await setup(t, pino({ level: 'info' }, sink))
+  await jsm.streams.delete(channels.stream)
+  const unsent = charge('ee')
+  await publisher.charge(unsent)
+  await publisher.close()
+  t.match(logged, /could not be published before shutdown/)
+  t.match(logged, unsent.authorization.nonce, 'the nonce is named, to find the payment')
+  t.notMatch(logged, unsent.signature.slice(2, 40), 'the signature is not: whoever reads the log could spend it')
 })

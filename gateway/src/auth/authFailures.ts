@@ -39,7 +39,7 @@ export function createAuthFailureLimiter({ redis, namespace, limit, windowMs }: 
         store.incr(
           ip,
           (error, result) => {
-            if (!error && result && result.current > limit) refused.set(ip, Date.now() + result.ttl, { ttl: result.ttl })
+            if (!error && result && result.current >= limit) refused.set(ip, Date.now() + result.ttl, { ttl: result.ttl })
             resolve()
           },
           windowMs,

@@ -30,7 +30,7 @@ declare module 'fastify' {
 
 export type PaymentSettings = Pick<
   ServiceConfig<typeof gatewaySettings>,
-  'PAY_TO' | 'PAYMENT_PRICE' | 'PAYMENT_TIMEOUT_SECONDS' | 'SKIP_PAYMENT' | 'PUBLIC_URL'
+  'PAY_TO' | 'PAYMENT_PRICE' | 'PAYMENT_TIMEOUT_SECONDS' | 'SKIP_PAYMENT' | 'PUBLIC_URL' | 'PORT'
 >
 
 /** The owner of paid requests when SKIP_PAYMENT is on and no payment header names one. */
@@ -113,7 +113,7 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
   // PUBLIC_URL the gateway names itself by the port the request reached (right for local use)
   if (!settings.PUBLIC_URL) log.warn('PUBLIC_URL is not set: 402 answers name http://localhost:<port> as the resource')
   const resourceOf = (request: FastifyRequest, route: string) =>
-    `${settings.PUBLIC_URL ?? `http://localhost:${request.socket.localPort}`}${route}`
+    `${settings.PUBLIC_URL ?? `http://localhost:${request.socket.localPort ?? settings.PORT}`}${route}`
 
   const paymentRequired = (request: FastifyRequest, reply: FastifyReply, error: string) => {
     const full = { ...terms, resource: resourceOf(request, pathOf(request)) }

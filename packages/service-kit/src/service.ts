@@ -206,8 +206,6 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     return { ready: true, checks: Object.keys(checks).sort() }
   })
 
-  await definition.register(app, ctx)
-
   let closing: Promise<void> | undefined
   const close = () =>
     (closing ??= (async () => {
@@ -221,6 +219,14 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
       if (redis) await redis.quit().catch(() => redis.disconnect())
       await db?.$disconnect()
     })())
+
+  try {
+    await definition.register(app, ctx)
+  } catch (error) {
+    // a service that cannot start leaves nothing open behind it
+    await close().catch(() => {})
+    throw error
+  }
 
   let opsAddress: string | undefined
   return {
