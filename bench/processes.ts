@@ -25,7 +25,9 @@ export function pinLoadGenerator(): boolean {
 }
 
 const children: ChildProcess[] = []
-process.on('exit', () => children.forEach((c) => c.kill('SIGTERM')))
+process.on('exit', () => {
+  for (const c of children) c.kill('SIGTERM')
+})
 
 export interface Started {
   pid: number
@@ -65,7 +67,7 @@ export function start(script: string, env: NodeJS.ProcessEnv, stdout: 'pipe' | '
 
 /** Stops every process started here and waits until they are gone. */
 export async function stopAll(): Promise<void> {
-  children.forEach((c) => c.kill('SIGTERM'))
+  for (const c of children) c.kill('SIGTERM')
   await Promise.all(
     children.map((c) => new Promise((resolve) => (c.exitCode === null && c.signalCode === null ? c.once('exit', resolve) : resolve(null)))),
   )

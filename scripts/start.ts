@@ -133,7 +133,8 @@ if (process.env.RPC_URL) {
   say(`Chain: RPC_URL=${process.env.RPC_URL} (no devnet started)`)
 } else {
   try {
-    devnet = await (devnetStarting = startDevnetOrExplain(devnetPort()))
+    devnetStarting = startDevnetOrExplain(devnetPort())
+    devnet = await devnetStarting
   } catch (error) {
     fail(`${(error as Error).message}\n(set RPC_URL to use another chain instead of the devnet)`)
   }

@@ -102,14 +102,14 @@ async function gatewayProcess(t: Test, env: NodeJS.ProcessEnv) {
   const port = await freePort()
   const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.resolve('@ats/gateway/server'))], {
     env: { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' },
-    stdio: 'ignore',
+    stdio: ['ignore', 'ignore', 'inherit'],
   })
   t.teardown(() => {
     child.kill('SIGTERM')
     return new Promise((resolve) => (child.exitCode === null ? child.once('exit', resolve) : resolve(null)))
   })
   const url = `http://127.0.0.1:${port}`
-  for (let i = 0; i < 200; i++) {
+  for (let i = 0; i < 600; i++) {
     if (child.exitCode !== null) throw new Error(`gateway process exited with ${child.exitCode}`)
     if (await fetch(`${url}/health`).then((r) => r.ok, () => false)) return url
     await new Promise((resolve) => setTimeout(resolve, 100))

@@ -2,7 +2,7 @@ import { ExactEvmScheme } from '@x402/evm/exact/client'
 import { wrapFetchWithPayment, x402Client, type x402ClientConfig } from '@x402/fetch'
 import t, { type Test } from 'tap'
 import { getAddress } from 'viem'
-import { privateKeyToAccount } from 'viem/accounts'
+import type { privateKeyToAccount } from 'viem/accounts'
 import { adminKey, eventually, startPaidFleet } from './fleet.ts'
 
 const network = 'eip155:31337'

@@ -78,7 +78,12 @@ t.test('charges that arrive while a publish is in flight go together, none lost'
 
 t.test('charges unsent at shutdown are logged without their signed authorization', async (t) => {
   let logged = ''
-  const sink = new Writable({ write: (chunk, _encoding, done) => void ((logged += chunk.toString()), done()) })
+  const sink = new Writable({
+    write: (chunk, _encoding, done) => {
+      logged += chunk.toString()
+      done()
+    },
+  })
   const { channels, publisher, jsm } = await setup(t, pino({ level: 'info' }, sink))
   await jsm.streams.delete(channels.stream)
   const unsent = charge('ee')

@@ -209,7 +209,12 @@ t.test('an account without USDC has insufficient funds', async (t) => {
 
 t.test('balances are cached and concurrent lookups share one call', async (t) => {
   let calls = 0
-  const counting = { readContract: ((args: unknown) => (calls++, publicClient.readContract(args as never))) as typeof publicClient.readContract }
+  const counting = {
+    readContract: ((args: unknown) => {
+      calls++
+      return publicClient.readContract(args as never)
+    }) as typeof publicClient.readContract,
+  }
   let clock = 0
   const balances = createBalanceChecker({ publicClient: counting, asset: usdc, ttlMs: 5_000, now: () => clock })
   const all = await Promise.all(Array.from({ length: 10 }, () => balances.balanceOf(payer.address)))

@@ -125,7 +125,10 @@ export function memoryCounterStore() {
     incr(key: string, cb: Callback, windowMs: number) {
       const now = Date.now()
       let w = windows.get(key)
-      if (!w || w.end <= now) windows.set(key, (w = { count: 0, end: now + windowMs }))
+      if (!w || w.end <= now) {
+        w = { count: 0, end: now + windowMs }
+        windows.set(key, w)
+      }
       cb(null, { current: ++w.count, ttl: w.end - now })
     }
     child() {

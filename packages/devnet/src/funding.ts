@@ -149,6 +149,9 @@ export async function fundAccounts(s: DeployerSession, tokens: readonly Token[],
 const localAccounts = new Map<Hex, LocalAccount>()
 function localAccountOf(account: DevAccount): LocalAccount {
   let local = localAccounts.get(account.privateKey)
-  if (!local) localAccounts.set(account.privateKey, (local = privateKeyToAccount(account.privateKey)))
+  if (!local) {
+    local = privateKeyToAccount(account.privateKey)
+    localAccounts.set(account.privateKey, local)
+  }
   return local
 }

@@ -41,8 +41,12 @@ export function createLogger(name: string, level: string): pino.Logger {
   const destination = pino.destination({ dest: 1, sync: false, minLength: 4096 })
   destinations.add(destination)
   if (!flushing) {
-    flushing = setInterval(() => destinations.forEach((d) => d.flush()), 250).unref()
-    process.once('exit', () => destinations.forEach((d) => d.flushSync()))
+    flushing = setInterval(() => {
+      for (const d of destinations) d.flush()
+    }, 250).unref()
+    process.once('exit', () => {
+      for (const d of destinations) d.flushSync()
+    })
   }
   return pino(loggerOptions(name, level), destination)
 }

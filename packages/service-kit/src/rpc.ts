@@ -1,5 +1,5 @@
 import { identityHeaders, isTier, type Endpoint, type Identity, type Topic } from '@ats/contracts'
-import { headers as natsHeaders, ServiceErrorCodeHeader, ServiceErrorHeader, type MsgHdrs, type NatsConnection, type Service, type ServiceMsg } from 'nats'
+import { headers as natsHeaders, ServiceErrorCodeHeader, ServiceErrorHeader, type Msg, type MsgHdrs, type NatsConnection, type Service, type ServiceMsg } from 'nats'
 import type { Logger } from './logger.ts'
 
 /**
@@ -118,7 +118,7 @@ export async function callEndpoint<Req, Rep>(
 ): Promise<Rep> {
   const service = serviceOf(endpoint.subject)
   const h = headersOf(context)
-  let msg
+  let msg: Msg
   try {
     msg = await nc.request(endpoint.subject, endpoint.request.encode(request), { timeout: timeoutMs, ...(h ? { headers: h } : {}) })
   } catch (error) {

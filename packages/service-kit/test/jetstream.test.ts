@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { connect } from 'nats'
+import { connect, type NatsConnection } from 'nats'
 import t from 'tap'
 import { ensureStream, StartupError } from '../src/index.ts'
 import { freshNamespace, testInfra } from '../src/testing.ts'
@@ -23,7 +23,7 @@ t.test('a NATS without JetStream is a start-up error that says so', { skip: !exi
   const port = 4300 + Math.floor(Math.random() * 500)
   const server = spawn(natsServer, ['-a', '127.0.0.1', '-p', String(port)], { stdio: 'ignore' })
   t.teardown(() => void server.kill())
-  let nc
+  let nc: NatsConnection | undefined
   for (let i = 0; i < 50 && !nc; i++) {
     nc = await connect({ servers: `nats://127.0.0.1:${port}` }).catch(() => undefined)
     if (!nc) await new Promise((resolve) => setTimeout(resolve, 100))

@@ -1,6 +1,6 @@
 import { eip3009Abi, usdcDomain, type ChainClients } from '@ats/chain'
 import { paidRequestDescription, paymentRequirementsV1, paymentRequirementsV2, type PaymentTerms } from '@ats/contracts'
-import { SettleError, type PaymentPayload, type PaymentRequirements } from '@x402/core/types'
+import { SettleError, type PaymentPayload, type PaymentRequirements, type SettleResponse } from '@x402/core/types'
 import { HTTPFacilitatorClient } from '@x402/core/server'
 import { parseSignature, type Address, type Hex } from 'viem'
 import type { PaymentRow } from './ledger.ts'
@@ -121,7 +121,7 @@ export function facilitatorSettlement(url: string): Settlement {
     name: `through the facilitator at ${url}`,
     async settle(p) {
       const { paymentPayload, paymentRequirements } = settleRequest(p)
-      let result
+      let result: SettleResponse
       try {
         // the reference client is typed for v2; it sends a v1 payload as it is
         result = await client.settle(paymentPayload as PaymentPayload, paymentRequirements as PaymentRequirements)

@@ -2,7 +2,7 @@ import { blockedPayerCodec, type BlockedPayer } from '@ats/contracts'
 import { startWorkerLoop, type Logger } from '@ats/service-kit'
 import type { KV } from 'nats'
 import type { Ledger, PaymentRow } from './ledger.ts'
-import type { Settlement } from './settlement.ts'
+import type { SettleOutcome, Settlement } from './settlement.ts'
 
 export interface SettlerOptions {
   ledger: Ledger
@@ -41,7 +41,7 @@ export function startSettler({ ledger, settlement, blockedPayers, log, intervalM
   }
 
   async function settleOne(p: PaymentRow) {
-    let outcome
+    let outcome: SettleOutcome
     try {
       outcome = await settlement.settle(p, (txHash) => ledger.submitted(p.id, txHash))
     } catch (error) {
