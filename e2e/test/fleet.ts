@@ -5,6 +5,8 @@ import { join } from 'node:path'
 import { createChainClients, eip3009Abi, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
 import { startDevnet } from '@ats/devnet'
 import { baseTestEnv, startService, testInfra } from '@ats/service-kit/testing'
+
+export { eventually } from '@ats/service-kit/testing'
 import { toHex, type Address } from 'viem'
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
 import Fastify from 'fastify'
@@ -139,13 +141,3 @@ export async function startPaidFleet(t: Test, options: FleetOptions = {}) {
   return { ...fleet, devnet, publicClient, payTo, payer, usdc, pay, balanceOf }
 }
 
-/** Polls `check` every 100 ms until it returns a value other than undefined (10 s at most). */
-export async function eventually<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const value = await check()
-    if (value !== undefined) return value
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
-}

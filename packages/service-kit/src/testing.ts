@@ -163,4 +163,15 @@ export async function startService<S extends TProperties, Db extends DatabaseCli
   const url = await service.listen()
   return Object.assign(service, { url })
 }
+/** Polls `check` every 100 ms until it returns a value other than undefined (10 s at most). */
+export async function eventually<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const value = await check()
+    if (value !== undefined) return value
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+}
+
 export { compareSchemaWithDatabase, parsePrismaSchema } from './schemaCheck.ts'

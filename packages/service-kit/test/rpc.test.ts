@@ -47,25 +47,27 @@ async function env(t: Parameters<typeof freshNamespace>[0]) {
   return { NATS_URL: natsUrl, NATS_NAMESPACE, INTERNAL_TOKEN: testInternalToken, LOG_LEVEL: 'silent', HOST: '127.0.0.1', PORT: '0' }
 }
 
-const asKey = { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.keyId]: 'key_7', [identityHeaders.requestId]: 'req-42' }
-
-t.test('an endpoint answers its caller, who learns who asked and under which request id', async (t) => {
+/** books answering over NATS, shelf asking it over HTTP; both closed when the test ends. */
+async function booksAndShelf(t: Parameters<typeof freshNamespace>[0], timeoutMs = 2000) {
   const e = await env(t)
   const responder = await createService(books(e.NATS_NAMESPACE), e)
   t.teardown(() => responder.close())
-  const caller = await createService(shelf(e.NATS_NAMESPACE, 2000), e)
+  const caller = await createService(shelf(e.NATS_NAMESPACE, timeoutMs), e)
   t.teardown(() => caller.close())
+  return { responder, caller }
+}
+
+const asKey = { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.keyId]: 'key_7', [identityHeaders.requestId]: 'req-42' }
+
+t.test('an endpoint answers its caller, who learns who asked and under which request id', async (t) => {
+  const { caller } = await booksAndShelf(t)
   const res = await caller.app.inject({ url: '/books/b1', headers: asKey })
   t.equal(res.statusCode, 200)
   t.same(res.json(), { title: 'title of b1', askedBy: 'key_7 req-42' })
 })
 
 t.test("an endpoint's 404 and 409 reach the HTTP caller as 404 and 409; a crash as 502 without detail", async (t) => {
-  const e = await env(t)
-  const responder = await createService(books(e.NATS_NAMESPACE), e)
-  t.teardown(() => responder.close())
-  const caller = await createService(shelf(e.NATS_NAMESPACE, 2000), e)
-  t.teardown(() => caller.close())
+  const { caller } = await booksAndShelf(t)
   const missing = await caller.app.inject({ url: '/books/missing', headers: asKey })
   t.equal(missing.statusCode, 404)
   t.same(missing.json(), { error: 'book missing not found' })
@@ -79,10 +81,7 @@ t.test("an endpoint's 404 and 409 reach the HTTP caller as 404 and 409; a crash 
 })
 
 t.test('a stopped responder gives 503 within the timeout, not a 500', async (t) => {
-  const e = await env(t)
-  const responder = await createService(books(e.NATS_NAMESPACE), e)
-  const caller = await createService(shelf(e.NATS_NAMESPACE, 2000), e)
-  t.teardown(() => caller.close())
+  const { responder, caller } = await booksAndShelf(t)
   t.equal((await caller.app.inject({ url: '/books/b1', headers: asKey })).statusCode, 200)
   await responder.close()
   const started = Date.now()

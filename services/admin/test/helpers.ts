@@ -6,7 +6,9 @@ import { createChainClients, eip3009Abi, erc20Abi, transferWithAuthorizationType
 import { identityHeaders, natsChannels, type PaymentCharged } from '@ats/contracts'
 import { startDevnet, type Devnet } from '@ats/devnet'
 import { openBucket } from '@ats/service-kit'
-import { baseTestEnv, startService, testInfra, testInternalToken } from '@ats/service-kit/testing'
+import { baseTestEnv, eventually, startService, testInfra, testInternalToken } from '@ats/service-kit/testing'
+
+export { eventually }
 import { connect } from 'nats'
 import tap, { type Test } from 'tap'
 import { createWalletClient, http, toHex, type Address } from 'viem'
@@ -89,16 +91,6 @@ export async function signCharge(asset: Address, payer: PrivateKeyAccount, overr
   }
 }
 
-/** Polls `check` every 100 ms until it returns a value other than undefined (10 s at most). */
-export async function eventually<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const value = await check()
-    if (value !== undefined) return value
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
-}
 
 export interface RecentPayment {
   payer: string

@@ -22,7 +22,14 @@ export function startLedgerConsumer(nc: NatsConnection, channels: PaymentChannel
     maxDeliveries: 3,
     handle: async (batch) => {
       const events: PaymentCharged[] = batch.flatMap((d) => d.message.charges)
-      const recorded = await ledger.record(events)
+      let recorded: number
+      try {
+        recorded = await ledger.record(events)
+      } catch (error) {
+        // Prisma puts the cause on the last line of its message: that is the reason worth keeping
+        const lines = (error instanceof Error ? error.message : String(error)).split('\n').map((l) => l.trim())
+        throw new Error(`recording ${events.length} payments failed: ${lines.filter(Boolean).at(-1) ?? 'unknown error'}`, { cause: error })
+      }
       if (recorded > 0) log.info({ recorded, received: events.length }, 'payments recorded')
     },
   })

@@ -10,8 +10,11 @@ export async function payerRoutes(app: FastifyInstance, { blockedPayers, log }: 
   api.route({
     ...adminRoutes.listBlockedPayers,
     handler: async () => {
+      // the keys first: awaiting a get inside the keys iterator ends it after the first key (nats.js 2.29)
+      const keys: string[] = []
+      for await (const key of await blockedPayers.keys()) keys.push(key)
       const payers = []
-      for await (const key of await blockedPayers.keys()) {
+      for (const key of keys) {
         const entry = await blockedPayers.get(key)
         if (entry?.operation !== 'PUT') continue
         try {
