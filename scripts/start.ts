@@ -158,16 +158,20 @@ try {
   for (const member of members) {
     const isGateway = member === gateway
     const port = isGateway ? Number(process.env.PORT || member.definition.port) : member.definition.port
-    const child = run(member, { ...base, PORT: String(port), HOST: isGateway ? process.env.HOST || '0.0.0.0' : '127.0.0.1' })
+    // the gateway answers /ready on its operations port only
+    const opsPort = isGateway ? Number(process.env.OPS_PORT || port + 6000) : port
+    const env = { ...base, PORT: String(port), HOST: isGateway ? process.env.HOST || '0.0.0.0' : '127.0.0.1' }
+    const child = run(member, isGateway ? { ...env, OPS_PORT: String(opsPort) } : env)
     children.set(member.name, child)
     child.once('exit', (code, signal) => {
       if (stopping) return
       process.stderr.write(`${member.name} stopped unexpectedly (${signal ?? `exit code ${code}`}); stopping the fleet\n`)
       void stopAll(1)
     })
-    await waitReady(`http://127.0.0.1:${port}`, child, member.name)
+    await waitReady(`http://127.0.0.1:${opsPort}`, child, member.name)
     if (isGateway) {
       say(`\nThe gateway listens on http://localhost:${port}  (try: curl localhost:${port}/health; API docs at /openapi.json)`)
+      say(`Its /ready and /metrics: http://localhost:${opsPort} (the operations port, not for clients).`)
       say(`Services: ${members.filter((m) => m !== gateway).map((m) => `${m.name} :${m.definition.port}`).join(', ')}. Ctrl-C stops everything.\n`)
     }
   }
