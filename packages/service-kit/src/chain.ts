@@ -1,4 +1,5 @@
 import { addressBookFor, createChainClients, createTokenRegistry, type AddressBook, type ChainClients, type TokenRegistry } from '@ats/chain'
+import { bytes32Pattern } from '@ats/contracts'
 import { Type } from 'typebox'
 import type { Hex } from 'viem'
 
@@ -16,7 +17,7 @@ export const chainSettings = {
 
 export const serverWalletSettings = {
   SERVER_WALLET_PRIVATE_KEY: Type.Optional(
-    Type.String({ pattern: '^0x[0-9a-fA-F]{64}$', secret: true, description: 'the server wallet: it sends transactions and pays their gas' }),
+    Type.String({ pattern: bytes32Pattern, secret: true, description: 'the server wallet: it sends transactions and pays their gas' }),
   ),
 }
 
