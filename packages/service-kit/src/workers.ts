@@ -156,8 +156,13 @@ export async function startDurableConsumer<M>(options: DurableConsumerOptions<M>
       if (nc.isClosed()) throw new Error('the NATS connection is closed')
       const batch = await consumer.fetch({ max_messages: batchSize, expires: 1_000 })
       const messages: JsMsg[] = []
-      for await (const m of batch) messages.push(m)
-      if (messages.length > 0) await take(messages)
+      try {
+        for await (const m of batch) messages.push(m)
+      } finally {
+        // a fetch that fails part-way still hands over what it received: left unacked, those
+        // messages would wait out the ack wait (30 s) before anyone saw them again
+        if (messages.length > 0) await take(messages)
+      }
       return true
     },
   })
