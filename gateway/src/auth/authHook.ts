@@ -1,4 +1,4 @@
-import { apiKeyPattern, tierAllows } from '@ats/contracts'
+import { apiKeyPattern, hashApiKey, tierAllows } from '@ats/contracts'
 import { createError, Forbidden, Unauthorized, Unavailable } from '@ats/service-kit'
 import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import type { PaymentGuard } from '../payments/paymentGuard.ts'
@@ -39,21 +39,20 @@ export function authHook(auth: RouteAuth, { keys, limit, pay, failures }: AuthDe
   const need = auth.tier
 
   async function resolve(request: FastifyRequest, reply: FastifyReply): Promise<ResolvedKey> {
-    let raw: string
-    let key: ResolvedKey | null | undefined
+    let hash: string
     try {
-      raw = rawKey(request)
-      key = keys.cached(raw)
+      hash = hashApiKey(rawKey(request))
     } catch (error) {
       refuseIfFlooding(request, reply)
       await failures.failed(request.ip)
       throw error
     }
+    let key = keys.cached(hash)
     if (key) return key
     refuseIfFlooding(request, reply)
     if (key === undefined) {
       try {
-        key = await keys.resolve(raw)
+        key = await keys.resolve(hash)
       } catch (error) {
         request.log.error({ err: error }, 'key verification failed')
         throw new Unavailable('API key verification is unavailable, try again shortly')

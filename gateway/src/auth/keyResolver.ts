@@ -1,4 +1,4 @@
-import { hashApiKey, type AdminChannels, type Tier } from '@ats/contracts'
+import type { AdminChannels, Tier } from '@ats/contracts'
 import { cachedLoader, callEndpoint, subscribe, type Logger } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 
@@ -11,7 +11,7 @@ export interface ResolvedKey {
 const negativeTtlMs = 5_000
 
 /**
- * Resolves raw API keys to their entry: in memory first, else one NATS request to
+ * Resolves API keys, by their SHA-256, to their entry: in memory first, else one NATS request to
  * admin (concurrent misses for the same key share it). Revocation broadcasts evict
  * at once; after a NATS reconnect, when a broadcast may have been missed, the
  * whole cache is dropped.
@@ -35,9 +35,9 @@ export function createKeyResolver(nc: NatsConnection, { keyVerify, keyRevoked }:
   })()
 
   return {
-    /** The cached answer for a key (null: known invalid), or undefined when it must be resolved. */
-    cached: (raw: string): ResolvedKey | null | undefined => keys.peek(hashApiKey(raw)),
-    resolve: (raw: string): Promise<ResolvedKey | null> => keys.get(hashApiKey(raw)),
+    /** The cached answer for a key's hash (null: known invalid), or undefined when it must be resolved. */
+    cached: (hash: string): ResolvedKey | null | undefined => keys.peek(hash),
+    resolve: (hash: string): Promise<ResolvedKey | null> => keys.get(hash),
     size: () => keys.size,
     close: unsubscribe,
   }

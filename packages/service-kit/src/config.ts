@@ -28,9 +28,8 @@ export const baseSettings = {
   }),
 }
 
-export const redisSettings = {
-  REDIS_URL: Type.Optional(Type.String({ secret: true, description: 'Redis, shared by every replica of the process' })),
-}
+/** REDIS_URL, for services that declare `redis` (optional or required) */
+export const redisUrlSetting = Type.String({ secret: true, description: 'Redis, shared by every replica of the process' })
 
 export const databaseSettings = {
   DATABASE_URL: Type.String({

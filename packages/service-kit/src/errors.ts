@@ -16,7 +16,14 @@ export const Forbidden = createError<[string]>('ATS_ERR_FORBIDDEN', '%s', 403)
 export const BadRequest = createError<[string]>('ATS_ERR_BAD_REQUEST', '%s', 400)
 export const Unavailable = createError<[string]>('ATS_ERR_UNAVAILABLE', '%s', 503)
 
-const isOurs = (error: FastifyError) => typeof error.code === 'string' && error.code.startsWith('ATS_ERR_')
+const isOurs = (error: { code?: unknown }) => typeof error.code === 'string' && error.code.startsWith('ATS_ERR_')
+
+/** The status of a registry error a client caused (4xx), or undefined for anything else. */
+export function clientErrorStatus(error: unknown): number | undefined {
+  const { statusCode } = (error ?? {}) as { statusCode?: unknown }
+  const ours = isOurs((error ?? {}) as { code?: unknown })
+  return ours && typeof statusCode === 'number' && statusCode >= 400 && statusCode < 500 ? statusCode : undefined
+}
 
 export function statusOf(error: FastifyError): number {
   const status = error.statusCode ?? 500

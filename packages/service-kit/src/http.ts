@@ -1,5 +1,6 @@
 // The outbound HTTP client services call outside APIs with: deadlines, bounded retries, upstream errors as registry errors.
 import { STATUS_CODES } from 'node:http'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Pool, type Dispatcher } from 'undici'
 import { createError } from './errors.ts'
 
@@ -111,7 +112,6 @@ const backoffMs = (attempt: number) => {
   return base + Math.random() * (base / 2)
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** What one attempt came to: an answer to return, or a failure that may be retried. */
 type Attempt =

@@ -1,7 +1,9 @@
 // The idempotency store: a retried side effect (a swap, a job step, a run) executes once and later tries get its result.
 import { createHash, randomUUID } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { createError } from './errors.ts'
+import { clientErrorStatus, createError } from './errors.ts'
+import { migrationLock, quoteIdent } from './migrator.ts'
 
 export const IdempotencyMismatch = createError<[string]>(
   'ATS_ERR_IDEMPOTENCY_MISMATCH',
@@ -69,18 +71,16 @@ interface Outcome<T> {
   stored: unknown
 }
 
-const quoteIdent = (name: string) => `"${name.replace(/"/g, '""')}"`
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** Statuses that say "try again later": storing them would fail the key for good. */
 const transientStatuses = new Set([408, 429])
 
 /** A registry error a client caused: the same request would fail the same way, so the failure is the result. */
 function clientError(error: unknown): { status: number; code: string; message: string } | undefined {
-  const { statusCode, code, message } = (error ?? {}) as { statusCode?: unknown; code?: unknown; message?: unknown }
-  if (typeof code !== 'string' || !code.startsWith('ATS_ERR_') || typeof statusCode !== 'number') return undefined
-  if (statusCode < 400 || statusCode >= 500 || transientStatuses.has(statusCode)) return undefined
-  return { status: statusCode, code, message: String(message) }
+  const status = clientErrorStatus(error)
+  if (status === undefined || transientStatuses.has(status)) return undefined
+  const { code, message } = error as { code: string; message: unknown }
+  return { status, code, message: String(message) }
 }
 
 function replayedError(status: number, stored: unknown): Error {
@@ -251,7 +251,7 @@ async function createTable(pool: pg.Pool, schema: string, table: string): Promis
   const client = await pool.connect()
   try {
     await client.query('BEGIN')
-    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`ats-migrate:${schema}`])
+    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [migrationLock(schema)])
     await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)}`)
     await client.query(`CREATE TABLE IF NOT EXISTS ${table} (
       scope text NOT NULL,

@@ -22,7 +22,10 @@ interface Migration {
   checksum: string
 }
 
-const quoteIdent = (name: string) => `"${name.replace(/"/g, '""')}"`
+export const quoteIdent = (name: string) => `"${name.replace(/"/g, '""')}"`
+
+/** The advisory lock a schema's DDL is done under: migrations, and tables the kit creates itself. */
+export const migrationLock = (schema: string) => `ats-migrate:${schema}`
 
 async function readMigrations(dir: string): Promise<Migration[]> {
   const entries = await readdir(dir, { withFileTypes: true }).catch(() => [])
@@ -53,7 +56,7 @@ export async function migrate(databaseUrl: string, plan: MigrationPlan): Promise
   const schema = quoteIdent(plan.schema)
   const applied: string[] = []
   try {
-    await client.query('SELECT pg_advisory_lock(hashtext($1))', [`ats-migrate:${plan.schema}`])
+    await client.query('SELECT pg_advisory_lock(hashtext($1))', [migrationLock(plan.schema)])
     await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`)
     await client.query(`CREATE TABLE IF NOT EXISTS ${schema}."_prisma_migrations" (
       "id" VARCHAR(36) PRIMARY KEY NOT NULL,
@@ -96,7 +99,7 @@ export async function migrate(databaseUrl: string, plan: MigrationPlan): Promise
     }
     return { applied, skipped: migrations.length - applied.length }
   } finally {
-    await client.query('SELECT pg_advisory_unlock(hashtext($1))', [`ats-migrate:${plan.schema}`]).catch(() => {})
+    await client.query('SELECT pg_advisory_unlock(hashtext($1))', [migrationLock(plan.schema)]).catch(() => {})
     await client.end()
   }
 }

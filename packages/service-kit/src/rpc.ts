@@ -1,5 +1,6 @@
 import { identityHeaders, isTier, type Endpoint, type Identity, type Topic } from '@ats/contracts'
 import { headers as natsHeaders, ServiceErrorCodeHeader, ServiceErrorHeader, type Msg, type MsgHdrs, type NatsConnection, type Service, type ServiceMsg } from 'nats'
+import { clientErrorStatus } from './errors.ts'
 import type { Logger } from './logger.ts'
 
 /**
@@ -30,12 +31,6 @@ export class ServiceCallError extends Error {
 /** Registers a service with the NATS services API: discoverable, with stats, queue-grouped by name. */
 export function addNatsService(nc: NatsConnection, name: string, version: string, description: string): Promise<Service> {
   return nc.services.add({ name, version, description, queue: name })
-}
-
-const clientStatus = (error: unknown): number | undefined => {
-  const { statusCode, code } = error as { statusCode?: unknown; code?: unknown }
-  const ours = typeof code === 'string' && code.startsWith('ATS_ERR_')
-  return ours && typeof statusCode === 'number' && statusCode >= 400 && statusCode < 500 ? statusCode : undefined
 }
 
 function contextOf(h: MsgHdrs | undefined): CallContext {
@@ -92,7 +87,7 @@ export function serveEndpoint<Req, Rep>(
       handler(request, context).then(
         (reply) => msg.respond(endpoint.reply.encode(reply)),
         (handlerError) => {
-          const status = clientStatus(handlerError)
+          const status = clientErrorStatus(handlerError)
           if (status) return msg.respondError(status, (handlerError as Error).message)
           log.error({ err: handlerError, endpoint: name, requestId: context.requestId }, 'endpoint handler failed')
           msg.respondError(500, 'internal error')

@@ -5,7 +5,7 @@ import type { NatsConnection } from 'nats'
 import { Type, type Static, type TObject, type TProperties } from 'typebox'
 import type { Redis } from 'ioredis'
 import { chainSettings, createChainContext, serverWalletSettings, type ChainConfig, type ChainContext } from './chain.ts'
-import { StartupError, baseSettings, databaseSettings, loadConfig, redisSettings } from './config.ts'
+import { StartupError, baseSettings, databaseSettings, loadConfig, redisUrlSetting } from './config.ts'
 import { createDatabase, type DatabaseClient, type DatabaseOptions } from './database.ts'
 import { installErrorHandler } from './errors.ts'
 import { installIdentity, operationalRoutes } from './identity.ts'
@@ -96,8 +96,7 @@ function kitSettings(definition: ServiceDefinition<TProperties, DatabaseClient>)
     ...baseSettings,
     ...(definition.edge ? { OPS_PORT: portSetting(definition.port + 6000, 'port of /ready and /metrics') } : {}),
     ...(definition.database ? databaseSettings : {}),
-    ...(definition.redis === 'required' ? { REDIS_URL: Type.String({ secret: true, description: 'Redis' }) } : {}),
-    ...(definition.redis === 'optional' ? redisSettings : {}),
+    ...(definition.redis ? { REDIS_URL: definition.redis === 'required' ? redisUrlSetting : Type.Optional(redisUrlSetting) } : {}),
     ...(definition.chain ? chainSettings : {}),
     ...(definition.chain === 'write' ? serverWalletSettings : {}),
   }

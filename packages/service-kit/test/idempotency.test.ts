@@ -2,7 +2,7 @@
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { BadRequest } from '../src/errors.ts'
-import { createIdempotencyStore, fingerprintOf, idempotencyKeyOf, type IdempotencyOptions } from '../src/idempotency.ts'
+import { createIdempotencyStore, fingerprintOf, idempotencyKeyOf, type IdempotencyOptions, type IdempotencyStore } from '../src/idempotency.ts'
 import { freshDatabase } from '../src/testing.ts'
 
 const schema = 'trading'
@@ -19,6 +19,18 @@ function deferred<T>() {
   let resolve!: (value: T) => void
   const promise = new Promise<T>((r) => (resolve = r))
   return { promise, resolve }
+}
+
+/** A first run of ('swap', 'k1') whose fn is running and answers when `done` is resolved. */
+async function runningOn(s: IdempotencyStore) {
+  const started = deferred<void>()
+  const done = deferred<string>()
+  const first = s.run('swap', 'k1', fp, () => {
+    started.resolve()
+    return done.promise
+  })
+  await started.promise
+  return { first, done }
 }
 
 /** The error a call failed with; a call that succeeds fails the test. */
@@ -101,13 +113,7 @@ t.test('a repeat while the first runs waits for it and gets its result', async (
 t.test('a repeat on another replica polls until the first finishes', async (t) => {
   const url = await freshDatabase(t)
   const [a, b] = [await store(t, url), await store(t, url, { pollMs: 20 })]
-  const started = deferred<void>()
-  const done = deferred<string>()
-  const first = a.run('swap', 'k1', fp, () => {
-    started.resolve()
-    return done.promise
-  })
-  await started.promise
+  const { first, done } = await runningOn(a)
   let settled = false
   const second = b.run('swap', 'k1', fp, never).finally(() => (settled = true))
   t.same(await rows(url), [{ scope: 'swap', key: 'k1', state: 'running', status: null }])
@@ -196,13 +202,7 @@ t.test('a replica that stops renewing its lease is taken over', async (t) => {
   const pool = new pg.Pool({ connectionString: url })
   const dying = await createIdempotencyStore(pool, { schema, leaseMs: 150 })
   const survivor = await store(t, url, { leaseMs: 150, pollMs: 20 })
-  const started = deferred<void>()
-  const stuck = deferred<string>()
-  const first = dying.run('swap', 'k1', fp, () => {
-    started.resolve()
-    return stuck.promise
-  })
-  await started.promise
+  const { first, done: stuck } = await runningOn(dying)
   await pool.end() // the replica loses its database: no more renewals
   t.same(await survivor.run('swap', 'k1', fp, async () => '0x2'), { result: '0x2', replayed: false })
   stuck.resolve('0x1')
@@ -214,13 +214,7 @@ t.test('a live claim is renewed; a repeat that waits past waitMs gets 409 in pro
   const url = await freshDatabase(t)
   const a = await store(t, url, { leaseMs: 100 })
   const b = await store(t, url, { waitMs: 400, pollMs: 20 })
-  const started = deferred<void>()
-  const done = deferred<string>()
-  const first = a.run('swap', 'k1', fp, () => {
-    started.resolve()
-    return done.promise
-  })
-  await started.promise
+  const { first, done } = await runningOn(a)
   const began = Date.now()
   const error = await failure(b.run('swap', 'k1', fp, never))
   t.match(error, inProgress)
