@@ -13,6 +13,7 @@ import Fastify from 'fastify'
 import type { Test } from 'tap'
 import { adminService } from '@ats/admin/service'
 import { gatewayService } from '@ats/gateway/service'
+import { tradingService } from '@ats/trading/service'
 
 export const adminKey = 'atsk_gatewayTestBootstrapKey-00000000'
 
@@ -37,6 +38,8 @@ export interface FleetOptions {
   adminEnv?: NodeJS.ProcessEnv
   /** where the not-yet-built services are: the echo probe by default */
   otherServices?: string
+  /** where the trading service is (otherServices by default) */
+  tradingUrl?: string
 }
 
 /** Admin on a fresh database plus one or more gateways, over real Postgres, NATS and Redis. */
@@ -51,7 +54,7 @@ export async function startFleet(t: Test, options: FleetOptions = {}) {
     REDIS_URL: redisUrl,
     ADMIN_URL: admin.url,
     AGENT_URL: others,
-    TRADING_URL: others,
+    TRADING_URL: options.tradingUrl ?? others,
     MARKET_DATA_URL: others,
     AUTOMATION_URL: others,
     ...options.gatewayEnv,
@@ -141,3 +144,29 @@ export async function startPaidFleet(t: Test, options: FleetOptions = {}) {
   return { ...fleet, devnet, publicClient, payTo, payer, usdc, pay, balanceOf }
 }
 
+
+/**
+ * The devnet, admin, trading (server wallet: devnet account 0) and a gateway: swaps, positions
+ * and the launchpad through the gateway as a client sees them.
+ */
+export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.ProcessEnv } = {}) {
+  const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
+  const devnet = await startDevnet({ port: 0, addressBookPath })
+  t.teardown(() => devnet.stop())
+  const env = await baseTestEnv(t)
+  const chain = { RPC_URL: devnet.rpcUrl, CHAIN_ID: '31337', ADDRESS_BOOK: addressBookPath }
+  const trading = await startService(t, tradingService, {
+    ...env,
+    ...chain,
+    SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey,
+    ...options.tradingEnv,
+  })
+  // the trading service shares the fleet's database and namespace: admin answers its policy lookups
+  const fleet = await startFleet(t, {
+    tradingUrl: trading.url,
+    gatewayEnv: { ...env, ...chain },
+    adminEnv: { ...env, ...chain, SETTLEMENT_ENABLED: 'false' },
+  })
+  const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: 31337 })
+  return { ...fleet, devnet, trading, publicClient, serverWallet: devnet.accounts[0]!.address }
+}

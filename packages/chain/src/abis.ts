@@ -90,3 +90,48 @@ export const chainlinkAggregatorAbi = parseAbi([
 ])
 
 export { erc20Abi, erc721Abi } from 'viem'
+
+/** Uniswap V3 factory: the pool of a pair and fee tier (zero address when none). */
+export const uniswapFactoryAbi = parseAbi(['function getPool(address tokenA, address tokenB, uint24 fee) view returns (address pool)'])
+
+/** Uniswap V3 pool: the current sqrt price (mid price) and its tokens. */
+export const uniswapPoolAbi = parseAbi([
+  'function slot0() view returns (uint160 sqrtPriceX96, int24 tick, uint16 observationIndex, uint16 observationCardinality, uint16 observationCardinalityNext, uint8 feeProtocol, bool unlocked)',
+])
+
+/** Uniswap V3 QuoterV2 over a path: tokenIn ‖ fee (uint24) ‖ token ‖ fee ‖ tokenOut. */
+export const uniswapQuoterV2PathAbi = parseAbi([
+  'function quoteExactInput(bytes path, uint256 amountIn) returns (uint256 amountOut, uint160[] sqrtPriceX96AfterList, uint32[] initializedTicksCrossedList, uint256 gasEstimate)',
+])
+
+/** Uniswap SwapRouter02: multi-hop exact input, and the multicall that carries a deadline. */
+export const uniswapSwapRouter02PathAbi = parseAbi([
+  'struct ExactInputParams { bytes path; address recipient; uint256 amountIn; uint256 amountOutMinimum; }',
+  'function exactInput(ExactInputParams params) payable returns (uint256 amountOut)',
+  'function multicall(uint256 deadline, bytes[] data) payable returns (bytes[] results)',
+])
+
+/** Algebra Integral factory (Camelot): the one pool of a pair (zero address when none). */
+export const algebraFactoryAbi = parseAbi(['function poolByPair(address tokenA, address tokenB) view returns (address pool)'])
+
+/** Algebra Integral pool: the current sqrt price (mid price) and the last fee. */
+export const algebraPoolAbi = parseAbi([
+  'function globalState() view returns (uint160 price, int24 tick, uint16 lastFee, uint8 pluginConfig, uint16 communityFee, bool unlocked)',
+])
+
+/** Algebra Integral QuoterV2 over a path: tokenIn ‖ deployer ‖ token ‖ deployer ‖ tokenOut (deployer zero for ordinary pools). */
+export const algebraQuoterV2PathAbi = parseAbi([
+  'function quoteExactInput(bytes path, uint256 amountInRequired) returns (uint256[] amountOutList, uint256[] amountInList, uint160[] sqrtPriceX96AfterList, uint32[] initializedTicksCrossedList, uint256 gasEstimate, uint16[] feeList)',
+])
+
+/** Algebra Integral SwapRouter (Camelot): multi-hop exact input with a deadline. */
+export const algebraSwapRouterPathAbi = parseAbi([
+  'struct ExactInputParams { bytes path; address recipient; uint256 deadline; uint256 amountIn; uint256 amountOutMinimum; }',
+  'function exactInput(ExactInputParams params) payable returns (uint256 amountOut)',
+])
+
+/** GMX V2 Reader: a market's tokens (Market.Props). */
+export const gmxReaderMarketAbi = parseAbi([
+  'struct MarketProps { address marketToken; address indexToken; address longToken; address shortToken; }',
+  'function getMarket(address dataStore, address key) view returns (MarketProps)',
+])

@@ -1,5 +1,4 @@
-import { createNonceManager, createPublicClient, createWalletClient, defineChain, http, type Chain, type Hex, type PublicClient, type WalletClient } from 'viem'
-import { jsonRpc } from 'viem/nonce'
+import { createPublicClient, defineChain, http, type Chain, type Hex, type PublicClient } from 'viem'
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
 import { arbitrum } from 'viem/chains'
 
@@ -23,8 +22,12 @@ export interface ChainSettings {
 export interface ChainClients {
   chain: Chain
   publicClient: PublicClient
-  /** the server wallet, or throws ServerWalletNotConfigured */
-  wallet(): { client: WalletClient; account: PrivateKeyAccount }
+  /**
+   * the server wallet's account (its address, and signing), or throws ServerWalletNotConfigured.
+   * Transactions are sent through the kit's `ctx.chain.sender()`, which coordinates the wallet's
+   * nonces across the fleet.
+   */
+  wallet(): { account: PrivateKeyAccount }
 }
 
 function chainFor({ chainId, rpcUrl }: ChainSettings): Chain {
@@ -42,19 +45,13 @@ export function createChainClients(settings: ChainSettings): ChainClients {
   const chain = chainFor(settings)
   const transport = http(settings.rpcUrl, { batch: true, retryCount: 2 })
   const publicClient = createPublicClient({ chain, transport }) as PublicClient
-  // A nonce manager of these clients' own (viem's default one is shared by the whole process and
-  // never goes below a nonce it handed out): transactions are sent without waiting for the
-  // previous one to be mined; viem resets it when a send fails.
-  const account = settings.privateKey
-    ? privateKeyToAccount(settings.privateKey, { nonceManager: createNonceManager({ source: jsonRpc() }) })
-    : undefined
-  const walletClient = account ? createWalletClient({ chain, transport, account }) : undefined
+  const account = settings.privateKey ? privateKeyToAccount(settings.privateKey) : undefined
   return {
     chain,
     publicClient,
     wallet: () => {
-      if (!account || !walletClient) throw new ServerWalletNotConfigured()
-      return { client: walletClient, account }
+      if (!account) throw new ServerWalletNotConfigured()
+      return { account }
     },
   }
 }

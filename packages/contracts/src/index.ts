@@ -2,6 +2,7 @@ import { adminContract } from './admin/index.ts'
 import { agentContract } from './agent/index.ts'
 import type { ApiRoute } from './common/route.ts'
 import { gatewayContract } from './gateway/index.ts'
+import { tradingContract } from './trading/index.ts'
 
 export * from './common/errors.ts'
 export * from './common/identity.ts'
@@ -14,12 +15,14 @@ export * from './x402/requirements.ts'
 export * from './gateway/index.ts'
 export * from './admin/index.ts'
 export * from './agent/index.ts'
+export * from './trading/index.ts'
 
 /** Every service's contract, by name. Adding a service is its folder plus one line here. */
 export const serviceContracts = {
   gateway: gatewayContract,
   admin: adminContract,
   agent: agentContract,
+  trading: tradingContract,
 } as const
 
 /** Every public route; the gateway's OpenAPI document lists exactly these. */

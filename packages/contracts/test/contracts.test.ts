@@ -36,6 +36,7 @@ t.test('shared primitives check addresses and 32-byte values', async (t) => {
 t.test('every service registers its routes and channels once, under the namespace', async (t) => {
   const channels = natsChannels('nsx')
   t.equal(channels.admin.keyVerify.subject, 'nsx.admin.keys.verify')
+  t.equal(channels.admin.keyPolicy.subject, 'nsx.admin.keys.policy')
   t.equal(channels.admin.keyRevoked.subject, 'nsx.admin.keys.revoked')
   t.equal(channels.admin.payments.charged.subject, 'nsx.payments.charged')
   t.equal(channels.admin.payments.stream, 'nsx_payments')

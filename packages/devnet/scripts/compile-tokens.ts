@@ -3,12 +3,16 @@
 // USDC, no ERC-721 and no Aave/GMX read stand-ins, so these small contracts are ours; the
 // protocols come from npm artifacts. solc is pinned to 0.8.26 and sources are read in sorted
 // order, so the same sources give byte-identical artifacts (metadata hash included).
+// It compiles the package it is run in (`tsx scripts/compile-tokens.ts`) or the package
+// folder given (`tsx <this file> services/trading`: the launchpad's LaunchToken).
 import { createRequire } from 'node:module'
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { resolve } from 'node:path'
+import { pathToFileURL } from 'node:url'
 
 const solc = createRequire(import.meta.url)('solc')
 if (!String(solc.version()).startsWith('0.8.26+')) throw new Error(`compile: need solc 0.8.26, got ${solc.version()}`)
-const dir = new URL('..', import.meta.url)
+const dir = process.argv[2] ? pathToFileURL(`${resolve(process.argv[2])}/`) : new URL('..', import.meta.url)
 const files = readdirSync(new URL('contracts/', dir)).filter((f) => f.endsWith('.sol')).sort()
 const sources = Object.fromEntries(
   files.map((f) => [f, { content: readFileSync(new URL(`contracts/${f}`, dir), 'utf8') }]),

@@ -10,7 +10,7 @@ export const WETH_PRICE_USDC = 3000n
 export type Price = string | { numerator: bigint; denominator: bigint }
 
 /**
- * The pairs seeded on both DEXes, full range, each side worth about $3,000,000:
+ * The pairs seeded on both DEXes, full range, each side worth about $3,000,000 (GMX/WETH $300,000):
  * `amountA` whole tokens of A, and `amountA × price` of B. WETH/ARB is WETH/USDC ÷ ARB/USDC.
  * `key` names the pool in the book (Uniswap V3 appends the fee: WETH_USDC_500).
  */
@@ -19,6 +19,8 @@ export const SEEDED_PAIRS = [
   { key: 'WBTC_USDC', a: 'WBTC', b: 'USDC', price: '60000', amountA: '50', uniswapFee: 3000 },
   { key: 'ARB_USDC', a: 'ARB', b: 'USDC', price: '0.80', amountA: '3750000', uniswapFee: 3000 },
   { key: 'WETH_ARB', a: 'WETH', b: 'ARB', price: '3750', amountA: '1000', uniswapFee: 3000 },
+  // GMX trades against WETH only (1% tier, about $300,000 a side): GMX/USDC routes through WETH
+  { key: 'GMX_WETH', a: 'GMX', b: 'WETH', price: '0.01', amountA: '10000', uniswapFee: 10000 },
 ] as const
 
 export type SeededPair = (typeof SEEDED_PAIRS)[number]

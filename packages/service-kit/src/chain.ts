@@ -2,12 +2,16 @@ import { addressBookFor, createChainClients, createTokenRegistry, type AddressBo
 import { bytes32Pattern } from '@ats/contracts'
 import { Type } from 'typebox'
 import type { Hex } from 'viem'
+import type { Logger } from './logger.ts'
+import { createWalletLock, createWalletSender, walletLockName, type WalletLock, type WalletSender } from './walletSender.ts'
+
+export type { SignedTx, WalletSender } from './walletSender.ts'
 
 /**
  * The chain as a service sees it (`ctx.chain`): viem clients, the address book and token
  * registry of the configured chain, and the server wallet. A service declares `chain: 'read'`
- * or, to send transactions, `chain: 'write'`; without SERVER_WALLET_PRIVATE_KEY `wallet()`
- * throws a 503 "server wallet not configured" the error handler shows as `{error}`.
+ * or, to send transactions, `chain: 'write'`; without SERVER_WALLET_PRIVATE_KEY `wallet()` and
+ * `sender()` throw a 503 "server wallet not configured" the error handler shows as `{error}`.
  */
 export const chainSettings = {
   RPC_URL: Type.String({ default: 'http://127.0.0.1:8545', secret: true, description: 'JSON-RPC endpoint of the chain' }),
@@ -28,6 +32,13 @@ export interface ChainContext extends ChainClients {
   /** the chain's address book, read once on first use */
   addressBook(): AddressBook
   tokens(): TokenRegistry
+  /**
+   * sends from the server wallet, its nonces coordinated across the fleet by a Postgres advisory
+   * lock on DATABASE_URL (every sender must use the same database); or throws ServerWalletNotConfigured
+   */
+  sender(): WalletSender
+  /** ends what `sender()` opened; the kit calls it on shutdown */
+  close(): Promise<void>
 }
 
 export interface ChainConfig {
@@ -35,9 +46,11 @@ export interface ChainConfig {
   CHAIN_ID: number
   ADDRESS_BOOK?: string | undefined
   SERVER_WALLET_PRIVATE_KEY?: string | undefined
+  /** where the server wallet's lock is taken; without it, only this process is coordinated */
+  DATABASE_URL?: string | undefined
 }
 
-export function createChainContext(config: ChainConfig): ChainContext {
+export function createChainContext(config: ChainConfig, log?: Logger): ChainContext {
   const clients = createChainClients({
     rpcUrl: config.RPC_URL,
     chainId: config.CHAIN_ID,
@@ -45,6 +58,8 @@ export function createChainContext(config: ChainConfig): ChainContext {
   })
   let book: AddressBook | undefined
   let tokens: TokenRegistry | undefined
+  let sender: WalletSender | undefined
+  let lock: WalletLock | undefined
   const addressBook = () =>
     (book ??= addressBookFor({ chainId: config.CHAIN_ID, ...(config.ADDRESS_BOOK ? { addressBookPath: config.ADDRESS_BOOK } : {}) }))
   return {
@@ -53,5 +68,16 @@ export function createChainContext(config: ChainConfig): ChainContext {
     hasWallet: Boolean(config.SERVER_WALLET_PRIVATE_KEY),
     addressBook,
     tokens: () => (tokens ??= createTokenRegistry(addressBook().tokens)),
+    sender: () => {
+      if (sender) return sender
+      const { account } = clients.wallet()
+      if (!config.DATABASE_URL) {
+        log?.warn('no DATABASE_URL: the nonces of the server wallet are coordinated in this process only; another process sending from it would collide')
+      }
+      lock = createWalletLock(walletLockName(config.CHAIN_ID, account.address), config.DATABASE_URL, log)
+      sender = createWalletSender({ publicClient: clients.publicClient, account, chainId: config.CHAIN_ID, lock })
+      return sender
+    },
+    close: async () => lock?.close(),
   }
 }

@@ -25,18 +25,38 @@ export function clientErrorStatus(error: unknown): number | undefined {
   return ours && typeof statusCode === 'number' && statusCode >= 400 && statusCode < 500 ? statusCode : undefined
 }
 
+/**
+ * The status a registry error keeps when it crosses a NATS call: its 4xx, or the 503/504 that
+ * say "try later" (server wallet not configured, receipt not seen in time); undefined otherwise.
+ */
+export function forwardedErrorStatus(error: unknown): number | undefined {
+  const client = clientErrorStatus(error)
+  if (client !== undefined) return client
+  const { statusCode } = (error ?? {}) as { statusCode?: unknown }
+  return isOurs((error ?? {}) as { code?: unknown }) && (statusCode === 503 || statusCode === 504) ? statusCode : undefined
+}
+
 export function statusOf(error: FastifyError): number {
   const status = error.statusCode ?? 500
   return status >= 400 && status < 600 ? status : 500
 }
 
-/** The first problem, said plainly: where, what, and the allowed values when there is a list. */
+/**
+ * The problem, said plainly. Missing fields first, all of them at once (spec section 4:
+ * "Missing required params", e.g. `Missing required params: tokenIn, amountIn (querystring)`);
+ * otherwise the first problem: where, what, and the allowed values when there is a list.
+ */
 function validationMessage(error: FastifyError): string {
-  const [first] = error.validation ?? []
+  const problems = error.validation ?? []
+  const [first] = problems
   if (!first) return error.message
-  const where = `${error.validationContext ?? 'request'}${first.instancePath ?? ''}`
-  const missing = (first.params as { missingProperty?: string }).missingProperty
-  if (missing) return `${where}/${missing} is required`
+  const context = error.validationContext ?? 'request'
+  const missing = problems.flatMap((problem) => {
+    const name = (problem.params as { missingProperty?: string }).missingProperty
+    return name ? [`${(problem.instancePath ?? '').replace(/^\//, '')}${problem.instancePath ? '/' : ''}${name}`] : []
+  })
+  if (missing.length > 0) return `Missing required params: ${[...new Set(missing)].join(', ')} (${context})`
+  const where = `${context}${first.instancePath ?? ''}`
   const allowed = (first.params as { allowedValues?: unknown[] }).allowedValues
   return `${where} ${first.message}${allowed ? `: ${allowed.join(', ')}` : ''}`
 }

@@ -1,6 +1,6 @@
 import { identityHeaders, isTier, type Endpoint, type Identity, type Topic } from '@ats/contracts'
 import { headers as natsHeaders, ServiceErrorCodeHeader, ServiceErrorHeader, type Msg, type MsgHdrs, type NatsConnection, type Service, type ServiceMsg } from 'nats'
-import { clientErrorStatus } from './errors.ts'
+import { forwardedErrorStatus } from './errors.ts'
 import type { Logger } from './logger.ts'
 
 /**
@@ -59,8 +59,8 @@ function headersOf(context: CallContext): MsgHdrs | undefined {
 
 /**
  * Serves one request/reply endpoint. An undecodable request answers 400; a registry error
- * with a 4xx status answers that status and message; anything else answers 500 (logged,
- * without detail).
+ * with a 4xx, 503 or 504 status answers that status and message; anything else answers 500
+ * (logged, without detail).
  */
 export function serveEndpoint<Req, Rep>(
   service: Service,
@@ -87,7 +87,7 @@ export function serveEndpoint<Req, Rep>(
       handler(request, context).then(
         (reply) => msg.respond(endpoint.reply.encode(reply)),
         (handlerError) => {
-          const status = clientErrorStatus(handlerError)
+          const status = forwardedErrorStatus(handlerError)
           if (status) return msg.respondError(status, (handlerError as Error).message)
           log.error({ err: handlerError, endpoint: name, requestId: context.requestId }, 'endpoint handler failed')
           msg.respondError(500, 'internal error')
@@ -101,7 +101,7 @@ export function serveEndpoint<Req, Rep>(
 const serviceOf = (subject: string) => subject.split('.')[1] ?? subject
 
 /**
- * Calls an endpoint. A handler's 4xx rejects with that status and message; its 5xx with 502;
+ * Calls an endpoint. A handler's 4xx, 503 and 504 reject with that status and message; its other 5xx with 502;
  * no responder with 503; no answer within the timeout with 504. Each is a ServiceCallError the
  * kit's error handler answers as `{error}` with that status.
  */
@@ -126,7 +126,7 @@ export async function callEndpoint<Req, Rep>(
   if (code) {
     const status = Number(code)
     const description = msg.headers?.get(ServiceErrorHeader) ?? ''
-    if (status >= 400 && status < 500) throw new ServiceCallError(endpoint.subject, status, description)
+    if ((status >= 400 && status < 500) || status === 503 || status === 504) throw new ServiceCallError(endpoint.subject, status, description)
     throw new ServiceCallError(endpoint.subject, 502, `${service} service failed`)
   }
   return endpoint.reply.decode(msg.data)

@@ -42,7 +42,7 @@ export interface ServiceContext<S extends TProperties, Db> {
   log: Logger
   /** for services that declare `redis`: the connection, or undefined when optional and REDIS_URL is unset */
   redis: Redis | undefined
-  /** for services that declare `chain`: clients, address book, server wallet */
+  /** for services that declare `chain`: clients, address book, server wallet and its sender */
   chain: ChainContext
   /** run on shutdown, after the server stopped taking requests and before NATS drains */
   onClose(hook: () => Promise<void> | void): void
@@ -69,7 +69,7 @@ export interface ServiceDefinition<S extends TProperties, Db extends DatabaseCli
   edge?: boolean
   /** Redis (REDIS_URL): 'required', or 'optional' (unset: undefined) */
   redis?: 'required' | 'optional'
-  /** the chain (RPC_URL, CHAIN_ID, ADDRESS_BOOK): 'read', or 'write' with SERVER_WALLET_PRIVATE_KEY */
+  /** the chain (RPC_URL, CHAIN_ID, ADDRESS_BOOK): 'read', or 'write' with SERVER_WALLET_PRIVATE_KEY (sent through `ctx.chain.sender()`) */
   chain?: 'read' | 'write'
   /** extra Fastify options (body limits, router options, trustProxy), fixed or from the settings */
   fastify?: Partial<FastifyServerOptions> | ((config: ServiceConfig<S>) => Partial<FastifyServerOptions>)
@@ -138,6 +138,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
       })
     : undefined
 
+  const chain = definition.chain ? createChainContext(config as unknown as ChainConfig, logger) : undefined
   const closeHooks: Array<() => Promise<void> | void> = []
   const checks: Record<string, ReadinessCheck> = { nats: () => nc.flush() }
   if (db) checks.postgres = () => db.$queryRawUnsafe('SELECT 1')
@@ -151,7 +152,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     db,
     log: logger,
     redis,
-    chain: (definition.chain ? createChainContext(config as unknown as ChainConfig) : undefined) as ChainContext,
+    chain: chain as ChainContext,
     onClose: (hook) => closeHooks.push(hook),
     addReadinessCheck: (name, check) => {
       checks[name] = check
@@ -162,6 +163,9 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     loggerInstance: logger,
     // one line per request, written by the onResponse hook below
     logController: new LogController({ disableRequestLogging: true }),
+    // every problem is collected, so a 400 names all the missing fields at once; an unknown
+    // field is refused, not dropped (Fastify's default): a misspelt limit must not pass silently
+    ajv: { customOptions: { allErrors: true, removeAdditional: false } },
     ...(definition.edge
       ? { requestIdHeader: false, genReqId: () => randomUUID() }
       : { requestIdHeader: identityHeaders.requestId, genReqId: () => randomUUID() }),
@@ -214,6 +218,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
       await app.close().finally(() => clearInterval(idle))
       if (ops !== app) await ops.close()
       for (const hook of closeHooks.reverse()) await hook()
+      await chain?.close()
       if (!nc.isClosed()) await nc.drain().catch(() => {})
       if (redis) await redis.quit().catch(() => redis.disconnect())
       await db?.$disconnect()

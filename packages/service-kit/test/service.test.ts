@@ -105,7 +105,8 @@ t.test('invalid input answers 400 saying what is wrong', async (t) => {
   const post = (body: string) =>
     fetch(`${svc.url}/items`, { method: 'POST', headers: { ...internal, 'content-type': 'application/json' }, body })
   const cases: Array<[string, string]> = [
-    ['{"kind":"a"}', 'body/name is required'],
+    ['{"kind":"a"}', 'Missing required params: name (body)'],
+    ['{}', 'Missing required params: name, kind (body)'],
     ['{"name":"long!","kind":"a"}', 'body/name must NOT have more than 3 characters'],
     ['{"name":"ok","kind":"c"}', 'body/kind must be equal to one of the allowed values: a, b'],
   ]

@@ -42,7 +42,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     client: (adapter) => new PrismaClient({ adapter }),
   },
   async register(app, { db, nc, channels, config, version, onClose, chain, log }) {
-    const { keyVerify, keyRevoked, payments } = channels.admin
+    const { keyVerify, keyPolicy, keyRevoked, payments } = channels.admin
     const keys = createKeyStore(db)
 
     if (config.ADMIN_API_KEY) {
@@ -57,6 +57,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
       await nats.stop()
     })
     serveEndpoint(nats, 'keys-verify', keyVerify, log, async ({ hash }) => ({ key: await keys.findActiveByHash(hash) }))
+    serveEndpoint(nats, 'keys-policy', keyPolicy, log, async ({ keyId }) => ({ key: await keys.findActiveById(keyId) }))
 
     const settlement = chooseSettlement(config, chain)
     if (!settlement) {

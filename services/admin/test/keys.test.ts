@@ -51,7 +51,8 @@ t.test('the list shows entries without raw keys or hashes', async (t) => {
   const text = JSON.stringify(list.body)
   t.notOk(text.includes(created.body.key), 'no raw key')
   t.notOk(text.includes(hashApiKey(created.body.key)), 'no hash')
-  t.same(Object.keys(list.body.keys[1]).sort(), ['createdAt', 'id', 'label', 'prefix', 'tier'])
+  t.same(Object.keys(list.body.keys[1]).sort(), ['createdAt', 'id', 'label', 'policy', 'prefix', 'tier'])
+  t.equal(list.body.keys[1].policy, null, 'no spend policy unless given')
 })
 
 t.test('bad input answers 400 with {error} saying what is wrong', async (t) => {
@@ -59,8 +60,8 @@ t.test('bad input answers 400 with {error} saying what is wrong', async (t) => {
   const cases: Array<[unknown, string]> = [
     [{ tier: 'readonly', label: 'x'.repeat(65) }, 'body/label must NOT have more than 64 characters'],
     [{ tier: 'superuser', label: 'x' }, 'body/tier must be equal to one of the allowed values: readonly, readwrite, admin'],
-    [{ tier: 'readonly' }, 'body/label is required'],
-    [{ label: 'x' }, 'body/tier is required'],
+    [{ tier: 'readonly' }, 'Missing required params: label (body)'],
+    [{ label: 'x' }, 'Missing required params: tier (body)'],
     [{ tier: 'readonly', label: '' }, 'body/label must NOT have fewer than 1 characters'],
   ]
   for (const [body, error] of cases) {
@@ -70,6 +71,95 @@ t.test('bad input answers 400 with {error} saying what is wrong', async (t) => {
   }
   const ok = await call('POST', '/admin/keys', { tier: 'admin', label: 'x'.repeat(64) })
   t.equal(ok.status, 201, 'a 64-character label is fine')
+})
+
+const policy = { maxUsdPerSwap: 250.5, maxUsdPerDay: 1000, allowedTokens: ['USDC', '0xaf88d065e77c8cC2239327C5EDb3A432268e5831'] }
+
+t.test('a key created with a spend policy shows it in the answer and the list', async (t) => {
+  const { call } = await start(t)
+  const created = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'capped bot', policy })
+  t.equal(created.status, 201)
+  t.same(created.body.policy, policy)
+  const listed = (await call('GET', '/admin/keys')).body.keys.find((k: { id: string }) => k.id === created.body.id)
+  t.same(listed.policy, policy)
+  const admin = await call('POST', '/admin/keys', { tier: 'admin', label: 'capped admin', policy: { maxUsdPerDay: 5 } })
+  t.same(admin.body.policy, { maxUsdPerDay: 5 }, 'admin keys may have one too')
+})
+
+t.test('a readonly key with a spend policy answers 400: it cannot swap', async (t) => {
+  const { call } = await start(t)
+  const res = await call('POST', '/admin/keys', { tier: 'readonly', label: 'dashboard', policy: { maxUsdPerSwap: 10 } })
+  t.equal(res.status, 400)
+  t.same(res.body, { error: 'a readonly key cannot swap; spend policies apply to readwrite and admin keys' })
+  t.same((await call('GET', '/admin/keys')).body.keys.map((k: { label: string }) => k.label), ['bootstrap (ADMIN_API_KEY)'], 'nothing created')
+})
+
+t.test('a bad spend policy answers 400 saying what is wrong', async (t) => {
+  const { call } = await start(t)
+  const cases: Array<[unknown, string]> = [
+    [{ maxUsdPerSwap: -5 }, 'body/policy/maxUsdPerSwap must be > 0'],
+    [{ maxUsdPerDay: 0 }, 'body/policy/maxUsdPerDay must be > 0'],
+    [{ maxUsdPerDay: 2e9 }, 'body/policy/maxUsdPerDay must be <= 1000000000'],
+    [{}, 'body/policy must NOT have fewer than 1 properties'],
+    [{ maxUsdPerSwap: 10, maxUsdPerWeek: 10 }, 'body/policy must NOT have additional properties'],
+    [{ allowedTokens: [] }, 'body/policy/allowedTokens must NOT have fewer than 1 items'],
+    [{ allowedTokens: ['USDC', ''] }, 'body/policy/allowedTokens/1 must NOT have fewer than 1 characters'],
+  ]
+  for (const [bad, error] of cases) {
+    const res = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'bot', policy: bad })
+    t.equal(res.status, 400, JSON.stringify(bad))
+    t.same(res.body, { error }, JSON.stringify(bad))
+  }
+})
+
+t.test('PUT /admin/keys/:id/policy sets and clears the spend policy', async (t) => {
+  const { call } = await start(t)
+  const created = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'bot' })
+  const set = await call('PUT', `/admin/keys/${created.body.id}/policy`, { policy })
+  t.equal(set.status, 200)
+  t.same(set.body, { id: created.body.id, tier: 'readwrite', label: 'bot', prefix: created.body.prefix, createdAt: created.body.createdAt, policy })
+  const changed = await call('PUT', `/admin/keys/${created.body.id}/policy`, { policy: { maxUsdPerSwap: 1 } })
+  t.same(changed.body.policy, { maxUsdPerSwap: 1 }, 'a new policy replaces the old one whole')
+  const cleared = await call('PUT', `/admin/keys/${created.body.id}/policy`, { policy: null })
+  t.equal(cleared.status, 200)
+  t.equal(cleared.body.policy, null)
+  t.equal((await call('GET', '/admin/keys')).body.keys.find((k: { id: string }) => k.id === created.body.id).policy, null)
+})
+
+t.test('PUT of a policy answers 404 for an unknown or revoked key and 400 for a readonly key or a bad policy', async (t) => {
+  const { call } = await start(t)
+  const unknown = await call('PUT', '/admin/keys/key_unknown/policy', { policy })
+  t.equal(unknown.status, 404)
+  t.same(unknown.body, { error: 'active key key_unknown not found' })
+
+  const revoked = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'gone' })
+  await call('DELETE', `/admin/keys/${revoked.body.id}`)
+  t.equal((await call('PUT', `/admin/keys/${revoked.body.id}/policy`, { policy })).status, 404)
+
+  const readonly = await call('POST', '/admin/keys', { tier: 'readonly', label: 'dashboard' })
+  const refused = await call('PUT', `/admin/keys/${readonly.body.id}/policy`, { policy })
+  t.equal(refused.status, 400)
+  t.same(refused.body, { error: 'a readonly key cannot swap; spend policies apply to readwrite and admin keys' })
+
+  const bot = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'bot' })
+  t.equal((await call('PUT', `/admin/keys/${bot.body.id}/policy`, { policy: {} })).status, 400, 'an empty policy')
+  t.equal((await call('PUT', `/admin/keys/${bot.body.id}/policy`, {})).status, 400, 'no policy field')
+})
+
+t.test('the keys.policy endpoint answers an active key with its policy, null for a revoked or unknown one', async (t) => {
+  const { call, svc } = await start(t)
+  const { keyPolicy } = svc.ctx.channels.admin
+  const capped = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'capped', policy })
+  const free = await call('POST', '/admin/keys', { tier: 'admin', label: 'free' })
+  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: capped.body.id }), { key: { id: capped.body.id, tier: 'readwrite', policy } })
+  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: free.body.id }), { key: { id: free.body.id, tier: 'admin', policy: null } })
+
+  await call('PUT', `/admin/keys/${free.body.id}/policy`, { policy: { maxUsdPerDay: 20 } })
+  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: free.body.id }), { key: { id: free.body.id, tier: 'admin', policy: { maxUsdPerDay: 20 } } }, 'a change applies at once')
+
+  await call('DELETE', `/admin/keys/${capped.body.id}`)
+  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: capped.body.id }), { key: null }, 'revoked')
+  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: 'key_unknown' }), { key: null }, 'unknown')
 })
 
 t.test('revoking is permanent: gone from the list, refused by verify, 404 the second time', async (t) => {

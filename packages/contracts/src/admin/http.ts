@@ -4,12 +4,35 @@ import { TierSchema } from '../common/identity.ts'
 import { Address, EpochMs, IntegerString } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
 
+const UsdCap = (description: string) => Type.Number({ exclusiveMinimum: 0, maximum: 1e9, description })
+
+/** Limits on the swaps a key makes from the server wallet; the trading service enforces them on every swap path. */
+export const SpendPolicy = Type.Object(
+  {
+    maxUsdPerSwap: Type.Optional(UsdCap('the most one swap may spend, in US dollars (not cents; decimals allowed, e.g. 250.5)')),
+    maxUsdPerDay: Type.Optional(UsdCap('the most all swaps of this key may spend together in one UTC day, in US dollars (not cents; decimals allowed)')),
+    allowedTokens: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: 64, description: 'a token symbol ("USDC") or a 0x address' }), {
+        minItems: 1,
+        maxItems: 50,
+        description:
+          'the tokens this key may swap: both tokenIn and tokenOut must be listed; symbols and addresses are compared case-insensitively',
+      }),
+    ),
+  },
+  { additionalProperties: false, minProperties: 1, description: 'spend limits on swaps; at least one field' },
+)
+export type SpendPolicy = Static<typeof SpendPolicy>
+
 export const KeyEntry = Type.Object({
   id: Type.String({ description: '<key_id>' }),
   tier: TierSchema,
   label: Type.String({ maxLength: 64 }),
   prefix: Type.String({ description: 'the first characters of the raw key, to recognise it; not enough to use it' }),
   createdAt: EpochMs(),
+  policy: Type.Union([SpendPolicy, Type.Null()], {
+    description: 'spend limits on swaps from the server wallet; null: none (only the wallet-wide limits of the trading service apply)',
+  }),
 })
 export type KeyEntry = Static<typeof KeyEntry>
 
@@ -22,10 +45,17 @@ export const CreateKeyBody = Type.Object(
   {
     tier: TierSchema,
     label: Type.String({ minLength: 1, maxLength: 64 }),
+    policy: Type.Optional(SpendPolicy),
   },
   { additionalProperties: false },
 )
 export type CreateKeyBody = Static<typeof CreateKeyBody>
+
+export const SetKeyPolicyBody = Type.Object(
+  { policy: Type.Union([SpendPolicy, Type.Null()], { description: 'the new spend policy; null clears it' }) },
+  { additionalProperties: false },
+)
+export type SetKeyPolicyBody = Static<typeof SetKeyPolicyBody>
 
 const KeyIdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
 
@@ -87,7 +117,7 @@ export const adminRoutes = {
   createKey: route({
     method: 'POST',
     url: '/admin/keys',
-    summary: 'Create an API key; the raw key is in this answer only',
+    summary: 'Create an API key, with an optional spend policy (readwrite and admin keys); the raw key is in this answer only',
     schema: { body: CreateKeyBody, response: { 201: CreatedKey, ...errors } },
   }),
   listKeys: route({
@@ -107,6 +137,16 @@ export const adminRoutes = {
         404: ErrorBody,
         ...errors,
       },
+    },
+  }),
+  setKeyPolicy: route({
+    method: 'PUT',
+    url: '/admin/keys/:id/policy',
+    summary: 'Set or clear (null) the spend policy of an active readwrite or admin key; it applies from the next swap',
+    schema: {
+      params: KeyIdParams,
+      body: SetKeyPolicyBody,
+      response: { 200: KeyEntry, 404: ErrorBody, ...errors },
     },
   }),
   revenue: route({

@@ -3,6 +3,7 @@ import { TierSchema } from '../common/identity.ts'
 import { endpoint, topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { Sha256Hex } from '../common/primitives.ts'
+import { SpendPolicy } from './http.ts'
 import { paymentChannels } from './payments.ts'
 
 /** admin.keys.verify request: the SHA-256 of the raw key (raw keys never travel). */
@@ -15,6 +16,19 @@ export const KeyVerifyReply = Type.Object({
 })
 export type KeyVerifyReply = Static<typeof KeyVerifyReply>
 
+/** admin.keys.policy request: the id of the key a swap is made with (x-ats-key-id). */
+export const KeyPolicyRequest = Type.Object({ keyId: Type.String({ minLength: 1, maxLength: 64 }) })
+export type KeyPolicyRequest = Static<typeof KeyPolicyRequest>
+
+/** admin.keys.policy reply: the active key with its spend policy (null: none), or null when unknown or revoked. */
+export const KeyPolicyReply = Type.Object({
+  key: Type.Union([
+    Type.Object({ id: Type.String(), tier: TierSchema, policy: Type.Union([SpendPolicy, Type.Null()]) }),
+    Type.Null(),
+  ]),
+})
+export type KeyPolicyReply = Static<typeof KeyPolicyReply>
+
 /** admin.keys.revoked broadcast. */
 export const KeyRevoked = Type.Object({ id: Type.String(), hash: Sha256Hex() })
 export type KeyRevoked = Static<typeof KeyRevoked>
@@ -24,6 +38,8 @@ export function adminChannels(namespace: string) {
   return {
     /** request/reply (NATS services API, queue-grouped): resolve a key hash to its entry */
     keyVerify: endpoint(subjectOf(namespace, 'admin', 'keys.verify'), KeyVerifyRequest, KeyVerifyReply),
+    /** request/reply: the spend policy of an active key, asked by trading before every swap */
+    keyPolicy: endpoint(subjectOf(namespace, 'admin', 'keys.policy'), KeyPolicyRequest, KeyPolicyReply),
     /** broadcast: a key was revoked; every gateway evicts it from its cache */
     keyRevoked: topic(subjectOf(namespace, 'admin', 'keys.revoked'), KeyRevoked),
     /** charged payments (gateway -> JetStream -> admin's ledger) and the blocked payers */

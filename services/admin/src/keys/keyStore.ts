@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
-import { hashApiKey, type KeyEntry, type Tier } from '@ats/contracts'
-import type { ApiKey, PrismaClient } from '../generated/prisma/client.ts'
+import { hashApiKey, type KeyEntry, type KeyPolicyReply, type SpendPolicy, type Tier } from '@ats/contracts'
+import { createError } from '@ats/service-kit'
+import { Prisma, type ApiKey, type PrismaClient } from '../generated/prisma/client.ts'
 import { generateApiKey, visiblePrefix } from './apiKeys.ts'
 
 export interface CreatedKey extends KeyEntry {
@@ -13,12 +14,24 @@ export interface RevokedKey {
   revokedAt: number
 }
 
+/** A readonly key cannot reach a swap route, so a policy on it would limit nothing. */
+export const PolicyOnReadonlyKey = createError(
+  'ATS_ERR_ADMIN_POLICY_ON_READONLY_KEY',
+  'a readonly key cannot swap; spend policies apply to readwrite and admin keys',
+  400,
+)
+
+// the column holds only policies the contract's schema accepted on the way in
+const policyOf = (row: Pick<ApiKey, 'spendPolicy'>) => (row.spendPolicy ?? null) as SpendPolicy | null
+const policyColumn = (policy: SpendPolicy | null | undefined) => policy ?? Prisma.DbNull
+
 const entryOf = (row: ApiKey): KeyEntry => ({
   id: row.id,
   tier: row.tier,
   label: row.label,
   prefix: row.prefix,
   createdAt: row.createdAt.getTime(),
+  policy: policyOf(row),
 })
 
 const newKeyId = () => `key_${randomBytes(12).toString('base64url')}`
@@ -26,12 +39,22 @@ const newKeyId = () => `key_${randomBytes(12).toString('base64url')}`
 /** The API-key repository: raw keys exist only in create's answer; rows hold the SHA-256. */
 export function createKeyStore(db: PrismaClient) {
   return {
-    async create(tier: Tier, label: string): Promise<CreatedKey> {
+    async create(tier: Tier, label: string, policy?: SpendPolicy): Promise<CreatedKey> {
+      if (tier === 'readonly' && policy) throw new PolicyOnReadonlyKey()
       const key = generateApiKey()
       const row = await db.apiKey.create({
-        data: { id: newKeyId(), tier, label, prefix: visiblePrefix(key), hash: hashApiKey(key) },
+        data: { id: newKeyId(), tier, label, prefix: visiblePrefix(key), hash: hashApiKey(key), spendPolicy: policyColumn(policy) },
       })
       return { ...entryOf(row), key }
+    },
+
+    /** Sets (null: clears) the spend policy of an active key; undefined when there is no such active key. */
+    async setPolicy(id: string, policy: SpendPolicy | null): Promise<KeyEntry | undefined> {
+      const current = await db.apiKey.findUnique({ where: { id } })
+      if (!current || current.revokedAt) return undefined
+      if (current.tier === 'readonly') throw new PolicyOnReadonlyKey()
+      const { count } = await db.apiKey.updateMany({ where: { id, revokedAt: null }, data: { spendPolicy: policyColumn(policy) } })
+      return count === 0 ? undefined : { ...entryOf(current), policy }
     },
 
     async listActive(): Promise<KeyEntry[]> {
@@ -46,6 +69,12 @@ export function createKeyStore(db: PrismaClient) {
       if (count === 0) return undefined
       const row = await db.apiKey.findUniqueOrThrow({ where: { id } })
       return { id, hash: row.hash, revokedAt: revokedAt.getTime() }
+    },
+
+    /** The active key with its spend policy, for the trading service's check before a swap. */
+    async findActiveById(id: string): Promise<KeyPolicyReply['key']> {
+      const row = await db.apiKey.findUnique({ where: { id }, select: { id: true, tier: true, revokedAt: true, spendPolicy: true } })
+      return row && !row.revokedAt ? { id: row.id, tier: row.tier, policy: policyOf(row) } : null
     },
 
     async findActiveByHash(hash: string): Promise<{ id: string; tier: Tier } | null> {

@@ -1,8 +1,9 @@
-import { eip3009Abi, usdcDomain, type ChainClients } from '@ats/chain'
+import { eip3009Abi, usdcDomain } from '@ats/chain'
 import { paidRequestDescription, paymentRequirementsV1, paymentRequirementsV2, type PaymentTerms } from '@ats/contracts'
 import { SettleError, type PaymentPayload, type PaymentRequirements, type SettleResponse } from '@x402/core/types'
 import { HTTPFacilitatorClient } from '@x402/core/server'
-import { parseSignature, type Address, type Hex } from 'viem'
+import type { ChainContext } from '@ats/service-kit'
+import { encodeFunctionData, parseSignature, type Address, type Hex } from 'viem'
 import type { PaymentRow } from './ledger.ts'
 
 /** What one settlement attempt came to. */
@@ -21,17 +22,18 @@ const firstLine = (error: unknown) => (error instanceof Error ? error.message : 
 
 /**
  * Settles on chain: the server wallet submits `transferWithAuthorization` on the payment's
- * USDC. Whatever the chain will refuse (expired, already used, not enough funds) is found by
- * reads first, so no gas is spent on a transaction bound to revert.
+ * USDC through the kit's wallet sender, which shares the wallet's nonces with every other
+ * sender of the fleet. Whatever the chain will refuse (expired, already used, not enough
+ * funds) is found by reads first, so no gas is spent on a transaction bound to revert.
  */
-export function onchainSettlement(clients: ChainClients): Settlement {
-  const { publicClient } = clients
+export function onchainSettlement(chain: Pick<ChainContext, 'publicClient' | 'chainId' | 'sender'>): Settlement {
+  const { publicClient } = chain
 
   return {
     name: 'on chain, from the server wallet',
     async settle(p, onSubmitted) {
-      const { client, account } = clients.wallet()
-      if (p.chainId !== clients.chain.id) return { kind: 'failed', reason: `payment is on chain ${p.chainId}; this admin settles on chain ${clients.chain.id}` }
+      const sender = chain.sender()
+      if (p.chainId !== chain.chainId) return { kind: 'failed', reason: `payment is on chain ${p.chainId}; this admin settles on chain ${chain.chainId}` }
       const asset = p.asset as Address
       const from = p.payer as Address
       if (p.txHash) {
@@ -47,14 +49,12 @@ export function onchainSettlement(clients: ChainClients): Settlement {
       if (balance < p.amount) return { kind: 'failed', reason: `insufficient funds: ${from} holds ${balance}, the payment is ${p.amount}`, insufficientFunds: true }
 
       const { r, s, v, yParity } = parseSignature(p.signature as Hex)
-      const hash = await client.writeContract({
-        chain: clients.chain,
-        account,
-        address: asset,
+      const data = encodeFunctionData({
         abi: eip3009Abi,
         functionName: 'transferWithAuthorization',
         args: [from, p.payTo as Address, p.amount, p.validAfter, p.validBefore, p.nonce as Hex, Number(v ?? 27n + BigInt(yParity)), r, s],
       })
+      const { hash } = await sender.send({ to: asset, data })
       await onSubmitted(hash)
       const receipt = await publicClient.waitForTransactionReceipt({ hash, timeout: 60_000 })
       return receipt.status === 'success' ? { kind: 'settled', txHash: hash } : { kind: 'failed', reason: `transaction ${hash} reverted` }

@@ -28,8 +28,8 @@ function byPayer(payments: PaymentRow[]): Map<string, PaymentRow[]> {
 
 /**
  * Settles recorded payments, oldest first: payers in parallel (transactions from the one
- * server wallet get their nonces from viem's nonce manager, so none waits for another to be
- * mined), each payer's payments one after another, so that a payer who cannot cover them
+ * server wallet take their nonces under the wallet sender's lock, held only until the broadcast,
+ * so none waits for another to be mined), each payer's payments one after another, so that a payer who cannot cover them
  * all is caught by the balance check before a transaction is sent. A transient failure is retried with backoff up to `maxAttempts`, then the
  * payment is marked failed with the reason; a payer that could not pay is blocked.
  */

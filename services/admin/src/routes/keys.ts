@@ -10,8 +10,9 @@ export async function keyRoutes(app: FastifyInstance, { keys, nc, keyRevoked }: 
   api.route({
     ...adminRoutes.createKey,
     handler: async (request, reply) => {
-      const created = await keys.create(request.body.tier, request.body.label)
-      request.log.info({ keyId: created.id, tier: created.tier, by: request.identity.keyId }, 'api key created')
+      const { tier, label, policy } = request.body
+      const created = await keys.create(tier, label, policy)
+      request.log.info({ keyId: created.id, tier, policy, by: request.identity.keyId }, 'api key created')
       return reply.code(201).send(created)
     },
   })
@@ -19,6 +20,16 @@ export async function keyRoutes(app: FastifyInstance, { keys, nc, keyRevoked }: 
   api.route({
     ...adminRoutes.listKeys,
     handler: async () => ({ keys: await keys.listActive() }),
+  })
+
+  api.route({
+    ...adminRoutes.setKeyPolicy,
+    handler: async (request) => {
+      const entry = await keys.setPolicy(request.params.id, request.body.policy)
+      if (!entry) throw new NotFound(`active key ${request.params.id}`)
+      request.log.info({ keyId: entry.id, policy: entry.policy, by: request.identity.keyId }, 'api key spend policy set')
+      return entry
+    },
   })
 
   api.route({

@@ -1,0 +1,262 @@
+import { Type, type Static } from 'typebox'
+import { ErrorBody } from '../common/errors.ts'
+import { Address, Bytes32, EpochMs, IntegerString } from '../common/primitives.ts'
+import { route } from '../common/route.ts'
+
+/** The DEXes the trading service quotes and swaps on; the first is the default. */
+export const dexes = ['uniswap', 'camelot'] as const
+export type DexName = (typeof dexes)[number]
+export const DexSchema = Type.Unsafe<DexName>({
+  type: 'string',
+  enum: [...dexes],
+  default: 'uniswap',
+  description: 'uniswap: Uniswap V3 (QuoterV2 over the 0.01%, 0.05%, 0.3% and 1% fee tiers, the best wins); camelot: Camelot (Algebra Integral, one pool per pair, dynamic fee)',
+})
+
+const TokenRef = (description: string) => Type.String({ minLength: 1, maxLength: 64, description: `${description}: a symbol (WETH, USDC …) or a token address` })
+/** An amount as the client typed it; the service says plainly when it is not a positive integer. */
+const AmountIn = Type.String({ minLength: 1, maxLength: 80, description: 'amount of tokenIn in its base units, a positive integer string (1 USDC = "1000000")' })
+
+export const QuoteQuery = Type.Object({
+  tokenIn: TokenRef('the token sold'),
+  tokenOut: TokenRef('the token bought'),
+  amountIn: AmountIn,
+  dex: Type.Optional(DexSchema),
+})
+export type QuoteQuery = Static<typeof QuoteQuery>
+
+export const Quote = Type.Object({
+  dex: DexSchema,
+  tokenIn: Type.String({ description: 'symbol of the token sold' }),
+  tokenOut: Type.String({ description: 'symbol of the token bought' }),
+  amountIn: IntegerString({ description: 'tokenIn base units' }),
+  amountOut: IntegerString({ description: "tokenOut base units, from the DEX's own quoter at blockNumber" }),
+  priceImpactBps: Type.Integer({
+    minimum: 0,
+    description: "how far the execution price is below the pools' mid price before the trade, in basis points; the pool fee is not counted (it is in `fees`), so a tiny trade has an impact of 0",
+  }),
+  route: Type.Array(Type.String(), { description: 'the path as token symbols, e.g. ["ARB","WETH","WBTC"] when routed through WETH' }),
+  pools: Type.Array(Address(), { description: 'the pool of each hop' }),
+  fees: Type.Array(Type.Integer(), { description: 'the fee of each hop in hundredths of a basis point (500 = 0.05%)' }),
+  blockNumber: IntegerString({ description: 'the block the quote was read at' }),
+})
+export type Quote = Static<typeof Quote>
+
+export const SwapBody = Type.Object(
+  {
+    tokenIn: TokenRef('the token sold'),
+    tokenOut: TokenRef('the token bought'),
+    amountIn: AmountIn,
+    dex: Type.Optional(DexSchema),
+    slippageBps: Type.Integer({
+      minimum: 0,
+      maximum: 5000,
+      default: 50,
+      description: 'the most the received amount may fall below the quote, in basis points (50 = 0.5%); amountOutMinimum = quote × (10000 − slippageBps) / 10000',
+    }),
+  },
+  { additionalProperties: false },
+)
+export type SwapBody = Static<typeof SwapBody>
+
+export const SwapResult = Type.Object({
+  success: Type.Boolean({ description: 'true when the swap transaction was mined and succeeded; false when it reverted (hash says which)' }),
+  hash: Bytes32({ description: 'the swap transaction' }),
+  dex: DexSchema,
+  tokenIn: Type.String(),
+  tokenOut: Type.String(),
+  amountIn: IntegerString(),
+  amountOut: IntegerString({ description: 'tokenOut received by the server wallet, read from the Transfer logs of the receipt; "0" when reverted' }),
+  amountOutMinimum: IntegerString({ description: 'the least the swap accepted' }),
+  route: Type.Array(Type.String()),
+  blockNumber: IntegerString({ description: 'the block the swap was mined in' }),
+  executionId: Type.String({ description: 'the record of this execution (GET /swap/executions/:id)' }),
+})
+export type SwapResult = Static<typeof SwapResult>
+
+export const PrepareBody = Type.Object(
+  {
+    ...SwapBody.properties,
+    from: Address({ description: 'the wallet that will sign and send the transactions' }),
+  },
+  { additionalProperties: false },
+)
+export type PrepareBody = Static<typeof PrepareBody>
+
+export const UnsignedTransaction = Type.Object({
+  kind: Type.Union([Type.Literal('approval'), Type.Literal('swap')]),
+  chainId: Type.Integer(),
+  from: Address(),
+  to: Address(),
+  data: Type.String({ description: 'calldata, 0x-hex' }),
+  value: IntegerString({ description: 'wei to send with it (always "0": tokens only)' }),
+  gas: IntegerString({ description: 'a gas limit: the estimate plus 25%, or a fixed allowance when the estimate needs the approval first' }),
+})
+export type UnsignedTransaction = Static<typeof UnsignedTransaction>
+
+export const PreparedSwap = Type.Object({
+  from: Address(),
+  dex: DexSchema,
+  tokenIn: Type.String(),
+  tokenOut: Type.String(),
+  amountIn: IntegerString(),
+  expectedAmountOut: IntegerString({ description: 'the quote at blockNumber' }),
+  amountOutMinimum: IntegerString({ description: 'the swap reverts below this' }),
+  route: Type.Array(Type.String()),
+  deadline: Type.Integer({ description: 'unix seconds after which the swap reverts' }),
+  blockNumber: IntegerString(),
+  transactions: Type.Array(UnsignedTransaction, { description: 'send in order, each after the previous one is mined: an approval when the allowance is short, then the swap' }),
+  simulation: Type.Object({
+    ok: Type.Boolean({ description: 'every transaction succeeds against the current chain state, in order' }),
+    error: Type.Optional(Type.String({ description: 'why not: the revert reason, or what the wallet lacks' })),
+  }),
+})
+export type PreparedSwap = Static<typeof PreparedSwap>
+
+export const ExecutionStatus = Type.Unsafe<'pending' | 'submitted' | 'success' | 'reverted' | 'failed'>({
+  type: 'string',
+  enum: ['pending', 'submitted', 'success', 'reverted', 'failed'],
+  description: 'pending: checked, not sent yet; submitted: sent, waiting for the receipt; success / reverted: mined; failed: never sent (error says why)',
+})
+
+export const Execution = Type.Object({
+  id: Type.String(),
+  status: ExecutionStatus,
+  dex: DexSchema,
+  tokenIn: Type.String(),
+  tokenOut: Type.String(),
+  amountIn: IntegerString(),
+  quotedAmountOut: IntegerString(),
+  amountOutMinimum: IntegerString(),
+  amountOut: Type.Union([IntegerString(), Type.Null()], { description: 'received, once mined' }),
+  usdValue: Type.Number({ description: 'the USD value of the swap when it was checked against the spend policy' }),
+  hash: Type.Union([Bytes32(), Type.Null()]),
+  error: Type.Union([Type.String(), Type.Null()]),
+  requestedBy: Type.Object({
+    keyId: Type.Union([Type.String(), Type.Null()]),
+    jobId: Type.Union([Type.String(), Type.Null()]),
+    automationRunId: Type.Union([Type.String(), Type.Null()]),
+  }),
+  createdAt: EpochMs(),
+  updatedAt: EpochMs(),
+})
+export type Execution = Static<typeof Execution>
+
+export const PositionsQuery = Type.Object({
+  address: Type.Optional(Address({ description: 'whose positions; the server wallet by default' })),
+})
+
+export const LendingPosition = Type.Object(
+  {
+    totalCollateralBase: IntegerString({ description: 'USD with 8 decimals (Aave base currency)' }),
+    totalDebtBase: IntegerString({ description: 'USD with 8 decimals' }),
+    availableBorrowsBase: IntegerString({ description: 'USD with 8 decimals' }),
+    healthFactor: IntegerString({ description: 'wad (18 decimals); 1e18 = 1.0, liquidation below; uint256 max when there is no debt' }),
+    ltv: IntegerString({ description: 'basis points (8000 = 80%)' }),
+  },
+  { description: 'Aave V3 Pool getUserAccountData' },
+)
+
+export const PerpPosition = Type.Object({
+  market: Address({ description: 'the GMX V2 market (GM token) address' }),
+  side: Type.Union([Type.Literal('long'), Type.Literal('short')]),
+  size: IntegerString({ description: 'position size in USD with 30 decimals (GMX sizeInUsd)' }),
+  collateral: IntegerString({ description: 'collateral in base units of collateralToken' }),
+  collateralToken: Address(),
+  entryPrice: IntegerString({ description: 'USD with 30 decimals per whole index token (sizeInUsd ÷ sizeInTokens)' }),
+  pnl: Type.String({ pattern: '^-?[0-9]{1,78}$', description: 'unrealised PnL in USD with 30 decimals at the DEX mid price (a leading "-" for a loss), fees not counted; "0" when no price is known' }),
+})
+
+export const Positions = Type.Object({
+  address: Address(),
+  aave: LendingPosition,
+  gmx: Type.Array(PerpPosition),
+})
+export type Positions = Static<typeof Positions>
+
+export const LaunchBody = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 64, description: 'token name' }),
+    symbol: Type.String({ pattern: '^[A-Za-z0-9]{1,11}$', description: '1 to 11 letters or digits' }),
+    supply: Type.String({ minLength: 1, maxLength: 60, description: 'total supply in whole tokens, a positive integer string; all of it goes to the server wallet' }),
+    decimals: Type.Integer({ minimum: 0, maximum: 18, default: 18 }),
+  },
+  { additionalProperties: false },
+)
+export type LaunchBody = Static<typeof LaunchBody>
+
+export const LaunchedToken = Type.Object({
+  address: Address(),
+  name: Type.String(),
+  symbol: Type.String(),
+  decimals: Type.Integer(),
+  supply: IntegerString({ description: 'total supply in base units (whole tokens × 10^decimals)' }),
+  hash: Bytes32({ description: 'the deployment transaction' }),
+  holder: Address({ description: 'who received the supply: the server wallet' }),
+  chainId: Type.Integer(),
+  blockNumber: IntegerString(),
+  createdAt: EpochMs(),
+})
+export type LaunchedToken = Static<typeof LaunchedToken>
+
+const LimitQuery = Type.Object({ limit: Type.Integer({ minimum: 1, maximum: 100, default: 50 }) })
+
+const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody }
+const writeErrors = { ...errors, 409: ErrorBody, 422: ErrorBody }
+
+export const tradingRoutes = {
+  quote: route({
+    method: 'GET',
+    url: '/swap/quote',
+    summary: 'Quote a swap on Uniswap V3 or Camelot (routed through WETH when there is no direct pool)',
+    schema: { querystring: QuoteQuery, response: { 200: Quote, ...errors, 422: ErrorBody } },
+  }),
+  execute: route({
+    method: 'POST',
+    url: '/swap/execute',
+    summary: 'Swap from the server wallet and wait for the receipt. Send an Idempotency-Key header to make retries safe',
+    schema: { body: SwapBody, response: { 200: SwapResult, ...writeErrors } },
+  }),
+  prepare: route({
+    method: 'POST',
+    url: '/swap/prepare',
+    summary: 'The unsigned transactions (approval, swap) that swap from your own wallet, simulated; nothing is sent',
+    schema: { body: PrepareBody, response: { 200: PreparedSwap, ...writeErrors } },
+  }),
+  executions: route({
+    method: 'GET',
+    url: '/swap/executions',
+    summary: "This API key's swap executions, newest first",
+    schema: { querystring: LimitQuery, response: { 200: Type.Object({ executions: Type.Array(Execution) }), ...errors } },
+  }),
+  execution: route({
+    method: 'GET',
+    url: '/swap/executions/:id',
+    summary: 'One swap execution of this API key',
+    schema: { params: Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }), response: { 200: Execution, 404: ErrorBody, ...errors } },
+  }),
+  positions: route({
+    method: 'GET',
+    url: '/portfolio/positions',
+    summary: 'Lending (Aave V3) and perpetual (GMX V2) positions of the server wallet or ?address=',
+    schema: { querystring: PositionsQuery, response: { 200: Positions, ...errors } },
+  }),
+  launch: route({
+    method: 'POST',
+    url: '/launchpad/tokens',
+    summary: 'Launch an ERC-20 with a fixed supply from the server wallet. Send an Idempotency-Key header to make retries safe',
+    schema: { body: LaunchBody, response: { 201: LaunchedToken, ...writeErrors } },
+  }),
+  launched: route({
+    method: 'GET',
+    url: '/launchpad/tokens',
+    summary: 'Tokens this API key launched, newest first',
+    schema: { querystring: LimitQuery, response: { 200: Type.Object({ tokens: Type.Array(LaunchedToken) }), ...errors } },
+  }),
+  launchedToken: route({
+    method: 'GET',
+    url: '/launchpad/tokens/:address',
+    summary: 'A launched token, as the chain reads it now',
+    schema: { params: Type.Object({ address: Address() }), response: { 200: LaunchedToken, 404: ErrorBody, ...errors } },
+  }),
+}

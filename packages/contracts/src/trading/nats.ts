@@ -1,0 +1,34 @@
+import { Type, type Static } from 'typebox'
+import { endpoint } from '../common/messages.ts'
+import { subjectOf } from '../common/namespace.ts'
+import { Address } from '../common/primitives.ts'
+import { Positions, PreparedSwap, PrepareBody, Quote, QuoteQuery, SwapBody, SwapResult } from './http.ts'
+
+/**
+ * trading.swap.execute request: the HTTP body plus the idempotency key (required here: every
+ * caller over NATS is a job step or an automation run that may be retried) and what asked.
+ * The API key travels in the identity headers (callContextOf); its spend policy applies.
+ */
+export const ExecuteRequest = Type.Object(
+  {
+    ...SwapBody.properties,
+    idempotencyKey: Type.String({ minLength: 1, maxLength: 255, description: 'e.g. "job:<jobId>:step:<n>" or "run:<runId>"' }),
+    jobId: Type.Optional(Type.String({ maxLength: 64, description: 'the agent job that asked' })),
+    automationRunId: Type.Optional(Type.String({ maxLength: 64, description: 'the automation run that asked' })),
+  },
+  { additionalProperties: false },
+)
+export type ExecuteRequest = Static<typeof ExecuteRequest>
+
+export const PositionsRequest = Type.Object({ address: Type.Optional(Address()) })
+
+/** trading's NATS endpoints: the agent's tools and the automation scheduler trade without HTTP. */
+export function tradingChannels(namespace: string) {
+  return {
+    quote: endpoint(subjectOf(namespace, 'trading', 'swap.quote'), QuoteQuery, Quote),
+    execute: endpoint(subjectOf(namespace, 'trading', 'swap.execute'), ExecuteRequest, SwapResult),
+    prepare: endpoint(subjectOf(namespace, 'trading', 'swap.prepare'), PrepareBody, PreparedSwap),
+    positions: endpoint(subjectOf(namespace, 'trading', 'positions'), PositionsRequest, Positions),
+  }
+}
+export type TradingChannels = ReturnType<typeof tradingChannels>

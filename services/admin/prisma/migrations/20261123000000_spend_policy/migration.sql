@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "api_keys" ADD COLUMN "spend_policy" JSONB;

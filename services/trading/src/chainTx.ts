@@ -1,0 +1,111 @@
+import type { ChainContext, SignedTx } from '@ats/service-kit'
+import { createError } from '@ats/service-kit'
+import { erc20Abi, maxUint256, encodeFunctionData, type Address, type Hex, type PublicClient, type TransactionReceipt } from 'viem'
+
+export const ReceiptTimeout = createError<[string, number]>(
+  'ATS_ERR_TRADING_RECEIPT_TIMEOUT',
+  'transaction %s was sent but not mined within %d ms; repeat the request with the same Idempotency-Key to pick it up',
+  504,
+)
+export const WouldRevert = createError<[string]>('ATS_ERR_TRADING_WOULD_REVERT', '%s', 422)
+
+/** The short reason of a viem error: the revert reason when there is one. */
+export function revertReason(error: unknown): string {
+  const e = error as { shortMessage?: string; message?: string; cause?: { reason?: string; shortMessage?: string } }
+  return e.cause?.reason ?? e.shortMessage ?? e.message?.split('\n')[0] ?? String(error)
+}
+
+export interface ChainTxOptions {
+  chain: ChainContext
+  receiptTimeoutMs: number
+  receiptPollMs: number
+}
+
+/** What the service does with the chain's transactions: sends through the fleet's wallet sender and waits for receipts. */
+export function chainTx({ chain, receiptTimeoutMs, receiptPollMs }: ChainTxOptions) {
+  const client: PublicClient = chain.publicClient
+  const approving = new Map<string, Promise<void>>()
+
+  async function receiptOf(hash: Hex): Promise<TransactionReceipt> {
+    try {
+      return await client.waitForTransactionReceipt({ hash, timeout: receiptTimeoutMs, pollingInterval: receiptPollMs })
+    } catch (error) {
+      if ((error as Error).name === 'WaitForTransactionReceiptTimeoutError') throw new ReceiptTimeout(hash, receiptTimeoutMs)
+      throw error
+    }
+  }
+
+  /**
+   * Sends from the server wallet and waits for the receipt. `onSigned` runs before the
+   * broadcast (store the hash and raw transaction there, so a retry can pick it up). A call
+   * that would revert throws WouldRevert (422) with the reason, and nothing is sent.
+   */
+  async function send(tx: { to?: Address; data: Hex; gas?: bigint }, onSigned?: (signed: SignedTx) => Promise<void>) {
+    let signed: SignedTx
+    try {
+      signed = await chain.sender().send(tx, onSigned ? { onSigned } : {})
+    } catch (error) {
+      if (isRevert(error)) throw new WouldRevert(`the transaction would revert: ${revertReason(error)}`)
+      throw error
+    }
+    return { signed, receipt: await receiptOf(signed.hash) }
+  }
+
+  /**
+   * Picks up a transaction an earlier try signed: its receipt, or, when the node has not seen
+   * it, the raw transaction broadcast again. 'dropped' when its nonce went to another
+   * transaction, so it can never be mined and the action may run anew.
+   */
+  async function resume(hash: Hex, raw: Hex): Promise<TransactionReceipt | 'dropped'> {
+    const mined = await client.getTransactionReceipt({ hash }).catch(() => null)
+    if (mined) return mined
+    try {
+      await client.sendRawTransaction({ serializedTransaction: raw })
+    } catch (error) {
+      const message = revertReason(error).toLowerCase()
+      if (message.includes('nonce too low') || message.includes('nonce is too low')) {
+        const late = await client.getTransactionReceipt({ hash }).catch(() => null)
+        return late ?? 'dropped'
+      }
+      // "already known" and the like: the node has it; wait for it
+    }
+    return receiptOf(hash)
+  }
+
+  /**
+   * Makes sure `spender` may take `amount` of `token` from the server wallet: an unlimited
+   * approval, sent once per token and spender (concurrent swaps in this process wait for it).
+   */
+  async function ensureAllowance(token: Address, spender: Address, amount: bigint): Promise<void> {
+    const key = `${token}:${spender}`
+    for (;;) {
+      const running = approving.get(key)
+      if (!running) break
+      await running.catch(() => {})
+    }
+    const owner = chain.sender().address
+    const allowance = await client.readContract({ address: token, abi: erc20Abi, functionName: 'allowance', args: [owner, spender] })
+    if (allowance >= amount) return
+    const approval = (async () => {
+      const { receipt } = await send({ to: token, data: encodeFunctionData({ abi: erc20Abi, functionName: 'approve', args: [spender, maxUint256] }) })
+      if (receipt.status !== 'success') throw new WouldRevert(`the approval of ${token} for ${spender} reverted (${receipt.transactionHash})`)
+    })()
+    approving.set(key, approval)
+    try {
+      await approval
+    } finally {
+      approving.delete(key)
+    }
+  }
+
+  return { send, resume, receiptOf, ensureAllowance, client, sender: () => chain.sender() }
+}
+
+export type ChainTx = ReturnType<typeof chainTx>
+
+function isRevert(error: unknown): boolean {
+  for (let e = error as { name?: string; cause?: unknown } | undefined; e; e = e.cause as typeof e) {
+    if (e.name === 'ContractFunctionRevertedError' || e.name === 'ExecutionRevertedError' || e.name === 'EstimateGasExecutionError') return true
+  }
+  return false
+}

@@ -1,0 +1,57 @@
+import type { DexName } from '@ats/contracts'
+import type { Address, Hex } from 'viem'
+
+/** One pool on a path. `fee` is in hundredths of a basis point (500 = 0.05%); Algebra's is read from its quoter. */
+export interface Hop {
+  tokenIn: Address
+  tokenOut: Address
+  pool: Address
+  fee: number
+}
+
+/** A path's quote at one block: the quoter's output and the fee each hop charged. */
+export interface PathQuote {
+  amountOut: bigint
+  fees: number[]
+}
+
+/**
+ * What the quote and swap code needs of a DEX; Uniswap V3 and Camelot (Algebra Integral)
+ * implement it. Every read takes the block it reads at, so answers can be cached per block.
+ */
+export interface Dex {
+  name: DexName
+  router: Address
+  /** the paths from tokenIn to tokenOut: every direct pool, or, when there is none, every path through `via` (WETH) */
+  paths(tokenIn: Address, tokenOut: Address, via: Address): Promise<Hop[][]>
+  /** the DEX quoter's answer for the path; undefined when the quoter reverts (no liquidity) */
+  quote(path: Hop[], amountIn: bigint, blockNumber: bigint): Promise<PathQuote | undefined>
+  /** the pool's sqrt price (Q64.96 of token1 per token0) at the block */
+  sqrtPriceX96(pool: Address, blockNumber: bigint): Promise<bigint>
+  /** calldata for the router: swap amountIn along the path, at least minOut to recipient, before the deadline */
+  swapCall(path: Hop[], amountIn: bigint, minOut: bigint, recipient: Address, deadline: bigint): Hex
+}
+
+const Q192 = 1n << 192n
+
+/**
+ * What `amountIn` buys along the path at the pools' mid prices before the trade, after each
+ * hop's fee: the quoter's answer with no price impact. Integer math on sqrtPriceX96.
+ */
+export function midPriceOut(path: Hop[], sqrtPrices: bigint[], fees: number[], amountIn: bigint): bigint {
+  let amount = amountIn
+  path.forEach((hop, i) => {
+    const sqrt = sqrtPrices[i]!
+    const zeroForOne = hop.tokenIn.toLowerCase() < hop.tokenOut.toLowerCase()
+    const squared = sqrt * sqrt
+    amount = zeroForOne ? (amount * squared) / Q192 : (amount * Q192) / squared
+    amount = (amount * BigInt(1_000_000 - fees[i]!)) / 1_000_000n
+  })
+  return amount
+}
+
+/** Price impact in basis points (never negative): how far amountOut falls short of the mid-price output. */
+export function priceImpactBps(midOut: bigint, amountOut: bigint): number {
+  if (midOut <= 0n || amountOut >= midOut) return 0
+  return Number(((midOut - amountOut) * 10_000n) / midOut)
+}

@@ -1,0 +1,4 @@
+import { runService } from '@ats/service-kit'
+import { tradingService } from './service.ts'
+
+await runService(tradingService)

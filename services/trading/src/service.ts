@@ -1,0 +1,118 @@
+import { fileURLToPath } from 'node:url'
+import { tradingContract } from '@ats/contracts'
+import {
+  Forbidden,
+  addNatsService,
+  callEndpoint,
+  createIdempotencyStore,
+  serveEndpoint,
+  startWorkerLoop,
+  type ServiceDefinition,
+} from '@ats/service-kit'
+import { Type } from 'typebox'
+import type { Address } from 'viem'
+import { chainTx } from './chainTx.ts'
+import { camelotDex } from './dex/camelot.ts'
+import { uniswapDex } from './dex/uniswap.ts'
+import { PrismaClient } from './generated/prisma/client.ts'
+import { createLaunchpad } from './launchpad/launchpad.ts'
+import { createPositions } from './positions/positions.ts'
+import { launchpadRoutes } from './routes/launchpad.ts'
+import { portfolioRoutes } from './routes/portfolio.ts'
+import { swapRoutes } from './routes/swap.ts'
+import { createExecutor } from './swaps/executor.ts'
+import type { SpendLimits } from './swaps/policy.ts'
+import { createPreparer } from './swaps/prepare.ts'
+import { createQuoter, quoteAnswer } from './swaps/quotes.ts'
+import { tokenResolver } from './swaps/tokens.ts'
+
+const schema = 'trading'
+const usdLimit = (description: string) => Type.Optional(Type.Number({ exclusiveMinimum: 0, description }))
+
+const settings = {
+  SWAP_DEADLINE_SECONDS: Type.Integer({ minimum: 10, maximum: 3600, default: 300, description: 'a swap sent reverts if not mined within this many seconds' }),
+  RECEIPT_TIMEOUT_MS: Type.Integer({ minimum: 1000, default: 60_000, description: 'how long an execute waits for its receipt before answering 504 (repeat with the same Idempotency-Key to pick it up)' }),
+  RECEIPT_POLL_MS: Type.Integer({ minimum: 10, default: 250, description: 'how often a receipt is looked for' }),
+  QUOTE_BLOCK_CACHE_MS: Type.Integer({ minimum: 0, default: 250, description: 'how long quotes reuse the latest block number (quotes are cached per block)' }),
+  SPEND_MAX_USD_PER_SWAP: usdLimit('wallet-wide cap on one swap from the server wallet, in USD; unset: none'),
+  SPEND_MAX_USD_PER_DAY: usdLimit('wallet-wide cap on all swaps from the server wallet per UTC day, in USD; unset: none'),
+}
+
+export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = {
+  name: 'trading',
+  version: '0.1.0',
+  port: 3002,
+  // swaps, approvals and launches are sent from the server wallet (SERVER_WALLET_PRIVATE_KEY)
+  chain: 'write',
+  settings,
+  database: {
+    schema,
+    migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
+    client: (adapter) => new PrismaClient({ adapter }),
+  },
+  async register(app, { db, nc, channels, config, version, onClose, chain, log }) {
+    const client = chain.publicClient
+    const book = chain.addressBook()
+    const tokens = tokenResolver(client, chain.tokens)
+    const dexes = { uniswap: uniswapDex(client, book.uniswapV3), camelot: camelotDex(client, book.algebra) }
+    const quoter = createQuoter({ client, dexes, tokens, blockCacheMs: config.QUOTE_BLOCK_CACHE_MS })
+    const tx = chainTx({ chain, receiptTimeoutMs: config.RECEIPT_TIMEOUT_MS, receiptPollMs: config.RECEIPT_POLL_MS })
+
+    const idempotency = await createIdempotencyStore(config.DATABASE_URL!, { schema, log, leaseMs: Math.max(60_000, config.RECEIPT_TIMEOUT_MS * 2) })
+    onClose(() => idempotency.close())
+    const purge = startWorkerLoop({
+      name: 'idempotency-purge',
+      log,
+      idleMs: 3600_000,
+      round: async () => {
+        await idempotency.purge(24 * 3600_000)
+        return false
+      },
+    })
+    onClose(purge.stop)
+
+    const walletLimits: SpendLimits | undefined =
+      config.SPEND_MAX_USD_PER_SWAP !== undefined || config.SPEND_MAX_USD_PER_DAY !== undefined
+        ? { owner: 'the server wallet', maxUsdPerSwap: config.SPEND_MAX_USD_PER_SWAP, maxUsdPerDay: config.SPEND_MAX_USD_PER_DAY }
+        : undefined
+    if (!chain.hasWallet) log.warn('SERVER_WALLET_PRIVATE_KEY is not set: quotes, prepare and positions (with ?address=) work; execute and launch answer 503')
+    else if (!walletLimits) log.warn('no wallet-wide spend limit (SPEND_MAX_USD_PER_SWAP, SPEND_MAX_USD_PER_DAY): only keys with a spend policy are capped')
+
+    const executor = createExecutor({
+      db,
+      quoter,
+      tx,
+      idempotency,
+      walletLimits,
+      deadlineSeconds: config.SWAP_DEADLINE_SECONDS,
+      log,
+      // fail closed: without admin's answer no swap is made for a key
+      keyPolicy: async (keyId) => {
+        const { key } = await callEndpoint(nc, channels.admin.keyPolicy, { keyId }, { timeoutMs: 2000 })
+        if (!key) throw new Forbidden(`API key ${keyId} is revoked or unknown`)
+        return key.policy
+      },
+    })
+    const prepare = createPreparer({ client, quoter, chainId: chain.chainId, deadlineSeconds: config.SWAP_DEADLINE_SECONDS })
+    const positions = createPositions({ client, book: chain.addressBook, quoter, tokens: (address) => chain.tokens().find(address) })
+    const launchpad = createLaunchpad({ db, tx, idempotency, chainId: chain.chainId, log })
+    const wallet = () => chain.sender().address as Address
+
+    const nats = await addNatsService(nc, tradingContract.name, version, 'swap quotes and execution, positions')
+    onClose(async () => {
+      await nats.stop()
+    })
+    const { quote, execute, prepare: prepareChannel, positions: positionsChannel } = channels.trading
+    serveEndpoint(nats, 'quote', quote, log, async (request) => quoteAnswer(await quoter.quote(request)))
+    serveEndpoint(nats, 'execute', execute, log, async ({ idempotencyKey, jobId, automationRunId, ...request }, { identity }) => {
+      const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId }
+      return (await executor.execute(request, caller, idempotencyKey)).result
+    })
+    serveEndpoint(nats, 'prepare', prepareChannel, log, async (request) => prepare(request))
+    serveEndpoint(nats, 'positions', positionsChannel, log, async ({ address }) => positions((address as Address | undefined) ?? wallet()))
+
+    await app.register(swapRoutes, { quoter, executor, prepare })
+    await app.register(portfolioRoutes, { positions, wallet })
+    await app.register(launchpadRoutes, { launchpad })
+  },
+}

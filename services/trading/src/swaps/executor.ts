@@ -1,0 +1,242 @@
+import { randomBytes } from 'node:crypto'
+import { erc20Abi } from '@ats/chain'
+import type { Execution as ExecutionView, SpendPolicy, SwapBody, SwapResult } from '@ats/contracts'
+import { fingerprintOf, type IdempotencyStore, type Logger } from '@ats/service-kit'
+import { getAddress, parseEventLogs, type Address, type Hex, type TransactionReceipt } from 'viem'
+import type { ChainTx } from '../chainTx.ts'
+import { WouldRevert } from '../chainTx.ts'
+import type { Execution, PrismaClient } from '../generated/prisma/client.ts'
+import { checkSpend, limitsOfKey, type SpendLimits } from './policy.ts'
+import type { Quoter, RoutedQuote } from './quotes.ts'
+import { routeOf } from './quotes.ts'
+import { usdValueOf } from './usd.ts'
+
+/** Who asked for a swap: the API key (its spend policy applies), and the job or automation run behind it. */
+export interface Caller {
+  keyId?: string | undefined
+  ownerId?: string | undefined
+  jobId?: string | undefined
+  automationRunId?: string | undefined
+}
+
+export type SwapRequest = Pick<SwapBody, 'tokenIn' | 'tokenOut' | 'amountIn'> & { dex?: SwapBody['dex'] | undefined; slippageBps?: number | undefined }
+
+export interface ExecutorOptions {
+  db: PrismaClient
+  quoter: Quoter
+  tx: ChainTx
+  idempotency: IdempotencyStore
+  /** the key's spend policy (null: none), asked of admin */
+  keyPolicy(keyId: string): Promise<SpendPolicy | null>
+  /** the wallet-wide limits (settings), when any is set */
+  walletLimits: SpendLimits | undefined
+  deadlineSeconds: number
+  log: Logger
+  now?: () => number
+}
+
+const newId = () => `exe_${randomBytes(12).toString('base64url')}`
+const counted = ['pending', 'submitted', 'success'] as const
+
+const startOfUtcDay = (ms: number) => {
+  const d = new Date(ms)
+  return new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate()))
+}
+
+/** The amount of `token` the receipt's Transfer logs moved to `to`. */
+export function receivedFromLogs(receipt: TransactionReceipt, token: Address, to: Address): bigint {
+  const transfers = parseEventLogs({ abi: erc20Abi, eventName: 'Transfer', logs: receipt.logs })
+  return transfers
+    .filter((log) => getAddress(log.address) === getAddress(token) && getAddress(log.args.to) === getAddress(to))
+    .reduce((sum, log) => sum + log.args.value, 0n)
+}
+
+export function executionView(row: Execution): ExecutionView {
+  return {
+    id: row.id,
+    status: row.status,
+    dex: row.dex as ExecutionView['dex'],
+    tokenIn: row.route[0] ?? row.tokenIn,
+    tokenOut: row.route[row.route.length - 1] ?? row.tokenOut,
+    amountIn: row.amountIn,
+    quotedAmountOut: row.quotedAmountOut,
+    amountOutMinimum: row.amountOutMinimum,
+    amountOut: row.amountOut,
+    usdValue: row.usdValue,
+    hash: row.txHash,
+    error: row.error,
+    requestedBy: { keyId: row.keyId, jobId: row.jobId, automationRunId: row.automationRunId },
+    createdAt: row.createdAt.getTime(),
+    updatedAt: row.updatedAt.getTime(),
+  }
+}
+
+function resultOf(row: Execution): SwapResult {
+  return {
+    success: row.status === 'success',
+    hash: row.txHash as Hex,
+    dex: row.dex as SwapResult['dex'],
+    tokenIn: row.route[0]!,
+    tokenOut: row.route[row.route.length - 1]!,
+    amountIn: row.amountIn,
+    amountOut: row.amountOut ?? '0',
+    amountOutMinimum: row.amountOutMinimum,
+    route: row.route,
+    blockNumber: String(row.blockNumber ?? 0n),
+    executionId: row.id,
+  }
+}
+
+/**
+ * Swaps from the server wallet: quote at the head, spend policy, approval, the router call
+ * with amountOutMinimum and a deadline, the receipt. Each execution is a row of
+ * `trading.executions` that moves pending → submitted (hash and signed transaction kept
+ * before the broadcast) → success | reverted, or failed when nothing was sent.
+ *
+ * With an idempotency key the whole of it runs once per (caller, key): repeats get the first
+ * result, also while it runs. A try that died half-way is resumed from its row: a signed
+ * transaction is looked up or broadcast again, never signed anew unless its nonce went to
+ * another transaction (then it can never be mined).
+ */
+export function createExecutor(options: ExecutorOptions) {
+  const { db, quoter, tx, idempotency, log } = options
+  const now = options.now ?? Date.now
+
+  async function limitsFor(caller: Caller): Promise<SpendLimits[]> {
+    const limits: SpendLimits[] = options.walletLimits ? [options.walletLimits] : []
+    if (caller.keyId) {
+      const policy = await options.keyPolicy(caller.keyId)
+      if (policy) limits.push(limitsOfKey(caller.keyId, policy))
+    }
+    return limits
+  }
+
+  /** Checks the limits and records the pending execution in one transaction, under a lock, so concurrent swaps count each other. */
+  async function reserve(q: RoutedQuote, minOut: bigint, request: SwapRequest, caller: Caller, idem: { scope: string; key: string } | undefined) {
+    const limits = await limitsFor(caller)
+    const usdValue = await usdValueOf(q, quoter)
+    return db.$transaction(async (t) => {
+      if (limits.length > 0) {
+        await t.$queryRawUnsafe(`SELECT pg_advisory_xact_lock(hashtext('ats:trading:spend'))::text`)
+        const since = startOfUtcDay(now())
+        for (const limit of limits) {
+          const where = { createdAt: { gte: since }, status: { in: [...counted] }, ...(limit === options.walletLimits ? {} : { keyId: caller.keyId ?? null }) }
+          const spent = await t.execution.aggregate({ _sum: { usdValue: true }, where })
+          checkSpend(limit, { tokenIn: q.tokenIn, tokenOut: q.tokenOut, usdValue }, spent._sum.usdValue ?? 0)
+        }
+      }
+      return t.execution.create({
+        data: {
+          id: newId(),
+          keyId: caller.keyId ?? null,
+          ownerId: caller.ownerId ?? null,
+          jobId: caller.jobId ?? null,
+          automationRunId: caller.automationRunId ?? null,
+          idempotencyScope: idem?.scope ?? null,
+          idempotencyKey: idem?.key ?? null,
+          dex: q.dex.name,
+          tokenIn: q.tokenIn.address,
+          tokenOut: q.tokenOut.address,
+          route: routeOf(q),
+          amountIn: q.amountIn.toString(),
+          quotedAmountOut: q.amountOut.toString(),
+          amountOutMinimum: minOut.toString(),
+          slippageBps: request.slippageBps ?? 50,
+          usdValue: usdValue ?? 0,
+        },
+      })
+    })
+  }
+
+  async function finish(row: Execution, receipt: TransactionReceipt): Promise<SwapResult> {
+    const wallet = tx.sender().address
+    const success = receipt.status === 'success'
+    const amountOut = success ? receivedFromLogs(receipt, row.tokenOut as Address, wallet) : 0n
+    const done = await db.execution.update({
+      where: { id: row.id },
+      data: {
+        status: success ? 'success' : 'reverted',
+        amountOut: amountOut.toString(),
+        blockNumber: receipt.blockNumber,
+        error: success ? null : 'the swap reverted on chain',
+      },
+    })
+    log.info({ executionId: row.id, hash: receipt.transactionHash, status: done.status, amountOut: done.amountOut }, 'swap mined')
+    return resultOf(done)
+  }
+
+  async function perform(request: SwapRequest, caller: Caller, idem: { scope: string; key: string } | undefined): Promise<SwapResult> {
+    let row = idem
+      ? await db.execution.findUnique({ where: { idempotencyScope_idempotencyKey: { idempotencyScope: idem.scope, idempotencyKey: idem.key } } })
+      : null
+    if (row) {
+      log.warn({ executionId: row.id, status: row.status }, 'resuming a swap an earlier try left unfinished')
+      if (row.status === 'success' || row.status === 'reverted') return resultOf(row)
+      if (row.status === 'submitted' && row.txHash && row.rawTx) {
+        const outcome = await tx.resume(row.txHash as Hex, row.rawTx as Hex)
+        if (outcome !== 'dropped') return finish(row, outcome)
+        log.warn({ executionId: row.id, hash: row.txHash }, 'the earlier swap transaction was dropped; swapping anew')
+      }
+    }
+
+    const q = await quoter.quoteFresh(request)
+    const slippage = BigInt(request.slippageBps ?? 50)
+    const minOut = (q.amountOut * (10_000n - slippage)) / 10_000n
+    if (row) {
+      row = await db.execution.update({
+        where: { id: row.id },
+        data: { status: 'pending', quotedAmountOut: q.amountOut.toString(), amountOutMinimum: minOut.toString(), txHash: null, rawTx: null, nonce: null, error: null },
+      })
+    } else {
+      row = await reserve(q, minOut, request, caller, idem)
+    }
+    const pending = row
+    const wallet = tx.sender().address
+    try {
+      await tx.ensureAllowance(q.tokenIn.address, q.dex.router, q.amountIn)
+      const deadline = BigInt(Math.floor(now() / 1000) + options.deadlineSeconds)
+      const { receipt } = await tx.send({ to: q.dex.router, data: q.dex.swapCall(q.path, q.amountIn, minOut, wallet, deadline) }, async (signed) => {
+        await db.execution.update({
+          where: { id: pending.id },
+          data: { status: 'submitted', txHash: signed.hash, rawTx: signed.raw, nonce: signed.nonce },
+        })
+      })
+      return await finish(pending, receipt)
+    } catch (error) {
+      if (error instanceof WouldRevert) {
+        await db.execution.update({ where: { id: pending.id }, data: { status: 'failed', error: error.message } })
+      }
+      throw error
+    }
+  }
+
+  return {
+    /** Executes a swap; with an idempotency key, at most once per caller and key. */
+    async execute(request: SwapRequest, caller: Caller, idempotencyKey?: string): Promise<{ result: SwapResult; replayed: boolean }> {
+      tx.sender() // 503 at once without a server wallet
+      await quoter.check(request) // a bad request is answered, not stored under its idempotency key
+      if (!idempotencyKey) return { result: await perform(request, caller, undefined), replayed: false }
+      const scope = `swap:${caller.keyId ?? caller.ownerId ?? 'anonymous'}`
+      const fingerprint = fingerprintOf({
+        tokenIn: request.tokenIn,
+        tokenOut: request.tokenOut,
+        amountIn: request.amountIn,
+        dex: request.dex ?? 'uniswap',
+        slippageBps: request.slippageBps ?? 50,
+      })
+      return idempotency.run(scope, idempotencyKey, fingerprint, () => perform(request, caller, { scope, key: idempotencyKey }))
+    },
+
+    async list(keyId: string, limit: number) {
+      const rows = await db.execution.findMany({ where: { keyId }, orderBy: { createdAt: 'desc' }, take: limit })
+      return rows.map(executionView)
+    },
+
+    async get(keyId: string, id: string) {
+      const row = await db.execution.findFirst({ where: { id, keyId } })
+      return row ? executionView(row) : undefined
+    },
+  }
+}
+
+export type Executor = ReturnType<typeof createExecutor>

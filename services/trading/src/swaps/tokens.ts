@@ -1,0 +1,60 @@
+import { erc20Abi, type Token, type TokenRegistry } from '@ats/chain'
+import { BadRequest, cachedLoader } from '@ats/service-kit'
+import { getAddress, isAddress, type Address, type PublicClient } from 'viem'
+
+/** Tokens by symbol or address: the network's registry first, then any ERC-20 address the chain answers for. */
+export interface TokenResolver {
+  resolve(field: string, ref: string): Promise<Token>
+  bySymbol(symbol: string): Token | undefined
+  /** WETH: what paths route through when there is no direct pool */
+  weth(): Token
+}
+
+export function tokenResolver(client: PublicClient, registry: () => TokenRegistry): TokenResolver {
+  const onChain = cachedLoader<Address, Token | null>({
+    max: 1_000,
+    ttlMs: 3600_000,
+    ttlOf: (token) => (token ? 3600_000 : 30_000),
+    load: async (address) => {
+      try {
+        const [symbol, decimals] = await Promise.all([
+          client.readContract({ address, abi: erc20Abi, functionName: 'symbol' }),
+          client.readContract({ address, abi: erc20Abi, functionName: 'decimals' }),
+        ])
+        return { symbol, name: symbol, decimals, address }
+      } catch {
+        return null
+      }
+    },
+  })
+  const known = () => registry().all.map((t) => t.symbol).join(', ')
+  return {
+    async resolve(field, ref) {
+      const found = registry().find(ref)
+      if (found) return found
+      if (isAddress(ref, { strict: false })) {
+        const token = await onChain.get(getAddress(ref))
+        if (token) return token
+        throw new BadRequest(`${field}: ${ref} is not an ERC-20 token on this chain`)
+      }
+      throw new BadRequest(`${field}: unknown token "${ref}"; use a token address or one of ${known()}`)
+    },
+    bySymbol: (symbol) => registry().find(symbol),
+    weth() {
+      const weth = registry().find('WETH')
+      if (!weth) throw new Error('the token registry has no WETH')
+      return weth
+    },
+  }
+}
+
+/** A positive integer amount in base units, or a 400 that says what is wrong with it. */
+export function parseAmount(field: string, raw: string): bigint {
+  if (!/^[0-9]{1,78}$/.test(raw)) {
+    throw new BadRequest(`${field} must be a positive integer in base units (e.g. "1000000" for 1 USDC), got "${raw}"`)
+  }
+  const amount = BigInt(raw)
+  if (amount === 0n) throw new BadRequest(`${field} must be greater than 0`)
+  if (amount >= 2n ** 256n) throw new BadRequest(`${field} does not fit in a uint256`)
+  return amount
+}

@@ -1,0 +1,81 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { adminService } from '@ats/admin/service'
+import { createChainClients, erc20Abi } from '@ats/chain'
+import { identityHeaders } from '@ats/contracts'
+import { startDevnet } from '@ats/devnet'
+import { baseTestEnv, startService, testInternalToken } from '@ats/service-kit/testing'
+import type { Test } from 'tap'
+import type { Address } from 'viem'
+import { tradingService } from '../src/service.ts'
+
+export { eventually } from '@ats/service-kit/testing'
+
+/** What the gateway adds to a request of an API key. */
+export const keyHeaders = (keyId: string, tier = 'readwrite') => ({
+  [identityHeaders.internalToken]: testInternalToken,
+  [identityHeaders.tier]: tier,
+  [identityHeaders.keyId]: keyId,
+  [identityHeaders.ownerId]: keyId,
+})
+
+export interface TradingOptions {
+  /** give trading the server wallet (devnet account 0); true by default */
+  wallet?: boolean
+  env?: NodeJS.ProcessEnv
+}
+
+/**
+ * A devnet of the test's own, admin (spend policies live on its keys) and trading, on a
+ * fresh database and NATS namespace. `call` speaks to trading as the gateway would.
+ */
+export async function startTrading(t: Test, { wallet = true, env = {} }: TradingOptions = {}) {
+  const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
+  const devnet = await startDevnet({ port: 0, addressBookPath })
+  t.teardown(() => devnet.stop())
+  const base = await baseTestEnv(t)
+  const chainEnv = { RPC_URL: devnet.rpcUrl, CHAIN_ID: '31337', ADDRESS_BOOK: addressBookPath }
+  const admin = await startService(t, adminService, { ...base, ...chainEnv, SETTLEMENT_ENABLED: 'false' })
+  const trading = await startService(t, tradingService, {
+    ...base,
+    ...chainEnv,
+    ...(wallet ? { SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey } : {}),
+    ...env,
+  })
+  const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: 31337 })
+  const token = (symbol: string) => devnet.book.tokens.find((t) => t.symbol === symbol)!
+  const balanceOf = (symbol: string, owner: Address) =>
+    publicClient.readContract({ address: token(symbol).address, abi: erc20Abi, functionName: 'balanceOf', args: [owner] })
+  const serverWallet = devnet.accounts[0]!.address
+
+  const call = async (
+    method: string,
+    path: string,
+    { body, keyId = defaultKey.id, headers = {} }: { body?: unknown; keyId?: string; headers?: Record<string, string> } = {},
+  ) => {
+    const res = await fetch(`${trading.url}${path}`, {
+      method,
+      headers: { ...keyHeaders(keyId), ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    })
+    const text = await res.text()
+    return { status: res.status, headers: res.headers, body: text ? (JSON.parse(text) as any) : undefined }
+  }
+
+  /** An API key made through admin's own route, with an optional spend policy. */
+  const createKey = async (policy?: unknown): Promise<{ id: string }> => {
+    const res = await fetch(`${admin.url}/admin/keys`, {
+      method: 'POST',
+      headers: { ...keyHeaders('key_test_admin', 'admin'), 'content-type': 'application/json' },
+      body: JSON.stringify({ tier: 'readwrite', label: 'trader', ...(policy ? { policy } : {}) }),
+    })
+    if (res.status !== 201) throw new Error(`could not create a key: ${res.status} ${await res.text()}`)
+    return (await res.json()) as { id: string }
+  }
+
+  // the key the calls are made with unless they name another: admin knows it, as the gateway's keys
+  const defaultKey = await createKey()
+
+  return { devnet, admin, trading, base, chainEnv, publicClient, token, balanceOf, serverWallet, call, createKey }
+}
