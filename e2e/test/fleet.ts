@@ -155,12 +155,9 @@ export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.
   t.teardown(() => devnet.stop())
   const env = await baseTestEnv(t)
   const chain = { RPC_URL: devnet.rpcUrl, CHAIN_ID: '31337', ADDRESS_BOOK: addressBookPath }
-  const trading = await startService(t, tradingService, {
-    ...env,
-    ...chain,
-    SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey,
-    ...options.tradingEnv,
-  })
+  // trading's settings without the server wallet, for a second, walletless trading service
+  const tradingEnv = { ...env, ...chain, ...options.tradingEnv }
+  const trading = await startService(t, tradingService, { ...tradingEnv, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey })
   // the trading service shares the fleet's database and namespace: admin answers its policy lookups
   const fleet = await startFleet(t, {
     tradingUrl: trading.url,
@@ -168,5 +165,5 @@ export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.
     adminEnv: { ...env, ...chain, SETTLEMENT_ENABLED: 'false' },
   })
   const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: 31337 })
-  return { ...fleet, devnet, trading, publicClient, serverWallet: devnet.accounts[0]!.address }
+  return { ...fleet, devnet, trading, tradingEnv, publicClient, serverWallet: devnet.accounts[0]!.address }
 }

@@ -1,6 +1,9 @@
 import { erc20Abi } from '@ats/chain'
 import t from 'tap'
 import { parseUnits, type Address } from 'viem'
+import { gatewayService } from '@ats/gateway/service'
+import { startService } from '@ats/service-kit/testing'
+import { tradingService } from '@ats/trading/service'
 import { startTradingFleet } from './fleet.ts'
 
 /** Swaps, positions and the launchpad through the gateway, with keys made by admin, as a client sees them. */
@@ -68,4 +71,16 @@ t.test('a launched token reads back from the chain', async (t) => {
   const read = await request(`/launchpad/tokens/${res.body.address}`, { key: trader.key })
   t.match(read.body, { name: 'Gateway Token', symbol: 'GATE', decimals: 8, supply: '2100000000000000' })
   t.equal(await publicClient.readContract({ address: res.body.address, abi: erc20Abi, functionName: 'totalSupply' }), 2_100_000_000_000_000n)
+})
+
+t.test('without a server wallet an execute through the gateway is 503, and quotes still work', async (t) => {
+  // a second trading service without SERVER_WALLET_PRIVATE_KEY, behind a gateway of its own
+  const trading = await startService(t, tradingService, fleet.tradingEnv)
+  const gateway = await startService(t, gatewayService, { ...fleet.gatewayEnv, TRADING_URL: trading.url })
+  const call = (path: string, init: RequestInit = {}) =>
+    fetch(`${gateway.url}${path}`, { ...init, headers: { authorization: `Bearer ${trader.key}`, 'content-type': 'application/json' } })
+  const res = await call('/swap/execute', { method: 'POST', body: JSON.stringify({ tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1000000' }) })
+  t.equal(res.status, 503)
+  t.same(await res.json(), { error: 'server wallet not configured' })
+  t.equal((await call('/swap/quote?tokenIn=USDC&tokenOut=WETH&amountIn=1000000')).status, 200)
 })
