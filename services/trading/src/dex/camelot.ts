@@ -1,7 +1,6 @@
 import { algebraFactoryAbi, algebraPoolAbi, algebraQuoterV2PathAbi, algebraSwapRouterPathAbi, type AddressBook } from '@ats/chain'
-import { cachedLoader } from '@ats/service-kit'
 import { concatHex, encodeFunctionData, zeroAddress, type Address, type Hex, type PublicClient } from 'viem'
-import type { Dex, Hop } from './types.ts'
+import { poolCache, type Dex, type Hop } from './types.ts'
 
 /** Algebra Integral path bytes: tokenIn ‖ deployer ‖ token ‖ … ‖ tokenOut; the zero deployer names a pair's ordinary pool. */
 export function algebraPath(path: Hop[]): Hex {
@@ -10,28 +9,16 @@ export function algebraPath(path: Hop[]): Hex {
 
 /** Camelot: Algebra Integral, one pool per pair with a dynamic fee (the quoter says what it charged). */
 export function camelotDex(client: PublicClient, book: AddressBook['algebra']): Dex {
-  const pools = cachedLoader<string, Address>({
-    max: 10_000,
-    ttlMs: 24 * 3600_000,
-    ttlOf: (pool) => (pool === zeroAddress ? 60_000 : 24 * 3600_000),
-    load: async (key) => {
-      const [a, b] = key.split(':') as [Address, Address]
-      return client.readContract({ address: book.factory, abi: algebraFactoryAbi, functionName: 'poolByPair', args: [a, b] })
-    },
+  const pools = poolCache(async (key) => {
+    const [a, b] = key.split(':') as [Address, Address]
+    return client.readContract({ address: book.factory, abi: algebraFactoryAbi, functionName: 'poolByPair', args: [a, b] })
   })
-  const poolOf = async (a: Address, b: Address): Promise<Hop[]> => {
-    const pool = await pools.get(a.toLowerCase() < b.toLowerCase() ? `${a}:${b}` : `${b}:${a}`)
-    return pool === zeroAddress ? [] : [{ tokenIn: a, tokenOut: b, pool, fee: 0 }]
-  }
-
   return {
     name: 'camelot',
     router: book.swapRouter,
-    async paths(tokenIn, tokenOut, via) {
-      const direct = await poolOf(tokenIn, tokenOut)
-      if (direct.length > 0 || tokenIn === via || tokenOut === via) return direct.map((hop) => [hop])
-      const [first, second] = await Promise.all([poolOf(tokenIn, via), poolOf(via, tokenOut)])
-      return first.flatMap((a) => second.map((b) => [a, b]))
+    async pools(a, b) {
+      const pool = await pools.get(a.toLowerCase() < b.toLowerCase() ? `${a}:${b}` : `${b}:${a}`)
+      return pool === zeroAddress ? [] : [{ tokenIn: a, tokenOut: b, pool, fee: 0 }]
     },
     async quote(path, amountIn, blockNumber) {
       try {

@@ -1,5 +1,6 @@
 import type { DexName } from '@ats/contracts'
-import type { Address, Hex } from 'viem'
+import { cachedLoader } from '@ats/service-kit'
+import { zeroAddress, type Address, type Hex } from 'viem'
 
 /** One pool on a path. `fee` is in hundredths of a basis point (500 = 0.05%); Algebra's is read from its quoter. */
 export interface Hop {
@@ -22,14 +23,32 @@ export interface PathQuote {
 export interface Dex {
   name: DexName
   router: Address
-  /** the paths from tokenIn to tokenOut: every direct pool, or, when there is none, every path through `via` (WETH) */
-  paths(tokenIn: Address, tokenOut: Address, via: Address): Promise<Hop[][]>
+  /** the pools that trade tokenA for tokenB, as hops in that direction (none: []) */
+  pools(tokenA: Address, tokenB: Address): Promise<Hop[]>
   /** the DEX quoter's answer for the path; undefined when the quoter reverts (no liquidity) */
   quote(path: Hop[], amountIn: bigint, blockNumber: bigint): Promise<PathQuote | undefined>
   /** the pool's sqrt price (Q64.96 of token1 per token0) at the block */
   sqrtPriceX96(pool: Address, blockNumber: bigint): Promise<bigint>
   /** calldata for the router: swap amountIn along the path, at least minOut to recipient, before the deadline */
   swapCall(path: Hop[], amountIn: bigint, minOut: bigint, recipient: Address, deadline: bigint): Hex
+}
+
+/** Pool addresses by key: a pool, once created, exists for good (kept a day); "none" (the zero address) is asked again after a minute. */
+export function poolCache(lookup: (key: string) => Promise<Address>) {
+  return cachedLoader<string, Address>({
+    max: 10_000,
+    ttlMs: 24 * 3600_000,
+    ttlOf: (pool) => (pool === zeroAddress ? 60_000 : 24 * 3600_000),
+    load: lookup,
+  })
+}
+
+/** The paths from tokenIn to tokenOut: every direct pool, or, when there is none, every two-hop path through `via` (WETH). */
+export async function pathsOf(dex: Dex, tokenIn: Address, tokenOut: Address, via: Address): Promise<Hop[][]> {
+  const direct = await dex.pools(tokenIn, tokenOut)
+  if (direct.length > 0 || tokenIn === via || tokenOut === via) return direct.map((hop) => [hop])
+  const [first, second] = await Promise.all([dex.pools(tokenIn, via), dex.pools(via, tokenOut)])
+  return first.flatMap((a) => second.map((b) => [a, b]))
 }
 
 const Q192 = 1n << 192n

@@ -2,7 +2,7 @@ import type { Token } from '@ats/chain'
 import type { DexName, Quote } from '@ats/contracts'
 import { BadRequest, cachedLoader, createError } from '@ats/service-kit'
 import type { PublicClient } from 'viem'
-import { midPriceOut, priceImpactBps, type Dex, type Hop } from '../dex/types.ts'
+import { midPriceOut, pathsOf, priceImpactBps, type Dex, type Hop } from '../dex/types.ts'
 import { parseAmount, type TokenResolver } from './tokens.ts'
 
 export const NoRoute = createError<[string]>('ATS_ERR_TRADING_NO_ROUTE', '%s', 422)
@@ -62,7 +62,7 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
       const dex = dexes[dexName]
       const blockNumber = BigInt(block)
       const amountIn = BigInt(amount)
-      const paths = await dex.paths(inAddress, outAddress, tokens.weth().address)
+      const paths = await pathsOf(dex, inAddress, outAddress, tokens.weth().address)
       const quoted = await Promise.all(paths.map(async (path) => ({ path, quote: await dex.quote(path, amountIn, blockNumber) })))
       let best: (typeof quoted)[number] | undefined
       for (const candidate of quoted) {
