@@ -1,16 +1,9 @@
-import { randomBytes } from 'node:crypto'
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import type autocannon from 'autocannon'
-import { paymentChannels } from '@ats/contracts'
-import { freshDatabase } from '@ats/service-kit/testing'
-// by path: @ats/devnet is a dependency of the gateway's tests, not of the root package
-import { startDevnet } from '../packages/devnet/src/index.ts'
+import { cleanups, createKey, gatewayEnv, runBench, startAdmin, startBase } from './fleet.ts'
 import { autocannonRound, printReport, runInterleaved, summarize, type RoundResult, type Target } from './harness.ts'
 import { openPaymentsStream } from './jetstream.ts'
 import { signPayments } from './payments.ts'
-import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start, stopAll } from './processes.ts'
+import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start } from './processes.ts'
 
 /**
  * pnpm bench: requests/s and p99 of a keyed route through the gateway (auth with the key cache,
@@ -19,7 +12,7 @@ import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start, stopAll } fr
  * recovered, payer balance from the devnet chain, cached; nonce claimed in Redis), in one run on
  * this machine. Every server is its own process; autocannon runs in this one. Where taskset
  * exists, the load generator gets core 0 and the servers core 1, so the two sides do not steal
- * each other's time.
+ * each other's time. (`pnpm bench` then runs bench/quote.ts: GET /swap/quote through the gateway.)
  *
  * Method (bench/harness.ts): one warm-up round, not counted, then BENCH_ROUNDS rounds; each round
  * runs the four targets one after another for BENCH_SECONDS each, always in the order bare, keyed,
@@ -104,26 +97,12 @@ function paidRequests(payments: PaymentPool, stop: () => void): autocannon.Reque
   ]
 }
 
-// a database of its own, dropped at the end, so runs leave no keys behind; a devnet of its own too
-const cleanups: Array<() => unknown> = []
-
 async function main() {
   for (const port of [3900, 3901, 3902, 3905, 3910, 3912]) await assertPortFree(port, 'the bench needs 3900-3902, 3905, 3910 and 3912')
-  const env = {
-    DATABASE_URL: await freshDatabase({ teardown: (fn) => cleanups.push(fn) }),
-    NATS_URL: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
-    REDIS_URL: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
-    INTERNAL_TOKEN: randomBytes(18).toString('base64url'),
-    ADMIN_API_KEY: `atsk_${randomBytes(24).toString('base64url')}`,
-    LOG_LEVEL: process.env.LOG_LEVEL ?? 'info',
-  }
-
+  // a database, a NATS namespace and a devnet of the bench's own (bench/fleet.ts); the devnet is
   // the chain the paid route reads payer balances from (anvil, mostly idle: balances are cached)
-  const benchDir = mkdtempSync(join(tmpdir(), 'bench-'))
-  cleanups.push(() => rmSync(benchDir, { recursive: true, force: true }))
-  const addressBookPath = join(benchDir, 'address-book.json')
-  const devnet = await startDevnet({ port: devnetPort, addressBookPath })
-  cleanups.push(() => devnet.stop())
+  const base = await startBase({ devnetPort })
+  const { env, devnet } = base
   const usdc = devnet.book.tokens.find((token) => token.symbol === 'USDC')?.address
   if (!usdc) throw new Error('the devnet address book has no USDC')
   const payTo = devnet.accounts[9]!.address
@@ -137,57 +116,26 @@ async function main() {
   // the gateway accepts validBefore up to PAYMENT_TIMEOUT_SECONDS + 600 s ahead
   const paymentTimeout = Math.max(60, validFor - 600 + 30)
 
-  // a NATS namespace of this run's own: its admin answers only its gateways (not a `pnpm start`
-  // fleet's on this NATS), and its payments stream and blocked-payers bucket are removed at the end
-  const namespace = `bench${randomBytes(6).toString('hex')}`
-  const { stream: paymentsStream, blockedPayers, ledgerConsumer } = paymentChannels(namespace)
+  const { stream: paymentsStream, ledgerConsumer } = base.payments
   const natsUrl = env.NATS_URL
-  cleanups.push(async () => {
-    const js = await openPaymentsStream(natsUrl, paymentsStream, ledgerConsumer)
-    await js.remove([paymentsStream, `KV_${blockedPayers}`])
-    await js.close()
-  })
-  const chain = { RPC_URL: devnet.rpcUrl, CHAIN_ID: String(devnet.chainId), NATS_NAMESPACE: namespace }
 
   const upstream = (await start('bench/upstream.ts', {}, 'pipe')).address
   const bare = await start('bench/bareProxy.ts', { UPSTREAM: upstream, PORT: '3901' }, 'pipe')
   // the admin records the charged payments (one ledger write per batch); settling them on the
   // devnet would add a transaction per request on anvil, so settlement is off
-  const adminLog = join(benchDir, 'admin.log')
-  const adminLogFd = openSync(adminLog, 'w')
-  const adminEnv = { ...env, ...chain, PORT: '3905', HOST: '127.0.0.1', SETTLEMENT_ENABLED: 'false' }
-  const admin = await start('services/admin/src/server.ts', adminEnv, adminLogFd)
-  closeSync(adminLogFd)
-  /** the admin's warnings and errors so far, each distinct one once, with how often */
-  const adminProblems = () => {
-    const seen = new Map<string, number>()
-    for (const line of readFileSync(adminLog, 'utf8').split('\n')) {
-      try {
-        const entry = JSON.parse(line) as { level?: number; msg?: string; err?: { message?: string } }
-        if ((entry.level ?? 0) < 40) continue
-        const text = `${entry.msg ?? ''}${entry.err?.message ? `: ${entry.err.message}` : ''}`
-        seen.set(text, (seen.get(text) ?? 0) + 1)
-      } catch {}
-    }
-    return [...seen].map(([text, n]) => `  ${n} × ${text}`).join('\n') || '  (none)'
-  }
-  const gatewayEnv = {
-    ...env,
-    ...chain,
-    HOST: '127.0.0.1',
-    ADMIN_URL: 'http://127.0.0.1:3905',
+  const admin = await startAdmin(base, 3905)
+  const gatewaySettings = gatewayEnv(base, 'http://127.0.0.1:3905', {
     MARKET_DATA_URL: upstream,
     AGENT_URL: upstream,
     RATE_LIMIT_READONLY: '1000000000',
     PAY_TO: payTo,
-    ADDRESS_BOOK: addressBookPath,
     PAYMENT_TIMEOUT_SECONDS: String(paymentTimeout),
     SKIP_PAYMENT: 'false',
-  }
+  })
   // the same gateway twice: as deployed (access log at info) and with the access log off
   // OPS_PORT: where a gateway that keeps /ready and /metrics off its public port answers them
-  const gateway = await start('gateway/src/server.ts', { ...gatewayEnv, PORT: '3900', OPS_PORT: '3910' }, 'ignore')
-  const quiet = await start('gateway/src/server.ts', { ...gatewayEnv, PORT: '3902', OPS_PORT: '3912', LOG_LEVEL: 'warn' }, 'ignore')
+  const gateway = await start('gateway/src/server.ts', { ...gatewaySettings, PORT: '3900', OPS_PORT: '3910' }, 'ignore')
+  const quiet = await start('gateway/src/server.ts', { ...gatewaySettings, PORT: '3902', OPS_PORT: '3912', LOG_LEVEL: 'warn' }, 'ignore')
 
   // sign here (core 0) while the servers start (core 1)
   const signStarted = performance.now()
@@ -209,13 +157,7 @@ async function main() {
   await ready(['http://127.0.0.1:3910', 'http://127.0.0.1:3900'], gateway)
   await ready(['http://127.0.0.1:3912', 'http://127.0.0.1:3902'], quiet)
 
-  const created = await fetch('http://127.0.0.1:3900/admin/keys', {
-    method: 'POST',
-    headers: { authorization: `Bearer ${env.ADMIN_API_KEY}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ tier: 'readonly', label: 'bench' }),
-  })
-  if (!created.ok) throw new Error(`POST /admin/keys answered ${created.status} ${await created.text()}`)
-  const { key } = (await created.json()) as { key: string }
+  const key = await createKey(base, 'http://127.0.0.1:3900', 'readonly')
 
   // one pre-signed payment must pass, and its replay must not: the paid runs measure real verification
   const paidUrl = 'http://127.0.0.1:3900/agent/skills'
@@ -236,7 +178,7 @@ async function main() {
     try {
       return await ledger.caughtUp(timeoutMs)
     } catch (error) {
-      throw new Error(`${(error as Error).message}\nadmin warnings and errors:\n${adminProblems()}`)
+      throw new Error(`${(error as Error).message}\nadmin warnings and errors:\n${admin.problems()}`)
     }
   }
   // the accepted payment above must reach the ledger; when the admin records nothing at all the
@@ -336,20 +278,4 @@ async function main() {
   console.log(`${payments.left} of ${payments.size} signed payments left unspent`)
 }
 
-let failed = false
-try {
-  await main()
-} catch (error) {
-  console.error(error)
-  failed = true
-} finally {
-  await stopAll()
-  for (const cleanup of cleanups.reverse()) {
-    try {
-      await cleanup()
-    } catch (error) {
-      console.error('cleanup failed:', error)
-    }
-  }
-}
-process.exit(failed ? 1 : 0)
+await runBench(main)

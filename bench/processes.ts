@@ -1,7 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import { createServer } from 'node:net'
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 
 /**
@@ -22,6 +22,29 @@ let pinned = false
 export function pinLoadGenerator(): boolean {
   pinned = spawnSync('taskset', ['-a', '-cp', LOAD_CORE, String(process.pid)], { stdio: 'ignore' }).status === 0
   return pinned
+}
+
+/**
+ * Moves a process already running (every thread of it) to the servers' core: one a library
+ * started, such as the devnet's anvil. False when the load generator is not pinned or taskset refuses.
+ */
+export function pinToServerCore(pid: number): boolean {
+  return pinned && spawnSync('taskset', ['-a', '-cp', SERVER_CORE, String(pid)], { stdio: 'ignore' }).status === 0
+}
+
+/** The pids of this process's children whose name (as in /proc/<pid>/stat) is `name`. */
+export function childrenNamed(name: string): number[] {
+  const found: number[] = []
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
+      const close = stat.lastIndexOf(')')
+      const ppid = Number(stat.slice(close + 2).split(' ')[1])
+      if (ppid === process.pid && stat.slice(stat.indexOf('(') + 1, close) === name) found.push(Number(entry))
+    } catch {} // gone meanwhile
+  }
+  return found
 }
 
 const children: ChildProcess[] = []

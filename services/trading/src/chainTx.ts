@@ -8,6 +8,7 @@ export const ReceiptTimeout = createError<[string, number]>(
   504,
 )
 export const WouldRevert = createError<[string]>('ATS_ERR_TRADING_WOULD_REVERT', '%s', 422)
+export const ChainUnavailable = createError<[string]>('ATS_ERR_TRADING_CHAIN_UNAVAILABLE', 'the chain did not answer: %s', 502)
 
 /** The short reason of a viem error: the revert reason when there is one. */
 export function revertReason(error: unknown): string {
@@ -103,9 +104,10 @@ export function chainTx({ chain, receiptTimeoutMs, receiptPollMs }: ChainTxOptio
 
 export type ChainTx = ReturnType<typeof chainTx>
 
-function isRevert(error: unknown): boolean {
+/** Whether a viem error says the call reverted or found no contract (rather than that the RPC failed). */
+export function isRevert(error: unknown): boolean {
   for (let e = error as { name?: string; cause?: unknown } | undefined; e; e = e.cause as typeof e) {
-    if (e.name === 'ContractFunctionRevertedError' || e.name === 'ExecutionRevertedError' || e.name === 'EstimateGasExecutionError') return true
+    if (['ContractFunctionRevertedError', 'ContractFunctionZeroDataError', 'ExecutionRevertedError', 'EstimateGasExecutionError'].includes(e.name ?? '')) return true
   }
   return false
 }

@@ -141,3 +141,14 @@ t.test('prepare reports what would fail, and sends nothing', async (t) => {
   t.equal(noFrom.status, 400)
   t.match(noFrom.body.error, /Missing required params: from/)
 })
+
+t.test('a chain that does not answer is a 502 that says so, not a cached "no route"', async (t) => {
+  const { baseTestEnv, startService } = await import('@ats/service-kit/testing')
+  const { tradingService } = await import('../src/service.ts')
+  const { keyHeaders } = await import('./helpers.ts')
+  const base = await baseTestEnv(t)
+  const dead = await startService(t, tradingService, { ...base, ...fleet.chainEnv, RPC_URL: 'http://127.0.0.1:9' })
+  const res = await fetch(`${dead.url}/swap/quote?tokenIn=WETH&tokenOut=USDC&amountIn=1000`, { headers: keyHeaders('key_test') })
+  t.equal(res.status, 502)
+  t.match(((await res.json()) as { error: string }).error, /^the chain did not answer: /)
+})

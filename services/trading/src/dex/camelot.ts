@@ -1,5 +1,6 @@
 import { algebraFactoryAbi, algebraPoolAbi, algebraQuoterV2PathAbi, algebraSwapRouterPathAbi, type AddressBook } from '@ats/chain'
 import { concatHex, encodeFunctionData, zeroAddress, type Address, type Hex, type PublicClient } from 'viem'
+import { ChainUnavailable, isRevert, revertReason } from '../chainTx.ts'
 import { poolCache, type Dex, type Hop } from './types.ts'
 
 /** Algebra Integral path bytes: tokenIn ‖ deployer ‖ token ‖ … ‖ tokenOut; the zero deployer names a pair's ordinary pool. */
@@ -31,8 +32,10 @@ export function camelotDex(client: PublicClient, book: AddressBook['algebra']): 
         })
         const [amountOutList, , , , , feeList] = result
         return { amountOut: amountOutList[amountOutList.length - 1]!, fees: feeList.map(Number) }
-      } catch {
-        return undefined
+      } catch (error) {
+        // a revert is "no liquidity on this path"; anything else is the RPC failing, and is not cached as no route
+        if (isRevert(error)) return undefined
+        throw new ChainUnavailable(revertReason(error))
       }
     },
     async sqrtPriceX96(pool, blockNumber) {

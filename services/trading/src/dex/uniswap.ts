@@ -1,5 +1,6 @@
 import { uniswapFactoryAbi, uniswapPoolAbi, uniswapQuoterV2PathAbi, uniswapSwapRouter02PathAbi, type AddressBook } from '@ats/chain'
 import { concatHex, encodeFunctionData, numberToHex, zeroAddress, type Address, type Hex, type PublicClient } from 'viem'
+import { ChainUnavailable, isRevert, revertReason } from '../chainTx.ts'
 import { poolCache, type Dex, type Hop } from './types.ts'
 
 /** The fee tiers Uniswap V3's factory enables: 0.01%, 0.05%, 0.3%, 1%. */
@@ -32,8 +33,10 @@ export function uniswapDex(client: PublicClient, book: AddressBook['uniswapV3'])
           blockNumber,
         })
         return { amountOut: result[0], fees: path.map((hop) => hop.fee) }
-      } catch {
-        return undefined
+      } catch (error) {
+        // a revert is "no liquidity on this path"; anything else is the RPC failing, and is not cached as no route
+        if (isRevert(error)) return undefined
+        throw new ChainUnavailable(revertReason(error))
       }
     },
     async sqrtPriceX96(pool, blockNumber) {

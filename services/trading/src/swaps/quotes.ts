@@ -2,8 +2,12 @@ import type { Token } from '@ats/chain'
 import type { DexName, Quote } from '@ats/contracts'
 import { BadRequest, cachedLoader, createError } from '@ats/service-kit'
 import type { PublicClient } from 'viem'
+import { ChainUnavailable, revertReason } from '../chainTx.ts'
 import { midPriceOut, pathsOf, priceImpactBps, type Dex, type Hop } from '../dex/types.ts'
 import { parseAmount, type TokenResolver } from './tokens.ts'
+
+/** Our own errors pass; anything else on the way to the chain is the RPC failing: 502 with its reason. */
+const chainError = (error: unknown) => ((error as { code?: string }).code?.startsWith('ATS_ERR_') ? error : new ChainUnavailable(revertReason(error)))
 
 export const NoRoute = createError<[string]>('ATS_ERR_TRADING_NO_ROUTE', '%s', 422)
 
@@ -96,8 +100,10 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
   async function quoteAt(request: QuoteRequest, blockNumber: bigint | undefined): Promise<RoutedQuote> {
     const dexName = request.dex ?? 'uniswap'
     const { amountIn, tokenIn, tokenOut } = await check(request)
-    const block = blockNumber ?? (await latestBlock.get('latest'))
-    const found = await quotes.get(`${dexName}:${tokenIn.address}:${tokenOut.address}:${amountIn}:${block}`)
+    const block = blockNumber ?? (await latestBlock.get('latest').catch((error) => Promise.reject(chainError(error))))
+    const found = await quotes.get(`${dexName}:${tokenIn.address}:${tokenOut.address}:${amountIn}:${block}`).catch((error) => {
+      throw chainError(error)
+    })
     if (!found) {
       throw new NoRoute(
         `no route from ${tokenIn.symbol} to ${tokenOut.symbol} on ${dexName}: no pool with liquidity for this amount, directly or through WETH`,
@@ -113,7 +119,7 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
     /** a quote at a given block */
     quoteAt: (request: QuoteRequest, blockNumber: bigint) => quoteAt(request, blockNumber),
     /** a quote at the chain's head right now, for execution */
-    quoteFresh: async (request: QuoteRequest) => quoteAt(request, await client.getBlockNumber({ cacheTime: 0 })),
+    quoteFresh: async (request: QuoteRequest) => quoteAt(request, await client.getBlockNumber({ cacheTime: 0 }).catch((error) => Promise.reject(chainError(error)))),
   }
 }
 
