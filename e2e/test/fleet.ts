@@ -40,11 +40,13 @@ export interface FleetOptions {
   otherServices?: string
   /** where the trading service is (otherServices by default) */
   tradingUrl?: string
+  /** the database, namespace and internal token to share (a fresh set by default) */
+  env?: NodeJS.ProcessEnv
 }
 
 /** Admin on a fresh database plus one or more gateways, over real Postgres, NATS and Redis. */
 export async function startFleet(t: Test, options: FleetOptions = {}) {
-  const env = await baseTestEnv(t)
+  const env = options.env ?? (await baseTestEnv(t))
   const { redisUrl } = await testInfra()
   const adminEnv = { ...env, ADMIN_API_KEY: adminKey, ...options.adminEnv }
   const admin = await startService(t, adminService, adminEnv)
@@ -159,11 +161,7 @@ export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.
   const tradingEnv = { ...env, ...chain, ...options.tradingEnv }
   const trading = await startService(t, tradingService, { ...tradingEnv, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey })
   // the trading service shares the fleet's database and namespace: admin answers its policy lookups
-  const fleet = await startFleet(t, {
-    tradingUrl: trading.url,
-    gatewayEnv: { ...env, ...chain },
-    adminEnv: { ...env, ...chain, SETTLEMENT_ENABLED: 'false' },
-  })
+  const fleet = await startFleet(t, { env, tradingUrl: trading.url, gatewayEnv: chain, adminEnv: { ...chain, SETTLEMENT_ENABLED: 'false' } })
   const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: 31337 })
   return { ...fleet, devnet, trading, tradingEnv, publicClient, serverWallet: devnet.accounts[0]!.address }
 }

@@ -25,15 +25,16 @@ export function clientErrorStatus(error: unknown): number | undefined {
   return ours && typeof statusCode === 'number' && statusCode >= 400 && statusCode < 500 ? statusCode : undefined
 }
 
+/** The statuses that cross a NATS call as themselves: the client's 4xx, and the 503/504 that say "try later". */
+export const isForwardedStatus = (status: number) => (status >= 400 && status < 500) || status === 503 || status === 504
+
 /**
- * The status a registry error keeps when it crosses a NATS call: its 4xx, or the 503/504 that
- * say "try later" (server wallet not configured, receipt not seen in time); undefined otherwise.
+ * The status a registry error keeps when it crosses a NATS call (server wallet not configured,
+ * receipt not seen in time, any 4xx); undefined otherwise.
  */
 export function forwardedErrorStatus(error: unknown): number | undefined {
-  const client = clientErrorStatus(error)
-  if (client !== undefined) return client
-  const { statusCode } = (error ?? {}) as { statusCode?: unknown }
-  return isOurs((error ?? {}) as { code?: unknown }) && (statusCode === 503 || statusCode === 504) ? statusCode : undefined
+  const { statusCode, code } = (error ?? {}) as { statusCode?: unknown; code?: unknown }
+  return isOurs({ code }) && typeof statusCode === 'number' && isForwardedStatus(statusCode) ? statusCode : undefined
 }
 
 export function statusOf(error: FastifyError): number {
@@ -53,7 +54,8 @@ function validationMessage(error: FastifyError): string {
   const context = error.validationContext ?? 'request'
   const missing = problems.flatMap((problem) => {
     const name = (problem.params as { missingProperty?: string }).missingProperty
-    return name ? [`${(problem.instancePath ?? '').replace(/^\//, '')}${problem.instancePath ? '/' : ''}${name}`] : []
+    // a nested field is named by its path: policy/maxUsdPerSwap
+    return name ? [[problem.instancePath?.slice(1), name].filter(Boolean).join('/')] : []
   })
   if (missing.length > 0) return `Missing required params: ${[...new Set(missing)].join(', ')} (${context})`
   const where = `${context}${first.instancePath ?? ''}`

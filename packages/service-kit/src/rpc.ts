@@ -1,6 +1,6 @@
 import { identityHeaders, isTier, type Endpoint, type Identity, type Topic } from '@ats/contracts'
 import { headers as natsHeaders, ServiceErrorCodeHeader, ServiceErrorHeader, type Msg, type MsgHdrs, type NatsConnection, type Service, type ServiceMsg } from 'nats'
-import { forwardedErrorStatus } from './errors.ts'
+import { forwardedErrorStatus, isForwardedStatus } from './errors.ts'
 import type { Logger } from './logger.ts'
 
 /**
@@ -126,7 +126,7 @@ export async function callEndpoint<Req, Rep>(
   if (code) {
     const status = Number(code)
     const description = msg.headers?.get(ServiceErrorHeader) ?? ''
-    if ((status >= 400 && status < 500) || status === 503 || status === 504) throw new ServiceCallError(endpoint.subject, status, description)
+    if (isForwardedStatus(status)) throw new ServiceCallError(endpoint.subject, status, description)
     throw new ServiceCallError(endpoint.subject, 502, `${service} service failed`)
   }
   return endpoint.reply.decode(msg.data)

@@ -10,6 +10,11 @@ export const ReceiptTimeout = createError<[string, number]>(
 export const WouldRevert = createError<[string]>('ATS_ERR_TRADING_WOULD_REVERT', '%s', 422)
 export const ChainUnavailable = createError<[string]>('ATS_ERR_TRADING_CHAIN_UNAVAILABLE', 'the chain did not answer: %s', 502)
 
+/** Our own errors pass; anything else on the way to the chain is the RPC failing: 502 with its reason. */
+export function rethrowAsChainError(error: unknown): never {
+  throw (error as { code?: string }).code?.startsWith('ATS_ERR_') ? error : new ChainUnavailable(revertReason(error))
+}
+
 /** The short reason of a viem error: the revert reason when there is one. */
 export function revertReason(error: unknown): string {
   const e = error as { shortMessage?: string; message?: string; cause?: { reason?: string; shortMessage?: string } }

@@ -10,7 +10,6 @@ import {
   type ServiceDefinition,
 } from '@ats/service-kit'
 import { Type } from 'typebox'
-import type { Address } from 'viem'
 import { chainTx } from './chainTx.ts'
 import { camelotDex } from './dex/camelot.ts'
 import { uniswapDex } from './dex/uniswap.ts'
@@ -94,9 +93,10 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
       },
     })
     const prepare = createPreparer({ client, quoter, chainId: chain.chainId, deadlineSeconds: config.SWAP_DEADLINE_SECONDS })
-    const positions = createPositions({ client, book: chain.addressBook, quoter, tokens: (address) => chain.tokens().find(address) })
+    // a read needs the wallet's address only, not its sender
+    const wallet = () => chain.wallet().account.address
+    const positions = createPositions({ client, book: chain.addressBook, quoter, tokens: (address) => chain.tokens().find(address), wallet })
     const launchpad = createLaunchpad({ db, tx, idempotency, chainId: chain.chainId, log })
-    const wallet = () => chain.sender().address as Address
 
     const nats = await addNatsService(nc, tradingContract.name, version, 'swap quotes and execution, positions')
     onClose(async () => {
@@ -109,10 +109,10 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
       return (await executor.execute(request, caller, idempotencyKey)).result
     })
     serveEndpoint(nats, 'prepare', prepareChannel, log, async (request) => prepare(request))
-    serveEndpoint(nats, 'positions', positionsChannel, log, async ({ address }) => positions((address as Address | undefined) ?? wallet()))
+    serveEndpoint(nats, 'positions', positionsChannel, log, async ({ address }) => positions(address))
 
     await app.register(swapRoutes, { quoter, executor, prepare })
-    await app.register(portfolioRoutes, { positions, wallet })
+    await app.register(portfolioRoutes, { positions })
     await app.register(launchpadRoutes, { launchpad })
   },
 }

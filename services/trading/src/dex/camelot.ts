@@ -1,6 +1,5 @@
 import { algebraFactoryAbi, algebraPoolAbi, algebraQuoterV2PathAbi, algebraSwapRouterPathAbi, type AddressBook } from '@ats/chain'
 import { concatHex, encodeFunctionData, zeroAddress, type Address, type Hex, type PublicClient } from 'viem'
-import { ChainUnavailable, isRevert, revertReason } from '../chainTx.ts'
 import { poolCache, type Dex, type Hop } from './types.ts'
 
 /** Algebra Integral path bytes: tokenIn ‖ deployer ‖ token ‖ … ‖ tokenOut; the zero deployer names a pair's ordinary pool. */
@@ -22,21 +21,15 @@ export function camelotDex(client: PublicClient, book: AddressBook['algebra']): 
       return pool === zeroAddress ? [] : [{ tokenIn: a, tokenOut: b, pool, fee: 0 }]
     },
     async quote(path, amountIn, blockNumber) {
-      try {
-        const { result } = await client.simulateContract({
-          address: book.quoterV2,
-          abi: algebraQuoterV2PathAbi,
-          functionName: 'quoteExactInput',
-          args: [algebraPath(path), amountIn],
-          blockNumber,
-        })
-        const [amountOutList, , , , , feeList] = result
-        return { amountOut: amountOutList[amountOutList.length - 1]!, fees: feeList.map(Number) }
-      } catch (error) {
-        // a revert is "no liquidity on this path"; anything else is the RPC failing, and is not cached as no route
-        if (isRevert(error)) return undefined
-        throw new ChainUnavailable(revertReason(error))
-      }
+      const { result } = await client.simulateContract({
+        address: book.quoterV2,
+        abi: algebraQuoterV2PathAbi,
+        functionName: 'quoteExactInput',
+        args: [algebraPath(path), amountIn],
+        blockNumber,
+      })
+      const [amountOutList, , , , , feeList] = result
+      return { amountOut: amountOutList[amountOutList.length - 1]!, fees: feeList.map(Number) }
     },
     async sqrtPriceX96(pool, blockNumber) {
       const [price] = await client.readContract({ address: pool, abi: algebraPoolAbi, functionName: 'globalState', blockNumber })

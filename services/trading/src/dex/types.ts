@@ -25,8 +25,8 @@ export interface Dex {
   router: Address
   /** the pools that trade tokenA for tokenB, as hops in that direction (none: []) */
   pools(tokenA: Address, tokenB: Address): Promise<Hop[]>
-  /** the DEX quoter's answer for the path; undefined when the quoter reverts (no liquidity) */
-  quote(path: Hop[], amountIn: bigint, blockNumber: bigint): Promise<PathQuote | undefined>
+  /** the DEX quoter's answer for the path; throws viem's error when the quoter reverts (no liquidity) or the RPC fails */
+  quote(path: Hop[], amountIn: bigint, blockNumber: bigint): Promise<PathQuote>
   /** the pool's sqrt price (Q64.96 of token1 per token0) at the block */
   sqrtPriceX96(pool: Address, blockNumber: bigint): Promise<bigint>
   /** calldata for the router: swap amountIn along the path, at least minOut to recipient, before the deadline */

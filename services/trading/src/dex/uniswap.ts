@@ -1,6 +1,5 @@
 import { uniswapFactoryAbi, uniswapPoolAbi, uniswapQuoterV2PathAbi, uniswapSwapRouter02PathAbi, type AddressBook } from '@ats/chain'
 import { concatHex, encodeFunctionData, numberToHex, zeroAddress, type Address, type Hex, type PublicClient } from 'viem'
-import { ChainUnavailable, isRevert, revertReason } from '../chainTx.ts'
 import { poolCache, type Dex, type Hop } from './types.ts'
 
 /** The fee tiers Uniswap V3's factory enables: 0.01%, 0.05%, 0.3%, 1%. */
@@ -24,20 +23,14 @@ export function uniswapDex(client: PublicClient, book: AddressBook['uniswapV3'])
       return found.filter(({ pool }) => pool !== zeroAddress).map(({ fee, pool }) => ({ tokenIn: a, tokenOut: b, pool, fee }))
     },
     async quote(path, amountIn, blockNumber) {
-      try {
-        const { result } = await client.simulateContract({
-          address: book.quoterV2,
-          abi: uniswapQuoterV2PathAbi,
-          functionName: 'quoteExactInput',
-          args: [uniswapPath(path), amountIn],
-          blockNumber,
-        })
-        return { amountOut: result[0], fees: path.map((hop) => hop.fee) }
-      } catch (error) {
-        // a revert is "no liquidity on this path"; anything else is the RPC failing, and is not cached as no route
-        if (isRevert(error)) return undefined
-        throw new ChainUnavailable(revertReason(error))
-      }
+      const { result } = await client.simulateContract({
+        address: book.quoterV2,
+        abi: uniswapQuoterV2PathAbi,
+        functionName: 'quoteExactInput',
+        args: [uniswapPath(path), amountIn],
+        blockNumber,
+      })
+      return { amountOut: result[0], fees: path.map((hop) => hop.fee) }
     },
     async sqrtPriceX96(pool, blockNumber) {
       const [sqrtPrice] = await client.readContract({ address: pool, abi: uniswapPoolAbi, functionName: 'slot0', blockNumber })

@@ -13,11 +13,13 @@ const USDC_TO_GMX_USD = 10n ** 24n
  * sizeInUsd ÷ sizeInTokens per whole index token; pnl is valued at the DEX mid price of the
  * index token in USDC (fees and funding not counted).
  */
-export function createPositions({ client, book, quoter, tokens }: {
+export function createPositions({ client, book, quoter, tokens, wallet }: {
   client: PublicClient
   book: () => AddressBook
   quoter: Quoter
   tokens: (address: Address) => Token | undefined
+  /** whose positions when no address is given: the server wallet (a 503 without one) */
+  wallet: () => Address
 }) {
   async function indexTokenOf(market: Address): Promise<Token | undefined> {
     const known = tokens(market) // the devnet's markets are keyed by their index token
@@ -43,7 +45,8 @@ export function createPositions({ client, book, quoter, tokens }: {
     }
   }
 
-  return async function positionsOf(address: Address): Promise<Positions> {
+  return async function positionsOf(of?: string): Promise<Positions> {
+    const address = of ? getAddress(of) : wallet()
     const { aaveV3, gmxV2 } = book()
     const [lending, perps] = await Promise.all([
       aaveV3 ? client.readContract({ address: aaveV3.pool, abi: aavePoolAbi, functionName: 'getUserAccountData', args: [address] }) : undefined,

@@ -1,10 +1,9 @@
 import { tradingRoutes } from '@ats/contracts'
 import type { TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
-import type { Address } from 'viem'
 import type { createPositions } from '../positions/positions.ts'
 
-export async function portfolioRoutes(app: FastifyInstance, { positions, wallet }: { positions: ReturnType<typeof createPositions>; wallet: () => Address }) {
+export async function portfolioRoutes(app: FastifyInstance, { positions }: { positions: ReturnType<typeof createPositions> }) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
-  api.route({ ...tradingRoutes.positions, handler: async (request) => positions((request.query.address as Address | undefined) ?? wallet()) })
+  api.route({ ...tradingRoutes.positions, handler: async (request) => positions(request.query.address) })
 }

@@ -2,21 +2,20 @@ import type { Token } from '@ats/chain'
 import type { DexName, Quote } from '@ats/contracts'
 import { BadRequest, cachedLoader, createError } from '@ats/service-kit'
 import type { PublicClient } from 'viem'
-import { ChainUnavailable, revertReason } from '../chainTx.ts'
+import { isRevert, rethrowAsChainError } from '../chainTx.ts'
 import { midPriceOut, pathsOf, priceImpactBps, type Dex, type Hop } from '../dex/types.ts'
 import { parseAmount, type TokenResolver } from './tokens.ts'
 
-/** Our own errors pass; anything else on the way to the chain is the RPC failing: 502 with its reason. */
-const chainError = (error: unknown) => ((error as { code?: string }).code?.startsWith('ATS_ERR_') ? error : new ChainUnavailable(revertReason(error)))
+/** A quoter that reverts has no liquidity on that path (undefined); any other failure is thrown on. */
+const unlessRevert = (error: unknown): undefined => {
+  if (isRevert(error)) return undefined
+  throw error
+}
 
 export const NoRoute = createError<[string]>('ATS_ERR_TRADING_NO_ROUTE', '%s', 422)
 
-/** A quote with what executing it needs: the tokens and the path. */
-export interface RoutedQuote {
-  dex: Dex
-  tokenIn: Token
-  tokenOut: Token
-  amountIn: bigint
+/** The best path for an amount at one block: what the quote cache keeps. */
+interface BestPath {
   amountOut: bigint
   /** what amountIn buys at the mid prices before the trade, after fees */
   midAmountOut: bigint
@@ -24,6 +23,14 @@ export interface RoutedQuote {
   spotAmountOut: bigint
   path: Hop[]
   fees: number[]
+}
+
+/** A quote with what executing it needs: the DEX, the tokens and the path. */
+export interface RoutedQuote extends BestPath {
+  dex: Dex
+  tokenIn: Token
+  tokenOut: Token
+  amountIn: bigint
   blockNumber: bigint
 }
 
@@ -58,7 +65,7 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
       return dexes[dex].sqrtPriceX96(pool, BigInt(block))
     },
   })
-  const quotes = cachedLoader<string, RoutedQuote | null>({
+  const quotes = cachedLoader<string, BestPath | null>({
     max: 20_000,
     ttlMs: 60_000,
     load: async (key) => {
@@ -67,24 +74,23 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
       const blockNumber = BigInt(block)
       const amountIn = BigInt(amount)
       const paths = await pathsOf(dex, inAddress, outAddress, tokens.weth().address)
-      const quoted = await Promise.all(paths.map(async (path) => ({ path, quote: await dex.quote(path, amountIn, blockNumber) })))
+      // an RPC failure rejects the load, so it is not cached as "no route"
+      const quoted = await Promise.all(
+        paths.map(async (path) => ({ path, quote: await dex.quote(path, amountIn, blockNumber).catch(unlessRevert) })),
+      )
       let best: (typeof quoted)[number] | undefined
       for (const candidate of quoted) {
         if (candidate.quote && (!best?.quote || candidate.quote.amountOut > best.quote.amountOut)) best = candidate
       }
       if (!best?.quote || best.quote.amountOut === 0n) return null
-      const prices = await Promise.all(best.path.map((hop) => sqrtPrices.get(`${dexName}:${hop.pool}:${block}`)))
+      const { path, quote } = best
+      const prices = await Promise.all(path.map((hop) => sqrtPrices.get(`${dexName}:${hop.pool}:${block}`)))
       return {
-        dex,
-        tokenIn: undefined as unknown as Token,
-        tokenOut: undefined as unknown as Token,
-        amountIn,
-        amountOut: best.quote.amountOut,
-        midAmountOut: midPriceOut(best.path, prices, best.quote.fees, amountIn),
-        spotAmountOut: midPriceOut(best.path, prices, best.quote.fees.map(() => 0), amountIn),
-        path: best.path,
-        fees: best.quote.fees,
-        blockNumber,
+        amountOut: quote.amountOut,
+        midAmountOut: midPriceOut(path, prices, quote.fees, amountIn),
+        spotAmountOut: midPriceOut(path, prices, quote.fees.map(() => 0), amountIn),
+        path,
+        fees: quote.fees,
       }
     },
   })
@@ -100,16 +106,14 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
   async function quoteAt(request: QuoteRequest, blockNumber: bigint | undefined): Promise<RoutedQuote> {
     const dexName = request.dex ?? 'uniswap'
     const { amountIn, tokenIn, tokenOut } = await check(request)
-    const block = blockNumber ?? (await latestBlock.get('latest').catch((error) => Promise.reject(chainError(error))))
-    const found = await quotes.get(`${dexName}:${tokenIn.address}:${tokenOut.address}:${amountIn}:${block}`).catch((error) => {
-      throw chainError(error)
-    })
+    const block = blockNumber ?? (await latestBlock.get('latest').catch(rethrowAsChainError))
+    const found = await quotes.get(`${dexName}:${tokenIn.address}:${tokenOut.address}:${amountIn}:${block}`).catch(rethrowAsChainError)
     if (!found) {
       throw new NoRoute(
         `no route from ${tokenIn.symbol} to ${tokenOut.symbol} on ${dexName}: no pool with liquidity for this amount, directly or through WETH`,
       )
     }
-    return { ...found, tokenIn, tokenOut }
+    return { ...found, dex: dexes[dexName], tokenIn, tokenOut, amountIn, blockNumber: BigInt(block) }
   }
 
   return {
@@ -119,7 +123,7 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
     /** a quote at a given block */
     quoteAt: (request: QuoteRequest, blockNumber: bigint) => quoteAt(request, blockNumber),
     /** a quote at the chain's head right now, for execution */
-    quoteFresh: async (request: QuoteRequest) => quoteAt(request, await client.getBlockNumber({ cacheTime: 0 }).catch((error) => Promise.reject(chainError(error)))),
+    quoteFresh: async (request: QuoteRequest) => quoteAt(request, await client.getBlockNumber({ cacheTime: 0 }).catch(rethrowAsChainError)),
   }
 }
 

@@ -1,7 +1,7 @@
 import { erc20Abi, type Token, type TokenRegistry } from '@ats/chain'
 import { BadRequest, cachedLoader } from '@ats/service-kit'
 import { getAddress, isAddress, type Address, type PublicClient } from 'viem'
-import { ChainUnavailable, isRevert, revertReason } from '../chainTx.ts'
+import { isRevert, rethrowAsChainError } from '../chainTx.ts'
 
 /** Tokens by symbol or address: the network's registry first, then any ERC-20 address the chain answers for. */
 export interface TokenResolver {
@@ -25,7 +25,7 @@ export function tokenResolver(client: PublicClient, registry: () => TokenRegistr
         return { symbol, name: symbol, decimals, address }
       } catch (error) {
         if (isRevert(error)) return null // not an ERC-20
-        throw new ChainUnavailable(revertReason(error))
+        return rethrowAsChainError(error)
       }
     },
   })
