@@ -8,12 +8,18 @@ import { createError } from './errors.ts'
 type Cause = { cause: unknown }
 
 /**
- * The upstream failed after its retries: a 5xx, a 429, an unreadable answer or no connection.
+ * The upstream failed after its retries: a 5xx, an unreadable answer or no connection.
  * The message names the upstream and the status or reason, never a URL (query strings carry api keys).
  */
 export const UpstreamFailed = createError<[string, string, Cause?]>('ATS_ERR_UPSTREAM', '%s failed: %s', 502)
-/** No whole answer (headers and body) within the deadline. */
-export const UpstreamTimeout = createError<[string, number, Cause?]>('ATS_ERR_UPSTREAM_TIMEOUT', '%s did not answer within %d ms', 504)
+/**
+ * No whole answer (headers and body) within the deadline. A 503, like a rate limit: the
+ * upstream is busy or away for now and the same request may work later (clients retry
+ * 503s; a 502 says the upstream answered something broken).
+ */
+export const UpstreamTimeout = createError<[string, number, Cause?]>('ATS_ERR_UPSTREAM_TIMEOUT', '%s did not answer within %d ms', 503)
+/** The upstream kept answering 429 through the retries, or asked to wait longer than allowed. */
+export const UpstreamRateLimited = createError<[string]>('ATS_ERR_UPSTREAM_RATE_LIMITED', '%s is rate limiting our requests (429 Too Many Requests); try again later', 503)
 
 const UpstreamStatus = createError<[string, string]>('ATS_ERR_UPSTREAM_STATUS', '%s answered %s', 502)
 
@@ -187,7 +193,7 @@ export function createHttpClient(options: HttpClientOptions): HttpClient {
       const wait = status === 429 ? retryAfterMs(res.headers['retry-after']) : undefined
       return {
         ok: false,
-        error: new UpstreamFailed(name, describeStatus(status)),
+        error: status === 429 ? new UpstreamRateLimited(name) : new UpstreamFailed(name, describeStatus(status)),
         retryable: retriedStatuses.has(status) && (wait === undefined || wait <= maxRetryAfterMs),
         ...(wait === undefined ? {} : { waitMs: wait }),
         reason: String(status),
