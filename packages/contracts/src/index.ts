@@ -2,6 +2,7 @@ import { adminContract } from './admin/index.ts'
 import { agentContract } from './agent/index.ts'
 import type { ApiRoute } from './common/route.ts'
 import { gatewayContract } from './gateway/index.ts'
+import { marketContract } from './market/index.ts'
 import { tradingContract } from './trading/index.ts'
 
 export * from './common/errors.ts'
@@ -16,6 +17,7 @@ export * from './gateway/index.ts'
 export * from './admin/index.ts'
 export * from './agent/index.ts'
 export * from './trading/index.ts'
+export * from './market/index.ts'
 
 /** Every service's contract, by name. Adding a service is its folder plus one line here. */
 export const serviceContracts = {
@@ -23,6 +25,7 @@ export const serviceContracts = {
   admin: adminContract,
   agent: agentContract,
   trading: tradingContract,
+  market: marketContract,
 } as const
 
 /** Every public route; the gateway's OpenAPI document lists exactly these. */
