@@ -1,5 +1,8 @@
+import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { connect as tcpConnect } from 'node:net'
+import { once } from 'node:events'
+import { connect as tcpConnect, createServer } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { natsChannels } from '@ats/contracts'
 import { connect } from 'nats'
 import pg from 'pg'
@@ -163,6 +166,45 @@ export async function startService<S extends TProperties, Db extends DatabaseCli
   const url = await service.listen()
   return Object.assign(service, { url })
 }
+async function freePort(): Promise<number> {
+  const server = createServer()
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const { port } = server.address() as { port: number }
+  server.close()
+  return port
+}
+
+/**
+ * A service as a process of its own (`node --import tsx <entry>`, its server.ts), for tests
+ * about what replicas share: ready when its /ready answers 200, stopped with SIGTERM at teardown.
+ */
+export async function startServiceProcess(t: Teardown, entry: string, env: NodeJS.ProcessEnv, timeoutMs = 60_000): Promise<{ url: string; pid: number }> {
+  const port = await freePort()
+  const child = spawn(process.execPath, ['--import', 'tsx', entry], {
+    env: { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  })
+  let stderr = ''
+  child.stderr!.on('data', (chunk) => (stderr += chunk))
+  const exited = once(child, 'exit')
+  t.teardown(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGTERM')
+      await exited
+    }
+  })
+  const url = `http://127.0.0.1:${port}`
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${entry} exited with ${child.exitCode}: ${stderr.slice(-2000)}`)
+    const ready = await fetch(`${url}/ready`).then((res) => res.ok, () => false)
+    if (ready) return { url, pid: child.pid! }
+    if (Date.now() > deadline) throw new Error(`${entry} was not ready within ${timeoutMs} ms: ${stderr.slice(-2000)}`)
+    await sleep(100)
+  }
+}
+
 /** Polls `check` every 100 ms until it returns a value other than undefined (10 s at most). */
 export async function eventually<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
   const deadline = Date.now() + timeoutMs
