@@ -9,7 +9,7 @@ export interface AlgebraAddresses {
   quoterV2: Address
   swapRouter: Address
   positionManager: Address
-  pools: { WETH_USDC: Address; WBTC_USDC: Address; ARB_USDC: Address; WETH_ARB: Address; GMX_WETH: Address }
+  pools: { WETH_USDC: Address; WBTC_USDC: Address; ARB_USDC: Address; WETH_ARB: Address; GMX_WETH: Address; USDT_USDC: Address; LINK_USDC: Address }
 }
 
 const npmAbi = parseAbi([

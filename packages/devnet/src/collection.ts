@@ -1,4 +1,4 @@
-import { erc721Abi, getAddress, isAddressEqual, parseAbi, type Address, type PublicClient } from 'viem'
+import { erc721Abi, getAddress, parseAbi, type Address } from 'viem'
 import { localArtifact } from './artifacts.ts'
 import type { DeployerSession } from './session.ts'
 
@@ -32,23 +32,5 @@ export async function deployCollection(
   return { address, tokens }
 }
 
-/**
- * Token ids `owner` holds in an ERC-721 without the enumerable extension: every id ever
- * transferred to `owner` (Transfer logs from block 0), kept if ownerOf still says `owner`.
- */
-export async function listTokensByLogs(client: PublicClient, collection: Address, owner: Address): Promise<bigint[]> {
-  const logs = await client.getLogs({
-    address: collection,
-    event: erc721Abi.find((x) => x.type === 'event' && x.name === 'Transfer')!,
-    args: { to: owner },
-    fromBlock: 0n,
-    toBlock: 'latest',
-  })
-  const candidates = [...new Set(logs.map((l) => l.args.tokenId!))]
-  const owned: bigint[] = []
-  for (const tokenId of candidates) {
-    const current = await client.readContract({ address: collection, abi: erc721Abi, functionName: 'ownerOf', args: [tokenId] })
-    if (isAddressEqual(current, owner)) owned.push(tokenId)
-  }
-  return owned.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
-}
+/** Lives in packages/chain (the NFT source of market-data reads it too); re-exported for the devnet's tests. */
+export { listTokensByLogs } from '@ats/chain'

@@ -25,7 +25,8 @@ export interface DevnetAddressBook extends AddressBook {
 
 /**
  * Deploys every Arbitrum One token, Uniswap V3 and Algebra Integral onto a fresh anvil and
- * seeds the main pairs on each (SEEDED_PAIRS: WETH/USDC, WBTC/USDC, ARB/USDC, WETH/ARB, GMX/WETH).
+ * seeds the main pairs on each (SEEDED_PAIRS: WETH/USDC, WBTC/USDC, ARB/USDC, WETH/ARB, GMX/WETH,
+ * USDT/USDC, LINK/USDC).
  * Every transaction comes from the deployer account in a fixed order, so on a fresh chain
  * the addresses are the same on every run.
  */

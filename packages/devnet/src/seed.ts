@@ -12,6 +12,7 @@ export type Price = string | { numerator: bigint; denominator: bigint }
 /**
  * The pairs seeded on both DEXes, full range, each side worth about $3,000,000 (GMX/WETH $300,000):
  * `amountA` whole tokens of A, and `amountA × price` of B. WETH/ARB is WETH/USDC ÷ ARB/USDC.
+ * Every core asset of GET /market/prices has a pool, so the local price source prices them all.
  * `key` names the pool in the book (Uniswap V3 appends the fee: WETH_USDC_500).
  */
 export const SEEDED_PAIRS = [
@@ -21,6 +22,8 @@ export const SEEDED_PAIRS = [
   { key: 'WETH_ARB', a: 'WETH', b: 'ARB', price: '3750', amountA: '1000', uniswapFee: 3000 },
   // GMX trades against WETH only (1% tier, about $300,000 a side): GMX/USDC routes through WETH
   { key: 'GMX_WETH', a: 'GMX', b: 'WETH', price: '0.01', amountA: '10000', uniswapFee: 10000 },
+  { key: 'USDT_USDC', a: 'USDT', b: 'USDC', price: '1', amountA: '3000000', uniswapFee: 500 },
+  { key: 'LINK_USDC', a: 'LINK', b: 'USDC', price: '15', amountA: '200000', uniswapFee: 3000 },
 ] as const
 
 export type SeededPair = (typeof SEEDED_PAIRS)[number]

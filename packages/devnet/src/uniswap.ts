@@ -8,7 +8,15 @@ export interface UniswapV3Addresses {
   quoterV2: Address
   swapRouter02: Address
   positionManager: Address
-  pools: { WETH_USDC_500: Address; WBTC_USDC_3000: Address; ARB_USDC_3000: Address; WETH_ARB_3000: Address; GMX_WETH_10000: Address }
+  pools: {
+    WETH_USDC_500: Address
+    WBTC_USDC_3000: Address
+    ARB_USDC_3000: Address
+    WETH_ARB_3000: Address
+    GMX_WETH_10000: Address
+    USDT_USDC_500: Address
+    LINK_USDC_3000: Address
+  }
 }
 
 /** The factory's tick spacing for each fee tier it enables by default. */

@@ -72,10 +72,10 @@ t.test('bad quotes are 400s that say what is wrong; no route is a 422', async (t
     t.equal(res.status, 400, query)
     t.match(res.body.error, error, query)
   }
-  // LINK has no pool on either DEX, not even with WETH
-  const none = await call('GET', '/swap/quote?tokenIn=LINK&tokenOut=USDC&amountIn=1000')
+  // DAI has no pool on either DEX, not even with WETH
+  const none = await call('GET', '/swap/quote?tokenIn=DAI&tokenOut=USDC&amountIn=1000')
   t.equal(none.status, 422)
-  t.match(none.body.error, /no route from LINK to USDC on uniswap/)
+  t.match(none.body.error, /no route from DAI to USDC on uniswap/)
 })
 
 t.test('positions: the seeded Aave account and GMX position of the server wallet', async (t) => {
