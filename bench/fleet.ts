@@ -112,19 +112,25 @@ export function logProblems(path: string): string {
   return [...seen].map(([text, n]) => `  ${n} × ${text}`).join('\n') || '  (none)'
 }
 
-export interface Admin extends Started {
-  /** the admin's warnings and errors so far, each distinct one once, with how often */
+export interface ServiceProcess extends Started {
+  /** the service's warnings and errors so far, each distinct one once, with how often */
   problems(): string
 }
 
-/** The admin service on 127.0.0.1:`port`, its log in the bench's directory; settlement off unless `env` says otherwise. */
-export async function startAdmin(base: BenchBase, port: number, env: NodeJS.ProcessEnv = {}): Promise<Admin> {
-  const log = join(base.dir, 'admin.log')
+/** A service of the repository on 127.0.0.1:`port` with the bench's settings plus `env`, its log in the bench's directory. */
+async function startService(base: BenchBase, name: string, port: number, env: NodeJS.ProcessEnv): Promise<ServiceProcess> {
+  const log = join(base.dir, `${name}.log`)
   const fd = openSync(log, 'w')
-  const admin = await start('services/admin/src/server.ts', { ...base.env, ...base.chain, PORT: String(port), HOST: '127.0.0.1', SETTLEMENT_ENABLED: 'false', ...env }, fd)
+  const service = await start(`services/${name}/src/server.ts`, { ...base.env, ...base.chain, PORT: String(port), HOST: '127.0.0.1', ...env }, fd)
   closeSync(fd)
-  return Object.assign(admin, { problems: () => logProblems(log) })
+  return Object.assign(service, { problems: () => logProblems(log) })
 }
+
+/** The admin service on 127.0.0.1:`port`; settlement off unless `env` says otherwise. */
+export const startAdmin = (base: BenchBase, port: number, env: NodeJS.ProcessEnv = {}) => startService(base, 'admin', port, { SETTLEMENT_ENABLED: 'false', ...env })
+
+/** The market-data service on 127.0.0.1:`port` on its devnet sources, caching in the bench's Redis. */
+export const startMarketData = (base: BenchBase, port: number) => startService(base, 'market-data', port, { ADDRESS_BOOK: base.addressBookPath })
 
 /** The gateway's settings for this bench's fleet: its admin at `adminUrl`, the devnet's address book, plus `extra`. */
 export function gatewayEnv(base: BenchBase, adminUrl: string, extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {

@@ -1,5 +1,5 @@
 import type autocannon from 'autocannon'
-import { cleanups, createKey, gatewayEnv, runBench, startAdmin, startBase } from './fleet.ts'
+import { cleanups, createKey, gatewayEnv, runBench, startAdmin, startBase, startMarketData } from './fleet.ts'
 import { autocannonRound, printReport, runInterleaved, summarize, type RoundResult, type Target } from './harness.ts'
 import { openPaymentsStream } from './jetstream.ts'
 import { signPayments } from './payments.ts'
@@ -12,7 +12,9 @@ import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start } from './pro
  * recovered, payer balance from the devnet chain, cached; nonce claimed in Redis), in one run on
  * this machine. Every server is its own process; autocannon runs in this one. Where taskset
  * exists, the load generator gets core 0 and the servers core 1, so the two sides do not steal
- * each other's time. (`pnpm bench` then runs bench/quote.ts: GET /swap/quote through the gateway.)
+ * each other's time. The same run measures the real market-data service's cached GET /market/prices
+ * behind a gateway, against the keyed route (aim: 80% of its throughput). (`pnpm bench` then runs
+ * bench/quote.ts: GET /swap/quote through the gateway.)
  *
  * Method (bench/harness.ts): one warm-up round, not counted, then BENCH_ROUNDS rounds; each round
  * runs the four targets one after another for BENCH_SECONDS each, always in the order bare, keyed,
@@ -57,6 +59,19 @@ for (const [name, value] of Object.entries({ BENCH_SECONDS: duration, BENCH_ROUN
 
 const pinned = pinLoadGenerator()
 
+/** A target whose result also carries the market-data process's CPU per request (same core as the gateway). */
+function marketTarget(target: Target, pid: number): Target {
+  return {
+    ...target,
+    async run(options) {
+      const before = cpuMicros(pid)
+      const result = await target.run(options)
+      result.extra = { ...result.extra, 'market-data CPU µs/req': (cpuMicros(pid) - before) / result.requests }
+      return result
+    },
+  }
+}
+
 /** Pre-signed X-PAYMENT headers, each sent once. */
 class PaymentPool {
   private used = 0
@@ -98,7 +113,8 @@ function paidRequests(payments: PaymentPool, stop: () => void): autocannon.Reque
 }
 
 async function main() {
-  for (const port of [3900, 3901, 3902, 3905, 3910, 3912]) await assertPortFree(port, 'the bench needs 3900-3902, 3905, 3910 and 3912')
+  for (const port of [3900, 3901, 3902, 3903, 3905, 3906, 3910, 3912, 3913])
+    await assertPortFree(port, 'the bench needs 3900-3903, 3905, 3906, 3910, 3912 and 3913')
   // a database, a NATS namespace and a devnet of the bench's own (bench/fleet.ts); the devnet is
   // the chain the paid route reads payer balances from (anvil, mostly idle: balances are cached)
   const base = await startBase({ devnetPort })
@@ -109,7 +125,7 @@ async function main() {
   const payers = devnet.accounts.slice(1, 9) // each funded with 1,000,000 USDC
 
   // how many payments, and how long they must stay valid: signing, then every run of every row
-  const rows = 4
+  const rows = 5
   const wanted = Math.ceil(paidRps * duration * (rounds + 1)) + 2 // + the acceptance check and its replay
   const count = Math.min(wanted, maxPayments)
   const validFor = Math.ceil(count * 500e-6) + (rounds + 1) * rows * (duration + 3) + 120
@@ -136,6 +152,13 @@ async function main() {
   // OPS_PORT: where a gateway that keeps /ready and /metrics off its public port answers them
   const gateway = await start('gateway/src/server.ts', { ...gatewaySettings, PORT: '3900', OPS_PORT: '3910' }, 'ignore')
   const quiet = await start('gateway/src/server.ts', { ...gatewaySettings, PORT: '3902', OPS_PORT: '3912', LOG_LEVEL: 'warn' }, 'ignore')
+  // the real market-data service (its devnet sources, Redis cache) behind a gateway of its own
+  const marketData = await startMarketData(base, 3906)
+  const marketGateway = await start(
+    'gateway/src/server.ts',
+    { ...gatewaySettings, MARKET_DATA_URL: 'http://127.0.0.1:3906', PORT: '3903', OPS_PORT: '3913' },
+    'ignore',
+  )
 
   // sign here (core 0) while the servers start (core 1)
   const signStarted = performance.now()
@@ -156,6 +179,8 @@ async function main() {
   await ready('http://127.0.0.1:3905', admin)
   await ready(['http://127.0.0.1:3910', 'http://127.0.0.1:3900'], gateway)
   await ready(['http://127.0.0.1:3912', 'http://127.0.0.1:3902'], quiet)
+  await ready('http://127.0.0.1:3906', marketData)
+  await ready(['http://127.0.0.1:3913', 'http://127.0.0.1:3903'], marketGateway)
 
   const key = await createKey(base, 'http://127.0.0.1:3900', 'readonly')
 
@@ -191,6 +216,10 @@ async function main() {
     console.warn(`WARNING: the admin records no payments, so the paid runs leave out its ledger work:\n${ledgerBroken}`)
   }
   const keyedHeaders = { authorization: `Bearer ${key}` }
+  // the cache is warm before the runs; it then expires every MARKET_CACHE_TTL_MS like in production
+  const warm = await fetch('http://127.0.0.1:3903/market/prices', { headers: keyedHeaders })
+  if (warm.status !== 200) throw new Error(`GET /market/prices through the gateway answered ${warm.status} ${await warm.text()}`)
+  await warm.body?.cancel()
   /** a keyed or bare target: GET /market/prices, the CPU of the proxy process (bare or gateway) per request */
   const proxied = (name: string, label: string, url: string, pid: number, headers: Record<string, string> = {}): Target => ({
     name,
@@ -237,8 +266,8 @@ async function main() {
       'one was accepted and refused when replayed',
   )
   console.log(
-    `a warm-up round, then ${rounds} rounds of bare, keyed, keyed (log off), paid; ${duration} s each, ${connections} connections; ` +
-      'GET /market/prices (bare and keyed), GET /agent/skills (paid, one payment per request)',
+    `a warm-up round, then ${rounds} rounds of bare, keyed, market-data, keyed (log off), paid; ${duration} s each, ${connections} connections; ` +
+      'GET /market/prices (bare and keyed: a fixed answer; market-data: the real service, cached), GET /agent/skills (paid, one payment per request)',
   )
   const report = await runInterleaved({
     rounds,
@@ -246,11 +275,13 @@ async function main() {
     targets: [
       proxied('bare', 'bare @fastify/http-proxy', `${bare.address}/market/prices`, bare.pid),
       proxied('keyed', 'gateway, keyed (readonly key)', 'http://127.0.0.1:3900/market/prices', gateway.pid, keyedHeaders),
+      marketTarget(proxied('market', 'gateway, keyed, to market-data (cached)', 'http://127.0.0.1:3903/market/prices', marketGateway.pid, keyedHeaders), marketData.pid),
       proxied('log off', 'gateway, keyed, LOG_LEVEL=warn', 'http://127.0.0.1:3902/market/prices', quiet.pid, keyedHeaders),
       paid,
     ],
     ratios: [
       { name: 'keyed / bare', numerator: 'keyed', denominator: 'bare', aim: 85 },
+      { name: 'market-data cached / keyed', numerator: 'market', denominator: 'keyed', aim: 80 },
       { name: 'keyed, log off / bare', numerator: 'log off', denominator: 'bare' },
       { name: 'paid / keyed', numerator: 'paid', denominator: 'keyed', aim: 40 },
       // the same two from CPU per request (bare µs ÷ keyed µs): the servers' own cost, whatever time other processes take from their core

@@ -1,0 +1,157 @@
+import { fileURLToPath } from 'node:url'
+import { marketContract } from '@ats/contracts'
+import { addNatsService, createHttpClient, createSharedCache, serveEndpoint, startWorkerLoop, StartupError, type ServiceDefinition } from '@ats/service-kit'
+import { Type } from 'typebox'
+import { getAddress, isAddress, type Address } from 'viem'
+import { PrismaClient } from './generated/prisma/client.ts'
+import { modelBridge } from './local/bridge.ts'
+import { logNfts } from './local/nfts.ts'
+import { devnetPools } from './local/pools.ts'
+import { catalogPredictions, loadCatalog } from './local/predictions.ts'
+import { poolPrices } from './local/prices.ts'
+import { poolTrending, swapIndexer } from './local/trending.ts'
+import { createMarket } from './market.ts'
+import { alchemyNfts } from './providers/alchemy.ts'
+import { coingeckoPrices } from './providers/coingecko.ts'
+import { geckoTerminalTrending } from './providers/geckoterminal.ts'
+import { lifiBridge } from './providers/lifi.ts'
+import { polymarketPredictions } from './providers/polymarket.ts'
+import type { BridgeSource, NftSource, PredictionSource, PriceSource, TrendingSource } from './providers/types.ts'
+import { marketRoutes } from './routes/market.ts'
+
+const schema = 'market_data'
+const source = <const T extends string[]>(values: T, description: string) =>
+  Type.Unsafe<T[number]>({ type: 'string', enum: values, default: values[0], description })
+const url = (value: string, description: string) => Type.String({ format: 'uri', default: value, description })
+const apiKey = (description: string) => Type.Optional(Type.String({ minLength: 1, secret: true, description }))
+
+const settings = {
+  PRICE_SOURCE: source(['pools', 'coingecko'], "where /market/prices comes from: pools (the chain's own pools, the devnet's by default) or coingecko (CoinGecko's simple price)"),
+  TRENDING_SOURCE: source(['pools', 'geckoterminal'], "where /market/trending comes from: pools (the devnet's pools by 24h volume of their Swap events) or geckoterminal (GeckoTerminal's trending pools)"),
+  NFT_SOURCE: source(['logs', 'alchemy'], "where /nfts comes from: logs (ERC-721 Transfer logs of the address book's collections) or alchemy (Alchemy NFT API v3)"),
+  PREDICTION_SOURCE: source(['catalog', 'polymarket'], "where /predictions comes from: catalog (the bundled catalog, searched in Postgres) or polymarket (Polymarket's Gamma API)"),
+  BRIDGE_SOURCE: source(['model', 'lifi'], 'where /bridge comes from: model (the offline quote model, docs/market-data.md) or lifi (LI.FI)'),
+  COINGECKO_URL: url('https://api.coingecko.com/api/v3', 'CoinGecko API base (https://pro-api.coingecko.com/api/v3 with a Pro key)'),
+  COINGECKO_API_KEY: apiKey('CoinGecko API key: sent as x-cg-demo-api-key, or x-cg-pro-api-key when COINGECKO_URL is the Pro API'),
+  GECKOTERMINAL_URL: url('https://api.geckoterminal.com/api/v2', 'GeckoTerminal API base'),
+  GECKOTERMINAL_NETWORK: Type.String({ pattern: '^[a-z0-9_-]+$', default: 'arbitrum', description: "GeckoTerminal's network id whose trending pools are listed" }),
+  ALCHEMY_NFT_URL: url('https://arb-mainnet.g.alchemy.com/nft/v3', 'Alchemy NFT API v3 base, without the key'),
+  ALCHEMY_API_KEY: apiKey('Alchemy API key (required with NFT_SOURCE=alchemy)'),
+  POLYMARKET_GAMMA_URL: url('https://gamma-api.polymarket.com', "Polymarket's Gamma API base"),
+  LIFI_URL: url('https://li.quest/v1', 'LI.FI API base'),
+  LIFI_API_KEY: apiKey('LI.FI API key (optional: sent as x-lifi-api-key for higher rate limits)'),
+  SOURCE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 5000, description: 'the most a call to a public API may take, retries included, before the route answers 503' }),
+  MARKET_CACHE_TTL_MS: Type.Integer({ minimum: 1, default: 30_000, description: 'how long prices and trending pools are served from the cache shared by all replicas (Redis)' }),
+  PRICE_SAMPLE_INTERVAL_MS: Type.Integer({ minimum: 1000, default: 300_000, description: 'pools source: how often prices are recorded to the price history that change24h is computed from' }),
+  SWAP_INDEX_INTERVAL_MS: Type.Integer({ minimum: 100, default: 2000, description: "pools source: how often new blocks' Swap events are indexed" }),
+  NFT_SPAM_CONTRACTS: Type.String({ default: '', description: "logs source: comma-separated collection addresses to flag as spam, besides the address book's" }),
+}
+
+export const marketDataService: ServiceDefinition<typeof settings, PrismaClient> = {
+  name: 'market-data',
+  version: '0.1.0',
+  port: 3003,
+  // the local sources read the chain (pools, Swap and Transfer logs); the wallet is never needed
+  chain: 'read',
+  // the cache of prices and trending pools is shared by every replica; without Redis each caches alone
+  redis: 'optional',
+  settings,
+  database: {
+    schema,
+    migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
+    client: (adapter) => new PrismaClient({ adapter }),
+  },
+  async register(app, { db, nc, redis, channels: fleet, config, version, onClose, chain, log }) {
+    const upstream = (name: string, baseUrl: string, extra: { headers?: Record<string, string> } = {}) => {
+      const http = createHttpClient({ name, baseUrl, timeoutMs: config.SOURCE_TIMEOUT_MS, attemptTimeoutMs: Math.ceil(config.SOURCE_TIMEOUT_MS / 2), retries: 1, log, ...extra })
+      onClose(() => http.close())
+      return http
+    }
+    const client = chain.publicClient
+    const book = chain.addressBook
+    const pools = devnetPools(client, book)
+    const poolNames = () => [...Object.keys(book().uniswapV3.pools ?? {}), ...Object.keys(book().algebra.pools ?? {})]
+    if ((config.PRICE_SOURCE === 'pools' || config.TRENDING_SOURCE === 'pools') && poolNames().length === 0) {
+      throw new StartupError(
+        `PRICE_SOURCE=pools and TRENDING_SOURCE=pools read the pools of the address book, and chain ${chain.chainId}'s has none (only the devnet's does): set PRICE_SOURCE=coingecko and TRENDING_SOURCE=geckoterminal`,
+      )
+    }
+
+    let prices: PriceSource
+    if (config.PRICE_SOURCE === 'coingecko') {
+      const pro = config.COINGECKO_URL.includes('pro-api')
+      const headers = config.COINGECKO_API_KEY ? { [pro ? 'x-cg-pro-api-key' : 'x-cg-demo-api-key']: config.COINGECKO_API_KEY } : undefined
+      prices = coingeckoPrices(upstream('coingecko', config.COINGECKO_URL, headers ? { headers } : {}))
+    } else {
+      const local = poolPrices({ db, pools, log })
+      prices = local
+      const sampler = startWorkerLoop({
+        name: 'price-sampler',
+        log,
+        idleMs: config.PRICE_SAMPLE_INTERVAL_MS,
+        round: async () => {
+          await local.record(config.PRICE_SAMPLE_INTERVAL_MS)
+          return false
+        },
+      })
+      onClose(sampler.stop)
+    }
+
+    let trending: TrendingSource
+    if (config.TRENDING_SOURCE === 'geckoterminal') {
+      trending = geckoTerminalTrending(upstream('geckoterminal', config.GECKOTERMINAL_URL), { network: config.GECKOTERMINAL_NETWORK })
+    } else {
+      const indexer = swapIndexer({ db, client, pools, chainId: chain.chainId, log })
+      const loop = startWorkerLoop({ name: 'swap-indexer', log, idleMs: config.SWAP_INDEX_INTERVAL_MS, round: () => indexer.round() })
+      onClose(loop.stop)
+      trending = poolTrending({ db, pools, chainId: chain.chainId, log })
+    }
+
+    let nfts: NftSource
+    if (config.NFT_SOURCE === 'alchemy') {
+      if (!config.ALCHEMY_API_KEY) throw new StartupError('NFT_SOURCE=alchemy needs ALCHEMY_API_KEY')
+      nfts = alchemyNfts(upstream('alchemy', `${config.ALCHEMY_NFT_URL.replace(/\/+$/, '')}/${encodeURIComponent(config.ALCHEMY_API_KEY)}`))
+    } else {
+      const spam = config.NFT_SPAM_CONTRACTS.split(',').map((s) => s.trim()).filter(Boolean)
+      const bad = spam.find((address) => !isAddress(address))
+      if (bad) throw new StartupError(`NFT_SPAM_CONTRACTS: ${bad} is not an address`)
+      nfts = logNfts({ client, book, extraSpam: spam.map((a) => getAddress(a) as Address) })
+    }
+
+    let predictions: PredictionSource
+    if (config.PREDICTION_SOURCE === 'polymarket') {
+      predictions = polymarketPredictions(upstream('polymarket', config.POLYMARKET_GAMMA_URL))
+    } else {
+      await loadCatalog(db, log)
+      predictions = catalogPredictions(db)
+    }
+
+    let bridge: BridgeSource
+    if (config.BRIDGE_SOURCE === 'lifi') {
+      bridge = lifiBridge(upstream('lifi', config.LIFI_URL, config.LIFI_API_KEY ? { headers: { 'x-lifi-api-key': config.LIFI_API_KEY } } : {}))
+    } else {
+      bridge = modelBridge({ prices, book, chainId: chain.chainId })
+    }
+
+    if (!redis) log.warn('REDIS_URL is not set: each replica caches prices and trending pools on its own (one upstream call per replica per ttl)')
+    log.info({ prices: prices.name, trending: trending.name, nfts: nfts.name, predictions: predictions.name, bridge: bridge.name }, 'market sources')
+    const cache = createSharedCache({ redis, prefix: `${config.NATS_NAMESPACE}:market-data`, log, lockMs: config.SOURCE_TIMEOUT_MS * 2 })
+    const market = createMarket({ sources: { prices, trending, nfts, predictions, bridge }, cache, ttlMs: config.MARKET_CACHE_TTL_MS })
+
+    const nats = await addNatsService(nc, marketContract.name, version, 'prices, trending pools, NFTs, prediction markets, bridge quotes')
+    onClose(async () => {
+      await nats.stop()
+    })
+    const channels = fleet.market
+    serveEndpoint(nats, 'prices', channels.prices, log, () => market.prices())
+    serveEndpoint(nats, 'trending', channels.trending, log, () => market.trending())
+    serveEndpoint(nats, 'nfts', channels.nfts, log, ({ address, includeHidden, pageKey }) => market.nfts(address as Address, { includeHidden: includeHidden ?? false, pageKey }))
+    serveEndpoint(nats, 'predictions-top', channels.topPredictions, log, ({ limit }) => market.topPredictions(limit))
+    serveEndpoint(nats, 'predictions-search', channels.searchPredictions, log, ({ q, limit }) => market.searchPredictions(q, limit))
+    serveEndpoint(nats, 'prediction', channels.prediction, log, ({ conditionId }) => market.prediction(conditionId))
+    serveEndpoint(nats, 'bridge-quote', channels.bridgeQuote, log, (request) => market.bridgeQuote(request))
+    serveEndpoint(nats, 'bridge-chains', channels.bridgeChains, log, () => market.bridgeChains())
+
+    await app.register(marketRoutes, { market })
+  },
+}
