@@ -1,5 +1,7 @@
 import { compareSchemaWithDatabase } from '@ats/service-kit/testing'
-import { coreAssets, marketRoutes } from '@ats/contracts'
+import { coreAssets, marketRoutes, natsChannels, type Endpoint } from '@ats/contracts'
+import { callEndpoint } from '@ats/service-kit'
+import { connect } from 'nats'
 import t from 'tap'
 import { Compile } from 'typebox/compile'
 import { startMarket } from './helpers.ts'
@@ -118,4 +120,34 @@ t.test('a route the service does not have is a 404 {error}', async (t) => {
   const res = await call('/market/nothing')
   t.equal(res.status, 404)
   t.type(res.body.error, 'string')
+})
+
+t.test("over NATS, the agent's tools get the same answers, with the HTTP defaults applied", async (t) => {
+  const nc = await connect({ servers: market.base.NATS_URL! })
+  t.teardown(() => nc.close())
+  const channels = natsChannels(market.base.NATS_NAMESPACE!).market
+  const identity = { keyId: 'key_agent', ownerId: 'key_agent' }
+  const call = <Req, Rep>(endpoint: Endpoint<Req, Rep>, request: Req) => callEndpoint(nc, endpoint, request, { identity, timeoutMs: 10_000 })
+
+  t.same(Object.keys((await call(channels.prices, {})).prices).sort(), [...coreAssets].sort())
+  t.ok((await call(channels.trending, {})).trending.length > 0)
+  const nfts = await call(channels.nfts, { address: account })
+  t.ok(nfts.nfts.length > 0 && nfts.nfts.every((nft) => !nft.isSpam), 'spam hidden by default')
+  t.ok((await call(channels.nfts, { address: account, includeHidden: true })).nfts.some((nft) => nft.isSpam))
+  const top = await call(channels.topPredictions, {})
+  t.equal(top.markets.length, 10, 'the default limit')
+  t.ok((await call(channels.searchPredictions, { q: 'election', limit: 3 })).markets.length <= 3)
+  t.same((await call(channels.prediction, { conditionId: top.markets[0]!.conditionId })).market, top.markets[0])
+  await t.rejects(call(channels.prediction, { conditionId: `0x${'cd'.repeat(32)}` }), { statusCode: 404, message: /not found/ })
+  const usdc = devnet.book.tokens.find((token) => token.symbol === 'USDC')!.address
+  const quote = await call(channels.bridgeQuote, {
+    toChainId: 8453,
+    fromToken: usdc,
+    toToken: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913',
+    amount: '100000000',
+    userAddress: account,
+  })
+  t.match(quote, { fromChainId: 42161, toChainId: 8453 }, 'fromChainId defaults to 42161')
+  await t.rejects(call(channels.bridgeQuote, { toChainId: 8453, fromToken: usdc, toToken: usdc, amount: '0', userAddress: account }), { statusCode: 400, message: /amount must be a positive integer/ })
+  t.ok((await call(channels.bridgeChains, {})).chains.length > 1)
 })

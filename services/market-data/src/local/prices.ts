@@ -50,7 +50,8 @@ export function poolPrices({ db, pools, log, now = Date.now }: { db: PrismaClien
     for (const asset of coreAssets) {
       const token = tokens.find((t) => t.symbol === symbolOf(asset))
       const price = token && usd(token.address)
-      if (usable(price)) prices.set(asset, price)
+      // 12 significant digits: the float noise of sqrtPriceX96² (3000.0000000000005) is not a price
+      if (usable(price)) prices.set(asset, Number(price.toPrecision(12)))
       else missing.push(asset)
     }
     if (missing.length > 0) log.warn({ assets: missing }, 'pools price source: no pool prices these assets; they are left out')
