@@ -110,40 +110,43 @@ t.test('a catalog entry that breaks the contract stops the start, naming the ent
   t.equal(await db.predictionMarket.count(), 0, 'nothing loaded')
 })
 
+/** The searches and lookups only read: one loaded database serves them all. */
+const readOnly = await loaded(t)
+
 t.test('top lists open markets only, by volume, highest first, up to the limit', async (t) => {
-  const { source } = await loaded(t)
+  const { source } = readOnly
   t.same(slugs(await source.top(10)), ['crypto-cap', 'election-big', 'referendum', 'election-small', 'bitcoin-question'])
   t.same(slugs(await source.top(2)), ['crypto-cap', 'election-big'])
 })
 
 t.test('search finds stemmed words: "elections" finds election questions, equal matches by volume', async (t) => {
-  const { source } = await loaded(t)
+  const { source } = readOnly
   t.same(slugs(await source.search('elections', 10)), ['election-big', 'election-small'])
   t.same(slugs(await source.search('Elections!', 1)), ['election-big'], 'limit and punctuation')
 })
 
 t.test('search finds a word that is only in a description', async (t) => {
-  const { source } = await loaded(t)
+  const { source } = readOnly
   t.same(slugs(await source.search('referendums', 10)), ['referendum'])
 })
 
 t.test('search ranks a question match above a description match with more volume', async (t) => {
-  const { source } = await loaded(t)
+  const { source } = readOnly
   t.same(slugs(await source.search('bitcoin', 10)), ['bitcoin-question', 'crypto-cap'])
 })
 
 t.test('search includes closed markets', async (t) => {
-  const { source } = await loaded(t)
+  const { source } = readOnly
   t.same(slugs(await source.search('rate cut', 10)), ['closed-big'])
 })
 
 t.test('search with only stop words or punctuation answers no markets', async (t) => {
-  const { source } = await loaded(t)
+  const { source } = readOnly
   for (const q of ['the', 'the of and', '!!!', '"" -', '&|!():*']) t.same(await source.search(q, 10), [], JSON.stringify(q))
 })
 
 t.test('search uses the GIN index on the search column', async (t) => {
-  const { db } = await loaded(t)
+  const { db } = readOnly
   const plan = await db.$transaction(async (tx) => {
     await tx.$executeRawUnsafe('SET LOCAL enable_seqscan = off')
     return tx.$queryRaw<{ 'QUERY PLAN': string }[]>`
@@ -153,7 +156,7 @@ t.test('search uses the GIN index on the search column', async (t) => {
 })
 
 t.test('a market by its condition id, in any case of hex; an unknown one is undefined', async (t) => {
-  const { source } = await loaded(t)
+  const { source } = readOnly
   const wanted = catalog[2]!
   t.same(await source.market(wanted.conditionId.toUpperCase().replace('0X', '0x')), { ...wanted })
   t.equal(await source.market(keccak256(toHex('no such market'))), undefined)
