@@ -1,9 +1,6 @@
 import { randomBytes } from 'node:crypto'
-import { mkdtempSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { createChainClients, eip3009Abi, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
-import { startDevnet } from '@ats/devnet'
+import { eip3009Abi, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
+import { startTestDevnet } from '@ats/devnet'
 import { baseTestEnv, startService, testInfra } from '@ats/service-kit/testing'
 
 export { eventually } from '@ats/service-kit/testing'
@@ -103,11 +100,8 @@ export interface PaymentOverrides {
  * the payer devnet account 1, admin settles from account 0. `pay()` signs a fresh v1 X-PAYMENT header by hand.
  */
 export async function startPaidFleet(t: Test, options: FleetOptions = {}) {
-  const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
-  const devnet = await startDevnet({ port: 0, addressBookPath })
-  t.teardown(() => devnet.stop())
+  const { devnet, chainEnv: chain, publicClient } = await startTestDevnet(t)
   const payTo = devnet.accounts[9]!.address
-  const chain = { RPC_URL: devnet.rpcUrl, CHAIN_ID: '31337', ADDRESS_BOOK: addressBookPath }
   const fleet = await startFleet(t, {
     ...options,
     gatewayEnv: { PAY_TO: payTo, ...chain, ...options.gatewayEnv },
@@ -141,7 +135,6 @@ export async function startPaidFleet(t: Test, options: FleetOptions = {}) {
     }
     return Buffer.from(JSON.stringify(header)).toString('base64')
   }
-  const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: 31337 })
   const balanceOf = (owner: Address) => publicClient.readContract({ address: usdc, abi: eip3009Abi, functionName: 'balanceOf', args: [owner] })
   return { ...fleet, devnet, publicClient, payTo, payer, usdc, pay, balanceOf }
 }
@@ -152,16 +145,12 @@ export async function startPaidFleet(t: Test, options: FleetOptions = {}) {
  * and the launchpad through the gateway as a client sees them.
  */
 export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.ProcessEnv } = {}) {
-  const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
-  const devnet = await startDevnet({ port: 0, addressBookPath })
-  t.teardown(() => devnet.stop())
+  const { devnet, chainEnv: chain, publicClient } = await startTestDevnet(t)
   const env = await baseTestEnv(t)
-  const chain = { RPC_URL: devnet.rpcUrl, CHAIN_ID: '31337', ADDRESS_BOOK: addressBookPath }
   // trading's settings without the server wallet, for a second, walletless trading service
   const tradingEnv = { ...env, ...chain, ...options.tradingEnv }
   const trading = await startService(t, tradingService, { ...tradingEnv, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey })
   // the trading service shares the fleet's database and namespace: admin answers its policy lookups
   const fleet = await startFleet(t, { env, tradingUrl: trading.url, gatewayEnv: chain, adminEnv: { ...chain, SETTLEMENT_ENABLED: 'false' } })
-  const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: 31337 })
   return { ...fleet, devnet, trading, tradingEnv, publicClient, serverWallet: devnet.accounts[0]!.address }
 }

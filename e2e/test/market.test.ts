@@ -1,18 +1,12 @@
-import { mkdtempSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { coreAssets } from '@ats/contracts'
-import { startDevnet } from '@ats/devnet'
+import { startTestDevnet } from '@ats/devnet'
 import { marketDataService } from '@ats/market-data/service'
 import { baseTestEnv, startService, testInfra } from '@ats/service-kit/testing'
 import t from 'tap'
 import { startFleet } from './fleet.ts'
 
 /** Market data through the gateway on the devnet, with keys made by admin, as a client sees it. */
-const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
-const devnet = await startDevnet({ port: 0, addressBookPath })
-t.teardown(() => devnet.stop())
-const chain = { RPC_URL: devnet.rpcUrl, CHAIN_ID: '31337', ADDRESS_BOOK: addressBookPath }
+const { devnet, chainEnv: chain } = await startTestDevnet(t)
 const env = await baseTestEnv(t)
 const market = await startService(t, marketDataService, { ...env, ...chain, REDIS_URL: (await testInfra()).redisUrl })
 const { request, createKey } = await startFleet(t, { env, gatewayEnv: { ...chain, MARKET_DATA_URL: market.url } })

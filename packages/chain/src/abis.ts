@@ -94,8 +94,11 @@ export { erc20Abi, erc721Abi } from 'viem'
 /** Uniswap V3 factory: the pool of a pair and fee tier (zero address when none). */
 export const uniswapFactoryAbi = parseAbi(['function getPool(address tokenA, address tokenB, uint24 fee) view returns (address pool)'])
 
-/** Uniswap V3 pool: the current sqrt price (mid price) and its tokens. */
+/** Uniswap V3 pool: the current sqrt price (mid price), its tokens and fee tier. */
 export const uniswapPoolAbi = parseAbi([
+  'function token0() view returns (address)',
+  'function token1() view returns (address)',
+  'function fee() view returns (uint24)',
   'function slot0() view returns (uint160 sqrtPriceX96, int24 tick, uint16 observationIndex, uint16 observationCardinality, uint16 observationCardinalityNext, uint8 feeProtocol, bool unlocked)',
 ])
 
@@ -114,8 +117,10 @@ export const uniswapSwapRouter02PathAbi = parseAbi([
 /** Algebra Integral factory (Camelot): the one pool of a pair (zero address when none). */
 export const algebraFactoryAbi = parseAbi(['function poolByPair(address tokenA, address tokenB) view returns (address pool)'])
 
-/** Algebra Integral pool: the current sqrt price (mid price) and the last fee. */
+/** Algebra Integral pool: its tokens, the current sqrt price (mid price) and the last fee. */
 export const algebraPoolAbi = parseAbi([
+  'function token0() view returns (address)',
+  'function token1() view returns (address)',
   'function globalState() view returns (uint160 price, int24 tick, uint16 lastFee, uint8 pluginConfig, uint16 communityFee, bool unlocked)',
 ])
 

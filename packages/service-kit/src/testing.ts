@@ -217,3 +217,4 @@ export async function eventually<T>(what: string, check: () => Promise<T | undef
 }
 
 export { compareSchemaWithDatabase, parsePrismaSchema } from './schemaCheck.ts'
+export { createDatabase } from './database.ts'

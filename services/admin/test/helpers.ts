@@ -1,10 +1,7 @@
 import { randomBytes } from 'node:crypto'
-import { mkdtempSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { createChainClients, eip3009Abi, erc20Abi, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
 import { identityHeaders, natsChannels, type PaymentCharged } from '@ats/contracts'
-import { startDevnet, type Devnet } from '@ats/devnet'
+import { startTestDevnet, type Devnet } from '@ats/devnet'
 import { openBucket } from '@ats/service-kit'
 import { baseTestEnv, eventually, startService, testInfra, testInternalToken } from '@ats/service-kit/testing'
 
@@ -160,12 +157,7 @@ let funding: Promise<unknown> = Promise.resolve()
  * (starting one takes ~5 s). Tests stay apart by using fresh payers and a fresh payTo each.
  */
 function sharedDevnet(): Promise<Devnet> {
-  devnet ??= (async () => {
-    const addressBookPath = join(mkdtempSync(join(tmpdir(), 'admin-book-')), 'address-book.json')
-    const started = await startDevnet({ port: 0, addressBookPath })
-    tap.teardown(() => started.stop())
-    return started
-  })()
+  devnet ??= startTestDevnet(tap).then((started) => started.devnet)
   return devnet
 }
 

@@ -11,7 +11,7 @@ import {
   type Prices,
   type Trending,
 } from '@ats/contracts'
-import { BadRequest, NotFound, type SharedCache } from '@ats/service-kit'
+import { BadRequest, NotFound, parseAmount, type SharedCache } from '@ats/service-kit'
 import type { Address } from 'viem'
 import type { BridgeSource, NftSource, PredictionSource, PriceSource, TrendingSource } from './providers/types.ts'
 
@@ -27,17 +27,21 @@ export interface MarketSources {
 const CHAINS_TTL_MS = 3600_000
 const defaultSlippageBps = 50
 
-function positiveAmount(amount: string): bigint {
-  if (!/^[0-9]{1,78}$/.test(amount) || BigInt(amount) === 0n) {
-    throw new BadRequest(`amount must be a positive integer string in the token's base units, got "${amount.slice(0, 80)}"`)
-  }
-  return BigInt(amount)
+/**
+ * A price source behind the shared cache: GET /market/prices answers from it, and the bridge
+ * model values amounts with it, so a bridge quote reads no pools (or CoinGecko) of its own.
+ */
+export function cachedPrices(source: PriceSource, cache: SharedCache, ttlMs: number) {
+  const read = () => cache.get(`prices:${source.name}`, ttlMs, () => source.prices())
+  const cachedSource: PriceSource = { name: source.name, prices: async () => (await read()).value }
+  return { read, source: cachedSource }
 }
 
 export function createMarket({ sources, cache, ttlMs }: { sources: MarketSources; cache: SharedCache; ttlMs: number }) {
+  const prices = cachedPrices(sources.prices, cache, ttlMs)
   return {
     async prices(): Promise<Prices> {
-      const { value, cached, storedAt } = await cache.get(`prices:${sources.prices.name}`, ttlMs, () => sources.prices.prices())
+      const { value, cached, storedAt } = await prices.read()
       return { prices: value, cached, updatedAt: storedAt }
     },
 
@@ -74,7 +78,7 @@ export function createMarket({ sources, cache, ttlMs }: { sources: MarketSources
         toChainId: request.toChainId,
         fromToken: request.fromToken as Address,
         toToken: request.toToken as Address,
-        amount: positiveAmount(request.amount),
+        amount: parseAmount('amount', request.amount),
         userAddress: request.userAddress as Address,
         slippageBps: request.slippageBps ?? defaultSlippageBps,
       })

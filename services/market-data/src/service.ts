@@ -10,7 +10,7 @@ import { devnetPools } from './local/pools.ts'
 import { catalogPredictions, loadCatalog } from './local/predictions.ts'
 import { poolPrices } from './local/prices.ts'
 import { poolTrending, swapIndexer } from './local/trending.ts'
-import { createMarket } from './market.ts'
+import { cachedPrices, createMarket } from './market.ts'
 import { alchemyNfts } from './providers/alchemy.ts'
 import { coingeckoPrices } from './providers/coingecko.ts'
 import { geckoTerminalTrending } from './providers/geckoterminal.ts'
@@ -126,16 +126,16 @@ export const marketDataService: ServiceDefinition<typeof settings, PrismaClient>
       predictions = catalogPredictions(db)
     }
 
+    const cache = createSharedCache({ redis, prefix: `${config.NATS_NAMESPACE}:market-data`, log, lockMs: config.SOURCE_TIMEOUT_MS * 2 })
     let bridge: BridgeSource
     if (config.BRIDGE_SOURCE === 'lifi') {
       bridge = lifiBridge(upstream('lifi', config.LIFI_URL, config.LIFI_API_KEY ? { headers: { 'x-lifi-api-key': config.LIFI_API_KEY } } : {}))
     } else {
-      bridge = modelBridge({ prices, book, chainId: chain.chainId })
+      bridge = modelBridge({ prices: cachedPrices(prices, cache, config.MARKET_CACHE_TTL_MS).source, book, chainId: chain.chainId })
     }
 
     if (!redis) log.warn('REDIS_URL is not set: each replica caches prices and trending pools on its own (one upstream call per replica per ttl)')
     log.info({ prices: prices.name, trending: trending.name, nfts: nfts.name, predictions: predictions.name, bridge: bridge.name }, 'market sources')
-    const cache = createSharedCache({ redis, prefix: `${config.NATS_NAMESPACE}:market-data`, log, lockMs: config.SOURCE_TIMEOUT_MS * 2 })
     const market = createMarket({ sources: { prices, trending, nfts, predictions, bridge }, cache, ttlMs: config.MARKET_CACHE_TTL_MS })
 
     const nats = await addNatsService(nc, marketContract.name, version, 'prices, trending pools, NFTs, prediction markets, bridge quotes')

@@ -1,38 +1,22 @@
-import { mkdtempSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
-import { createChainClients } from '@ats/chain'
 import { identityHeaders } from '@ats/contracts'
-import { startDevnet } from '@ats/devnet'
+import { startTestDevnet } from '@ats/devnet'
 import { migrate } from '@ats/service-kit/migrator'
-import { baseTestEnv, freshDatabase, startService, testInfra, testInternalToken } from '@ats/service-kit/testing'
-import { PrismaPg } from '@prisma/adapter-pg'
+import { baseTestEnv, createDatabase, freshDatabase, startService, testInfra, testInternalToken } from '@ats/service-kit/testing'
 import type { Test } from 'tap'
-import { PrismaClient } from '../src/generated/prisma/client.ts'
+import type { PrismaClient } from '../src/generated/prisma/client.ts'
 import { marketDataService } from '../src/service.ts'
 
 export { eventually } from '@ats/service-kit/testing'
+export { startTestDevnet } from '@ats/devnet'
 
-export const schema = 'market_data'
-
-/** A fresh database with market-data's migrations applied, and a Prisma client on it (closed at teardown). */
+/** A fresh database with market-data's migrations applied, and the service's Prisma client on it (closed at teardown). */
 export async function migratedDb(t: Test): Promise<{ db: PrismaClient; url: string }> {
   const url = await freshDatabase(t)
-  await migrate(url, { schema, dir: fileURLToPath(new URL('../prisma/migrations', import.meta.url)) })
-  const db = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, options: `-c search_path=${schema}` }, { schema }) })
+  const database = marketDataService.database!
+  await migrate(url, { schema: database.schema, dir: database.migrations })
+  const db = createDatabase(url, database)
   t.teardown(() => db.$disconnect())
   return { db, url }
-}
-
-/** A devnet of the test's own, with its address book written to a temporary file. */
-export async function startTestDevnet(t: Test) {
-  const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
-  const devnet = await startDevnet({ port: 0, addressBookPath })
-  t.teardown(() => devnet.stop())
-  const chainEnv = { RPC_URL: devnet.rpcUrl, CHAIN_ID: '31337', ADDRESS_BOOK: addressBookPath }
-  const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: 31337 })
-  return { devnet, chainEnv, publicClient }
 }
 
 /** What the gateway adds to a request of an API key. */

@@ -113,7 +113,7 @@ t.test('bridge: chains, a quote with fromChainId defaulting to 42161, missing pa
   t.equal(missing.body.error, 'Missing required params: toChainId, toToken, amount, userAddress (querystring)')
   const zero = await call(`/bridge/quote?toChainId=8453&fromToken=${usdc}&toToken=${baseUsdc}&amount=0&userAddress=${account}`)
   t.equal(zero.status, 400)
-  t.match(zero.body.error, /amount must be a positive integer/)
+  t.match(zero.body.error, /amount must be greater than 0/)
 })
 
 t.test('a route the service does not have is a 404 {error}', async (t) => {
@@ -148,6 +148,6 @@ t.test("over NATS, the agent's tools get the same answers, with the HTTP default
     userAddress: account,
   })
   t.match(quote, { fromChainId: 42161, toChainId: 8453 }, 'fromChainId defaults to 42161')
-  await t.rejects(call(channels.bridgeQuote, { toChainId: 8453, fromToken: usdc, toToken: usdc, amount: '0', userAddress: account }), { statusCode: 400, message: /amount must be a positive integer/ })
+  await t.rejects(call(channels.bridgeQuote, { toChainId: 8453, fromToken: usdc, toToken: usdc, amount: '0', userAddress: account }), { statusCode: 400, message: /amount must be greater than 0/ })
   t.ok((await call(channels.bridgeChains, {})).chains.length > 1)
 })

@@ -1,10 +1,7 @@
-import { mkdtempSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { adminService } from '@ats/admin/service'
-import { createChainClients, erc20Abi } from '@ats/chain'
+import { erc20Abi } from '@ats/chain'
 import { identityHeaders } from '@ats/contracts'
-import { startDevnet } from '@ats/devnet'
+import { startTestDevnet } from '@ats/devnet'
 import { baseTestEnv, startService, testInternalToken } from '@ats/service-kit/testing'
 import type { Test } from 'tap'
 import type { Address } from 'viem'
@@ -31,11 +28,8 @@ export interface TradingOptions {
  * fresh database and NATS namespace. `call` speaks to trading as the gateway would.
  */
 export async function startTrading(t: Test, { wallet = true, env = {} }: TradingOptions = {}) {
-  const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
-  const devnet = await startDevnet({ port: 0, addressBookPath })
-  t.teardown(() => devnet.stop())
+  const { devnet, chainEnv, publicClient } = await startTestDevnet(t)
   const base = await baseTestEnv(t)
-  const chainEnv = { RPC_URL: devnet.rpcUrl, CHAIN_ID: '31337', ADDRESS_BOOK: addressBookPath }
   const admin = await startService(t, adminService, { ...base, ...chainEnv, SETTLEMENT_ENABLED: 'false' })
   const trading = await startService(t, tradingService, {
     ...base,
@@ -43,7 +37,6 @@ export async function startTrading(t: Test, { wallet = true, env = {} }: Trading
     ...(wallet ? { SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey } : {}),
     ...env,
   })
-  const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: 31337 })
   const token = (symbol: string) => devnet.book.tokens.find((t) => t.symbol === symbol)!
   const balanceOf = (symbol: string, owner: Address) =>
     publicClient.readContract({ address: token(symbol).address, abi: erc20Abi, functionName: 'balanceOf', args: [owner] })

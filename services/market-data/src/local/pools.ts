@@ -1,7 +1,7 @@
 // The address book's pools as the local market sources see them: their tokens and names, their mid prices now, and the USD prices that follow.
 import { algebraPoolAbi, uniswapPoolAbi, type AddressBook, type Token } from '@ats/chain'
 import type { DexName } from '@ats/contracts'
-import { getAddress, parseAbi, type Address, type PublicClient } from 'viem'
+import { getAddress, type Address, type PublicClient } from 'viem'
 
 export interface DevnetPool {
   address: Address
@@ -40,12 +40,6 @@ export interface DevnetPools {
   /** every pool's mid price now (one batched read) */
   snapshot(): Promise<PoolSnapshot>
 }
-
-const poolTokensAbi = parseAbi([
-  'function token0() view returns (address)',
-  'function token1() view returns (address)',
-  'function fee() view returns (uint24)',
-])
 
 /**
  * How strongly a token is the quote of a pair (lower: more): a person reads "WETH / USDC" and
@@ -86,10 +80,11 @@ export function devnetPools(client: PublicClient, book: () => AddressBook): Devn
     const tokenOf = (address: Address) => tokens.find((token) => token.address.toLowerCase() === address.toLowerCase())
     const pools = await Promise.all(
       entries.map(async ({ address, dex }): Promise<DevnetPool | undefined> => {
+        const abi = dex === 'uniswap' ? uniswapPoolAbi : algebraPoolAbi
         const [address0, address1, fee] = await Promise.all([
-          client.readContract({ address, abi: poolTokensAbi, functionName: 'token0' }),
-          client.readContract({ address, abi: poolTokensAbi, functionName: 'token1' }),
-          dex === 'uniswap' ? client.readContract({ address, abi: poolTokensAbi, functionName: 'fee' }) : ('dynamic' as const),
+          client.readContract({ address, abi, functionName: 'token0' }),
+          client.readContract({ address, abi, functionName: 'token1' }),
+          dex === 'uniswap' ? client.readContract({ address, abi: uniswapPoolAbi, functionName: 'fee' }) : ('dynamic' as const),
         ])
         const token0 = tokenOf(address0)
         const token1 = tokenOf(address1)

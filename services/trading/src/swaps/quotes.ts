@@ -1,10 +1,10 @@
 import type { Token } from '@ats/chain'
 import type { DexName, Quote } from '@ats/contracts'
-import { BadRequest, cachedLoader, createError } from '@ats/service-kit'
+import { BadRequest, cachedLoader, createError, parseAmount } from '@ats/service-kit'
 import type { PublicClient } from 'viem'
 import { isRevert, rethrowAsChainError } from '../chainTx.ts'
 import { midPriceOut, pathsOf, priceImpactBps, type Dex, type Hop } from '../dex/types.ts'
-import { parseAmount, type TokenResolver } from './tokens.ts'
+import type { TokenResolver } from './tokens.ts'
 
 /** A quoter that reverts has no liquidity on that path (undefined); any other failure is thrown on. */
 const unlessRevert = (error: unknown): undefined => {

@@ -49,14 +49,3 @@ export function tokenResolver(client: PublicClient, registry: () => TokenRegistr
     },
   }
 }
-
-/** A positive integer amount in base units, or a 400 that says what is wrong with it. */
-export function parseAmount(field: string, raw: string): bigint {
-  if (!/^[0-9]{1,78}$/.test(raw)) {
-    throw new BadRequest(`${field} must be a positive integer in base units (e.g. "1000000" for 1 USDC), got "${raw}"`)
-  }
-  const amount = BigInt(raw)
-  if (amount === 0n) throw new BadRequest(`${field} must be greater than 0`)
-  if (amount >= 2n ** 256n) throw new BadRequest(`${field} does not fit in a uint256`)
-  return amount
-}
