@@ -67,7 +67,7 @@ export function createMarket({ sources, cache, ttlMs }: { sources: MarketSources
     },
 
     async prediction(conditionId: string) {
-      const market = await sources.predictions.market(conditionId.toLowerCase())
+      const market = await sources.predictions.market(conditionId)
       if (!market) throw new NotFound(`prediction market ${conditionId}`)
       return { market }
     },

@@ -102,8 +102,9 @@ export function polymarketPredictions(http: HttpClient): PredictionSource {
       return found
     },
     async market(conditionId) {
-      const answer = await http.getJson<unknown>('/markets', { query: { condition_ids: conditionId.toLowerCase() } })
-      return marketsOf(answer, '/markets').find((market) => market.conditionId === conditionId.toLowerCase())
+      const id = conditionId.toLowerCase()
+      const answer = await http.getJson<unknown>('/markets', { query: { condition_ids: id } })
+      return marketsOf(answer, '/markets').find((market) => market.conditionId === id)
     },
   }
 }
