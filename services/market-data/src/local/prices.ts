@@ -63,7 +63,8 @@ export function poolPrices({ db, pools, log, now = Date.now }: { db: PrismaClien
     async prices() {
       const current = assetPrices(await pools.snapshot())
       const then = await pricesDayBefore(db, [...current.keys()], now())
-      const entries = [...current].map(([asset, price]): [CoreAsset, PriceEntry] => [asset, { price, change24h: percentChange(price, then.get(asset)) }])
+      // ten decimals of a percent: float noise (-1.1e-14) is no change
+      const entries = [...current].map(([asset, price]): [CoreAsset, PriceEntry] => [asset, { price, change24h: Number(percentChange(price, then.get(asset)).toFixed(10)) }])
       return Object.fromEntries(entries)
     },
     async record(intervalMs) {
