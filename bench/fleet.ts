@@ -118,7 +118,7 @@ export interface ServiceProcess extends Started {
 }
 
 /** A service of the repository on 127.0.0.1:`port` with the bench's settings plus `env`, its log in the bench's directory. */
-async function startService(base: BenchBase, name: string, port: number, env: NodeJS.ProcessEnv): Promise<ServiceProcess> {
+export async function startService(base: BenchBase, name: string, port: number, env: NodeJS.ProcessEnv): Promise<ServiceProcess> {
   const log = join(base.dir, `${name}.log`)
   const fd = openSync(log, 'w')
   const service = await start(`services/${name}/src/server.ts`, { ...base.env, ...base.chain, PORT: String(port), HOST: '127.0.0.1', ...env }, fd)

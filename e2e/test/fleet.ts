@@ -11,8 +11,11 @@ import type { Test } from 'tap'
 import { adminService } from '@ats/admin/service'
 import { gatewayService } from '@ats/gateway/service'
 import { tradingService } from '@ats/trading/service'
+import { agentService } from '@ats/agent/service'
+import { marketDataService } from '@ats/market-data/service'
 
 export const adminKey = 'atsk_gatewayTestBootstrapKey-00000000'
+type TestDevnet = Awaited<ReturnType<typeof startTestDevnet>>
 
 /**
  * A probe upstream for the route groups whose services do not exist yet: it
@@ -99,8 +102,8 @@ export interface PaymentOverrides {
  * A devnet (on its own port) plus the fleet with payments on: PAY_TO is devnet account 9,
  * the payer devnet account 1, admin settles from account 0. `pay()` signs a fresh v1 X-PAYMENT header by hand.
  */
-export async function startPaidFleet(t: Test, options: FleetOptions = {}) {
-  const { devnet, chainEnv: chain, publicClient } = await startTestDevnet(t)
+export async function startPaidFleet(t: Test, options: FleetOptions & { chain?: TestDevnet } = {}) {
+  const { devnet, chainEnv: chain, publicClient } = options.chain ?? (await startTestDevnet(t))
   const payTo = devnet.accounts[9]!.address
   const fleet = await startFleet(t, {
     ...options,
@@ -153,4 +156,25 @@ export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.
   // the trading service shares the fleet's database and namespace: admin answers its policy lookups
   const fleet = await startFleet(t, { env, tradingUrl: trading.url, gatewayEnv: chain, adminEnv: { ...chain, SETTLEMENT_ENABLED: 'false' } })
   return { ...fleet, devnet, trading, tradingEnv, publicClient, serverWallet: devnet.accounts[0]!.address }
+}
+
+/**
+ * The whole agent path with payments on: the devnet, admin, trading (server wallet: devnet
+ * account 0), market-data, the agent (workers inside) and a gateway with PAY_TO. The payer is
+ * devnet account 1 (`pay()`), another payer `pay({ payer })`.
+ */
+export async function startAgentFleet(t: Test, options: { agentEnv?: NodeJS.ProcessEnv } = {}) {
+  const chain = await startTestDevnet(t)
+  const env = { ...(await baseTestEnv(t)), ...chain.chainEnv }
+  const trading = await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: chain.devnet.accounts[0]!.privateKey })
+  const market = await startService(t, marketDataService, { ...env, REDIS_URL: (await testInfra()).redisUrl })
+  const agent = await startService(t, agentService, { ...env, ...options.agentEnv })
+  const fleet = await startPaidFleet(t, {
+    chain,
+    env,
+    tradingUrl: trading.url,
+    gatewayEnv: { AGENT_URL: agent.url, MARKET_DATA_URL: market.url },
+    adminEnv: { SETTLEMENT_ENABLED: 'false' },
+  })
+  return { ...fleet, agent, serverWallet: chain.devnet.accounts[0]!.address }
 }

@@ -95,10 +95,11 @@ t.test('the gateway sets identity headers and strips the client\'s', async (t) =
   const { id, key } = await createKey('readwrite')
   const res = await request('/swap/quote?tokenIn=WETH', {
     key,
-    headers: { 'x-ats-owner-id': 'someone-else', 'x-ats-key-tier': 'admin', 'x-ats-internal-token': 'forged', 'x-payment': 'abc' },
+    headers: { 'x-ats-owner-id': 'someone-else', 'x-ats-key-tier': 'admin', 'x-ats-internal-token': 'forged', 'x-payment': 'abc', 'x-ats-key-wallet': '0x0000000000000000000000000000000000000001' },
   })
   t.equal(res.status, 200)
   const headers = res.body.headers as Record<string, string>
+  t.notOk('x-ats-key-wallet' in headers, "a client's wallet claim is stripped; this key has none")
   t.equal(res.body.path, '/swap/quote?tokenIn=WETH', 'path and query forwarded as sent')
   t.equal(headers['x-ats-owner-id'], id)
   t.equal(headers['x-ats-key-id'], id)
@@ -108,6 +109,15 @@ t.test('the gateway sets identity headers and strips the client\'s', async (t) =
   t.equal(res.headers.get('x-request-id'), headers['x-request-id'], 'the client gets the request id the service saw')
   t.notOk('authorization' in headers, 'the raw key does not travel on')
   t.notOk('x-payment' in headers)
+})
+
+t.test('a key bound to a wallet carries it to the services as x-ats-key-wallet', async (t) => {
+  const { request } = await startFleet(t)
+  const wallet = '0x70997970C51812dc3A010C7d01b50e0d17dc79C8'
+  const created = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier: 'readonly', label: 'bound', wallet } })
+  t.equal(created.status, 201)
+  const res = await request('/market/prices', { key: created.body.key, headers: { 'x-ats-key-wallet': '0x0000000000000000000000000000000000000001' } })
+  t.equal(res.body.headers['x-ats-key-wallet'], wallet)
 })
 
 t.test('a revoked key is refused at once by every running gateway', async (t) => {

@@ -75,7 +75,7 @@ export function authHook(auth: RouteAuth, { keys, limit, pay, failures }: AuthDe
   return async (request, reply) => {
     const key = await resolve(request, reply)
     if (!tierAllows(key.tier, need)) throw new Forbidden(`this route needs an API key of tier ${need} or higher; this key is ${key.tier}`)
-    request.identity = { ownerId: key.id, keyId: key.id, tier: key.tier }
+    request.identity = { ownerId: key.id, keyId: key.id, tier: key.tier, ...(key.wallet ? { wallet: key.wallet } : {}) }
     await limit(request, reply)
   }
 }

@@ -5,6 +5,8 @@ import type { NatsConnection } from 'nats'
 export interface ResolvedKey {
   id: string
   tier: Tier
+  /** the wallet bound to the key, when one is */
+  wallet: string | null
 }
 
 /** Unknown keys are remembered briefly, so a client retrying a bad key does not cost a round trip each time. */

@@ -22,10 +22,11 @@ function forwardedHeaders(request: FastifyRequest<any, RawServerBase>, headers: 
   }
   out[identityHeaders.internalToken] = token
   out[identityHeaders.requestId] = request.id
-  const { ownerId, keyId, tier } = request.identity ?? {}
+  const { ownerId, keyId, tier, wallet } = request.identity ?? {}
   if (ownerId) out[identityHeaders.ownerId] = ownerId
   if (keyId) out[identityHeaders.keyId] = keyId
   if (tier) out[identityHeaders.tier] = tier
+  if (wallet) out[identityHeaders.wallet] = wallet
   return out
 }
 

@@ -13,7 +13,7 @@ type JsonSchema = Record<string, unknown>
 /** TypeBox schemas are JSON Schema; strip the symbol-keyed metadata by a JSON round trip. */
 const plain = (schema: TSchema): JsonSchema => JSON.parse(JSON.stringify(schema)) as JsonSchema
 
-function parameters(schema: TSchema | undefined, where: 'path' | 'query') {
+function parameters(schema: TSchema | undefined, where: 'path' | 'query' | 'header') {
   if (!schema) return []
   const { properties = {}, required = [] } = plain(schema) as { properties?: Record<string, JsonSchema>; required?: string[] }
   return Object.entries(properties).map(([name, property]) => ({
@@ -45,7 +45,10 @@ export function buildOpenApi(info: OpenApiInfo, routes: readonly ApiRoute[]) {
     const responses = Object.fromEntries(
       Object.entries(r.schema.response).map(([status, schema]) => [
         status,
-        { description: Number(status) < 400 ? 'success' : 'error', content: { 'application/json': { schema: plain(schema) } } },
+        {
+          description: Number(status) < 400 ? 'success' : 'error',
+          content: { [Number(status) < 400 && r.produces ? r.produces : 'application/json']: { schema: plain(schema) } },
+        },
       ]),
     )
     paths[path] = {
@@ -54,7 +57,7 @@ export function buildOpenApi(info: OpenApiInfo, routes: readonly ApiRoute[]) {
         summary: r.summary,
         description: describeAuth(auth),
         security: security(auth),
-        parameters: [...parameters(r.schema.params, 'path'), ...parameters(r.schema.querystring, 'query')],
+        parameters: [...parameters(r.schema.params, 'path'), ...parameters(r.schema.querystring, 'query'), ...parameters(r.schema.headers, 'header')],
         ...(r.schema.body && {
           requestBody: { required: true, content: { 'application/json': { schema: plain(r.schema.body) } } },
         }),

@@ -1,5 +1,6 @@
 import { adminContract } from './admin/index.ts'
 import { agentContract } from './agent/index.ts'
+import { automationContract } from './automation/index.ts'
 import type { ApiRoute } from './common/route.ts'
 import { gatewayContract } from './gateway/index.ts'
 import { marketContract } from './market/index.ts'
@@ -18,6 +19,7 @@ export * from './admin/index.ts'
 export * from './agent/index.ts'
 export * from './trading/index.ts'
 export * from './market/index.ts'
+export * from './automation/index.ts'
 
 /** Every service's contract, by name. Adding a service is its folder plus one line here. */
 export const serviceContracts = {
@@ -26,6 +28,7 @@ export const serviceContracts = {
   agent: agentContract,
   trading: tradingContract,
   market: marketContract,
+  automation: automationContract,
 } as const
 
 /** Every public route; the gateway's OpenAPI document lists exactly these. */

@@ -19,9 +19,9 @@ t.test('the api-key format is scannable and keys hash to SHA-256 hex', async (t)
 
 t.test('a codec refuses messages that do not match the schema, both ways', async (t) => {
   const c = codec(KeyVerifyReply)
-  const bytes = c.encode({ key: { id: 'key_1', tier: 'admin' } })
-  t.same(c.decode(bytes), { key: { id: 'key_1', tier: 'admin' } })
-  t.throws(() => c.decode(new TextEncoder().encode('{"key":{"id":"x","tier":"root"}}')), MessageError)
+  const bytes = c.encode({ key: { id: 'key_1', tier: 'admin', wallet: null } })
+  t.same(c.decode(bytes), { key: { id: 'key_1', tier: 'admin', wallet: null } })
+  t.throws(() => c.decode(new TextEncoder().encode('{"key":{"id":"x","tier":"root","wallet":null}}')), MessageError)
   t.throws(() => c.decode(new TextEncoder().encode('not json')), /not JSON/)
   t.throws(() => c.encode({ key: { id: 1 } } as never), MessageError)
 })

@@ -33,8 +33,10 @@ export function installIdentity(app: FastifyInstance, internalToken: string): vo
     const identity: Identity = {}
     const ownerId = header(request, identityHeaders.ownerId)
     const keyId = header(request, identityHeaders.keyId)
+    const wallet = header(request, identityHeaders.wallet)
     if (ownerId) identity.ownerId = ownerId
     if (keyId) identity.keyId = keyId
+    if (wallet) identity.wallet = wallet
     if (isTier(tier)) identity.tier = tier
     request.identity = identity
   })

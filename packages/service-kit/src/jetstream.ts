@@ -8,6 +8,8 @@ export interface StreamSpec {
   maxAgeMs: number
   /** publishes with the same message id within this window are stored once (ms) */
   duplicateWindowMs: number
+  /** limits (default): kept until too old; workqueue: a message is gone once acked (one consumer per subject) */
+  retention?: 'limits' | 'workqueue'
 }
 
 /**
@@ -21,7 +23,7 @@ export async function ensureStream(nc: NatsConnection, spec: StreamSpec): Promis
   const config = {
     name: spec.name,
     subjects: spec.subjects,
-    retention: RetentionPolicy.Limits,
+    retention: spec.retention === 'workqueue' ? RetentionPolicy.Workqueue : RetentionPolicy.Limits,
     storage: StorageType.File,
     discard: DiscardPolicy.Old,
     max_age: nanos(spec.maxAgeMs),

@@ -39,8 +39,10 @@ function contextOf(h: MsgHdrs | undefined): CallContext {
   const ownerId = get(identityHeaders.ownerId)
   const keyId = get(identityHeaders.keyId)
   const tier = get(identityHeaders.tier)
+  const wallet = get(identityHeaders.wallet)
   if (ownerId) identity.ownerId = ownerId
   if (keyId) identity.keyId = keyId
+  if (wallet) identity.wallet = wallet
   if (isTier(tier)) identity.tier = tier
   const requestId = get(identityHeaders.requestId)
   return { identity, ...(requestId ? { requestId } : {}) }
@@ -48,12 +50,13 @@ function contextOf(h: MsgHdrs | undefined): CallContext {
 
 function headersOf(context: CallContext): MsgHdrs | undefined {
   const { requestId, identity = {} } = context
-  if (!requestId && !identity.ownerId && !identity.keyId && !identity.tier) return undefined
+  if (!requestId && !identity.ownerId && !identity.keyId && !identity.tier && !identity.wallet) return undefined
   const h = natsHeaders()
   if (requestId) h.set(identityHeaders.requestId, requestId)
   if (identity.ownerId) h.set(identityHeaders.ownerId, identity.ownerId)
   if (identity.keyId) h.set(identityHeaders.keyId, identity.keyId)
   if (identity.tier) h.set(identityHeaders.tier, identity.tier)
+  if (identity.wallet) h.set(identityHeaders.wallet, identity.wallet)
   return h
 }
 

@@ -167,3 +167,123 @@ export async function startDurableConsumer<M>(options: DurableConsumerOptions<M>
     },
   })
 }
+
+/** What a work-queue handler decided: done (acked), or try again later (the delivery does not count against the job). */
+export type WorkOutcome = 'done' | { retryInMs: number }
+
+/** One delivery of a work-queue message, as its handler sees it. */
+export interface WorkItem<M> {
+  message: M
+  /** 1 on the first delivery */
+  deliveries: number
+  /** aborted when the process stops: end soon, the message will be redelivered to another worker */
+  shutdown: AbortSignal
+}
+
+export interface WorkQueueOptions<M> {
+  nc: NatsConnection
+  log: Logger
+  stream: StreamSpec
+  /** the durable consumer's name; every worker process shares it */
+  durable: string
+  topic: Topic<M>
+  /** messages handled at once by this process */
+  concurrency: number
+  /** a message not acked within this is redelivered; while its handler runs, progress is signalled every third of it */
+  ackWaitMs: number
+  /** deliveries a message gets; the next one goes to `exhausted` instead of `handle` */
+  maxDeliveries: number
+  handle(item: WorkItem<M>): Promise<WorkOutcome>
+  /** a message delivered more than maxDeliveries times (its handlers died or failed each time): record why, it is then acked */
+  exhausted(message: M, deliveries: number): Promise<void>
+  retryDelayMs?: number
+}
+
+/**
+ * A JetStream work queue: a durable pull consumer with explicit acks whose messages are long
+ * tasks (agent jobs). Each process runs up to `concurrency` at once and tells JetStream they are
+ * in progress while they run, so the ack wait can stay short: a worker killed mid-task has its
+ * messages redelivered to another within `ackWaitMs`. A handler that throws is retried after
+ * `retryDelayMs`; deliveries are bounded by `maxDeliveries`, then `exhausted` decides.
+ */
+export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): Promise<WorkerLoop> {
+  const { nc, log, stream, durable, topic, concurrency, ackWaitMs, maxDeliveries, handle, exhausted } = options
+  const { retryDelayMs = 1_000 } = options
+  const jsm = await ensureStream(nc, stream)
+  await jsm.consumers.add(stream.name, {
+    durable_name: durable,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    filter_subject: topic.subject,
+    ack_wait: nanos(ackWaitMs),
+    // one more than the handler gets: that delivery runs `exhausted`
+    max_deliver: maxDeliveries + 1,
+    max_ack_pending: 10_000,
+  })
+  const consumer = await nc.jetstream().consumers.get(stream.name, durable)
+  const shutdown = new AbortController()
+  const inFlight = new Set<Promise<void>>()
+  let slotFreed: (() => void) | undefined
+
+  async function run(m: JsMsg) {
+    let message: M
+    try {
+      message = topic.message.decode(m.data)
+    } catch (error) {
+      log.error({ seq: m.seq, err: error }, 'unreadable work-queue message dropped')
+      m.term()
+      return
+    }
+    const deliveries = m.info.deliveryCount
+    const heartbeat = setInterval(() => m.working(), Math.max(100, Math.floor(ackWaitMs / 3)))
+    try {
+      if (deliveries > maxDeliveries) {
+        await exhausted(message, deliveries)
+        m.ack()
+        return
+      }
+      const outcome = await handle({ message, deliveries, shutdown: shutdown.signal })
+      if (outcome === 'done') m.ack()
+      else m.nak(outcome.retryInMs)
+    } catch (error) {
+      log.error({ err: error, seq: m.seq, deliveries }, 'work-queue handler failed; the message will be redelivered')
+      m.nak(shutdown.signal.aborted ? 0 : retryDelayMs)
+    } finally {
+      clearInterval(heartbeat)
+    }
+  }
+
+  const loop = startWorkerLoop({
+    name: durable,
+    log,
+    idleMs: 0,
+    errorDelayMs: retryDelayMs,
+    round: async () => {
+      if (nc.isClosed()) throw new Error('the NATS connection is closed')
+      if (inFlight.size >= concurrency) {
+        await new Promise<void>((resolve) => {
+          slotFreed = resolve
+        })
+        return true
+      }
+      const batch = await consumer.fetch({ max_messages: concurrency - inFlight.size, expires: 1_000 })
+      for await (const m of batch) {
+        const task: Promise<void> = run(m).finally(() => {
+          inFlight.delete(task)
+          slotFreed?.()
+        })
+        inFlight.add(task)
+      }
+      return true
+    },
+  })
+  return {
+    wake: loop.wake,
+    async stop() {
+      shutdown.abort()
+      slotFreed?.()
+      await loop.stop()
+      await Promise.allSettled([...inFlight])
+    },
+  }
+}

@@ -3,7 +3,9 @@ import { adminContract } from '@ats/contracts'
 import { addNatsService, openBucket, paymentSettings, publish, serveEndpoint, type ChainContext, type ServiceDefinition } from '@ats/service-kit'
 import { Type } from 'typebox'
 import { PrismaClient } from './generated/prisma/client.ts'
+import { createAgentPayers } from './agentPayers/agentPayers.ts'
 import { createKeyStore } from './keys/keyStore.ts'
+import { agentPayerRoutes } from './routes/agentPayers.ts'
 import { createLedger } from './payments/ledger.ts'
 import { startLedgerConsumer } from './payments/ledgerConsumer.ts'
 import { facilitatorSettlement, onchainSettlement, type Settlement } from './payments/settlement.ts'
@@ -42,8 +44,9 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     client: (adapter) => new PrismaClient({ adapter }),
   },
   async register(app, { db, nc, channels, config, version, onClose, chain, log }) {
-    const { keyVerify, keyPolicy, keyRevoked, payments } = channels.admin
+    const { keyVerify, keyPolicy, keyRevoked, payments, agentPayer } = channels.admin
     const keys = createKeyStore(db)
+    const agentPayers = createAgentPayers(db)
 
     if (config.ADMIN_API_KEY) {
       const { revoked, state } = await keys.seedBootstrap(config.ADMIN_API_KEY)
@@ -58,6 +61,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     })
     serveEndpoint(nats, 'keys-verify', keyVerify, log, async ({ hash }) => ({ key: await keys.findActiveByHash(hash) }))
     serveEndpoint(nats, 'keys-policy', keyPolicy, log, async ({ keyId }) => ({ key: await keys.findActiveById(keyId) }))
+    serveEndpoint(nats, 'agent-payers-get', agentPayer, log, async ({ address }) => ({ payer: await agentPayers.get(address) }))
 
     const settlement = chooseSettlement(config, chain)
     if (!settlement) {
@@ -85,6 +89,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
 
     await app.register(keyRoutes, { keys, nc, keyRevoked })
     await app.register(payerRoutes, { blockedPayers, log })
+    await app.register(agentPayerRoutes, { payers: agentPayers })
     await app.register(revenueRoutes, { ledger, price: BigInt(config.PAYMENT_PRICE), storage: `postgres (schema ${schema}, table payments)` })
   },
 }

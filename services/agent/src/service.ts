@@ -1,9 +1,21 @@
 import { fileURLToPath } from 'node:url'
-import type { ServiceDefinition } from '@ats/service-kit'
+import { StartupError, type ServiceDefinition } from '@ats/service-kit'
 import { Type } from 'typebox'
 import { PrismaClient } from './generated/prisma/client.ts'
+import { createJobEvents } from './jobs/events.ts'
+import { createJobQueue } from './jobs/queue.ts'
+import { createJobStore } from './jobs/store.ts'
+import { startJobWorkers } from './jobs/worker.ts'
+import { agentRoutesPlugin } from './routes/agent.ts'
+import { portfolioRoutes } from './routes/portfolio.ts'
 import { skillRoutes } from './routes/skills.ts'
+import { createLlmRunner } from './runner/llm.ts'
+import { createPlanner } from './runner/planner.ts'
+import type { Runner } from './runner/runner.ts'
+import { createTools } from './runner/tools.ts'
 import { externalSkillsProblem, isHttpUrl, parseExternalSkills, skillList } from './skills.ts'
+
+const ms = (description: string, defaultMs: number, minimum = 100) => Type.Integer({ minimum, default: defaultMs, description })
 
 const settings = {
   EXTERNAL_SKILLS: Type.Optional(
@@ -18,11 +30,29 @@ const settings = {
     (raw) => raw === '' || isHttpUrl(raw),
     () => 'must be an absolute http(s) URL',
   ),
+  AGENT_ROLE: Type.Union([Type.Literal('all'), Type.Literal('api'), Type.Literal('worker')], {
+    default: 'all',
+    description: 'all: routes and job workers in one process; api: routes only; worker: job workers only (scale them apart)',
+  }),
+  AGENT_WORKER_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 256, default: 16, description: 'jobs one worker process runs at once' }),
+  AGENT_ACK_WAIT_MS: ms('a job whose worker stops (killed, partitioned) is given to another worker after this', 30_000, 500),
+  AGENT_MAX_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 20, default: 3, description: 'runs a job gets when its workers keep dying, before it fails' }),
+  AGENT_JOB_MAX_RUN_MS: ms('a run longer than this is stopped and the job fails', 120_000, 1_000),
+  AGENT_TOOL_TIMEOUT_MS: ms('how long a tool waits for trading, market-data or automation', 10_000),
+  AGENT_SWAP_TIMEOUT_MS: ms('how long the swap tool waits for a swap to be mined', 90_000, 1_000),
+  AGENT_HISTORY_MESSAGES: Type.Integer({ minimum: 0, maximum: 200, default: 20, description: "earlier messages of the thread given to the runner" }),
+  LLM_BASE_URL: Type.Optional(
+    Type.Refine(Type.String({ description: 'an OpenAI-compatible chat-completions API (…/v1); unset: the offline planner' }), isHttpUrl, () => 'must be an absolute http(s) URL'),
+  ),
+  LLM_API_KEY: Type.Optional(Type.String({ minLength: 1, secret: true, description: 'sent as Authorization: Bearer to LLM_BASE_URL' })),
+  LLM_MODEL: Type.Optional(Type.String({ minLength: 1, description: 'the model name (required with LLM_BASE_URL)' })),
+  LLM_MAX_STEPS: Type.Integer({ minimum: 1, maximum: 50, default: 8, description: 'model turns per job before it fails' }),
+  LLM_TIMEOUT_MS: ms('one completion, retries included', 60_000, 1_000),
 }
 
 export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
   name: 'agent',
-  version: '0.1.0',
+  version: '0.2.0',
   port: 3001,
   settings,
   database: {
@@ -30,8 +60,53 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
     client: (adapter) => new PrismaClient({ adapter }),
   },
-  async register(app, { config }) {
-    const skills = skillList(config.AGENT_PUBLIC_URL, parseExternalSkills(config.EXTERNAL_SKILLS))
-    await app.register(skillRoutes, { skills })
+  async register(app, { config, db, nc, channels, log, onClose }) {
+    const store = createJobStore(db)
+    const events = createJobEvents({ nc, channels: channels.agent, store, log })
+    onClose(async () => events.closeAll())
+
+    if (config.AGENT_ROLE !== 'api') {
+      if (config.LLM_BASE_URL && !config.LLM_MODEL) throw new StartupError('LLM_MODEL is required with LLM_BASE_URL')
+      let runner: Runner = createPlanner()
+      if (config.LLM_BASE_URL) {
+        const llm = createLlmRunner({
+          baseUrl: config.LLM_BASE_URL,
+          apiKey: config.LLM_API_KEY,
+          model: config.LLM_MODEL!,
+          maxSteps: config.LLM_MAX_STEPS,
+          timeoutMs: config.LLM_TIMEOUT_MS,
+        })
+        onClose(llm.close)
+        runner = llm
+      }
+      const tools = createTools({ nc, channels, timeoutMs: config.AGENT_TOOL_TIMEOUT_MS, swapTimeoutMs: config.AGENT_SWAP_TIMEOUT_MS })
+      const workers = await startJobWorkers({
+        nc,
+        channels: channels.agent,
+        store,
+        events,
+        tools,
+        runner,
+        log,
+        settings: {
+          concurrency: config.AGENT_WORKER_CONCURRENCY,
+          ackWaitMs: config.AGENT_ACK_WAIT_MS,
+          maxAttempts: config.AGENT_MAX_ATTEMPTS,
+          maxRunMs: config.AGENT_JOB_MAX_RUN_MS,
+          historyMessages: config.AGENT_HISTORY_MESSAGES,
+        },
+      })
+      onClose(workers.stop)
+    }
+
+    if (config.AGENT_ROLE !== 'worker') {
+      const queue = await createJobQueue({ nc, channels: channels.agent, store, log })
+      onClose(queue.stop)
+      const cancelled = (jobId: string) => nc.publish(channels.agent.cancelled.subject, channels.agent.cancelled.message.encode({ jobId }))
+      const skills = skillList(config.AGENT_PUBLIC_URL, parseExternalSkills(config.EXTERNAL_SKILLS))
+      await app.register(skillRoutes, { skills })
+      await app.register(agentRoutesPlugin, { store, queue, events, cancelled })
+      await app.register(portfolioRoutes, { store })
+    }
   },
 }

@@ -10,6 +10,7 @@ import {
   type ServiceDefinition,
 } from '@ats/service-kit'
 import { Type } from 'typebox'
+import { getAddress } from 'viem'
 import { chainTx } from './chainTx.ts'
 import { camelotDex } from './dex/camelot.ts'
 import { uniswapDex } from './dex/uniswap.ts'
@@ -91,6 +92,10 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
         if (!key) throw new Forbidden(`API key ${keyId} is revoked or unknown`)
         return key.policy
       },
+      payerPolicy: async (address) => {
+        const { payer } = await callEndpoint(nc, channels.admin.agentPayer, { address: getAddress(address) }, { timeoutMs: 2000 })
+        return payer?.policy ?? null
+      },
     })
     const prepare = createPreparer({ client, quoter, chainId: chain.chainId, deadlineSeconds: config.SWAP_DEADLINE_SECONDS })
     // a read needs the wallet's address only, not its sender
@@ -102,7 +107,7 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     onClose(async () => {
       await nats.stop()
     })
-    const { quote, execute, prepare: prepareChannel, positions: positionsChannel } = channels.trading
+    const { quote, execute, prepare: prepareChannel, positions: positionsChannel, tokens: tokensChannel } = channels.trading
     serveEndpoint(nats, 'quote', quote, log, async (request) => quoteAnswer(await quoter.quote(request)))
     serveEndpoint(nats, 'execute', execute, log, async ({ idempotencyKey, jobId, automationRunId, ...request }, { identity }) => {
       const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId }
@@ -110,6 +115,10 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     })
     serveEndpoint(nats, 'prepare', prepareChannel, log, async (request) => prepare(request))
     serveEndpoint(nats, 'positions', positionsChannel, log, async ({ address }) => positions(address))
+    serveEndpoint(nats, 'tokens', tokensChannel, log, async () => ({
+      chainId: chain.chainId,
+      tokens: chain.tokens().all.map(({ symbol, address, decimals }) => ({ symbol, address, decimals })),
+    }))
 
     await app.register(swapRoutes, { quoter, executor, prepare })
     await app.register(portfolioRoutes, { positions })

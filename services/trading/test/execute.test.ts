@@ -110,6 +110,38 @@ t.test('over NATS an execute carries an idempotency key and the job that asked',
   t.match(list.body.executions[0], { requestedBy: { keyId: agentKey, jobId: 'job_j1' } })
 })
 
+t.test('over NATS without an API key, only a payer on the agent allowlist swaps, within its policy', async (t) => {
+  const nc = await connect({ servers: fleet.base.NATS_URL! })
+  t.teardown(() => nc.close())
+  const { execute } = natsChannels(fleet.base.NATS_NAMESPACE!).trading
+  const payer = fleet.devnet.accounts[3]!.address
+  const request = (key: string, amountIn = '1000000') => ({ tokenIn: 'USDC', tokenOut: 'ARB', amountIn, slippageBps: 50, idempotencyKey: key, jobId: 'job_p1' })
+  await t.rejects(callEndpoint(nc, execute, request('p:1'), { identity: { ownerId: payer }, timeoutMs: 30_000 }), {
+    statusCode: 403,
+    message: new RegExp(`payer ${payer} may not swap from the server wallet: an admin allowlists payers with PUT /admin/agent-payers/:address`),
+  })
+  await t.rejects(callEndpoint(nc, execute, request('p:2'), { timeoutMs: 30_000 }), { statusCode: 403, message: /needs an API key or an allowlisted payer/ })
+
+  const allow = await fetch(`${fleet.admin.url}/admin/agent-payers/${payer}`, {
+    method: 'PUT',
+    headers: { ...keyHeaders('key_test_admin', 'admin'), 'content-type': 'application/json' },
+    body: JSON.stringify({ policy: { maxUsdPerSwap: 5, maxUsdPerDay: 6 } }),
+  })
+  t.equal(allow.status, 200)
+  const before = await nonceOf()
+  const swapped = await callEndpoint(nc, execute, request('p:3', '4000000'), { identity: { ownerId: payer }, timeoutMs: 30_000 })
+  t.equal(swapped.success, true)
+  t.equal((await nonceOf()) - before, 1, 'one swap (the router was approved before)')
+  await t.rejects(callEndpoint(nc, execute, request('p:4', '6000000'), { identity: { ownerId: payer }, timeoutMs: 30_000 }), {
+    statusCode: 403,
+    message: new RegExp(`refused by the spend policy of payer ${payer}: this swap is worth \\$6\\.00, over its limit of \\$5\\.00 per swap`),
+  })
+  await t.rejects(callEndpoint(nc, execute, request('p:5', '3000000'), { identity: { ownerId: payer }, timeoutMs: 30_000 }), {
+    statusCode: 403,
+    message: /would bring today's swaps \(UTC\) to \$7\.00, over its limit of \$6\.00 per day/,
+  })
+})
+
 t.test('a swap that reverts on chain answers success: false with its hash', async (t) => {
   // Hold the chain's automine, let the service send a zero-slippage swap, then front-run it
   // with a large swap of another account that pays a higher tip, and mine both.

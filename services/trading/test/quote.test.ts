@@ -1,4 +1,7 @@
+import { natsChannels } from '@ats/contracts'
+import { callEndpoint } from '@ats/service-kit'
 import { compareSchemaWithDatabase } from '@ats/service-kit/testing'
+import { connect } from 'nats'
 import { SEEDED_LENDING, SEEDED_PERP } from '@ats/devnet'
 import t from 'tap'
 import { createWalletClient, http, parseUnits, type Hex } from 'viem'
@@ -151,4 +154,14 @@ t.test('a chain that does not answer is a 502 that says so, not a cached "no rou
   const res = await fetch(`${dead.url}/swap/quote?tokenIn=WETH&tokenOut=USDC&amountIn=1000`, { headers: keyHeaders('key_test') })
   t.equal(res.status, 502)
   t.match(((await res.json()) as { error: string }).error, /^the chain did not answer: /)
+})
+
+t.test('over NATS, tokens lists the registry by symbol with decimals: what the agent turns "1.5 WETH" into base units with', async (t) => {
+  const nc = await connect({ servers: fleet.base.NATS_URL! })
+  t.teardown(() => nc.close())
+  const list = await callEndpoint(nc, natsChannels(fleet.base.NATS_NAMESPACE!).trading.tokens, {})
+  t.equal(list.chainId, 31337)
+  t.match(list.tokens.find((token) => token.symbol === 'USDC'), { decimals: 6, address: fleet.token('USDC').address })
+  t.match(list.tokens.find((token) => token.symbol === 'WETH'), { decimals: 18, address: fleet.token('WETH').address })
+  t.ok(list.tokens.some((token) => token.symbol === 'DAI'), 'every token of the book, pooled or not')
 })

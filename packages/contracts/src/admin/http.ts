@@ -33,6 +33,9 @@ export const KeyEntry = Type.Object({
   policy: Type.Union([SpendPolicy, Type.Null()], {
     description: 'spend limits on swaps from the server wallet; null: none (only the wallet-wide limits of the trading service apply)',
   }),
+  wallet: Type.Union([Address(), Type.Null()], {
+    description: 'the wallet bound to the key at creation: GET /portfolio/jobs shows it the paid agent jobs of that wallet; null: none',
+  }),
 })
 export type KeyEntry = Static<typeof KeyEntry>
 
@@ -46,6 +49,9 @@ export const CreateKeyBody = Type.Object(
     tier: TierSchema,
     label: Type.String({ minLength: 1, maxLength: 64 }),
     policy: Type.Optional(SpendPolicy),
+    wallet: Type.Optional(
+      Address({ description: "bind a wallet: the key then sees that payer's agent jobs in GET /portfolio/jobs. Fixed for the key's life (revoke and create another to change it)" }),
+    ),
   },
   { additionalProperties: false },
 )
@@ -111,6 +117,25 @@ export const BlockedPayerEntry = Type.Object({
 
 const PayerParams = Type.Object({ address: Address({ description: 'the payer address' }) })
 
+/** A payer for whom the agent executes swaps from the server wallet, within its spend policy. */
+export const AgentPayer = Type.Object({
+  address: Address({ description: 'the payer (checksummed)' }),
+  label: Type.String({ maxLength: 64 }),
+  policy: SpendPolicy,
+  createdAt: EpochMs(),
+  updatedAt: EpochMs(),
+})
+export type AgentPayer = Static<typeof AgentPayer>
+
+export const PutAgentPayerBody = Type.Object(
+  {
+    label: Type.Optional(Type.String({ minLength: 1, maxLength: 64, description: 'who this is, for people' })),
+    // required: the agent never spends the server wallet without limits
+    policy: SpendPolicy,
+  },
+  { additionalProperties: false },
+)
+
 const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody }
 
 export const adminRoutes = {
@@ -162,6 +187,28 @@ export const adminRoutes = {
     schema: {
       querystring: RevenueHistoryQuery,
       response: { 200: Type.Object({ days: Type.Integer(), history: Type.Array(DailyRevenue) }), ...errors },
+    },
+  }),
+  putAgentPayer: route({
+    method: 'PUT',
+    url: '/admin/agent-payers/:address',
+    summary:
+      "Allow the agent to execute swaps from the server wallet for this payer's paid jobs, within the spend policy (creates or replaces; other payers get swaps prepared for their own wallet)",
+    schema: { params: PayerParams, body: PutAgentPayerBody, response: { 200: AgentPayer, ...errors } },
+  }),
+  listAgentPayers: route({
+    method: 'GET',
+    url: '/admin/agent-payers',
+    summary: 'Payers the agent executes swaps for from the server wallet, oldest first',
+    schema: { response: { 200: Type.Object({ payers: Type.Array(AgentPayer) }), ...errors } },
+  }),
+  deleteAgentPayer: route({
+    method: 'DELETE',
+    url: '/admin/agent-payers/:address',
+    summary: 'Stop executing swaps for this payer; from the next swap, theirs are prepared for their own wallet',
+    schema: {
+      params: PayerParams,
+      response: { 200: Type.Object({ ok: Type.Literal(true), address: Address() }), 404: ErrorBody, ...errors },
     },
   }),
   listBlockedPayers: route({

@@ -2,8 +2,8 @@ import { Type, type Static } from 'typebox'
 import { TierSchema } from '../common/identity.ts'
 import { endpoint, topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
-import { Sha256Hex } from '../common/primitives.ts'
-import { SpendPolicy } from './http.ts'
+import { Address, Sha256Hex } from '../common/primitives.ts'
+import { AgentPayer, SpendPolicy } from './http.ts'
 import { paymentChannels } from './payments.ts'
 
 /** admin.keys.verify request: the SHA-256 of the raw key (raw keys never travel). */
@@ -12,7 +12,7 @@ export type KeyVerifyRequest = Static<typeof KeyVerifyRequest>
 
 /** admin.keys.verify reply: the active key, or null when unknown or revoked. */
 export const KeyVerifyReply = Type.Object({
-  key: Type.Union([Type.Object({ id: Type.String(), tier: TierSchema }), Type.Null()]),
+  key: Type.Union([Type.Object({ id: Type.String(), tier: TierSchema, wallet: Type.Union([Address(), Type.Null()]) }), Type.Null()]),
 })
 export type KeyVerifyReply = Static<typeof KeyVerifyReply>
 
@@ -40,6 +40,8 @@ export function adminChannels(namespace: string) {
     keyVerify: endpoint(subjectOf(namespace, 'admin', 'keys.verify'), KeyVerifyRequest, KeyVerifyReply),
     /** request/reply: the spend policy of an active key, asked by trading before every swap */
     keyPolicy: endpoint(subjectOf(namespace, 'admin', 'keys.policy'), KeyPolicyRequest, KeyPolicyReply),
+    /** request/reply: the payer's entry on the agent allowlist (null: not on it), asked before a server-wallet swap */
+    agentPayer: endpoint(subjectOf(namespace, 'admin', 'agent-payers.get'), Type.Object({ address: Address() }), Type.Object({ payer: Type.Union([AgentPayer, Type.Null()]) })),
     /** broadcast: a key was revoked; every gateway evicts it from its cache */
     keyRevoked: topic(subjectOf(namespace, 'admin', 'keys.revoked'), KeyRevoked),
     /** charged payments (gateway -> JetStream -> admin's ledger) and the blocked payers */

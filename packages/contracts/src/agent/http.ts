@@ -1,6 +1,8 @@
 import { Type, type Static } from 'typebox'
 import { ErrorBody } from '../common/errors.ts'
+import { Bytes32, EpochMs, IntegerString } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
+import { UnsignedTransaction } from '../trading/http.ts'
 import { PaymentRequiredSchema } from '../x402/requirements.ts'
 
 export const Skill = Type.Object({
@@ -10,14 +12,150 @@ export const Skill = Type.Object({
 })
 export type Skill = Static<typeof Skill>
 
+export const maxPromptLength = 4000
+
+export const jobStatuses = ['pending', 'running', 'complete', 'failed', 'cancelled'] as const
+export type JobStatus = (typeof jobStatuses)[number]
+export const JobStatusSchema = Type.Unsafe<JobStatus>({
+  type: 'string',
+  enum: [...jobStatuses],
+  description: 'pending: queued; running: a worker runs it; complete: result is set; failed: error says why; cancelled: by DELETE /agent/job/:id',
+})
+
+export const PromptBody = Type.Object(
+  {
+    prompt: Type.String({ minLength: 1, maxLength: maxPromptLength, description: 'what to do, in plain words' }),
+    threadId: Type.Optional(Type.String({ minLength: 1, maxLength: 64, description: 'continue this thread of yours; a new thread when absent' })),
+    context: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'anything the runner should know (passed to the LLM as JSON); at most 16 KB' })),
+  },
+  { additionalProperties: false },
+)
+export type PromptBody = Static<typeof PromptBody>
+
+export const PromptAccepted = Type.Object({
+  jobId: Type.String(),
+  threadId: Type.String(),
+  status: Type.Literal('pending'),
+})
+
+/** What a job sent from the server wallet or prepared for the payer's own wallet to sign. */
+export const JobTransaction = Type.Object({
+  step: Type.Integer({ description: 'the step (tool call) that made it, from 1' }),
+  tool: Type.String(),
+  status: Type.Union([Type.Literal('sent'), Type.Literal('prepared')], {
+    description: 'sent: from the server wallet, mined (hash, success); prepared: unsigned, for `transaction.from` to sign and send in order',
+  }),
+  kind: Type.Union([Type.Literal('swap'), Type.Literal('approval')]),
+  hash: Type.Optional(Bytes32()),
+  success: Type.Optional(Type.Boolean({ description: 'sent: whether it succeeded on chain' })),
+  transaction: Type.Optional(UnsignedTransaction),
+  tokenIn: Type.String(),
+  tokenOut: Type.String(),
+  amountIn: IntegerString({ description: 'tokenIn base units' }),
+  amountOut: IntegerString({ description: 'tokenOut base units: received (sent) or expected (prepared)' }),
+  amountOutMinimum: IntegerString(),
+})
+export type JobTransaction = Static<typeof JobTransaction>
+
+export const JobResult = Type.Object({
+  text: Type.String({ description: "the agent's answer" }),
+  steps: Type.Integer({ description: 'steps taken: each tool call and each answer of the model (the offline planner: its tool calls plus its answer)' }),
+  toolCalls: Type.Array(Type.String(), { description: 'the names of the tools called, in order' }),
+  transactions: Type.Array(JobTransaction, { description: 'what the job sent from the server wallet or prepared for your wallet' }),
+})
+export type JobResult = Static<typeof JobResult>
+
+export const Job = Type.Object({
+  id: Type.String(),
+  status: JobStatusSchema,
+  createdAt: EpochMs(),
+  threadId: Type.Optional(Type.String({ description: 'full form only' })),
+  prompt: Type.Optional(Type.String({ description: 'full form only (complete, failed, cancelled) and in /portfolio/jobs' })),
+  updatedAt: Type.Optional(EpochMs()),
+  result: Type.Optional(JobResult),
+  error: Type.Optional(Type.String({ description: 'failed jobs: what went wrong, for a person to read (never internals)' })),
+})
+export type Job = Static<typeof Job>
+
+export const Message = Type.Object({
+  id: Type.String(),
+  role: Type.Union([Type.Literal('user'), Type.Literal('assistant')]),
+  content: Type.String(),
+  createdAt: EpochMs(),
+  toolCalls: Type.Optional(Type.Array(Type.String(), { description: 'assistant messages: the tools called' })),
+  metadata: Type.Object({ jobId: Type.Optional(Type.String()) }),
+})
+export type Message = Static<typeof Message>
+
+export const Thread = Type.Object({
+  id: Type.String(),
+  createdAt: EpochMs(),
+  updatedAt: EpochMs(),
+  messages: Type.Array(Message, { description: 'in conversation order' }),
+})
+export type Thread = Static<typeof Thread>
+
+const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
+
+export const JobsQuery = Type.Object({
+  limit: Type.Integer({ minimum: 1, default: 50, description: 'at most 100 are answered; a larger limit is capped, not refused' }),
+})
+
+export const EventsHeaders = Type.Object({
+  'last-event-id': Type.Optional(Type.String({ pattern: '^[0-9]{1,9}$', description: 'resume after this event id (sent by EventSource on reconnect)' })),
+})
+
 // every /agent/* route is paid per request (x402)
-const errors = { 402: PaymentRequiredSchema, 503: ErrorBody }
+const errors = { 400: ErrorBody, 402: PaymentRequiredSchema, 503: ErrorBody }
+const keyErrors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 503: ErrorBody }
 
 export const agentRoutes = {
+  prompt: route({
+    method: 'POST',
+    url: '/agent/prompt',
+    summary: 'Run a prompt as an asynchronous job; poll GET /agent/job/:id or stream GET /agent/job/:id/events',
+    schema: { body: PromptBody, response: { 202: PromptAccepted, 404: ErrorBody, ...errors } },
+  }),
+  job: route({
+    method: 'GET',
+    url: '/agent/job/:id',
+    summary: 'A job of yours: id, status, createdAt while pending or running; with prompt, updatedAt and result or error once finished',
+    schema: { params: IdParams, response: { 200: Job, 404: ErrorBody, ...errors } },
+  }),
+  cancelJob: route({
+    method: 'DELETE',
+    url: '/agent/job/:id',
+    summary: 'Cancel a pending or running job of yours; a running one stops within a second',
+    schema: { params: IdParams, response: { 200: Type.Object({ success: Type.Literal(true), jobId: Type.String() }), 404: ErrorBody, ...errors } },
+  }),
+  jobEvents: route({
+    method: 'GET',
+    url: '/agent/job/:id/events',
+    produces: 'text/event-stream',
+    summary:
+      'Server-sent events of a job of yours: `status` (pending, running, then complete with the result, failed with the error, or cancelled) and `step` (each tool call, started and finished). Every event has an id; reconnect with Last-Event-ID to get only what you missed. The stream ends with the job',
+    schema: {
+      params: IdParams,
+      headers: EventsHeaders,
+      response: { 200: Type.String({ description: 'text/event-stream' }), 404: ErrorBody, ...errors },
+    },
+  }),
+  thread: route({
+    method: 'GET',
+    url: '/agent/thread/:id',
+    summary: 'A thread of yours with its messages in order',
+    schema: { params: IdParams, response: { 200: Thread, 404: ErrorBody, ...errors } },
+  }),
   skills: route({
     method: 'GET',
     url: '/agent/skills',
     summary: "The agent's skills: built-in ones, then external ones",
     schema: { response: { 200: Type.Object({ skills: Type.Array(Skill) }), ...errors } },
+  }),
+  portfolioJobs: route({
+    method: 'GET',
+    url: '/portfolio/jobs',
+    summary: "This key's agent jobs, newest first: those made with the key (/v1) and the paid jobs of the wallet bound to it (POST /admin/keys `wallet`)",
+    schema: { querystring: JobsQuery, response: { 200: Type.Object({ jobs: Type.Array(Job) }), ...keyErrors } },
   }),
 }

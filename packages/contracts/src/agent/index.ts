@@ -1,6 +1,8 @@
 import { serviceContract } from '../common/service.ts'
 import { agentRoutes } from './http.ts'
+import { agentChannels } from './nats.ts'
 
 export * from './http.ts'
+export * from './nats.ts'
 
-export const agentContract = serviceContract({ name: 'agent', routes: agentRoutes, channels: () => ({}) })
+export const agentContract = serviceContract({ name: 'agent', routes: agentRoutes, channels: agentChannels })

@@ -23,6 +23,8 @@ export const identityHeaders = {
   ownerId: 'x-ats-owner-id',
   keyId: 'x-ats-key-id',
   tier: 'x-ats-key-tier',
+  /** the wallet bound to the API key (POST /admin/keys `wallet`) */
+  wallet: 'x-ats-key-wallet',
   internalToken: 'x-ats-internal-token',
   requestId: 'x-request-id',
 } as const
@@ -31,5 +33,6 @@ export const IdentitySchema = Type.Object({
   ownerId: Type.Optional(Type.String()),
   keyId: Type.Optional(Type.String()),
   tier: Type.Optional(TierSchema),
+  wallet: Type.Optional(Type.String()),
 })
 export type Identity = Static<typeof IdentitySchema>

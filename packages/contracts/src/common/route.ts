@@ -10,9 +10,12 @@ export interface ApiRoute {
   method: HttpMethod
   url: string
   summary: string
+  /** the media type of success answers when not JSON (server-sent events) */
+  produces?: 'text/event-stream'
   schema: {
     params?: TSchema
     querystring?: TSchema
+    headers?: TSchema
     body?: TSchema
     response: Record<number, TSchema>
   }

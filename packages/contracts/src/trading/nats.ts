@@ -20,6 +20,14 @@ export const ExecuteRequest = Type.Object(
 )
 export type ExecuteRequest = Static<typeof ExecuteRequest>
 
+export const TokenList = Type.Object({
+  chainId: Type.Integer(),
+  tokens: Type.Array(Type.Object({ symbol: Type.String(), address: Address(), decimals: Type.Integer({ minimum: 0, maximum: 255 }) }), {
+    description: "the chain's token registry: what quotes and swaps accept by symbol",
+  }),
+})
+export type TokenList = Static<typeof TokenList>
+
 export const PositionsRequest = Type.Object({ address: Type.Optional(Address()) })
 
 /** trading's NATS endpoints: the agent's tools and the automation scheduler trade without HTTP. */
@@ -29,6 +37,8 @@ export function tradingChannels(namespace: string) {
     execute: endpoint(subjectOf(namespace, 'trading', 'swap.execute'), ExecuteRequest, SwapResult),
     prepare: endpoint(subjectOf(namespace, 'trading', 'swap.prepare'), PrepareBody, PreparedSwap),
     positions: endpoint(subjectOf(namespace, 'trading', 'positions'), PositionsRequest, Positions),
+    /** the tokens known by symbol, with their decimals (the agent turns "1.5 WETH" into base units) */
+    tokens: endpoint(subjectOf(namespace, 'trading', 'tokens'), Type.Object({}, { additionalProperties: false }), TokenList),
   }
 }
 export type TradingChannels = ReturnType<typeof tradingChannels>

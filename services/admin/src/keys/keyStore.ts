@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { hashApiKey, type KeyEntry, type KeyPolicyReply, type SpendPolicy, type Tier } from '@ats/contracts'
 import { createError } from '@ats/service-kit'
+import { getAddress } from 'viem'
 import { Prisma, type ApiKey, type PrismaClient } from '../generated/prisma/client.ts'
 import { generateApiKey, visiblePrefix } from './apiKeys.ts'
 
@@ -32,6 +33,7 @@ const entryOf = (row: ApiKey): KeyEntry => ({
   prefix: row.prefix,
   createdAt: row.createdAt.getTime(),
   policy: policyOf(row),
+  wallet: row.wallet ? getAddress(row.wallet) : null,
 })
 
 const newKeyId = () => `key_${randomBytes(12).toString('base64url')}`
@@ -39,11 +41,19 @@ const newKeyId = () => `key_${randomBytes(12).toString('base64url')}`
 /** The API-key repository: raw keys exist only in create's answer; rows hold the SHA-256. */
 export function createKeyStore(db: PrismaClient) {
   return {
-    async create(tier: Tier, label: string, policy?: SpendPolicy): Promise<CreatedKey> {
+    async create(tier: Tier, label: string, policy?: SpendPolicy, wallet?: string): Promise<CreatedKey> {
       if (tier === 'readonly' && policy) throw new PolicyOnReadonlyKey()
       const key = generateApiKey()
       const row = await db.apiKey.create({
-        data: { id: newKeyId(), tier, label, prefix: visiblePrefix(key), hash: hashApiKey(key), spendPolicy: policyColumn(policy) },
+        data: {
+          id: newKeyId(),
+          tier,
+          label,
+          prefix: visiblePrefix(key),
+          hash: hashApiKey(key),
+          spendPolicy: policyColumn(policy),
+          wallet: wallet?.toLowerCase() ?? null,
+        },
       })
       return { ...entryOf(row), key }
     },
@@ -77,9 +87,9 @@ export function createKeyStore(db: PrismaClient) {
       return row && !row.revokedAt ? { id: row.id, tier: row.tier, policy: policyOf(row) } : null
     },
 
-    async findActiveByHash(hash: string): Promise<{ id: string; tier: Tier } | null> {
-      const row = await db.apiKey.findUnique({ where: { hash }, select: { id: true, tier: true, revokedAt: true } })
-      return row && !row.revokedAt ? { id: row.id, tier: row.tier } : null
+    async findActiveByHash(hash: string): Promise<{ id: string; tier: Tier; wallet: string | null } | null> {
+      const row = await db.apiKey.findUnique({ where: { hash }, select: { id: true, tier: true, revokedAt: true, wallet: true } })
+      return row && !row.revokedAt ? { id: row.id, tier: row.tier, wallet: row.wallet ? getAddress(row.wallet) : null } : null
     },
 
     /**

@@ -10,9 +10,9 @@ export async function keyRoutes(app: FastifyInstance, { keys, nc, keyRevoked }: 
   api.route({
     ...adminRoutes.createKey,
     handler: async (request, reply) => {
-      const { tier, label, policy } = request.body
-      const created = await keys.create(tier, label, policy)
-      request.log.info({ keyId: created.id, tier, policy, by: request.identity.keyId }, 'api key created')
+      const { tier, label, policy, wallet } = request.body
+      const created = await keys.create(tier, label, policy, wallet)
+      request.log.info({ keyId: created.id, tier, policy, wallet, by: request.identity.keyId }, 'api key created')
       return reply.code(201).send(created)
     },
   })

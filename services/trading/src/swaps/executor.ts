@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto'
 import { erc20Abi } from '@ats/chain'
 import type { Execution as ExecutionView, SpendPolicy, SwapBody, SwapResult } from '@ats/contracts'
-import { fingerprintOf, type IdempotencyStore, type Logger } from '@ats/service-kit'
+import { Forbidden, fingerprintOf, type IdempotencyStore, type Logger } from '@ats/service-kit'
 import { getAddress, parseEventLogs, type Address, type Hex, type TransactionReceipt } from 'viem'
 import type { ChainTx } from '../chainTx.ts'
 import { WouldRevert } from '../chainTx.ts'
 import type { Execution, PrismaClient } from '../generated/prisma/client.ts'
-import { checkSpend, limitsOfKey, type SpendLimits } from './policy.ts'
+import { checkSpend, limitsOfKey, limitsOfPayer, type SpendLimits } from './policy.ts'
 import type { Quoter, RoutedQuote } from './quotes.ts'
 import { routeOf } from './quotes.ts'
 import { usdValueOf } from './usd.ts'
@@ -28,6 +28,8 @@ export interface ExecutorOptions {
   idempotency: IdempotencyStore
   /** the key's spend policy (null: none), asked of admin */
   keyPolicy(keyId: string): Promise<SpendPolicy | null>
+  /** the policy of a payer on the agent's allowlist (null: not on it), asked of admin */
+  payerPolicy(address: string): Promise<SpendPolicy | null>
   /** the wallet-wide limits (settings), when any is set */
   walletLimits: SpendLimits | undefined
   deadlineSeconds: number
@@ -102,25 +104,41 @@ export function createExecutor(options: ExecutorOptions) {
   const { db, quoter, tx, idempotency, log } = options
   const now = options.now ?? Date.now
 
-  async function limitsFor(caller: Caller): Promise<SpendLimits[]> {
+  /**
+   * Nothing spends the server wallet outside an explicit policy: a swap is made for an API key
+   * (its policy, if any) or for a payer on the agent's allowlist (its policy), never for
+   * anyone else; the wallet-wide limits apply on top.
+   */
+  async function limitsFor(caller: Caller): Promise<{ limits: SpendLimits[]; payer?: string }> {
     const limits: SpendLimits[] = options.walletLimits ? [options.walletLimits] : []
     if (caller.keyId) {
       const policy = await options.keyPolicy(caller.keyId)
       if (policy) limits.push(limitsOfKey(caller.keyId, policy))
+      return { limits }
     }
-    return limits
+    if (!caller.ownerId || !/^0x[0-9a-fA-F]{40}$/.test(caller.ownerId)) {
+      throw new Forbidden('a swap from the server wallet needs an API key or an allowlisted payer')
+    }
+    const payer = caller.ownerId.toLowerCase()
+    const policy = await options.payerPolicy(caller.ownerId)
+    if (!policy) {
+      throw new Forbidden(`payer ${caller.ownerId} may not swap from the server wallet: an admin allowlists payers with PUT /admin/agent-payers/:address`)
+    }
+    limits.push(limitsOfPayer(caller.ownerId, policy))
+    return { limits, payer }
   }
 
   /** Checks the limits and records the pending execution in one transaction, under a lock, so concurrent swaps count each other. */
   async function reserve(q: RoutedQuote, minOut: bigint, request: SwapRequest, caller: Caller, idem: { scope: string; key: string } | undefined) {
-    const limits = await limitsFor(caller)
+    const { limits, payer } = await limitsFor(caller)
     const usdValue = await usdValueOf(q, quoter)
     return db.$transaction(async (t) => {
       if (limits.length > 0) {
         await t.$queryRawUnsafe(`SELECT pg_advisory_xact_lock(hashtext('ats:trading:spend'))::text`)
         const since = startOfUtcDay(now())
         for (const limit of limits) {
-          const where = { createdAt: { gte: since }, status: { in: [...counted] }, ...(limit === options.walletLimits ? {} : { keyId: caller.keyId ?? null }) }
+          const owner = payer ? { keyId: null, ownerId: payer } : { keyId: caller.keyId ?? null }
+          const where = { createdAt: { gte: since }, status: { in: [...counted] }, ...(limit === options.walletLimits ? {} : owner) }
           const spent = await t.execution.aggregate({ _sum: { usdValue: true }, where })
           checkSpend(limit, { tokenIn: q.tokenIn, tokenOut: q.tokenOut, usdValue }, spent._sum.usdValue ?? 0)
         }
@@ -129,7 +147,7 @@ export function createExecutor(options: ExecutorOptions) {
         data: {
           id: newId(),
           keyId: caller.keyId ?? null,
-          ownerId: caller.ownerId ?? null,
+          ownerId: payer ?? caller.ownerId ?? null,
           jobId: caller.jobId ?? null,
           automationRunId: caller.automationRunId ?? null,
           idempotencyScope: idem?.scope ?? null,

@@ -13,6 +13,7 @@ export interface SpendLimits {
 }
 
 export const limitsOfKey = (keyId: string, policy: SpendPolicy): SpendLimits => ({ owner: `key ${keyId}`, ...policy })
+export const limitsOfPayer = (address: string, policy: SpendPolicy): SpendLimits => ({ owner: `payer ${address}`, ...policy })
 
 export const hasUsdLimit = (limits: SpendLimits) => limits.maxUsdPerSwap !== undefined || limits.maxUsdPerDay !== undefined
 

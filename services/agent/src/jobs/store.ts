@@ -1,0 +1,219 @@
+// The agent's jobs, threads, messages, job events and job steps in Postgres (schema "agent").
+import { randomBytes } from 'node:crypto'
+import type { Job as JobView, JobEvent, JobResult, Message as MessageView, Thread as ThreadView } from '@ats/contracts'
+import { NotFound } from '@ats/service-kit'
+import type { Job, Message, Prisma, PrismaClient } from '../generated/prisma/client.ts'
+
+const newId = (prefix: string) => `${prefix}_${randomBytes(12).toString('base64url')}`
+type Tx = Prisma.TransactionClient
+
+/** Who a job belongs to: a payer (their lower-case address) or, for /v1, an API key. */
+export interface Owner {
+  ownerId: string
+  keyId?: string | undefined
+  /** the wallet "my" refers to (the payer, or the key's bound wallet) */
+  wallet?: string | undefined
+}
+
+const finished = new Set(['complete', 'failed', 'cancelled'])
+export const isFinished = (status: string) => finished.has(status)
+
+export function jobView(job: Job, full = isFinished(job.status)): JobView {
+  const short = { id: job.id, status: job.status, createdAt: job.createdAt.getTime() }
+  if (!full) return short
+  return {
+    ...short,
+    threadId: job.threadId,
+    prompt: job.prompt,
+    updatedAt: job.updatedAt.getTime(),
+    ...(job.status === 'complete' && job.result ? { result: job.result as unknown as JobResult } : {}),
+    ...(job.status === 'failed' && job.error ? { error: job.error } : {}),
+  }
+}
+
+export function messageView(m: Message): MessageView {
+  const metadata = (m.metadata ?? {}) as { jobId?: string }
+  return {
+    id: m.id,
+    role: m.role,
+    content: m.content,
+    createdAt: m.createdAt.getTime(),
+    ...(m.role === 'assistant' ? { toolCalls: m.toolCalls as string[] } : {}),
+    metadata: metadata.jobId ? { jobId: metadata.jobId } : {},
+  }
+}
+
+/** Appends one event to a job's stream; the row lock on the job numbers events in commit order. */
+async function appendEvent(t: Tx, jobId: string, type: JobEvent['type'], data: JobEvent['data']): Promise<JobEvent> {
+  const [row0] = await t.$queryRaw<Array<{ event_seq: number }>>`
+    UPDATE jobs SET event_seq = event_seq + 1 WHERE id = ${jobId} RETURNING event_seq`
+  const seq = row0!.event_seq
+  const row = await t.jobEvent.create({ data: { jobId, seq, type, data: data as Prisma.InputJsonValue } })
+  return { jobId, seq, type, at: row.createdAt.getTime(), data }
+}
+
+export type ClaimOutcome = { claimed: Job; event: JobEvent } | { finished: true } | { busyForMs: number } | { missing: true }
+
+export function createJobStore(db: PrismaClient) {
+  return {
+    /** The thread (new, or the owner's), the user message and the pending job, in one transaction. */
+    async createPrompt(owner: Owner, input: { prompt: string; threadId?: string | undefined; context?: unknown }) {
+      return db.$transaction(async (t) => {
+        let threadId = input.threadId
+        if (threadId) {
+          const thread = await t.thread.findFirst({ where: { id: threadId, ownerId: owner.ownerId }, select: { id: true } })
+          if (!thread) throw new NotFound(`thread ${threadId}`)
+          await t.thread.update({ where: { id: threadId }, data: { updatedAt: new Date() } })
+        } else {
+          threadId = newId('thr')
+          await t.thread.create({ data: { id: threadId, ownerId: owner.ownerId } })
+        }
+        const jobId = newId('job')
+        await t.job.create({
+          data: {
+            id: jobId,
+            ownerId: owner.ownerId,
+            keyId: owner.keyId ?? null,
+            wallet: owner.wallet ?? null,
+            threadId,
+            prompt: input.prompt,
+            ...(input.context === undefined ? {} : { context: input.context as Prisma.InputJsonValue }),
+          },
+        })
+        await t.message.create({ data: { id: newId('msg'), threadId, role: 'user', content: input.prompt, metadata: { jobId } } })
+        const event = await appendEvent(t, jobId, 'status', { status: 'pending' })
+        return { jobId, threadId, event }
+      })
+    },
+
+    markEnqueued: (jobIds: string[]) => db.job.updateMany({ where: { id: { in: jobIds } }, data: { enqueuedAt: new Date() } }),
+
+    /** Pending jobs whose enqueue did not happen (NATS was down when they were made). */
+    notEnqueued: (olderThan: Date, limit: number) =>
+      db.job.findMany({ where: { status: 'pending', enqueuedAt: null, createdAt: { lt: olderThan } }, select: { id: true }, take: limit, orderBy: { createdAt: 'asc' } }),
+
+    getJob: (owner: Owner, id: string) => db.job.findFirst({ where: { id, ownerId: owner.ownerId } }),
+
+    /** pending or running -> cancelled; null when the job is not the owner's or already finished. */
+    async cancel(owner: Owner, id: string): Promise<JobEvent | null> {
+      return db.$transaction(async (t) => {
+        const rows = await t.$queryRaw<Array<{ id: string }>>`
+          UPDATE jobs SET status = 'cancelled', worker_id = NULL, lease_until = NULL, updated_at = now()
+          WHERE id = ${id} AND owner_id = ${owner.ownerId} AND status IN ('pending', 'running') RETURNING id`
+        if (rows.length === 0) return null
+        return appendEvent(t, id, 'status', { status: 'cancelled' })
+      })
+    },
+
+    async thread(owner: Owner, id: string): Promise<ThreadView | null> {
+      const thread = await db.thread.findFirst({
+        where: { id, ownerId: owner.ownerId },
+        include: { messages: { orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] } },
+      })
+      if (!thread) return null
+      return { id: thread.id, createdAt: thread.createdAt.getTime(), updatedAt: thread.updatedAt.getTime(), messages: thread.messages.map(messageView) }
+    },
+
+    /** A key's jobs: made with the key (/v1), and the paid jobs of the wallet bound to it. */
+    listForKey: (keyId: string, wallet: string | undefined, limit: number) =>
+      db.job.findMany({
+        where: { OR: [{ keyId }, ...(wallet ? [{ ownerId: wallet.toLowerCase(), keyId: null }] : [])] },
+        orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+        take: limit,
+      }),
+
+    /**
+     * Takes a job for a worker: pending, or running under a lease that expired (its worker died)
+     * or is this worker's own. A job another live worker holds answers how long its lease lasts.
+     */
+    async claim(jobId: string, workerId: string, leaseMs: number): Promise<ClaimOutcome> {
+      return db.$transaction(async (t) => {
+        const rows = await t.$queryRaw<Job[]>`
+          UPDATE jobs SET status = 'running', worker_id = ${workerId}, attempts = attempts + 1, updated_at = now(),
+            lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8)
+          WHERE id = ${jobId} AND (status = 'pending' OR (status = 'running' AND (lease_until < now() OR worker_id = ${workerId})))
+          RETURNING id`
+        if (rows.length === 0) {
+          const job = await t.job.findUnique({ where: { id: jobId }, select: { status: true, leaseUntil: true } })
+          if (!job) return { missing: true as const }
+          if (isFinished(job.status)) return { finished: true as const }
+          return { busyForMs: Math.max(100, (job.leaseUntil?.getTime() ?? Date.now()) - Date.now()) }
+        }
+        const event = await appendEvent(t, jobId, 'status', { status: 'running' })
+        const claimed = await t.job.findUniqueOrThrow({ where: { id: jobId } })
+        return { claimed, event }
+      })
+    },
+
+    /** Extends a running job's lease; false when the job is no longer this worker's (cancelled). */
+    async renew(jobId: string, workerId: string, leaseMs: number): Promise<boolean> {
+      const rows = await db.$queryRaw<Array<{ id: string }>>`
+        UPDATE jobs SET lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8)
+        WHERE id = ${jobId} AND worker_id = ${workerId} AND status = 'running' RETURNING id`
+      return rows.length > 0
+    },
+
+    /** The thread's messages before this job's prompt, oldest first: the runner's context. */
+    async history(threadId: string, jobId: string, limit: number) {
+      const messages = await db.message.findMany({ where: { threadId }, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }], take: limit + 20 })
+      const ordered = messages.reverse()
+      const own = ordered.findIndex((m) => (m.metadata as { jobId?: string } | null)?.jobId === jobId && m.role === 'user')
+      return (own === -1 ? ordered : ordered.slice(0, own)).slice(-limit).map((m) => ({ role: m.role, content: m.content }))
+    },
+
+    /** running -> complete, with the assistant's message; null when the job was cancelled meanwhile. */
+    async complete(job: Job, workerId: string, result: JobResult): Promise<JobEvent | null> {
+      return db.$transaction(async (t) => {
+        const rows = await t.$queryRaw<Array<{ id: string }>>`
+          UPDATE jobs SET status = 'complete', result = ${JSON.stringify(result)}::jsonb, worker_id = NULL, lease_until = NULL, updated_at = now()
+          WHERE id = ${job.id} AND status = 'running' AND worker_id = ${workerId} RETURNING id`
+        if (rows.length === 0) return null
+        await t.message.create({
+          data: { id: newId('msg'), threadId: job.threadId, role: 'assistant', content: result.text, toolCalls: result.toolCalls, metadata: { jobId: job.id } },
+        })
+        await t.thread.update({ where: { id: job.threadId }, data: { updatedAt: new Date() } })
+        return appendEvent(t, job.id, 'status', { status: 'complete', result })
+      })
+    },
+
+    /** -> failed with a message for the client; by its worker, or by anyone when `workerId` is null. */
+    async fail(jobId: string, workerId: string | null, error: string): Promise<JobEvent | null> {
+      return db.$transaction(async (t) => {
+        const rows = workerId
+          ? await t.$queryRaw<Array<{ id: string }>>`
+              UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now()
+              WHERE id = ${jobId} AND status = 'running' AND worker_id = ${workerId} RETURNING id`
+          : await t.$queryRaw<Array<{ id: string }>>`
+              UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now()
+              WHERE id = ${jobId} AND status IN ('pending', 'running') RETURNING id`
+        if (rows.length === 0) return null
+        return appendEvent(t, jobId, 'status', { status: 'failed', error })
+      })
+    },
+
+    /** Gives a running job back to the queue (its worker is stopping). */
+    release: (jobId: string, workerId: string) =>
+      db.$executeRaw`UPDATE jobs SET lease_until = now() WHERE id = ${jobId} AND worker_id = ${workerId} AND status = 'running'`,
+
+    appendStepEvent: (jobId: string, data: JobEvent['data']) => db.$transaction((t) => appendEvent(t, jobId, 'step', data)),
+
+    async eventsAfter(jobId: string, seq: number): Promise<JobEvent[]> {
+      const rows = await db.jobEvent.findMany({ where: { jobId, seq: { gt: seq } }, orderBy: { seq: 'asc' } })
+      return rows.map((r) => ({ jobId, seq: r.seq, type: r.type as JobEvent['type'], at: r.createdAt.getTime(), data: r.data as JobEvent['data'] }))
+    },
+
+    stepsOf: (jobId: string) => db.jobStep.findMany({ where: { jobId }, orderBy: { step: 'asc' } }),
+    startStep: (jobId: string, step: number, tool: string, input: unknown) =>
+      db.jobStep.upsert({
+        where: { jobId_step: { jobId, step } },
+        create: { jobId, step, tool, input: input as Prisma.InputJsonValue },
+        update: { tool, input: input as Prisma.InputJsonValue, output: undefined, error: null, startedAt: new Date(), finishedAt: null },
+      }),
+    finishStep: (jobId: string, step: number, outcome: { output: unknown } | { error: string }) =>
+      db.jobStep.update({
+        where: { jobId_step: { jobId, step } },
+        data: 'error' in outcome ? { error: outcome.error, finishedAt: new Date() } : { output: outcome.output as Prisma.InputJsonValue, error: null, finishedAt: new Date() },
+      }),
+  }
+}
+export type JobStore = ReturnType<typeof createJobStore>

@@ -1,0 +1,155 @@
+// The job workers: pull jobs from the work queue, claim them in the database, run the agent
+// runner with a signal that cancellation, the run-time limit and shutdown abort, and store
+// the outcome. Run inside the agent service (AGENT_ROLE=all) or as worker processes (worker).
+import { randomBytes } from 'node:crypto'
+import type { AgentChannels, JobResult } from '@ats/contracts'
+import { startWorkQueueConsumer, type Logger, type WorkOutcome } from '@ats/service-kit'
+import type { NatsConnection } from 'nats'
+import type { Job } from '../generated/prisma/client.ts'
+import { RunnerError, type Runner } from '../runner/runner.ts'
+import { createToolbox } from '../runner/toolbox.ts'
+import type { JobOwner, Tools } from '../runner/tools.ts'
+import type { JobEvents } from './events.ts'
+import type { JobStore } from './store.ts'
+
+export interface WorkerSettings {
+  concurrency: number
+  /** a job whose worker stops answering is redelivered after this */
+  ackWaitMs: number
+  /** runs a job gets before it fails */
+  maxAttempts: number
+  maxRunMs: number
+  historyMessages: number
+}
+
+export interface WorkerDeps {
+  nc: NatsConnection
+  channels: AgentChannels
+  store: JobStore
+  events: JobEvents
+  tools: Tools
+  runner: Runner
+  log: Logger
+  settings: WorkerSettings
+}
+
+/** Why a run was aborted; each ends the job differently. */
+class Cancelled extends Error {}
+class TimedOut extends Error {}
+class Stopping extends Error {}
+
+export const ownerOfJob = (job: Job): JobOwner =>
+  job.keyId ? { kind: 'key', keyId: job.keyId, wallet: job.wallet ?? undefined } : { kind: 'payer', address: job.ownerId }
+
+export async function startJobWorkers({ nc, channels, store, events, tools, runner, log, settings }: WorkerDeps) {
+  const workerId = `wrk_${randomBytes(8).toString('base64url')}`
+  const running = new Map<string, AbortController>()
+
+  // cancellations reach the job's worker at once; a missed broadcast is caught by the lease renewal
+  const cancels = nc.subscribe(channels.cancelled.subject, {
+    callback: (error, m) => {
+      if (error) return
+      try {
+        const { jobId } = channels.cancelled.message.decode(m.data)
+        running.get(jobId)?.abort(new Cancelled())
+      } catch {
+        // not ours to read
+      }
+    },
+  })
+
+  async function run(job: Job, signal: AbortSignal): Promise<JobResult> {
+    const owner = ownerOfJob(job)
+    const toolbox = await createToolbox({ tools, store, emit: events.emit, log, jobId: job.id, owner, signal })
+    const history = await store.history(job.threadId, job.id, settings.historyMessages)
+    const { text, modelTurns } = await runner.run({ jobId: job.id, prompt: job.prompt, history, context: job.context ?? undefined, owner }, toolbox, signal)
+    return { text, steps: toolbox.toolCalls.length + modelTurns, toolCalls: toolbox.toolCalls, transactions: toolbox.transactions }
+  }
+
+  async function handle(jobId: string, deliveries: number, shutdown: AbortSignal): Promise<WorkOutcome> {
+    const claim = await store.claim(jobId, workerId, settings.ackWaitMs)
+    if ('missing' in claim || 'finished' in claim) return 'done'
+    if ('busyForMs' in claim) return { retryInMs: claim.busyForMs }
+    events.emit(claim.event)
+    const job = claim.claimed
+    const controller = new AbortController()
+    running.set(jobId, controller)
+    const stop = () => controller.abort(new Stopping())
+    shutdown.addEventListener('abort', stop, { once: true })
+    const timer = setTimeout(() => controller.abort(new TimedOut()), settings.maxRunMs)
+    const renewal = setInterval(async () => {
+      try {
+        if (!(await store.renew(jobId, workerId, settings.ackWaitMs))) controller.abort(new Cancelled())
+      } catch (error) {
+        log.warn({ err: error, jobId }, 'job lease not renewed')
+      }
+    }, Math.max(100, Math.floor(settings.ackWaitMs / 3)))
+    const started = Date.now()
+    log.info({ jobId, deliveries, runner: runner.name }, 'job running')
+    try {
+      const result = await run(job, controller.signal)
+      const event = await store.complete(job, workerId, result)
+      if (event) events.emit(event)
+      log.info({ jobId, ms: Date.now() - started, steps: result.steps, toolCalls: result.toolCalls, cancelled: !event }, 'job finished')
+      return 'done'
+    } catch (error) {
+      const reason = controller.signal.aborted ? controller.signal.reason : error
+      if (reason instanceof Cancelled) {
+        log.info({ jobId, ms: Date.now() - started }, 'job cancelled while running')
+        return 'done'
+      }
+      if (reason instanceof Stopping) {
+        await store.release(jobId, workerId)
+        log.info({ jobId }, 'worker stopping: job handed back to the queue')
+        return { retryInMs: 0 }
+      }
+      const message =
+        reason instanceof TimedOut
+          ? `the job ran longer than its limit of ${Math.round(settings.maxRunMs / 1000)} s and was stopped`
+          : reason instanceof RunnerError
+            ? reason.message
+            : undefined
+      if (message === undefined) {
+        // our own fault (a database or NATS error): another run may succeed
+        await store.release(jobId, workerId).catch(() => undefined)
+        throw error
+      }
+      const event = await store.fail(jobId, workerId, message)
+      if (event) events.emit(event)
+      log.warn({ jobId, ms: Date.now() - started, error: message }, 'job failed')
+      return 'done'
+    } finally {
+      clearTimeout(timer)
+      clearInterval(renewal)
+      shutdown.removeEventListener('abort', stop)
+      running.delete(jobId)
+    }
+  }
+
+  const consumer = await startWorkQueueConsumer({
+    nc,
+    log,
+    stream: channels.jobsStream,
+    durable: channels.workers,
+    topic: channels.jobs,
+    concurrency: settings.concurrency,
+    ackWaitMs: settings.ackWaitMs,
+    maxDeliveries: settings.maxAttempts,
+    handle: ({ message, deliveries, shutdown }) => handle(message.jobId, deliveries, shutdown),
+    exhausted: async ({ jobId }, deliveries) => {
+      const message = `the job could not be completed: it was started ${deliveries - 1} times and its worker stopped or failed each time`
+      const event = await store.fail(jobId, null, message)
+      if (event) events.emit(event)
+      log.error({ jobId, deliveries }, 'job failed: out of attempts')
+    },
+  })
+  log.info({ workerId, concurrency: settings.concurrency, runner: runner.name }, 'job workers started')
+
+  return {
+    workerId,
+    async stop() {
+      await consumer.stop()
+      cancels.unsubscribe()
+    },
+  }
+}

@@ -1,0 +1,68 @@
+// Runs a job's tool calls: numbers them, records each in job_steps with start/finish events,
+// and reuses what an earlier run of the same job already finished (a worker that died).
+import { isDeepStrictEqual } from 'node:util'
+import type { JobEvent, JobTransaction } from '@ats/contracts'
+import type { Logger } from '@ats/service-kit'
+import type { JobStore } from '../jobs/store.ts'
+import { ToolError, checkArguments, type JobOwner, type ToolOutput, type Tools } from './tools.ts'
+
+export type ToolCallOutcome = { ok: true; output: unknown } | { ok: false; error: string }
+
+export interface ToolboxOptions {
+  tools: Tools
+  store: JobStore
+  emit(event: JobEvent): void
+  log: Logger
+  jobId: string
+  owner: JobOwner
+  signal: AbortSignal
+}
+
+export async function createToolbox({ tools, store, emit, log, jobId, owner, signal }: ToolboxOptions) {
+  const earlier = new Map((await store.stepsOf(jobId)).map((s) => [s.step, s]))
+  let step = 0
+  const toolCalls: string[] = []
+  const transactions: JobTransaction[] = []
+
+  const event = async (data: JobEvent['data']) => emit(await store.appendStepEvent(jobId, data))
+
+  async function call(name: string, args: unknown): Promise<ToolCallOutcome> {
+    signal.throwIfAborted()
+    step += 1
+    const n = step
+    toolCalls.push(name)
+    const tool = tools.byName.get(name)
+    const input = args ?? {}
+    const before = earlier.get(n)
+    if (before?.finishedAt && before.tool === name && isDeepStrictEqual(before.input, input)) {
+      log.info({ jobId, step: n, tool: name }, 'step finished by an earlier run; reusing its outcome')
+      if (before.error !== null) return { ok: false, error: before.error }
+      const done = before.output as unknown as ToolOutput
+      transactions.push(...(done.transactions ?? []))
+      return { ok: true, output: done.output }
+    }
+    await store.startStep(jobId, n, name, input)
+    await event({ step: n, tool: name, phase: 'started', input })
+    try {
+      if (!tool) throw new ToolError(`there is no tool named ${name}; tools: ${tools.all.map((t) => t.name).join(', ')}`)
+      checkArguments(tool, input)
+      const done = await tool.run(input as never, { jobId, step: n, owner, signal })
+      await store.finishStep(jobId, n, { output: done })
+      await event({ step: n, tool: name, phase: 'finished' })
+      transactions.push(...(done.transactions ?? []))
+      return { ok: true, output: done.output }
+    } catch (error) {
+      if (signal.aborted) throw error
+      if (!(error instanceof ToolError)) {
+        log.error({ err: error, jobId, step: n, tool: name }, 'tool failed')
+        throw error
+      }
+      await store.finishStep(jobId, n, { error: error.message })
+      await event({ step: n, tool: name, phase: 'failed', error: error.message })
+      return { ok: false, error: error.message }
+    }
+  }
+
+  return { call, toolCalls, transactions, definitions: tools.all }
+}
+export type Toolbox = Awaited<ReturnType<typeof createToolbox>>

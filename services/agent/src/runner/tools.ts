@@ -1,0 +1,335 @@
+// The agent's tools: each declared once (name, description, JSON Schema of its arguments) and
+// run over NATS against the service that owns the data. The LLM runner offers them as
+// function tools; the offline planner calls them by name.
+import type { Endpoint, JobTransaction, NatsChannels, PreparedSwap, SwapResult } from '@ats/contracts'
+import { ServiceCallError, callEndpoint, cachedLoader, type CallContext } from '@ats/service-kit'
+import type { NatsConnection } from 'nats'
+import { Type, type Static, type TSchema } from 'typebox'
+import { Compile } from 'typebox/compile'
+import { formatUnits, getAddress, parseUnits } from 'viem'
+
+/** Whose job it is: a payer (x402) or an API key (/v1), with the wallet "my" means. */
+export type JobOwner = { kind: 'payer'; address: string } | { kind: 'key'; keyId: string; wallet?: string | undefined }
+
+/** The wallet "my NFTs", "my positions" and automations refer to, when there is one. */
+export const ownerWallet = (owner: JobOwner) => (owner.kind === 'payer' ? owner.address : owner.wallet)
+
+export interface ToolRun {
+  jobId: string
+  /** the step number of this call, from 1: part of the idempotency key of anything it sends */
+  step: number
+  owner: JobOwner
+  signal: AbortSignal
+}
+
+export interface ToolOutput {
+  output: unknown
+  transactions?: JobTransaction[]
+}
+
+export interface Tool<S extends TSchema = TSchema> {
+  name: string
+  description: string
+  parameters: S
+  run(args: Static<S>, run: ToolRun): Promise<ToolOutput>
+}
+
+/** A tool's failure that its caller should read (a bad argument, a refusal, a service down). */
+export class ToolError extends Error {
+  override name = 'ToolError'
+}
+
+export interface ToolDeps {
+  nc: NatsConnection
+  channels: NatsChannels
+  /** how long a tool waits for a service (a swap waits for its receipt: swapTimeoutMs) */
+  timeoutMs: number
+  swapTimeoutMs: number
+}
+
+const tool = <S extends TSchema>(definition: Tool<S>): Tool<S> => definition
+
+const aborted = (signal: AbortSignal) =>
+  new Promise<never>((_, reject) => {
+    const fail = () => reject(signal.reason ?? new Error('aborted'))
+    if (signal.aborted) fail()
+    else signal.addEventListener('abort', fail, { once: true })
+  })
+
+const serviceNames: Record<string, string> = { market: 'market-data', trading: 'trading', automation: 'automation', admin: 'admin' }
+
+export function createTools({ nc, channels, timeoutMs, swapTimeoutMs }: ToolDeps) {
+  /** One NATS call, given up on when the job is aborted; a service's error becomes a ToolError. */
+  async function call<Req, Rep>(endpoint: Endpoint<Req, Rep>, request: Req, run: ToolRun, options: { timeoutMs?: number } = {}): Promise<Rep> {
+    const identity: CallContext['identity'] = run.owner.kind === 'payer' ? { ownerId: run.owner.address } : { ownerId: run.owner.keyId, keyId: run.owner.keyId }
+    try {
+      return await Promise.race([
+        callEndpoint(nc, endpoint, request, { identity, requestId: `${run.jobId}:${run.step}`, timeoutMs: options.timeoutMs ?? timeoutMs }),
+        aborted(run.signal),
+      ])
+    } catch (error) {
+      if (run.signal.aborted) throw error
+      if (error instanceof ServiceCallError) {
+        const service = serviceNames[endpoint.subject.split('.')[1] ?? ''] ?? 'a service'
+        if (error.statusCode === 503 && /no responders|unavailable/i.test(error.message)) {
+          throw new ToolError(`the ${service} service is not available${service === 'automation' ? ' in this deployment yet' : ' right now'}`)
+        }
+        throw new ToolError(error.message)
+      }
+      throw error
+    }
+  }
+
+  const tokens = cachedLoader({
+    max: 1,
+    ttlMs: 600_000,
+    load: async () => {
+      const list = await callEndpoint(nc, channels.trading.tokens, {}, { timeoutMs })
+      return list.tokens
+    },
+  })
+  async function tokenOf(symbolOrAddress: string) {
+    const wanted = symbolOrAddress.toLowerCase()
+    const list = await tokens.get('all').catch((error: Error) => {
+      throw new ToolError(`the token list is not available (${error.message})`)
+    })
+    const alias: Record<string, string> = { eth: 'weth', btc: 'wbtc' }
+    const found = list.find((t) => t.symbol.toLowerCase() === wanted || t.address.toLowerCase() === wanted) ?? list.find((t) => t.symbol.toLowerCase() === alias[wanted])
+    if (!found) throw new ToolError(`unknown token ${symbolOrAddress}; known: ${list.map((t) => t.symbol).join(', ')}`)
+    return found
+  }
+  /** "1.5" of a token in its base units. */
+  async function baseUnits(symbol: string, amount: string) {
+    const token = await tokenOf(symbol)
+    if (!/^\d+(\.\d+)?$/.test(amount)) throw new ToolError(`amount ${JSON.stringify(amount)} is not a positive decimal number`)
+    const [, fraction = ''] = amount.split('.')
+    if (fraction.length > token.decimals) throw new ToolError(`${token.symbol} has ${token.decimals} decimals; ${amount} has more`)
+    const units = parseUnits(amount, token.decimals)
+    if (units === 0n) throw new ToolError('the amount must be greater than 0')
+    return { token, units }
+  }
+  const human = async (symbol: string, units: string) => formatUnits(BigInt(units), (await tokenOf(symbol)).decimals)
+
+  function walletOf(run: ToolRun, given: string | undefined, what: string) {
+    const wallet = given ?? ownerWallet(run.owner)
+    if (!wallet) throw new ToolError(`${what} needs a wallet address: name one, or bind a wallet to this API key`)
+    return getAddress(wallet)
+  }
+
+  const TokenArg = (description: string) => Type.String({ minLength: 1, maxLength: 64, description })
+  const Amount = Type.String({ pattern: '^[0-9]+(\\.[0-9]+)?$', description: 'in whole tokens, e.g. "1.5" (not base units)' })
+  const Dex = Type.Optional(Type.Union([Type.Literal('uniswap'), Type.Literal('camelot')], { description: 'uniswap (default) or camelot' }))
+  const AddressArg = (description: string) => Type.Optional(Type.String({ pattern: '^0x[0-9a-fA-F]{40}$', description }))
+
+  const getPrices = tool({
+    name: 'get_prices',
+    description: 'USD price and 24h change of ETH, BTC, USDC, USDT, ARB, GMX and LINK',
+    parameters: Type.Object({ symbols: Type.Optional(Type.Array(TokenArg('a symbol'), { maxItems: 7, description: 'which ones; all when absent' })) }),
+    async run({ symbols }, run) {
+      const { prices, updatedAt } = await call(channels.market.prices, {}, run)
+      const alias: Record<string, string> = { WETH: 'ETH', WBTC: 'BTC' }
+      const wanted = (symbols ?? Object.keys(prices)).map((s) => alias[s.toUpperCase()] ?? s.toUpperCase())
+      const found = Object.fromEntries(wanted.filter((s) => prices[s]).map((s) => [s, prices[s]!]))
+      return { output: { prices: found, unknown: wanted.filter((s) => !prices[s]), updatedAt } }
+    },
+  })
+
+  const getTrending = tool({
+    name: 'get_trending_pools',
+    description: 'Up to 10 trending pools on the chain, by 24h volume',
+    parameters: Type.Object({}),
+    async run(_args, run) {
+      const { trending } = await call(channels.market.trending, {}, run)
+      return { output: { trending } }
+    },
+  })
+
+  const SwapArgs = Type.Object({
+    tokenIn: TokenArg('the token sold: a symbol or address'),
+    tokenOut: TokenArg('the token bought'),
+    amount: Amount,
+    dex: Dex,
+  })
+
+  const quoteSwap = tool({
+    name: 'quote_swap',
+    description: 'Quote selling an amount of one token for another on Uniswap or Camelot (nothing is sent)',
+    parameters: SwapArgs,
+    async run({ tokenIn, tokenOut, amount, dex }, run) {
+      const { token, units } = await baseUnits(tokenIn, amount)
+      const quote = await call(channels.trading.quote, { tokenIn: token.address, tokenOut, amountIn: units.toString(), ...(dex ? { dex } : {}) }, run)
+      return { output: { ...quote, amountInFormatted: amount, amountOutFormatted: await human(quote.tokenOut, quote.amountOut) } }
+    },
+  })
+
+  /** What a swap sent, as a job transaction. */
+  const sent = (run: ToolRun, r: SwapResult): JobTransaction => ({
+    step: run.step,
+    tool: 'swap',
+    status: 'sent',
+    kind: 'swap',
+    hash: r.hash,
+    success: r.success,
+    tokenIn: r.tokenIn,
+    tokenOut: r.tokenOut,
+    amountIn: r.amountIn,
+    amountOut: r.amountOut,
+    amountOutMinimum: r.amountOutMinimum,
+  })
+  const prepared = (run: ToolRun, p: PreparedSwap): JobTransaction[] =>
+    p.transactions.map((transaction) => ({
+      step: run.step,
+      tool: 'swap',
+      status: 'prepared',
+      kind: transaction.kind,
+      transaction,
+      tokenIn: p.tokenIn,
+      tokenOut: p.tokenOut,
+      amountIn: p.amountIn,
+      amountOut: p.expectedAmountOut,
+      amountOutMinimum: p.amountOutMinimum,
+    }))
+
+  const swap = tool({
+    name: 'swap',
+    description:
+      "Swap an amount of one token for another. For a payer an admin has allowlisted, it executes from the server wallet within the payer's spend policy; for everyone else it prepares the transactions (approval, swap) for the payer's own wallet to sign",
+    parameters: Type.Object({ ...SwapArgs.properties, slippageBps: Type.Optional(Type.Integer({ minimum: 0, maximum: 5000, description: 'default 50 (0.5%)' })) }),
+    async run({ tokenIn, tokenOut, amount, dex, slippageBps }, run) {
+      const { token, units } = await baseUnits(tokenIn, amount)
+      const body = { tokenIn: token.address, tokenOut, amountIn: units.toString(), ...(dex ? { dex } : {}), slippageBps: slippageBps ?? 50 }
+      let execute = run.owner.kind === 'key'
+      if (run.owner.kind === 'payer') {
+        const { payer } = await call(channels.admin.agentPayer, { address: getAddress(run.owner.address) }, run)
+        execute = payer !== null
+      }
+      if (execute) {
+        const idempotencyKey = `job:${run.jobId}:step:${run.step}`
+        const result = await call(channels.trading.execute, { ...body, idempotencyKey, jobId: run.jobId }, run, { timeoutMs: swapTimeoutMs })
+        return { output: { mode: 'executed', ...result, amountOutFormatted: await human(result.tokenOut, result.amountOut) }, transactions: [sent(run, result)] }
+      }
+      const from = walletOf(run, undefined, 'preparing a swap')
+      const p = await call(channels.trading.prepare, { ...body, from }, run)
+      return {
+        output: { mode: 'prepared', ...p, expectedAmountOutFormatted: await human(p.tokenOut, p.expectedAmountOut) },
+        transactions: prepared(run, p),
+      }
+    },
+  })
+
+  const getPositions = tool({
+    name: 'get_positions',
+    description: "Lending (Aave) and perpetual (GMX) positions of a wallet: the caller's own by default",
+    parameters: Type.Object({ address: AddressArg('whose; the caller by default') }),
+    async run({ address }, run) {
+      const wallet = address ?? ownerWallet(run.owner)
+      return { output: await call(channels.trading.positions, wallet ? { address: getAddress(wallet) } : {}, run) }
+    },
+  })
+
+  const listNfts = tool({
+    name: 'list_nfts',
+    description: 'The NFTs a wallet owns (spam hidden unless asked): the caller by default',
+    parameters: Type.Object({ address: AddressArg('the owner; the caller by default'), includeHidden: Type.Optional(Type.Boolean()) }),
+    async run({ address, includeHidden }, run) {
+      const owner = walletOf(run, address, 'listing NFTs')
+      const { nfts } = await call(channels.market.nfts, { address: owner, ...(includeHidden === undefined ? {} : { includeHidden }) }, run)
+      return { output: { address: owner, nfts } }
+    },
+  })
+
+  const findPredictions = tool({
+    name: 'find_predictions',
+    description: 'Prediction markets: those matching a topic, or the top ones by volume when no topic is given',
+    parameters: Type.Object({
+      query: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'the topic, e.g. "bitcoin"' })),
+      limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 20 })),
+    }),
+    async run({ query, limit = 5 }, run) {
+      const { markets } = query ? await call(channels.market.searchPredictions, { q: query, limit }, run) : await call(channels.market.topPredictions, { limit }, run)
+      return { output: { query: query ?? null, markets } }
+    },
+  })
+
+  const bridgeQuote = tool({
+    name: 'bridge_quote',
+    description: 'Quote bridging an amount of a token from this chain to another chain (nothing is sent)',
+    parameters: Type.Object({
+      token: TokenArg('the token to bridge, e.g. USDC'),
+      amount: Amount,
+      toChain: Type.String({ minLength: 1, maxLength: 40, description: 'the destination chain: a name (Base, Ethereum, Optimism …) or a chain id' }),
+      toToken: Type.Optional(TokenArg('the token received; the same symbol by default')),
+      userAddress: AddressArg('who sends and receives; the caller by default'),
+    }),
+    async run({ token, amount, toChain, toToken, userAddress }, run) {
+      const { chains } = await call(channels.market.bridgeChains, {}, run)
+      const wanted = toChain.trim().toLowerCase()
+      const chain = chains.find((c) => String(c.id) === wanted || c.name.toLowerCase() === wanted || c.key === wanted || c.name.toLowerCase().startsWith(wanted))
+      if (!chain) throw new ToolError(`unknown chain ${toChain}; bridges reach ${chains.map((c) => c.name).join(', ')}`)
+      const { token: from, units } = await baseUnits(token, amount)
+      const user = walletOf(run, userAddress, 'a bridge quote')
+      const quote = await call(
+        channels.market.bridgeQuote,
+        { toChainId: chain.id, fromToken: from.address, toToken: toToken ?? token, amount: units.toString(), userAddress: user },
+        run,
+      )
+      return { output: { toChain: chain.name, amountFormatted: amount, ...quote } }
+    },
+  })
+
+  const createAutomation = tool({
+    name: 'create_automation',
+    description: 'Create a recurring buy: spend an amount of one token on another at every interval',
+    parameters: Type.Object({
+      tokenIn: TokenArg('the token spent, e.g. USDC'),
+      tokenOut: TokenArg('the token bought'),
+      amount: Amount,
+      interval: Type.String({ minLength: 1, maxLength: 64, description: 'e.g. 1h, 1d, 1w, or a cron expression' }),
+      name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+    }),
+    async run({ tokenIn, tokenOut, amount, interval, name }, run) {
+      const { token, units } = await baseUnits(tokenIn, amount)
+      const out = await tokenOf(tokenOut)
+      const walletAddress = walletOf(run, undefined, 'an automation')
+      const config = { tokenIn: token.symbol, tokenOut: out.symbol, amount: units.toString(), interval }
+      const created = await call(channels.automation.create, { walletAddress, type: 'recurring-buy', name: name ?? `Buy ${out.symbol} with ${amount} ${token.symbol} every ${interval}`, config }, run)
+      return { output: created }
+    },
+  })
+
+  const listAutomations = tool({
+    name: 'list_automations',
+    description: "The caller's automations",
+    parameters: Type.Object({}),
+    async run(_args, run) {
+      const wallet = ownerWallet(run.owner)
+      return { output: await call(channels.automation.list, wallet ? { wallet: getAddress(wallet) } : {}, run) }
+    },
+  })
+
+  const setAutomationStatus = tool({
+    name: 'set_automation_status',
+    description: 'Pause (paused) or resume (active) an automation of the caller',
+    parameters: Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }), status: Type.Union([Type.Literal('active'), Type.Literal('paused')]) }),
+    async run({ id, status }, run) {
+      return { output: await call(channels.automation.setStatus, { id, status }, run) }
+    },
+  })
+
+  const all: Tool[] = [getPrices, getTrending, quoteSwap, swap, getPositions, listNfts, findPredictions, bridgeQuote, createAutomation, listAutomations, setAutomationStatus] as Tool[]
+  return { all, byName: new Map(all.map((t) => [t.name, t])), tokenOf, human }
+}
+export type Tools = ReturnType<typeof createTools>
+
+const checkers = new WeakMap<TSchema, ReturnType<typeof Compile>>()
+/** Checks a tool's arguments (an LLM's are not to be trusted); the first problem is named. */
+export function checkArguments(t: Tool, args: unknown): void {
+  let checker = checkers.get(t.parameters)
+  if (!checker) {
+    checker = Compile(t.parameters)
+    checkers.set(t.parameters, checker)
+  }
+  if (checker.Check(args)) return
+  const [first] = checker.Errors(args)
+  throw new ToolError(`invalid arguments for ${t.name}: ${first ? `${first.instancePath || 'the arguments'} ${first.message}` : 'not valid'}`)
+}

@@ -1,0 +1,82 @@
+import { adminService } from '@ats/admin/service'
+import { identityHeaders } from '@ats/contracts'
+import { startTestDevnet } from '@ats/devnet'
+import { marketDataService } from '@ats/market-data/service'
+import { startUpstreams } from '@ats/market-data/testing'
+import { baseTestEnv, startService, testInfra, testInternalToken } from '@ats/service-kit/testing'
+import { tradingService } from '@ats/trading/service'
+import type { Test } from 'tap'
+import { agentService } from '../src/service.ts'
+
+export { eventually } from '@ats/service-kit/testing'
+export const adminKey = 'atsk_agentTestBootstrapKey-000000000'
+
+/** What the gateway adds to a paid request of `payer`. */
+export const payerHeaders = (payer: string) => ({ [identityHeaders.internalToken]: testInternalToken, [identityHeaders.ownerId]: payer })
+/** What the gateway adds to a request of an API key. */
+export const keyHeaders = (keyId: string, tier = 'readonly', wallet?: string) => ({
+  [identityHeaders.internalToken]: testInternalToken,
+  [identityHeaders.ownerId]: keyId,
+  [identityHeaders.keyId]: keyId,
+  [identityHeaders.tier]: tier,
+  ...(wallet ? { 'x-ats-key-wallet': wallet } : {}),
+})
+
+export interface StackOptions {
+  agentEnv?: NodeJS.ProcessEnv
+  marketEnv?: NodeJS.ProcessEnv
+  /** start no agent (a test starts its own, e.g. as a child process) */
+  noAgent?: boolean
+}
+
+/**
+ * The agent with what its tools call: admin, trading (server wallet: devnet account 0) and
+ * market-data on a devnet, one database and NATS namespace, plus the fake public APIs
+ * market-data can be pointed at (only the internet is replaced). `call` speaks as the gateway.
+ */
+export async function startStack(t: Test, options: StackOptions = {}) {
+  const { devnet, chainEnv, publicClient } = await startTestDevnet(t)
+  const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ...chainEnv }
+  const upstreams = await startUpstreams(t)
+  const admin = await startService(t, adminService, { ...env, ADMIN_API_KEY: adminKey, SETTLEMENT_ENABLED: 'false' })
+  await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey })
+  await startService(t, marketDataService, {
+    ...env,
+    REDIS_URL: (await testInfra()).redisUrl,
+    COINGECKO_URL: upstreams.base.coingecko,
+    POLYMARKET_GAMMA_URL: upstreams.base.gamma,
+    ...options.marketEnv,
+  })
+  const agentEnv = { ...env, AGENT_ACK_WAIT_MS: '2000', ...options.agentEnv }
+  const agent = options.noAgent ? undefined : await startService(t, agentService, agentEnv)
+
+  const call = async (path: string, init: { method?: string; body?: unknown; headers: Record<string, string> }) => {
+    const res = await fetch(`${agent!.url}${path}`, {
+      method: init.method ?? (init.body === undefined ? 'GET' : 'POST'),
+      headers: { ...init.headers, ...(init.body === undefined ? {} : { 'content-type': 'application/json' }) },
+      ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) }),
+    })
+    const text = await res.text()
+    return { status: res.status, headers: res.headers, body: text ? (JSON.parse(text) as any) : undefined }
+  }
+  const adminCall = async (path: string, method: string, body?: unknown) => {
+    const res = await fetch(`${admin.url}${path}`, {
+      method,
+      headers: { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.keyId]: 'key_admin', [identityHeaders.tier]: 'admin', ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    })
+    return { status: res.status, body: (await res.json()) as any }
+  }
+  return { devnet, publicClient, env, agentEnv, upstreams, agent, call, adminCall, serverWallet: devnet.accounts[0]!.address }
+}
+
+/** Polls a job of `payer` until it is finished (or `status`), and returns it. */
+export async function waitForJob(call: Awaited<ReturnType<typeof startStack>>['call'], payer: string, jobId: string, until = ['complete', 'failed', 'cancelled'], timeoutMs = 20_000) {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const res = await call(`/agent/job/${jobId}`, { headers: payerHeaders(payer) })
+    if (until.includes(res.body?.status)) return res.body
+    if (Date.now() > deadline) throw new Error(`job ${jobId} still ${res.body?.status} after ${timeoutMs} ms`)
+    await new Promise((resolve) => setTimeout(resolve, 25))
+  }
+}
