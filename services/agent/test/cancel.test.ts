@@ -3,10 +3,10 @@ import t from 'tap'
 import { agentService } from '../src/service.ts'
 import { eventually, payerHeaders, startStack } from './helpers.ts'
 
-t.test('cancel, and the run-time limit', async (t) => {
+t.test('cancel, and the run-time limit', async (top) => {
   // prices from "CoinGecko" (the local stand-in), which a test can make hang for 20 s
-  const stack = await startStack(t, { noAgent: true, marketEnv: { PRICE_SOURCE: 'coingecko', SOURCE_TIMEOUT_MS: '20000' } })
-  const api = await startService(t, agentService, { ...stack.agentEnv, AGENT_ROLE: 'api' })
+  const stack = await startStack(top, { noAgent: true, marketEnv: { PRICE_SOURCE: 'coingecko', SOURCE_TIMEOUT_MS: '20000' } })
+  const api = await startService(top, agentService, { ...stack.agentEnv, AGENT_ROLE: 'api' })
   const call = async (path: string, init: { method?: string; body?: unknown } = {}) => {
     const res = await fetch(`${api.url}${path}`, {
       method: init.method ?? (init.body === undefined ? 'GET' : 'POST'),
@@ -17,7 +17,7 @@ t.test('cancel, and the run-time limit', async (t) => {
   }
   const payer = stack.devnet.accounts[1]!.address
 
-  t.test('a pending job is cancelled, stays cancelled when a worker comes, and a second cancel is 404', async (t) => {
+  top.test('a pending job is cancelled, stays cancelled when a worker comes, and a second cancel is 404', async (t) => {
     const { body } = await call('/agent/prompt', { body: { prompt: 'price of ETH' } })
     const pending = await call(`/agent/job/${body.jobId}`)
     t.same(Object.keys(pending.body).sort(), ['createdAt', 'id', 'status'], 'the running form while pending')
@@ -33,7 +33,8 @@ t.test('cancel, and the run-time limit', async (t) => {
     t.match(again.body.error, /not found, or already finished/)
 
     // a worker now takes the queued message and leaves the job alone
-    await startService(t, agentService, { ...stack.agentEnv, AGENT_ROLE: 'worker', AGENT_WORKER_CONCURRENCY: '1', AGENT_JOB_MAX_RUN_MS: '3000', AGENT_TOOL_TIMEOUT_MS: '20000' })
+    // started for the rest of the file (top), not only this subtest
+    await startService(top, agentService, { ...stack.agentEnv, AGENT_ROLE: 'worker', AGENT_WORKER_CONCURRENCY: '1', AGENT_JOB_MAX_RUN_MS: '3000', AGENT_TOOL_TIMEOUT_MS: '20000' })
     const next = await call('/agent/prompt', { body: { prompt: 'trending pools' } })
     t.equal((await poll(next.body.jobId)).status, 'complete')
     t.equal((await call(`/agent/job/${body.jobId}`)).body.status, 'cancelled')
@@ -46,7 +47,7 @@ t.test('cancel, and the run-time limit', async (t) => {
     })
   }
 
-  t.test('a running job on a slow tool is cancelled and its step aborted: the worker is free for the next job', async (t) => {
+  top.test('a running job on a slow tool is cancelled and its step aborted: the worker is free for the next job', async (t) => {
     stack.upstreams.behave('/simple/price', 'hang')
     const { body } = await call('/agent/prompt', { body: { prompt: 'price of ETH' } })
     await eventually('the tool to reach the upstream', async () => (stack.upstreams.calls('/simple/price') > 0 ? true : undefined))
@@ -63,7 +64,7 @@ t.test('cancel, and the run-time limit', async (t) => {
     t.notOk('result' in cancelled.body)
   })
 
-  t.test('a job that runs past AGENT_JOB_MAX_RUN_MS fails and says so', async (t) => {
+  top.test('a job that runs past AGENT_JOB_MAX_RUN_MS fails and says so', async (t) => {
     const { body } = await call('/agent/prompt', { body: { prompt: 'price of BTC' } })
     const job = await poll(body.jobId)
     t.equal(job.status, 'failed')
