@@ -119,6 +119,25 @@ t.test('the job pipeline, with the offline planner and the real services its too
     t.equal(job.result.steps, 1)
   })
 
+  t.test('everyday requests run their tool against the real services and answer with its numbers', async (t) => {
+    const holder = devnet.accounts[0]!.address
+    const cases: Array<[string, string[], RegExp]> = [
+      ['quote 1 USDC for ARB on camelot', ['quote_swap'], /^1 USDC → [0-9.]+ ARB on camelot \(route USDC → ARB/],
+      ['show trending pools', ['get_trending_pools'], /^Trending pools by 24h volume:\n1\. /],
+      ['prediction markets about bitcoin', ['find_predictions'], /^Prediction markets about bitcoin:\n- .*[Bb]itcoin.*%/],
+      [`NFTs of ${holder}`, ['list_nfts'], new RegExp(`^${holder} owns [0-9]+ NFTs?: `)],
+      ['bridge 100 USDC to Base', ['bridge_quote'], /^Bridging 100 USDC to Base via .*: about 99\.[0-9]+ USDC arrives/],
+      ['show my positions', ['get_positions'], new RegExp(`^Positions of ${payer}:\nAave: collateral \\$`)],
+      ['buy 1 USDC of ARB every hour', ['create_automation'], /^I couldn't set up a recurring buy of ARB: the automation service is not available in this deployment yet\.$/],
+    ]
+    for (const [text, tools, answer] of cases) {
+      const job = await waitForJob(call, payer, (await prompt({ prompt: text })).body.jobId)
+      t.equal(job.status, 'complete', text)
+      t.same(job.result.toolCalls, tools, text)
+      t.match(job.result.text, answer, text)
+    }
+  })
+
   t.test('the events stream: pending, running, the step, complete; Last-Event-ID resumes without repeats', async (t) => {
     const accepted = await prompt({ prompt: 'price of LINK' })
     const url = `${stack.agent!.url}/agent/job/${accepted.body.jobId}/events`

@@ -101,8 +101,19 @@ t.test('an unknown chain answers 400 naming it and pointing to GET /bridge/chain
 t.test('an unknown token answers 400 naming the token and the chain', async (t) => {
   await t.rejects(bridge.quote(request({ toToken: usdc.arbitrum })), {
     statusCode: 400,
-    message: `toToken ${usdc.arbitrum} is not a token the bridge knows on Base (8453)`,
+    message: `toToken ${usdc.arbitrum} is not a token the bridge knows on Base (8453); it knows ETH, USDC, USDT, WETH, DAI`,
   })
+  await t.rejects(bridge.quote(request({ toToken: 'ARB' })), { statusCode: 400, message: /^toToken ARB is not a token the bridge knows on Base \(8453\); it knows ETH, USDC/ })
+})
+
+t.test('tokens may be named by symbol, in any case: the same quote as by address', async (t) => {
+  const arbitrum = modelBridge({ prices, book: () => devnetBook, chainId: 42161 })
+  const byAddress = await arbitrum.quote(request())
+  const bySymbol = await arbitrum.quote(request({ fromToken: 'usdc', toToken: 'USDC' }))
+  t.same(bySymbol, byAddress)
+  const devnet = await bridge.quote(request({ fromToken: devnetUsdc }))
+  t.same(devnet.fromToken.address, devnetUsdc)
+  t.same((await bridge.quote(request({ fromToken: 'USDC' }))).fromToken.address, devnetUsdc, "on the devnet a symbol of the source chain is the devnet's token")
 })
 
 t.test('a token without a USD price answers 400 naming it', async (t) => {

@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox'
 import { ErrorBody } from '../common/errors.ts'
-import { Address, Bytes32, EpochMs, IntegerString } from '../common/primitives.ts'
+import { Address, Bytes32, EpochMs, IntegerString, addressPattern } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
 
 /**
@@ -106,11 +106,13 @@ export const OnePrediction = Type.Object({ market: PredictionMarket })
 export const defaultBridgeFromChainId = 42161
 
 const ChainId = (description: string) => Type.Integer({ minimum: 1, description })
+const BridgeTokenRef = (description: string) => Type.String({ pattern: `${addressPattern.slice(0, -1)}|^[A-Za-z][A-Za-z0-9.]{0,15}$`, description })
+
 export const BridgeQuoteQuery = Type.Object({
   fromChainId: Type.Integer({ minimum: 1, default: defaultBridgeFromChainId, description: 'the source chain (default 42161, Arbitrum One)' }),
   toChainId: ChainId('the destination chain: one of GET /bridge/chains'),
-  fromToken: Address({ description: 'the token sent, on fromChainId (0x0000000000000000000000000000000000000000 for the native coin)' }),
-  toToken: Address({ description: 'the token received, on toChainId' }),
+  fromToken: BridgeTokenRef('the token sent, on fromChainId: its address (0x0000000000000000000000000000000000000000 for the native coin) or symbol (USDC, ETH …)'),
+  toToken: BridgeTokenRef('the token received, on toChainId: its address or symbol'),
   amount: Type.String({ minLength: 1, maxLength: 80, description: 'fromToken base units, a positive integer string' }),
   userAddress: Address({ description: 'who sends on fromChainId and receives on toChainId' }),
   slippageBps: Type.Integer({ minimum: 0, maximum: 5000, default: 50, description: 'the most toAmountMin may fall below toAmount, in basis points' }),

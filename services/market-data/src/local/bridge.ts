@@ -78,11 +78,17 @@ export function modelBridge({ prices, book, chainId }: { prices: PriceSource; bo
     throw new BridgeUnsupported(`${side} ${id} is not a chain the bridge knows${devnet}: GET /bridge/chains lists them`)
   }
 
-  const tokenOf = (chain: ModelChain, address: string, side: string): ModelToken => {
+  /** a token by address or symbol (case-insensitive); on the devnet its own tokens stand in for Arbitrum One's */
+  const tokenOf = (chain: ModelChain, ref: string, side: string): ModelToken => {
     const extra = chain.id === ARBITRUM_ONE_CHAIN_ID && chainId === DEVNET_CHAIN_ID ? book().tokens : []
-    const wanted = address.toLowerCase()
-    const token = [...chain.tokens, ...extra].find((t) => t.address.toLowerCase() === wanted)
-    if (!token) throw new BridgeUnsupported(`${side} ${address} is not a token the bridge knows on ${chain.name} (${chain.id})`)
+    const wanted = ref.toLowerCase()
+    const byAddress = wanted.startsWith('0x')
+    const candidates = byAddress ? [...chain.tokens, ...extra] : [...extra, ...chain.tokens]
+    const token = candidates.find((t) => (byAddress ? t.address : t.symbol).toLowerCase() === wanted)
+    if (!token) {
+      const known = [...new Set(candidates.map((t) => t.symbol))].join(', ')
+      throw new BridgeUnsupported(`${side} ${ref} is not a token the bridge knows on ${chain.name} (${chain.id}); it knows ${known}`)
+    }
     return token
   }
 

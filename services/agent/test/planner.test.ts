@@ -1,0 +1,107 @@
+import t from 'tap'
+import { cannotDo, createPlanner, formatUsd, planOf } from '../src/runner/planner.ts'
+import type { Toolbox } from '../src/runner/toolbox.ts'
+
+const callsOf = (prompt: string, history: Array<{ role: string; content: string }> = []) => {
+  const plan = planOf(prompt, history)
+  return plan.intent === null ? null : plan.calls
+}
+
+t.test('everyday requests become the tool calls with the arguments the tools declare', async (t) => {
+  const cases: Array<[string, unknown]> = [
+    ["What's the price of ETH?", [{ tool: 'get_prices', args: { symbols: ['ETH'] } }]],
+    ['price of btc and arb?', [{ tool: 'get_prices', args: { symbols: ['BTC', 'ARB'] } }]],
+    ['how much is LINK', [{ tool: 'get_prices', args: { symbols: ['LINK'] } }]],
+    ['WETH price', [{ tool: 'get_prices', args: { symbols: ['ETH'] } }]],
+    ['prices', [{ tool: 'get_prices', args: {} }]],
+    ["what's hot", [{ tool: 'get_trending_pools', args: {} }]],
+    ['show me the trending pools', [{ tool: 'get_trending_pools', args: {} }]],
+    ['quote 1 USDC for ARB', [{ tool: 'quote_swap', args: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1' } }]],
+    ['quote 0.5 eth to usdc on Camelot', [{ tool: 'quote_swap', args: { tokenIn: 'ETH', tokenOut: 'USDC', amount: '0.5', dex: 'camelot' } }]],
+    ['how much ARB would I get for 100 USDC?', [{ tool: 'quote_swap', args: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '100' } }]],
+    ['swap 1 USDC for ARB', [{ tool: 'swap', args: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1' } }]],
+    ['sell 0.1 WETH for USDC on uniswap', [{ tool: 'swap', args: { tokenIn: 'WETH', tokenOut: 'USDC', amount: '0.1', dex: 'uniswap' } }]],
+    ['buy ARB with 5 USDC', [{ tool: 'swap', args: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '5' } }]],
+    ['show my positions', [{ tool: 'get_positions', args: {} }]],
+    ['positions of 0x70997970C51812dc3A010C7d01b50e0d17dc79C8', [{ tool: 'get_positions', args: { address: '0x70997970C51812dc3A010C7d01b50e0d17dc79C8' } }]],
+    ['my NFTs', [{ tool: 'list_nfts', args: {} }]],
+    ['what NFTs does 0x70997970C51812dc3A010C7d01b50e0d17dc79C8 own, including spam', [{ tool: 'list_nfts', args: { address: '0x70997970C51812dc3A010C7d01b50e0d17dc79C8', includeHidden: true } }]],
+    ['prediction markets about the US election', [{ tool: 'find_predictions', args: { query: 'US election' } }]],
+    ['top prediction markets', [{ tool: 'find_predictions', args: {} }]],
+    ['bridge 100 USDC to Base', [{ tool: 'bridge_quote', args: { token: 'USDC', amount: '100', toChain: 'Base' } }]],
+    ['buy 1 USDC of ARB every hour', [{ tool: 'create_automation', args: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1', interval: '1h' } }]],
+    ['every day, buy 10 usdc worth of eth', [{ tool: 'create_automation', args: { tokenIn: 'USDC', tokenOut: 'ETH', amount: '10', interval: '1d' } }]],
+    ['list my automations', [{ tool: 'list_automations', args: {} }]],
+    ['pause my automations', [{ tool: 'list_automations', args: {} }]],
+    ['resume automation aut_42', [{ tool: 'set_automation_status', args: { id: 'aut_42', status: 'active' } }]],
+  ]
+  for (const [prompt, calls] of cases) t.same(callsOf(prompt), calls, prompt)
+})
+
+t.test("follow-ups re-run the thread's last request with what changed", async (t) => {
+  const asked = (content: string) => [
+    { role: 'user', content },
+    { role: 'assistant', content: 'an answer' },
+  ]
+  t.same(callsOf('and BTC?', asked('price of ETH')), [{ tool: 'get_prices', args: { symbols: ['BTC'] } }])
+  t.same(callsOf('what about GMX', asked('quote 1 USDC for ARB')), [{ tool: 'quote_swap', args: { tokenIn: 'USDC', tokenOut: 'GMX', amount: '1' } }])
+  t.same(callsOf('how about on camelot?', asked('quote 1 USDC for ARB')), [{ tool: 'quote_swap', args: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1', dex: 'camelot' } }])
+  t.same(callsOf('and 0x70997970C51812dc3A010C7d01b50e0d17dc79C8?', asked('my NFTs')), [{ tool: 'list_nfts', args: { address: '0x70997970C51812dc3A010C7d01b50e0d17dc79C8' } }])
+  t.same(callsOf('and ethereum?', asked('prediction markets about bitcoin')), [{ tool: 'find_predictions', args: { query: 'ethereum' } }])
+  t.same(callsOf('and BTC?', [...asked('price of ETH'), ...asked('write a poem')]), [{ tool: 'get_prices', args: { symbols: ['BTC'] } }], 'skips requests it could not do')
+  t.equal(callsOf('and BTC?'), null, 'a follow-up without a thread is not understood')
+})
+
+t.test("anything else gets \"I can't do that yet\" with what it can do", async (t) => {
+  const plan = planOf('write me a poem')
+  t.same(plan, { intent: null, text: cannotDo })
+  t.match(cannotDo, /^I can't do that yet\. I can answer:\n/)
+  for (const example of ['price of ETH', 'trending pools', 'quote 1 USDC for ARB', 'swap 1 USDC for ARB', 'my positions', 'NFTs of 0x', 'prediction markets about bitcoin', 'bridge 100 USDC to Base', 'buy 1 USDC of ARB every day', 'pause my automations']) {
+    t.ok(cannotDo.includes(example), example)
+  }
+})
+
+t.test('formatUsd: two decimals with separators from $1, four significant digits below', async (t) => {
+  t.equal(formatUsd(3012.449), '$3,012.45')
+  t.equal(formatUsd(1), '$1.00')
+  t.equal(formatUsd(0.5), '$0.5')
+  t.equal(formatUsd(0.000123456), '$0.0001235')
+  t.equal(formatUsd(0), '$0.00')
+})
+
+t.test('pause all: lists, then pauses each active automation; a failed tool is said plainly', async (t) => {
+  const calls: Array<[string, unknown]> = []
+  const answers: Record<string, (args: any) => any> = {
+    list_automations: () => ({
+      ok: true,
+      output: {
+        automations: [
+          { id: 'aut_1', name: 'Daily ARB', status: 'active' },
+          { id: 'aut_2', name: 'Old', status: 'paused' },
+          { id: 'aut_3', name: 'Hourly ETH', status: 'active' },
+        ],
+      },
+    }),
+    set_automation_status: (args) => (args.id === 'aut_3' ? { ok: false, error: 'automation aut_3 not found' } : { ok: true, output: { automation: { id: args.id, name: 'Daily ARB', status: args.status } } }),
+    get_prices: () => ({ ok: false, error: 'the market-data service is not available right now' }),
+  }
+  // the toolbox's interface, answering from the table above
+  const toolbox = {
+    call: async (name: string, args: unknown) => {
+      calls.push([name, args])
+      return answers[name]!(args)
+    },
+    toolCalls: [],
+    transactions: [],
+    definitions: [],
+  } as unknown as Toolbox
+  const run = (prompt: string) => createPlanner().run({ jobId: 'job_1', prompt, history: [], owner: { kind: 'payer', address: '0x1' } }, toolbox, new AbortController().signal)
+  const paused = await run('pause my automations')
+  t.same(calls, [
+    ['list_automations', {}],
+    ['set_automation_status', { id: 'aut_1', status: 'paused' }],
+    ['set_automation_status', { id: 'aut_3', status: 'paused' }],
+  ])
+  t.equal(paused.text, 'Paused: Daily ARB (aut_1, paused); Hourly ETH (aut_3): automation aut_3 not found.')
+  t.equal((await run('price of ETH')).text, "I couldn't get the prices: the market-data service is not available right now.")
+})
