@@ -22,7 +22,7 @@ import { assertPortFree, ready } from './processes.ts'
  *                jobs/s with one worker process and with two (AGENT_WORKER_CONCURRENCY each).
  *                Aim: two workers give at least 1.6x the jobs/s of one.
  *
- * Settings (environment): BENCH_JOBS_LATENCY (200 jobs), BENCH_SECONDS (8), BENCH_TOOL_MS (200),
+ * Settings (environment): BENCH_JOBS_LATENCY (200 jobs), BENCH_SECONDS (10), BENCH_TOOL_MS (1000),
  * BENCH_JOBS_CONCURRENCY (4 per worker), BENCH_JOBS_DEVNET_PORT (8694). About a minute.
  */
 // `nats` is a dependency of @ats/service-kit, not of the root package (as in bench/jetstream.ts)
@@ -32,8 +32,8 @@ const { connect } = createRequire(new URL('../packages/service-kit/package.json'
 }
 
 const latencyJobs = Number(process.env.BENCH_JOBS_LATENCY ?? 200)
-const seconds = Number(process.env.BENCH_SECONDS ?? 8)
-const toolMs = Number(process.env.BENCH_TOOL_MS ?? 200)
+const seconds = Number(process.env.BENCH_SECONDS ?? 10)
+const toolMs = Number(process.env.BENCH_TOOL_MS ?? 1000)
 const concurrency = Number(process.env.BENCH_JOBS_CONCURRENCY ?? 4)
 const devnetPort = Number(process.env.BENCH_JOBS_DEVNET_PORT ?? 8694)
 const ports = { agent: 3931, trading: 3932, market: 3933, worker1: 3934, worker2: 3935 }

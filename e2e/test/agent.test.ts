@@ -102,3 +102,16 @@ t.test("whose money: a payer's swap is prepared for their wallet; an allowlisted
   t.equal(await balanceOf('USDC', serverWallet), before.usdc - 1_000_000n, 'the server wallet spent 1 USDC')
   t.ok((await balanceOf('ARB', serverWallet)) > before.arb, 'and received ARB')
 })
+
+t.test("402 answers of /agent/* carry x402 v2's bazaar discovery extension", async (t) => {
+  const res = await request('/agent/prompt', { method: 'POST', body: { prompt: 'price of ETH' } })
+  t.equal(res.status, 402)
+  const required = JSON.parse(Buffer.from(res.headers.get('payment-required')!, 'base64').toString())
+  t.match(required.extensions.bazaar, {
+    info: { input: { type: 'http', method: 'POST', bodyType: 'json', body: { prompt: String } }, output: { type: 'json', example: { status: 'pending' } } },
+    schema: { properties: { input: { properties: { body: { properties: { prompt: { type: 'string', maxLength: 4000 } } } } } } },
+    routeTemplate: '/agent/prompt',
+  })
+  const job = await request('/agent/job/job_x')
+  t.match(JSON.parse(Buffer.from(job.headers.get('payment-required')!, 'base64').toString()).extensions.bazaar, { info: { input: { method: 'GET', pathParams: { id: String } } }, routeTemplate: '/agent/job/:id' })
+})

@@ -13,6 +13,7 @@ import type { FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHand
 import type { Redis } from 'ioredis'
 import { getAddress, type Address } from 'viem'
 import { createBalanceChecker } from './balances.ts'
+import { discoveryFor } from './discovery.ts'
 import { PaymentError } from './errors.ts'
 import { paymentFromHeaders, type Payment } from './header.ts'
 import { createNonceStore } from './nonces.ts'
@@ -116,7 +117,9 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
     `${settings.PUBLIC_URL ?? `http://localhost:${request.socket.localPort ?? settings.PORT}`}${route}`
 
   const paymentRequired = (request: FastifyRequest, reply: FastifyReply, error: string) => {
-    const full = { ...terms, resource: resourceOf(request, pathOf(request)) }
+    const path = pathOf(request)
+    const extensions = discoveryFor(request.method, path)
+    const full = { ...terms, resource: resourceOf(request, path), ...(extensions ? { extensions } : {}) }
     return reply.code(402).header('payment-required', paymentRequiredHeader(full, error)).send(paymentRequiredBody(full, error))
   }
 

@@ -45,6 +45,8 @@ export interface PaymentTerms {
   /** the asset's EIP-712 domain name and version */
   token: { name: string; version: string }
   mimeType?: string
+  /** x402 v2 extensions of the 402 answer, e.g. bazaar discovery */
+  extensions?: Record<string, unknown>
 }
 
 /** x402 v1 requirements as we offer them: the reference type, without the optional `outputSchema`. */
@@ -103,6 +105,7 @@ export function paymentRequiredV2(terms: PaymentTerms, error: string): PaymentRe
     error,
     resource: { url: terms.resource, description: terms.description, mimeType: mimeTypeOf(terms) },
     accepts: [paymentRequirementsV2(terms)],
+    ...(terms.extensions ? { extensions: terms.extensions } : {}),
   }
 }
 
