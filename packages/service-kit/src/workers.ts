@@ -59,6 +59,21 @@ export function startWorkerLoop({ name, log, idleMs, errorDelayMs = idleMs, roun
   }
 }
 
+/** The stream, and the durable pull consumer with explicit acks that both consumer helpers read from. */
+async function openDurable(nc: NatsConnection, stream: StreamSpec, durable: string, subject: string, ackWaitMs: number, maxDeliver?: number) {
+  const jsm = await ensureStream(nc, stream)
+  await jsm.consumers.add(stream.name, {
+    durable_name: durable,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    filter_subject: subject,
+    ack_wait: nanos(ackWaitMs),
+    ...(maxDeliver === undefined ? {} : { max_deliver: maxDeliver }),
+    max_ack_pending: 10_000,
+  })
+  return nc.jetstream().consumers.get(stream.name, durable)
+}
+
 /** A message of a durable consumer, decoded, with how often it was delivered. */
 export interface Delivery<M> {
   message: M
@@ -93,17 +108,8 @@ export interface DurableConsumerOptions<M> {
 export async function startDurableConsumer<M>(options: DurableConsumerOptions<M>): Promise<WorkerLoop> {
   const { nc, log, stream, durable, topic, handle, deadLetterSubject } = options
   const { maxDeliveries = 5, batchSize = 64, ackWaitMs = 30_000, retryDelayMs = 2_000 } = options
-  const jsm = await ensureStream(nc, stream)
-  await jsm.consumers.add(stream.name, {
-    durable_name: durable,
-    ack_policy: AckPolicy.Explicit,
-    deliver_policy: DeliverPolicy.All,
-    filter_subject: topic.subject,
-    ack_wait: nanos(ackWaitMs),
-    max_ack_pending: 10_000,
-  })
+  const consumer = await openDurable(nc, stream, durable, topic.subject, ackWaitMs)
   const js = nc.jetstream()
-  const consumer = await js.consumers.get(stream.name, durable)
 
   async function deadLetter(m: JsMsg, reason: string) {
     const h = natsHeaders()
@@ -209,18 +215,8 @@ export interface WorkQueueOptions<M> {
 export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): Promise<WorkerLoop> {
   const { nc, log, stream, durable, topic, concurrency, ackWaitMs, maxDeliveries, handle, exhausted } = options
   const { retryDelayMs = 1_000 } = options
-  const jsm = await ensureStream(nc, stream)
-  await jsm.consumers.add(stream.name, {
-    durable_name: durable,
-    ack_policy: AckPolicy.Explicit,
-    deliver_policy: DeliverPolicy.All,
-    filter_subject: topic.subject,
-    ack_wait: nanos(ackWaitMs),
-    // one more than the handler gets: that delivery runs `exhausted`
-    max_deliver: maxDeliveries + 1,
-    max_ack_pending: 10_000,
-  })
-  const consumer = await nc.jetstream().consumers.get(stream.name, durable)
+  // one more delivery than the handler gets: that one runs `exhausted`
+  const consumer = await openDurable(nc, stream, durable, topic.subject, ackWaitMs, maxDeliveries + 1)
   const shutdown = new AbortController()
   const inFlight = new Set<Promise<void>>()
   let slotFreed: (() => void) | undefined
