@@ -76,8 +76,8 @@ export function createMarket({ sources, cache, ttlMs }: { sources: MarketSources
       return sources.bridge.quote({
         fromChainId: request.fromChainId ?? defaultBridgeFromChainId,
         toChainId: request.toChainId,
-        fromToken: request.fromToken as Address,
-        toToken: request.toToken as Address,
+        fromToken: request.fromToken,
+        toToken: request.toToken,
         amount: parseAmount('amount', request.amount),
         userAddress: request.userAddress as Address,
         slippageBps: request.slippageBps ?? defaultSlippageBps,

@@ -48,8 +48,9 @@ export interface PredictionSource {
 export interface BridgeRequest {
   fromChainId: number
   toChainId: number
-  fromToken: Address
-  toToken: Address
+  /** an address, or a symbol the source resolves on its chain (LI.FI takes symbols as they are) */
+  fromToken: string
+  toToken: string
   /** fromToken base units, > 0 */
   amount: bigint
   userAddress: Address
