@@ -142,6 +142,28 @@ t.test('over NATS without an API key, only a payer on the agent allowlist swaps,
   })
 })
 
+t.test('when admin does not answer, no swap is made for a key or a payer: 503', async (t) => {
+  // a namespace of its own: no admin serves its policy lookups
+  const base = await baseTestEnv(t)
+  const alone = await startService(t, tradingService, { ...base, ...fleet.chainEnv, SERVER_WALLET_PRIVATE_KEY: fleet.devnet.accounts[0]!.privateKey })
+  const before = await nonceOf()
+  const body = { tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '1000000' }
+  const keyed = await fetch(`${alone.url}/swap/execute`, {
+    method: 'POST',
+    headers: { ...keyHeaders('key_test'), 'x-ats-internal-token': base.INTERNAL_TOKEN!, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  })
+  t.equal(keyed.status, 503)
+  const nc = await connect({ servers: base.NATS_URL! })
+  t.teardown(() => nc.close())
+  const { execute } = natsChannels(base.NATS_NAMESPACE!).trading
+  await t.rejects(callEndpoint(nc, execute, { ...body, slippageBps: 50, idempotencyKey: 'alone:1' }, { identity: { ownerId: fleet.devnet.accounts[3]!.address }, timeoutMs: 30_000 }), {
+    statusCode: 503,
+    message: /admin/,
+  })
+  t.equal(await nonceOf(), before, 'nothing was sent')
+})
+
 t.test('a swap that reverts on chain answers success: false with its hash', async (t) => {
   // Hold the chain's automine, let the service send a zero-slippage swap, then front-run it
   // with a large swap of another account that pays a higher tip, and mine both.

@@ -105,8 +105,9 @@ export const EventsHeaders = Type.Object({
   'last-event-id': Type.Optional(Type.String({ pattern: '^[0-9]{1,9}$', description: 'resume after this event id (sent by EventSource on reconnect)' })),
 })
 
-// every /agent/* route is paid per request (x402)
-const errors = { 400: ErrorBody, 402: PaymentRequiredSchema, 503: ErrorBody }
+// every /agent/* route is paid per request (x402); those with input can be a 400
+const paid = { 402: PaymentRequiredSchema, 503: ErrorBody }
+const errors = { 400: ErrorBody, ...paid }
 const keyErrors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 503: ErrorBody }
 
 export const agentRoutes = {
@@ -150,7 +151,7 @@ export const agentRoutes = {
     method: 'GET',
     url: '/agent/skills',
     summary: "The agent's skills: built-in ones, then external ones",
-    schema: { response: { 200: Type.Object({ skills: Type.Array(Skill) }), ...errors } },
+    schema: { response: { 200: Type.Object({ skills: Type.Array(Skill) }), ...paid } },
   }),
   portfolioJobs: route({
     method: 'GET',

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { erc20Abi } from '@ats/chain'
 import type { Execution as ExecutionView, SpendPolicy, SwapBody, SwapResult } from '@ats/contracts'
 import { Forbidden, fingerprintOf, type IdempotencyStore, type Logger } from '@ats/service-kit'
-import { getAddress, parseEventLogs, type Address, type Hex, type TransactionReceipt } from 'viem'
+import { getAddress, isAddress, parseEventLogs, type Address, type Hex, type TransactionReceipt } from 'viem'
 import type { ChainTx } from '../chainTx.ts'
 import { WouldRevert } from '../chainTx.ts'
 import type { Execution, PrismaClient } from '../generated/prisma/client.ts'
@@ -116,16 +116,17 @@ export function createExecutor(options: ExecutorOptions) {
       if (policy) limits.push(limitsOfKey(caller.keyId, policy))
       return { limits }
     }
-    if (!caller.ownerId || !/^0x[0-9a-fA-F]{40}$/.test(caller.ownerId)) {
+    if (!caller.ownerId || !isAddress(caller.ownerId, { strict: false })) {
       throw new Forbidden('a swap from the server wallet needs an API key or an allowlisted payer')
     }
-    const payer = caller.ownerId.toLowerCase()
-    const policy = await options.payerPolicy(caller.ownerId)
+    const payer = getAddress(caller.ownerId)
+    const policy = await options.payerPolicy(payer)
     if (!policy) {
-      throw new Forbidden(`payer ${caller.ownerId} may not swap from the server wallet: an admin allowlists payers with PUT /admin/agent-payers/:address`)
+      throw new Forbidden(`payer ${payer} may not swap from the server wallet: an admin allowlists payers with PUT /admin/agent-payers/:address`)
     }
-    limits.push(limitsOfPayer(caller.ownerId, policy))
-    return { limits, payer }
+    limits.push(limitsOfPayer(payer, policy))
+    // executions keep the payer lower-case: its daily sum counts them whatever case the caller sent
+    return { limits, payer: payer.toLowerCase() }
   }
 
   /** Checks the limits and records the pending execution in one transaction, under a lock, so concurrent swaps count each other. */
