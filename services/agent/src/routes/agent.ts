@@ -1,6 +1,7 @@
 import { agentRoutes } from '@ats/contracts'
 import { NotFound, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { isAddress } from 'viem'
 import { ContextTooLarge, JobNotCancellable, NoPayer, PromptNotText } from '../errors.ts'
 import type { JobEvents } from '../jobs/events.ts'
 import type { JobQueue } from '../jobs/queue.ts'
@@ -11,7 +12,7 @@ const maxContextBytes = 16_384
 /** The owner of paid routes: the payer the gateway verified, as a lower-case address. */
 export function payerOf(request: FastifyRequest): Owner {
   const payer = request.identity.ownerId
-  if (!payer || !/^0x[0-9a-fA-F]{40}$/.test(payer)) throw new NoPayer()
+  if (!payer || !isAddress(payer, { strict: false })) throw new NoPayer()
   const address = payer.toLowerCase()
   return { ownerId: address, wallet: address }
 }

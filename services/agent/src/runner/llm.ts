@@ -4,7 +4,7 @@ import { createHttpClient } from '@ats/service-kit'
 import type { Runner, RunInput } from './runner.ts'
 import { RunnerError } from './runner.ts'
 import type { Toolbox } from './toolbox.ts'
-import { ownerWallet } from './tools.ts'
+import { aborted, ownerWallet } from './tools.ts'
 
 interface ChatMessage {
   role: 'system' | 'user' | 'assistant' | 'tool'
@@ -30,12 +30,6 @@ export interface LlmSettings {
 }
 
 const plain = (schema: unknown) => JSON.parse(JSON.stringify(schema)) as Record<string, unknown>
-
-const aborted = (signal: AbortSignal) =>
-  new Promise<never>((_, reject) => {
-    if (signal.aborted) reject(signal.reason)
-    else signal.addEventListener('abort', () => reject(signal.reason), { once: true })
-  })
 
 export function systemPrompt(input: RunInput): string {
   const wallet = ownerWallet(input.owner)

@@ -1,7 +1,7 @@
 // The agent's tools: each declared once (name, description, JSON Schema of its arguments) and
 // run over NATS against the service that owns the data. The LLM runner offers them as
 // function tools; the offline planner calls them by name.
-import type { Endpoint, JobTransaction, NatsChannels, PreparedSwap, SwapResult } from '@ats/contracts'
+import { Address, type Endpoint, type JobTransaction, type NatsChannels, type PreparedSwap, type SwapResult } from '@ats/contracts'
 import { ServiceCallError, callEndpoint, cachedLoader, type CallContext } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import { Type, type Static, type TSchema } from 'typebox'
@@ -49,7 +49,8 @@ export interface ToolDeps {
 
 const tool = <S extends TSchema>(definition: Tool<S>): Tool<S> => definition
 
-const aborted = (signal: AbortSignal) =>
+/** Rejects when the job is aborted: a wait raced against it is abandoned (the NATS call or HTTP request itself is not). */
+export const aborted = (signal: AbortSignal) =>
   new Promise<never>((_, reject) => {
     const fail = () => reject(signal.reason ?? new Error('aborted'))
     if (signal.aborted) fail()
@@ -119,7 +120,7 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs }: ToolDeps
   const TokenArg = (description: string) => Type.String({ minLength: 1, maxLength: 64, description })
   const Amount = Type.String({ pattern: '^[0-9]+(\\.[0-9]+)?$', description: 'in whole tokens, e.g. "1.5" (not base units)' })
   const Dex = Type.Optional(Type.Union([Type.Literal('uniswap'), Type.Literal('camelot')], { description: 'uniswap (default) or camelot' }))
-  const AddressArg = (description: string) => Type.Optional(Type.String({ pattern: '^0x[0-9a-fA-F]{40}$', description }))
+  const AddressArg = (description: string) => Type.Optional(Address({ description }))
 
   const getPrices = tool({
     name: 'get_prices',
