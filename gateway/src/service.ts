@@ -53,6 +53,7 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
       upstreams,
       internalToken: config.INTERNAL_TOKEN,
       timeoutMs: config.UPSTREAM_TIMEOUT_MS,
+      longTimeoutMs: config.CHAT_TIMEOUT_MS,
       auth: { keys, limit, pay, failures },
     })
     log.info({ name, upstreams }, 'routes ready')

@@ -31,6 +31,11 @@ export const gatewaySettings = {
     description: 'how long a verified key is cached; revocations evict at once by broadcast',
   }),
   UPSTREAM_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 30_000, description: 'how long the gateway waits for a service' }),
+  CHAT_TIMEOUT_MS: Type.Integer({
+    minimum: 1_000,
+    default: 180_000,
+    description: 'how long the gateway waits for a /v1 answer, which runs a whole agent job (keep it above the agent\'s AGENT_CHAT_WAIT_MS)',
+  }),
   PAY_TO: Type.Optional(
     Type.String({ pattern: addressPattern, description: 'address x402 payments go to; unset: paid routes answer 503' }),
   ),

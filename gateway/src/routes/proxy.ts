@@ -1,6 +1,7 @@
 import proxy from '@fastify/http-proxy'
 import type { IncomingHttpHeaders } from 'node:http'
 import { identityHeaders } from '@ats/contracts'
+import { errorBody, errorHandler, type ErrorFormat } from '@ats/service-kit'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerBase } from 'fastify'
 import { authHook, type AuthDeps } from '../auth/authHook.ts'
 import { routeTable, type RouteGroup, type UpstreamName } from '../routing/routeTable.ts'
@@ -9,6 +10,8 @@ export interface ProxyOptions {
   upstreams: Record<UpstreamName, string>
   internalToken: string
   timeoutMs: number
+  /** the wait of longRunning groups (/v1 completions run a whole agent job) */
+  longTimeoutMs: number
   auth: AuthDeps
 }
 
@@ -30,17 +33,19 @@ function forwardedHeaders(request: FastifyRequest<any, RawServerBase>, headers: 
   return out
 }
 
-function upstreamFailed(service: UpstreamName) {
+function upstreamFailed(service: UpstreamName, format: ErrorFormat) {
   return (reply: FastifyReply<any, RawServerBase>, { error }: { error: Error & { statusCode?: number } }) => {
     reply.request.log.warn({ err: error, service }, 'upstream failed')
-    const timedOut = error.statusCode === 504
-    reply
-      .code(timedOut ? 504 : 503)
-      .send({ error: timedOut ? `${service} service did not answer in time` : `${service} service unavailable` })
+    const status = error.statusCode === 504 ? 504 : 503
+    const message = status === 504 ? `${service} service did not answer in time` : `${service} service unavailable`
+    reply.code(status).send(format({ status, message, code: 'ATS_ERR_UNAVAILABLE' }))
   }
 }
 
 async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: ProxyOptions) {
+  const format = group.errors ?? errorBody
+  if (group.errors) app.setErrorHandler(errorHandler(group.errors))
+  const timeoutMs = group.longRunning ? options.longTimeoutMs : options.timeoutMs
   app.addHook('onRequest', authHook(group.auth, options.auth))
   if (group.auth.kind === 'payment') app.addHook('onSend', options.auth.pay.onSend)
   await app.register(proxy, {
@@ -48,7 +53,7 @@ async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: Prox
     prefix: group.prefix,
     rewritePrefix: group.prefix,
     disableRequestLogging: true,
-    undici: { connections: 128, pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: options.timeoutMs, bodyTimeout: options.timeoutMs },
+    undici: { connections: 128, pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: timeoutMs, bodyTimeout: timeoutMs },
     replyOptions: {
       rewriteRequestHeaders: (request, headers) => forwardedHeaders(request, headers, options.internalToken),
       // the client gets the id the gateway logged and forwarded, to quote when asking for help
@@ -56,7 +61,7 @@ async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: Prox
         headers[identityHeaders.requestId] = request?.id
         return headers
       },
-      onError: upstreamFailed(group.service),
+      onError: upstreamFailed(group.service, format),
       retryDelay: () => null,
     },
   })

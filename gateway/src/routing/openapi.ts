@@ -47,7 +47,10 @@ export function buildOpenApi(info: OpenApiInfo, routes: readonly ApiRoute[]) {
         status,
         {
           description: Number(status) < 400 ? 'success' : 'error',
-          content: { [Number(status) < 400 && r.produces ? r.produces : 'application/json']: { schema: plain(schema) } },
+          content: {
+            [Number(status) < 400 && r.produces ? r.produces : 'application/json']: { schema: plain(schema) },
+            ...(Number(status) < 300 && r.alsoProduces ? { [r.alsoProduces.mediaType]: { schema: plain(r.alsoProduces.schema) } } : {}),
+          },
         },
       ]),
     )

@@ -1,4 +1,4 @@
-import type { Tier } from '@ats/contracts'
+import { openAiErrorBody, type Failure, type Tier } from '@ats/contracts'
 
 /** The services the gateway forwards to (each has its *_URL setting). */
 export type UpstreamName = 'agent' | 'trading' | 'market-data' | 'automation' | 'admin'
@@ -11,6 +11,10 @@ export interface RouteGroup {
   auth: RouteAuth
   /** whose id becomes x-ats-owner-id: the payer's address or the key's id */
   owner: 'payer' | 'key'
+  /** how the group's failures are written, when not the API's `{error}` (/v1: OpenAI's shape) */
+  errors?: (failure: Failure) => unknown
+  /** answers that take as long as an agent job: the group waits CHAT_TIMEOUT_MS, not UPSTREAM_TIMEOUT_MS */
+  longRunning?: true
 }
 
 const key = (tier: Tier): RouteAuth => ({ kind: 'key', tier })
@@ -29,7 +33,7 @@ export const routeTable: readonly RouteGroup[] = [
   { prefix: '/bridge', service: 'market-data', auth: key('readonly'), owner: 'key' },
   { prefix: '/swap', service: 'trading', auth: key('readwrite'), owner: 'key' },
   { prefix: '/launchpad', service: 'trading', auth: key('readwrite'), owner: 'key' },
-  { prefix: '/v1', service: 'agent', auth: key('readwrite'), owner: 'key' },
+  { prefix: '/v1', service: 'agent', auth: key('readwrite'), owner: 'key', errors: openAiErrorBody, longRunning: true },
   { prefix: '/automations', service: 'automation', auth: key('readwrite'), owner: 'key' },
   { prefix: '/admin', service: 'admin', auth: key('admin'), owner: 'key' },
 ]

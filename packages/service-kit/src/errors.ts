@@ -1,6 +1,6 @@
-import { identityHeaders } from '@ats/contracts'
+import { identityHeaders, type Failure } from '@ats/contracts'
 import createError from '@fastify/error'
-import type { FastifyError, FastifyInstance } from 'fastify'
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 
 /**
  * The kit's error registry. Every code is prefixed ATS_ERR_; a service adds its
@@ -42,6 +42,16 @@ export function statusOf(error: FastifyError): number {
   return status >= 400 && status < 600 ? status : 500
 }
 
+/** The request field a validation error is about, as OpenAI names it: `messages[1].role`. */
+function validationParam(error: FastifyError): string | undefined {
+  const [first] = error.validation ?? []
+  if (!first) return undefined
+  const missing = (first.params as { missingProperty?: string }).missingProperty
+  const parts = [...(first.instancePath ?? '').split('/').slice(1), ...(missing ? [missing] : [])]
+  const path = parts.map((part, i) => (/^[0-9]+$/.test(part) ? `[${part}]` : i === 0 ? part : `.${part}`)).join('')
+  return path || undefined
+}
+
 /**
  * The problem, said plainly. Missing fields first, all of them at once (spec section 4:
  * "Missing required params", e.g. `Missing required params: tokenIn, amountIn (querystring)`);
@@ -63,21 +73,33 @@ function validationMessage(error: FastifyError): string {
   return `${where} ${first.message}${allowed ? `: ${allowed.join(', ')}` : ''}`
 }
 
-/** One error handler for every process: always `{error: string}`. */
-export function installErrorHandler(app: FastifyInstance): void {
-  app.setErrorHandler((error: FastifyError, request, reply) => {
+/** How a scope writes a failure: the API's `{error}` string, or another shape (/v1 answers OpenAI's). */
+export type ErrorFormat = (failure: Failure) => unknown
+
+/** The error body of the whole API (spec section 7): `{error: string}`. */
+export const errorBody: ErrorFormat = ({ message }) => ({ error: message })
+
+/** The error handler: the status and message a client may see, written by `format`. */
+export function errorHandler(format: ErrorFormat = errorBody) {
+  return (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     reply.header(identityHeaders.requestId, request.id)
-    if (error.validation) return reply.code(400).send({ error: validationMessage(error) })
+    if (error.validation) return reply.code(400).send(format({ status: 400, message: validationMessage(error), param: validationParam(error) }))
     const status = statusOf(error)
     if (status >= 500 && !isOurs(error)) {
       request.log.error({ err: error }, 'request failed')
-      return reply.code(status).send({ error: status === 503 ? 'service unavailable' : 'internal server error' })
+      return reply.code(status).send(format({ status, message: status === 503 ? 'service unavailable' : 'internal server error' }))
     }
     if (status >= 500) request.log.warn({ code: error.code, status }, error.message)
-    return reply.code(status).send({ error: error.message })
-  })
+    const { param } = error as { param?: unknown }
+    return reply.code(status).send(format({ status, message: error.message, code: error.code, param: typeof param === 'string' ? param : undefined }))
+  }
+}
+
+/** One error handler for every process, and its answer for unknown routes: `{error: string}` unless `format` says otherwise. */
+export function installErrorHandler(app: FastifyInstance, format: ErrorFormat = errorBody): void {
+  app.setErrorHandler(errorHandler(format))
   app.setNotFoundHandler((request, reply) => {
     reply.header(identityHeaders.requestId, request.id)
-    reply.code(404).send({ error: `no route ${request.method} ${request.url.split('?')[0]}` })
+    reply.code(404).send(format({ status: 404, message: `no route ${request.method} ${request.url.split('?')[0]}`, code: 'ATS_ERR_NOT_FOUND' }))
   })
 }

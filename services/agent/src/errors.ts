@@ -6,3 +6,16 @@ export const NoKey = createError<[]>('ATS_ERR_AGENT_NO_KEY', 'this route needs a
 export const ContextTooLarge = createError<[number]>('ATS_ERR_AGENT_CONTEXT_TOO_LARGE', 'body/context must be at most %d bytes of JSON', 400)
 export const JobNotCancellable = createError<[string]>('ATS_ERR_AGENT_JOB_NOT_FOUND', 'job %s not found, or already finished', 404)
 export const PromptNotText = createError<[]>('ATS_ERR_AGENT_PROMPT_NOT_TEXT', 'body/prompt must be a string', 400)
+
+// /v1: answered in OpenAI's error shape; `param` names the field at fault
+export const InvalidChat = createError<[string]>('ATS_ERR_INVALID_REQUEST', '%s', 400)
+export const ModelNotFound = createError<[string, string]>('ATS_ERR_MODEL_NOT_FOUND', "the model '%s' does not exist; models: %s", 400)
+export const UnknownModel = createError<[string, string]>('ATS_ERR_MODEL_NOT_FOUND', "the model '%s' does not exist; models: %s", 404)
+export const JobFailed = createError<[string]>('ATS_ERR_JOB_FAILED', '%s', 500)
+export const ChatTimedOut = createError<[number]>('ATS_ERR_TIMEOUT', 'the agent did not answer within %d s (AGENT_CHAT_WAIT_MS); the job was cancelled', 504)
+export const ChatInterrupted = createError<[]>('ATS_ERR_UNAVAILABLE', 'the agent service is restarting; the job was cancelled, send the request again', 503)
+
+/** An error about one field of a /v1 request: its `param` goes into OpenAI's error shape. */
+export function atParam<E extends Error>(param: string, error: E): E & { param: string } {
+  return Object.assign(error, { param })
+}

@@ -7,6 +7,7 @@ import { createJobQueue } from './jobs/queue.ts'
 import { createJobStore } from './jobs/store.ts'
 import { startJobWorkers } from './jobs/worker.ts'
 import { agentRoutesPlugin } from './routes/agent.ts'
+import { chatRoutesPlugin } from './routes/chat.ts'
 import { portfolioRoutes } from './routes/portfolio.ts'
 import { skillRoutes } from './routes/skills.ts'
 import { createLlmRunner } from './runner/llm.ts'
@@ -40,6 +41,7 @@ const settings = {
   AGENT_JOB_MAX_RUN_MS: ms('a run longer than this is stopped and the job fails', 120_000, 1_000),
   AGENT_TOOL_TIMEOUT_MS: ms('how long a tool waits for trading, market-data or automation', 10_000),
   AGENT_SWAP_TIMEOUT_MS: ms('how long the swap tool waits for a swap to be mined', 90_000, 1_000),
+  AGENT_CHAT_WAIT_MS: ms('how long a /v1 completion waits for its job; then the job is cancelled and the answer is 504 (keep it under the gateway\'s CHAT_TIMEOUT_MS)', 150_000, 1_000),
   AGENT_HISTORY_MESSAGES: Type.Integer({ minimum: 0, maximum: 200, default: 20, description: "earlier messages of the thread given to the runner" }),
   LLM_BASE_URL: Type.Optional(
     Type.Refine(Type.String({ description: 'an OpenAI-compatible chat-completions API (…/v1); unset: the offline planner' }), isHttpUrl, () => 'must be an absolute http(s) URL'),
@@ -107,6 +109,7 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
       await app.register(skillRoutes, { skills })
       await app.register(agentRoutesPlugin, { store, queue, events, cancelled })
       await app.register(portfolioRoutes, { store })
+      await app.register(chatRoutesPlugin, { prefix: '/v1', store, queue, events, cancelled, waitMs: config.AGENT_CHAT_WAIT_MS })
     }
   },
 }

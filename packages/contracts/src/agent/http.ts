@@ -62,6 +62,18 @@ export const JobResult = Type.Object({
   steps: Type.Integer({ description: 'steps taken: each tool call and each answer of the model (the offline planner: its tool calls plus its answer)' }),
   toolCalls: Type.Array(Type.String(), { description: 'the names of the tools called, in order' }),
   transactions: Type.Array(JobTransaction, { description: 'what the job sent from the server wallet or prepared for your wallet' }),
+  usage: Type.Optional(
+    Type.Object(
+      {
+        promptTokens: Type.Integer({ minimum: 0 }),
+        completionTokens: Type.Integer({ minimum: 0 }),
+      },
+      {
+        description:
+          'tokens of the run: what the language model reported over all its turns; the offline planner, which has no model, counts the conversation in and the answer out with the o200k_base tokenizer',
+      },
+    ),
+  ),
 })
 export type JobResult = Static<typeof JobResult>
 

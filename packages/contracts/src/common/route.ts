@@ -12,6 +12,8 @@ export interface ApiRoute {
   summary: string
   /** the media type of success answers when not JSON (server-sent events) */
   produces?: 'text/event-stream'
+  /** a second media type of success answers, chosen by the request (`stream: true`): its schema per event */
+  alsoProduces?: { mediaType: 'text/event-stream'; schema: TSchema }
   schema: {
     params?: TSchema
     querystring?: TSchema

@@ -1,6 +1,6 @@
 // Job events: every stored event is broadcast on NATS; GET /agent/job/:id/events replays the
 // stored ones after Last-Event-ID, then forwards the live ones, and ends with the job.
-import type { AgentChannels, JobEvent } from '@ats/contracts'
+import { identityHeaders, type AgentChannels, type JobEvent } from '@ats/contracts'
 import type { Logger } from '@ats/service-kit'
 import type { FastifyReply } from 'fastify'
 import type { NatsConnection } from 'nats'
@@ -22,6 +22,21 @@ export interface JobEventsOptions {
   keepAliveMs?: number
 }
 
+/** Takes the reply over for server-sent events: status 200 and the headers that keep proxies from buffering. */
+export function openEventStream(reply: FastifyReply) {
+  reply.hijack()
+  const raw = reply.raw
+  raw.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache, no-transform',
+    connection: 'keep-alive',
+    'x-accel-buffering': 'no',
+    [identityHeaders.requestId]: reply.request.id,
+  })
+  raw.write('retry: 1000\n\n')
+  return raw
+}
+
 export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keepAliveMs = 15_000 }: JobEventsOptions) {
   const open = new Set<() => void>()
 
@@ -36,41 +51,40 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
   }
 
   /**
-   * Streams a job's events after `afterSeq` as server-sent events until the job ends or the
-   * client leaves. A job already finished (`finished`) gets what was missed, then the end.
+   * Follows a job's events after `afterSeq`, in order and each once: the stored ones, then the
+   * live ones, re-reading the store in case a broadcast was missed. It ends after the job's last
+   * event (at once for a job already `finished`, once what was missed is delivered), or on
+   * `stop()`. `ended` says which: true when the job ended.
    */
-  function stream(reply: FastifyReply, jobId: string, afterSeq: number, finished: boolean) {
-    reply.hijack()
-    const raw = reply.raw
-    raw.writeHead(200, {
-      'content-type': 'text/event-stream; charset=utf-8',
-      'cache-control': 'no-cache, no-transform',
-      connection: 'keep-alive',
-      'x-accel-buffering': 'no',
-    })
-    raw.write('retry: 1000\n\n')
+  function watch(jobId: string, afterSeq: number, finished: boolean, onEvent: (event: JobEvent) => void) {
     let last = afterSeq
     let done = false
+    let endedWithJob = false
+    let resolveEnded!: (jobEnded: boolean) => void
+    const ended = new Promise<boolean>((resolve) => {
+      resolveEnded = resolve
+    })
     const topic = channels.events(jobId)
     const sub = nc.subscribe(topic.subject)
 
-    const finish = () => {
+    const stop = () => {
       if (done) return
       done = true
       sub.unsubscribe()
       clearInterval(poll)
-      clearInterval(keepAlive)
-      open.delete(finish)
-      raw.end()
+      open.delete(stop)
+      resolveEnded(endedWithJob)
     }
-    open.add(finish)
-    raw.on('close', finish)
+    open.add(stop)
 
     const send = (e: JobEvent) => {
       if (done || e.seq !== last + 1) return
-      raw.write(sseFrame(e))
       last = e.seq
-      if (isTerminal(e)) finish()
+      onEvent(e)
+      if (isTerminal(e)) {
+        endedWithJob = true
+        stop()
+      }
     }
     // one catch-up at a time, in order
     let chain = Promise.resolve()
@@ -85,9 +99,11 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
     }
 
     const poll = setInterval(catchUp, pollMs)
-    const keepAlive = setInterval(() => raw.write(': keep-alive\n\n'), keepAliveMs)
     void catchUp().then(() => {
-      if (finished) finish()
+      if (finished) {
+        endedWithJob = true
+        stop()
+      }
     })
     void (async () => {
       for await (const m of sub) {
@@ -101,14 +117,32 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
         else if (e.seq > last + 1) void catchUp()
       }
     })()
+    return { stop, ended }
+  }
+
+  /**
+   * Streams a job's events after `afterSeq` as server-sent events until the job ends or the
+   * client leaves. A job already finished (`finished`) gets what was missed, then the end.
+   */
+  function stream(reply: FastifyReply, jobId: string, afterSeq: number, finished: boolean) {
+    const raw = openEventStream(reply)
+    const following = watch(jobId, afterSeq, finished, (e) => raw.write(sseFrame(e)))
+    const keepAlive = setInterval(() => raw.write(': keep-alive\n\n'), keepAliveMs)
+    raw.on('close', following.stop)
+    void following.ended.then(() => {
+      clearInterval(keepAlive)
+      raw.end()
+    })
   }
 
   return {
     emit,
+    watch,
     stream,
+    keepAliveMs,
     /** ends every open stream (shutdown): clients reconnect with Last-Event-ID to another replica */
     closeAll: () => {
-      for (const finish of [...open]) finish()
+      for (const stop of [...open]) stop()
     },
   }
 }

@@ -15,6 +15,18 @@ export interface Owner {
   wallet?: string | undefined
 }
 
+export interface PromptInput {
+  prompt: string
+  threadId?: string | undefined
+  context?: unknown
+  /** earlier messages of the conversation (/v1), oldest first; only with a new thread */
+  history?: Array<{ role: 'user' | 'assistant'; content: string }>
+  /** the /v1 model asked for */
+  model?: string
+  /** system and developer messages (/v1) */
+  instructions?: string | undefined
+}
+
 const finished = new Set(['complete', 'failed', 'cancelled'])
 export const isFinished = (status: string) => finished.has(status)
 
@@ -56,8 +68,11 @@ export type ClaimOutcome = { claimed: Job; event: JobEvent } | { finished: true 
 
 export function createJobStore(db: PrismaClient) {
   return {
-    /** The thread (new, or the owner's), the user message and the pending job, in one transaction. */
-    async createPrompt(owner: Owner, input: { prompt: string; threadId?: string | undefined; context?: unknown }) {
+    /**
+     * The thread (new, or the owner's), the user message and the pending job, in one transaction.
+     * `history` (a /v1 conversation's earlier messages) goes into the new thread before the prompt.
+     */
+    async createPrompt(owner: Owner, input: PromptInput) {
       return db.$transaction(async (t) => {
         let threadId = input.threadId
         if (threadId) {
@@ -77,10 +92,20 @@ export function createJobStore(db: PrismaClient) {
             wallet: owner.wallet ?? null,
             threadId,
             prompt: input.prompt,
+            model: input.model ?? null,
+            instructions: input.instructions ?? null,
             ...(input.context === undefined ? {} : { context: input.context as Prisma.InputJsonValue }),
           },
         })
-        await t.message.create({ data: { id: newId('msg'), threadId, role: 'user', content: input.prompt, metadata: { jobId } } })
+        // one clock for the lot, a millisecond apart: the thread reads back in this order
+        const at = Date.now()
+        const history = input.history ?? []
+        if (history.length > 0) {
+          await t.message.createMany({
+            data: history.map((m, i) => ({ id: newId('msg'), threadId, role: m.role, content: m.content, createdAt: new Date(at - history.length + i) })),
+          })
+        }
+        await t.message.create({ data: { id: newId('msg'), threadId, role: 'user', content: input.prompt, metadata: { jobId }, createdAt: new Date(at) } })
         const event = await appendEvent(t, jobId, 'status', { status: 'pending' })
         return { jobId, threadId, event }
       })

@@ -6,6 +6,7 @@ import type { AgentChannels, JobResult } from '@ats/contracts'
 import { startWorkQueueConsumer, type Logger, type WorkOutcome } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import type { Job } from '../generated/prisma/client.ts'
+import { createPlanner } from '../runner/planner.ts'
 import { RunnerError, type Runner } from '../runner/runner.ts'
 import { createToolbox } from '../runner/toolbox.ts'
 import type { JobOwner, Tools } from '../runner/tools.ts'
@@ -43,6 +44,9 @@ export const ownerOfJob = (job: Job): JobOwner =>
 
 export async function startJobWorkers({ nc, channels, store, events, tools, runner, log, settings }: WorkerDeps) {
   const workerId = `wrk_${randomBytes(8).toString('base64url')}`
+  // /v1's ats-planner asks for the offline planner whatever the deployment's runner is
+  const planner = runner.name === 'offline-planner' ? runner : createPlanner()
+  const runnerFor = (job: Job) => (job.model === 'ats-planner' ? planner : runner)
   const running = new Map<string, AbortController>()
 
   // cancellations reach the job's worker at once; a missed broadcast is caught by the lease renewal
@@ -62,8 +66,9 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     const owner = ownerOfJob(job)
     const toolbox = await createToolbox({ tools, store, emit: events.emit, log, jobId: job.id, owner, signal })
     const history = await store.history(job.threadId, job.id, settings.historyMessages)
-    const { text, modelTurns } = await runner.run({ jobId: job.id, prompt: job.prompt, history, context: job.context ?? undefined, owner }, toolbox, signal)
-    return { text, steps: toolbox.toolCalls.length + modelTurns, toolCalls: toolbox.toolCalls, transactions: toolbox.transactions }
+    const input = { jobId: job.id, prompt: job.prompt, history, context: job.context ?? undefined, instructions: job.instructions ?? undefined, owner }
+    const { text, modelTurns, usage } = await runnerFor(job).run(input, toolbox, signal)
+    return { text, steps: toolbox.toolCalls.length + modelTurns, toolCalls: toolbox.toolCalls, transactions: toolbox.transactions, usage }
   }
 
   async function handle(jobId: string, deliveries: number, shutdown: AbortSignal): Promise<WorkOutcome> {
@@ -85,7 +90,7 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
       }
     }, Math.max(100, Math.floor(settings.ackWaitMs / 3)))
     const started = Date.now()
-    log.info({ jobId, deliveries, runner: runner.name }, 'job running')
+    log.info({ jobId, deliveries, runner: runnerFor(job).name }, 'job running')
     try {
       const result = await run(job, controller.signal)
       const event = await store.complete(job, workerId, result)

@@ -4,6 +4,7 @@ import { createHttpClient } from '@ats/service-kit'
 import type { Runner, RunInput } from './runner.ts'
 import { RunnerError } from './runner.ts'
 import type { Toolbox } from './toolbox.ts'
+import { addUsage, countUsage, type Usage } from './usage.ts'
 import { aborted, ownerWallet } from './tools.ts'
 
 interface ChatMessage {
@@ -19,6 +20,15 @@ interface ToolCall {
 }
 interface Completion {
   choices?: Array<{ message?: { content?: string | null; tool_calls?: ToolCall[] }; finish_reason?: string }>
+  usage?: { prompt_tokens?: number; completion_tokens?: number }
+}
+
+/** The tokens of one turn: as the model reported them, else counted over what was sent and answered. */
+function turnUsage(completion: Completion, messages: ChatMessage[], answer: { content?: string | null; tool_calls?: ToolCall[] }): Usage {
+  const { prompt_tokens: prompt, completion_tokens: done } = completion.usage ?? {}
+  if (Number.isInteger(prompt) && Number.isInteger(done)) return { promptTokens: prompt!, completionTokens: done! }
+  const calls = (answer.tool_calls ?? []).map((c) => `${c.function.name}(${c.function.arguments})`).join('\n')
+  return countUsage(messages, [answer.content ?? '', calls].filter(Boolean).join('\n'))
 }
 
 export interface LlmSettings {
@@ -56,10 +66,12 @@ export function createLlmRunner(settings: LlmSettings): Runner & { close(): Prom
       const tools = toolbox.definitions.map((t) => ({ type: 'function' as const, function: { name: t.name, description: t.description, parameters: plain(t.parameters) } }))
       const messages: ChatMessage[] = [
         { role: 'system', content: systemPrompt(input) },
+        ...(input.instructions ? [{ role: 'system' as const, content: `Instructions from the caller: ${input.instructions}` }] : []),
         ...(input.context === undefined ? [] : [{ role: 'system' as const, content: `Context from the caller (JSON): ${JSON.stringify(input.context)}` }]),
         ...input.history.map((m) => ({ role: m.role, content: m.content })),
         { role: 'user', content: input.prompt },
       ]
+      let usage: Usage = { promptTokens: 0, completionTokens: 0 }
       for (let turn = 1; turn <= settings.maxSteps; turn++) {
         const completion = await Promise.race([
           // a completion is not idempotent on the model's side, but repeating one changes nothing of ours
@@ -68,8 +80,9 @@ export function createLlmRunner(settings: LlmSettings): Runner & { close(): Prom
         ])
         const message = completion?.choices?.[0]?.message
         if (!message) throw new RunnerError('the language model answered without a message')
+        usage = addUsage(usage, turnUsage(completion, messages, message))
         const calls = message.tool_calls ?? []
-        if (calls.length === 0) return { text: (message.content ?? '').trim(), modelTurns: turn }
+        if (calls.length === 0) return { text: (message.content ?? '').trim(), modelTurns: turn, usage }
         messages.push({ role: 'assistant', content: message.content ?? null, tool_calls: calls })
         for (const call of calls) {
           let args: unknown

@@ -3,7 +3,7 @@
 // Deterministic: the same prompt and thread give the same calls and the same words.
 import type { BridgeQuote, Positions, PredictionMarket, PreparedSwap, Quote, SwapResult, TrendingPool } from '@ats/contracts'
 import { formatUnits } from 'viem'
-import type { Runner } from './runner.ts'
+import { countRunUsage, type Runner } from './runner.ts'
 import type { ToolCallOutcome } from './toolbox.ts'
 
 export type Slots = Record<string, string | string[] | boolean | undefined>
@@ -321,7 +321,7 @@ export function createPlanner(): Runner {
     name: 'offline-planner',
     async run(input, toolbox, signal) {
       const plan = planOf(input.prompt, input.history)
-      if (plan.intent === null) return { text: plan.text, modelTurns: 1 }
+      if (plan.intent === null) return { text: plan.text, modelTurns: 1, usage: countRunUsage(input, plan.text) }
       const intent = intents.find((i) => i.name === plan.intent)!
       const call: Call = (tool, args) => {
         signal.throwIfAborted()
@@ -329,7 +329,8 @@ export function createPlanner(): Runner {
       }
       const outcomes: ToolCallOutcome[] = []
       for (const c of plan.calls) outcomes.push(await call(c.tool, c.args))
-      return { text: await intent.answer(plan.slots, outcomes, call), modelTurns: 1 }
+      const text = await intent.answer(plan.slots, outcomes, call)
+      return { text, modelTurns: 1, usage: countRunUsage(input, text) }
     },
   }
 }

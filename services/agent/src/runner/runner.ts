@@ -1,6 +1,7 @@
 // What every runner (the LLM loop, the offline planner) is given and gives back.
 import type { Toolbox } from './toolbox.ts'
 import type { JobOwner } from './tools.ts'
+import { countUsage, type Usage } from './usage.ts'
 
 export interface RunInput {
   jobId: string
@@ -8,14 +9,27 @@ export interface RunInput {
   /** the thread's earlier messages, oldest first */
   history: Array<{ role: 'user' | 'assistant'; content: string }>
   context?: unknown
+  /** the caller's instructions (/v1 system and developer messages), for a language model */
+  instructions?: string | undefined
   owner: JobOwner
 }
 
 export interface Runner {
   name: string
-  /** the answer and how many answers the model (or planner) composed */
-  run(input: RunInput, toolbox: Toolbox, signal: AbortSignal): Promise<{ text: string; modelTurns: number }>
+  /** the answer, how many answers the model (or planner) composed, and the tokens it took */
+  run(input: RunInput, toolbox: Toolbox, signal: AbortSignal): Promise<{ text: string; modelTurns: number; usage: Usage }>
 }
+
+/** The tokens of a run counted over its conversation and answer (a runner without a model's own count). */
+export const countRunUsage = (input: RunInput, text: string): Usage =>
+  countUsage(
+    [
+      ...(input.instructions ? [{ role: 'system' as const, content: input.instructions }] : []),
+      ...input.history,
+      { role: 'user' as const, content: input.prompt },
+    ],
+    text,
+  )
 
 /** A job cannot be finished for a reason the client should read (the model failed, the step limit). */
 export class RunnerError extends Error {

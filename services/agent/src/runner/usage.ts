@@ -1,0 +1,22 @@
+// Token counts of a run, for `usage` in /v1 answers and job results. A language model reports
+// its own; what it does not report, and everything the offline planner does (it has no model),
+// is counted with GPT-4o's tokenizer (o200k_base) over the same text.
+import { countTokens, encodeChat } from 'gpt-tokenizer/model/gpt-4o'
+
+export interface Usage {
+  promptTokens: number
+  completionTokens: number
+}
+
+type Role = 'system' | 'user' | 'assistant' | 'tool'
+
+/** The tokens of a chat-format conversation (message overhead included) and of an answer. */
+export function countUsage(messages: Array<{ role: Role; content: string | null }>, answer: string): Usage {
+  const chat = messages.map((m) => ({ role: m.role === 'tool' ? ('user' as const) : m.role, content: m.content ?? '' }))
+  return { promptTokens: encodeChat(chat).length, completionTokens: countTokens(answer) }
+}
+
+export const addUsage = (a: Usage, b: Usage): Usage => ({
+  promptTokens: a.promptTokens + b.promptTokens,
+  completionTokens: a.completionTokens + b.completionTokens,
+})
