@@ -13,6 +13,7 @@ import { gatewayService } from '@ats/gateway/service'
 import { tradingService } from '@ats/trading/service'
 import { agentService } from '@ats/agent/service'
 import { marketDataService } from '@ats/market-data/service'
+import { startUpstreams } from '@ats/market-data/testing'
 
 export const adminKey = 'atsk_gatewayTestBootstrapKey-00000000'
 type TestDevnet = Awaited<ReturnType<typeof startTestDevnet>>
@@ -163,18 +164,26 @@ export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.
  * account 0), market-data, the agent (workers inside) and a gateway with PAY_TO. The payer is
  * devnet account 1 (`pay()`), another payer `pay({ payer })`.
  */
-export async function startAgentFleet(t: Test, options: { agentEnv?: NodeJS.ProcessEnv } = {}) {
+export async function startAgentFleet(t: Test, options: { agentEnv?: NodeJS.ProcessEnv; marketEnv?: NodeJS.ProcessEnv; gatewayEnv?: NodeJS.ProcessEnv } = {}) {
   const chain = await startTestDevnet(t)
   const env = { ...(await baseTestEnv(t)), ...chain.chainEnv }
+  // the public APIs market-data can be pointed at (marketEnv PRICE_SOURCE=coingecko), stood in for locally
+  const upstreams = await startUpstreams(t)
   const trading = await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: chain.devnet.accounts[0]!.privateKey })
-  const market = await startService(t, marketDataService, { ...env, REDIS_URL: (await testInfra()).redisUrl })
+  const market = await startService(t, marketDataService, {
+    ...env,
+    REDIS_URL: (await testInfra()).redisUrl,
+    COINGECKO_URL: upstreams.base.coingecko,
+    POLYMARKET_GAMMA_URL: upstreams.base.gamma,
+    ...options.marketEnv,
+  })
   const agent = await startService(t, agentService, { ...env, ...options.agentEnv })
   const fleet = await startPaidFleet(t, {
     chain,
     env,
     tradingUrl: trading.url,
-    gatewayEnv: { AGENT_URL: agent.url, MARKET_DATA_URL: market.url },
+    gatewayEnv: { AGENT_URL: agent.url, MARKET_DATA_URL: market.url, ...options.gatewayEnv },
     adminEnv: { SETTLEMENT_ENABLED: 'false' },
   })
-  return { ...fleet, agent, serverWallet: chain.devnet.accounts[0]!.address }
+  return { ...fleet, agent, upstreams, serverWallet: chain.devnet.accounts[0]!.address }
 }

@@ -65,19 +65,21 @@ t.test('each tier reaches exactly the route groups the spec allows', async (t) =
     ['/admin/keys', 'admin'],
   ]
   const rank = { readonly: 0, readwrite: 1, admin: 2 }
+  // /v1 answers OpenAI's error shape: the same message, in error.message
+  const messageOf = (path: string, body: any) => (path.startsWith('/v1/') ? body.error.message : body.error)
   for (const [path, need] of groups) {
     const none = await request(path)
     t.equal(none.status, 401, `${path} without a key`)
-    t.same(none.body, { error: 'missing API key: send Authorization: Bearer <key>' })
+    t.equal(messageOf(path, none.body), 'missing API key: send Authorization: Bearer <key>')
     const bad = await request(path, { key: 'atsk_this-key-does-not-exist-00000000' })
     t.equal(bad.status, 401, `${path} with an unknown key`)
-    t.same(bad.body, { error: 'invalid or revoked API key' })
+    t.equal(messageOf(path, bad.body), 'invalid or revoked API key')
     for (const tier of ['readonly', 'readwrite', 'admin'] as const) {
       const res = await request(path, { key: keys[tier] })
       if (rank[tier] >= rank[need]) t.equal(res.status, 200, `${path} with a ${tier} key passes`)
       else {
         t.equal(res.status, 403, `${path} with a ${tier} key is refused`)
-        t.same(res.body, { error: `this route needs an API key of tier ${need} or higher; this key is ${tier}` })
+        t.equal(messageOf(path, res.body), `this route needs an API key of tier ${need} or higher; this key is ${tier}`)
       }
     }
   }
@@ -150,6 +152,10 @@ t.test('routes of services that are not running answer 503 {error}', async (t) =
     t.equal(res.status, 503, path)
     t.same(res.body, { error: `${service} service unavailable` })
   }
+  // /v1 speaks OpenAI's error shape, the gateway's own errors included
+  const chat = await request('/v1/models', { key })
+  t.equal(chat.status, 503)
+  t.same(chat.body, { error: { message: 'agent service unavailable', type: 'server_error', param: null, code: 'unavailable' } })
   const agent = await request('/agent/skills')
   t.equal(agent.status, 503)
   t.same(agent.body, { error: 'payments are not configured on this gateway (PAY_TO is not set)' })

@@ -28,4 +28,9 @@ t.test('the OpenAPI document lists every public route with its auth', async (t) 
   const skills = doc.paths['/agent/skills']?.get as { security: unknown; responses: Record<string, unknown> }
   t.same(skills.security, [{ x402: [] }], 'agent routes are paid')
   t.same(Object.keys(skills.responses).sort(), ['200', '402', '503'])
+  const chat = doc.paths['/v1/chat/completions']?.post as { security: unknown; responses: Record<string, { content: Record<string, { schema: { $id?: string; properties?: Record<string, unknown> } }> }> }
+  t.same(chat.security, [{ apiKey: ['readwrite'] }], '/v1 needs a readwrite key')
+  t.same(Object.keys(chat.responses['200']!.content).sort(), ['application/json', 'text/event-stream'], 'a completion, or its chunks streamed')
+  t.equal(chat.responses['400']!.content['application/json']!.schema.$id, 'OpenAiError', "/v1 errors are OpenAI's shape")
+  t.ok(doc.paths['/v1/models']?.get, 'the models')
 })

@@ -37,14 +37,12 @@ export const OpenAiError = Type.Object(
 )
 export type OpenAiError = Static<typeof OpenAiError>
 
-const TextPart = Type.Object({ type: Type.String(), text: Type.Optional(Type.String()) }, { additionalProperties: true })
-
 export const ChatMessageIn = Type.Object(
   {
     role: Type.Unsafe<(typeof chatRoles)[number]>({ type: 'string', enum: [...chatRoles] }),
-    content: Type.Optional(
-      Type.Union([Type.String(), Type.Array(TextPart), Type.Null()], { description: 'text, or an array of {type: "text", text} parts' }),
-    ),
+    // checked by the service rather than by a union schema, which the validator's type coercion
+    // would try branch by branch: the service says which part is wrong and why
+    content: Type.Optional(Type.Unknown({ description: 'text, or an array of {type: "text", text} parts' })),
     name: Type.Optional(Type.String()),
   },
   { additionalProperties: true },

@@ -66,11 +66,13 @@ function textOf(content: unknown, at: string): string {
   if (typeof content === 'string') return content
   if (!Array.isArray(content)) throw atParam(`${at}.content`, new InvalidChat(`${at}.content must be a string or an array of text parts`))
   return content
-    .map((part: { type?: unknown; text?: unknown }, j) => {
-      if (part.type !== 'text' || typeof part.text !== 'string') {
-        throw atParam(`${at}.content[${j}]`, new InvalidChat(`${at}.content[${j}] is a ${String(part.type)} part: only text parts ({type: "text", text}) are supported`))
+    .map((part: unknown, j) => {
+      const { type, text } = (part && typeof part === 'object' ? part : {}) as { type?: unknown; text?: unknown }
+      if (type !== 'text' || typeof text !== 'string') {
+        const what = typeof type === 'string' ? `a ${type} part` : 'not a {type, text} part'
+        throw atParam(`${at}.content[${j}]`, new InvalidChat(`${at}.content[${j}] is ${what}: only text parts ({type: "text", text}) are supported`))
       }
-      return part.text
+      return text
     })
     .join('\n')
 }
