@@ -234,7 +234,13 @@ export async function chatRoutesPlugin(app: FastifyInstance, { store, queue, eve
       await queue.enqueue(created.jobId)
       const { jobId, threadId } = created
       request.log.info({ jobId, threadId, model: body.model, stream: body.stream === true, user: body.user }, 'chat completion accepted')
-      const base = { id: `chatcmpl-${jobId}`, created: Math.floor(created.event.at / 1000), model: body.model, system_fingerprint: null }
+      const head = <O extends string>(object: O) => ({
+        id: `chatcmpl-${jobId}`,
+        object,
+        created: Math.floor(created.event.at / 1000),
+        model: body.model,
+        system_fingerprint: null,
+      })
 
       if (body.stream !== true) {
         const end = await follow(reply, owner, jobId, created.event.seq, () => {})
@@ -245,8 +251,7 @@ export async function chatRoutesPlugin(app: FastifyInstance, { store, queue, eve
           throw failureOf(end)
         }
         const completion: ChatCompletion = {
-          ...base,
-          object: 'chat.completion',
+          ...head('chat.completion' as const),
           choices: [
             { index: 0, message: { role: 'assistant', content: end.result.text, refusal: null, annotations: [] }, logprobs: null, finish_reason: 'stop' },
           ],
@@ -260,8 +265,7 @@ export async function chatRoutesPlugin(app: FastifyInstance, { store, queue, eve
       const chunk = (fields: Partial<ChatCompletionChunk> & { delta?: ChatCompletionChunk['choices'][number]['delta']; finish?: 'stop' }) => {
         const { delta, finish, ...rest } = fields
         const body: ChatCompletionChunk = {
-          ...base,
-          object: 'chat.completion.chunk',
+          ...head('chat.completion.chunk' as const),
           choices: delta ? [{ index: 0, delta, logprobs: null, finish_reason: finish ?? null }] : [],
           ...rest,
         }
