@@ -31,7 +31,8 @@ t.test('kill -9 of the worker mid-swap: the job completes once, with one swap on
   }
 
   // blocks are mined only when the test says so: the swap waits in the mempool while the worker dies
-  const startBlock = await publicClient.getBlockNumber()
+  // cacheTime 0: viem otherwise answers a block number up to its polling interval old
+  const startBlock = await publicClient.getBlockNumber({ cacheTime: 0 })
   await rpc('evm_setAutomine', [false])
   const { jobId } = await call('/agent/prompt', { prompt: 'swap 1 USDC for ARB' })
   await eventually('the swap to reach the mempool', async () => {
@@ -59,7 +60,7 @@ t.test('kill -9 of the worker mid-swap: the job completes once, with one swap on
   t.match(sent, { status: 'sent', kind: 'swap', success: true, tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '1000000', step: 1 })
 
   // every transaction the server wallet sent since: approvals aside, exactly one swap, the job's
-  const latest = await publicClient.getBlockNumber()
+  const latest = await publicClient.getBlockNumber({ cacheTime: 0 })
   const router = getAddress(devnet.book.uniswapV3.swapRouter02 as Address)
   const swaps: string[] = []
   for (let n = startBlock + 1n; n <= latest; n++) {

@@ -1,7 +1,7 @@
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
-import { payerHeaders, startStack, waitForJob } from './helpers.ts'
+import { keyHeaders, payerHeaders, startStack, waitForJob } from './helpers.ts'
 
 interface ChatRequest {
   model: string
@@ -27,16 +27,21 @@ async function startScriptedModel(t: Test, plan: (prompt: string) => Array<{ nam
       const body = JSON.parse(raw) as ChatRequest
       requests.push({ body, authorization: req.headers.authorization })
       const last = body.messages.at(-1)!
+      const prompt = body.messages.findLast((m) => m.role === 'user')?.content ?? ''
+      // "forever": the model never stops asking for tools (the step limit ends it)
+      const asks = last.role === 'user' || prompt.includes('forever')
       const message =
-        last.role === 'user'
+        asks
           ? {
               role: 'assistant',
               content: null,
-              tool_calls: plan(last.content ?? '').map((c, i) => ({ id: `call_${requests.length}_${i}`, type: 'function', function: c })),
+              tool_calls: plan(prompt).map((c, i) => ({ id: `call_${requests.length}_${i}`, type: 'function', function: c })),
             }
           : { role: 'assistant', content: `From the tools: ${body.messages.filter((m) => m.role === 'tool').map((m) => m.content).join(' | ')}` }
       res.writeHead(200, { 'content-type': 'application/json' })
-      res.end(JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion', created: 1, model: body.model, choices: [{ index: 0, message, finish_reason: last.role === 'user' ? 'tool_calls' : 'stop' }] }))
+      // usage as a provider reports it: a number the test can recognise in the sums
+      const usage = { prompt_tokens: 1000 + body.messages.length, completion_tokens: 7 }
+      res.end(JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion', created: 1, model: body.model, usage, choices: [{ index: 0, message, finish_reason: asks ? 'tool_calls' : 'stop' }] }))
     })
   })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
@@ -53,7 +58,7 @@ t.test('with an LLM configured, the tool-calling loop runs the tools the model a
           { name: 'quote_swap', arguments: JSON.stringify({ tokenIn: 'USDC', tokenOut: 'ARB', amount: '1' }) },
         ],
   )
-  const stack = await startStack(t, { agentEnv: { LLM_BASE_URL: model.url, LLM_API_KEY: 'sk-test-key', LLM_MODEL: 'scripted-1' } })
+  const stack = await startStack(t, { agentEnv: { LLM_BASE_URL: model.url, LLM_API_KEY: 'sk-test-key', LLM_MODEL: 'scripted-1', LLM_MAX_STEPS: '3' } })
   const payer = stack.devnet.accounts[1]!.address
   const prompt = (body: unknown) => stack.call('/agent/prompt', { body, headers: payerHeaders(payer) })
 
@@ -87,5 +92,31 @@ t.test('with an LLM configured, the tool-calling loop runs the tools the model a
     const firstOfFollowUp = model.requests[2]!.body.messages
     t.same(firstOfFollowUp.map((m) => m.role), ['system', 'user', 'assistant', 'user'])
     t.equal(firstOfFollowUp[2]!.content, job.result.text, 'the earlier answer is in the history')
+  })
+
+  t.test('/v1: ats-agent runs the model with the system messages and sums its usage; ats-planner skips it; a failed job is a 500 not to retry', async (t) => {
+    const key = keyHeaders('key_v1llm', 'readwrite')
+    const chat = (body: unknown) => stack.call('/v1/chat/completions', { body, headers: key })
+    const before = model.requests.length
+    const answer = await chat({ model: 'ats-agent', messages: [{ role: 'system', content: 'Answer in French.' }, { role: 'user', content: 'How much is ETH?' }] })
+    t.equal(answer.status, 200, JSON.stringify(answer.body))
+    t.match(answer.body.choices[0].message.content, /^From the tools: /)
+    const turns = model.requests.slice(before)
+    t.equal(turns.length, 2)
+    t.match(turns[0]!.body.messages[1], { role: 'system', content: 'Instructions from the caller: Answer in French.' })
+    // what the model reported, summed over its two turns (3 and 6 messages sent)
+    t.same(answer.body.usage, { prompt_tokens: 1003 + 1006, completion_tokens: 14, total_tokens: 2023 })
+    t.same(answer.body.agent.tool_calls.map((c: any) => c.function.name), ['get_prices', 'quote_swap'])
+
+    const planned = await chat({ model: 'ats-planner', messages: [{ role: 'user', content: 'price of ETH' }] })
+    t.match(planned.body.choices[0].message.content, /^ETH: \$/)
+    t.equal(model.requests.length, before + 2, 'the planner answered without the model')
+
+    const failed = await chat({ model: 'ats-agent', messages: [{ role: 'user', content: 'ask for tools forever' }] })
+    t.equal(failed.status, 500)
+    t.equal(failed.headers.get('x-should-retry'), 'false', "OpenAI's clients do not retry it")
+    t.same(failed.body, {
+      error: { message: 'the agent could not answer: the model did not reach an answer within 3 steps (LLM_MAX_STEPS)', type: 'server_error', param: null, code: 'job_failed' },
+    })
   })
 })
