@@ -27,7 +27,7 @@ async function startScriptedModel(t: Test, plan: (prompt: string) => Array<{ nam
       const body = JSON.parse(raw) as ChatRequest
       requests.push({ body, authorization: req.headers.authorization })
       const last = body.messages.at(-1)!
-      const prompt = body.messages.findLast((m) => m.role === 'user')?.content ?? ''
+      const prompt = [...body.messages].reverse().find((m) => m.role === 'user')?.content ?? ''
       // "forever": the model never stops asking for tools (the step limit ends it)
       const asks = last.role === 'user' || prompt.includes('forever')
       const message =
