@@ -12,6 +12,7 @@ import { adminService } from '@ats/admin/service'
 import { gatewayService } from '@ats/gateway/service'
 import { tradingService } from '@ats/trading/service'
 import { agentService } from '@ats/agent/service'
+import { automationService } from '@ats/automation/service'
 import { marketDataService } from '@ats/market-data/service'
 import { startUpstreams } from '@ats/market-data/testing'
 
@@ -164,7 +165,10 @@ export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.
  * account 0), market-data, the agent (workers inside) and a gateway with PAY_TO. The payer is
  * devnet account 1 (`pay()`), another payer `pay({ payer })`.
  */
-export async function startAgentFleet(t: Test, options: { agentEnv?: NodeJS.ProcessEnv; marketEnv?: NodeJS.ProcessEnv; gatewayEnv?: NodeJS.ProcessEnv } = {}) {
+export async function startAgentFleet(
+  t: Test,
+  options: { agentEnv?: NodeJS.ProcessEnv; marketEnv?: NodeJS.ProcessEnv; gatewayEnv?: NodeJS.ProcessEnv; automationEnv?: NodeJS.ProcessEnv } = {},
+) {
   const chain = await startTestDevnet(t)
   const env = { ...(await baseTestEnv(t)), ...chain.chainEnv }
   // the public APIs market-data can be pointed at (marketEnv PRICE_SOURCE=coingecko), stood in for locally
@@ -178,11 +182,13 @@ export async function startAgentFleet(t: Test, options: { agentEnv?: NodeJS.Proc
     ...options.marketEnv,
   })
   const agent = await startService(t, agentService, { ...env, ...options.agentEnv })
+  // the automation service, when a test asks for it (automationEnv)
+  const automation = options.automationEnv ? await startService(t, automationService, { ...env, ...options.automationEnv }) : undefined
   const fleet = await startPaidFleet(t, {
     chain,
     env,
     tradingUrl: trading.url,
-    gatewayEnv: { AGENT_URL: agent.url, MARKET_DATA_URL: market.url, ...options.gatewayEnv },
+    gatewayEnv: { AGENT_URL: agent.url, MARKET_DATA_URL: market.url, ...(automation ? { AUTOMATION_URL: automation.url } : {}), ...options.gatewayEnv },
     adminEnv: { SETTLEMENT_ENABLED: 'false' },
   })
   return { ...fleet, agent, upstreams, serverWallet: chain.devnet.accounts[0]!.address }

@@ -128,7 +128,7 @@ t.test('the job pipeline, with the offline planner and the real services its too
       [`NFTs of ${holder}`, ['list_nfts'], new RegExp(`^${holder} owns [0-9]+ NFTs?: `)],
       ['bridge 100 USDC to Base', ['bridge_quote'], /^Bridging 100 USDC to Base via .*: about 99\.[0-9]+ USDC arrives/],
       ['show my positions', ['get_positions'], new RegExp(`^Positions of ${payer}:\nAave: collateral \\$`)],
-      ['buy 1 USDC of ARB every hour', ['create_automation'], /^I couldn't set up a recurring buy of ARB: the automation service is not available in this deployment yet\.$/],
+      ['buy 1 USDC of ARB every hour', ['create_automation'], /^I couldn't set up a recurring buy of ARB: the automation service is not available right now\.$/],
     ]
     for (const [text, tools, answer] of cases) {
       const job = await waitForJob(call, payer, (await prompt({ prompt: text })).body.jobId)

@@ -66,7 +66,7 @@ export const SwapResult = Type.Object({
   tokenIn: Type.String(),
   tokenOut: Type.String(),
   amountIn: IntegerString(),
-  amountOut: IntegerString({ description: 'tokenOut received by the server wallet, read from the Transfer logs of the receipt; "0" when reverted' }),
+  amountOut: IntegerString({ description: 'tokenOut received by the server wallet (or the recipient), read from the Transfer logs of the receipt; "0" when reverted' }),
   amountOutMinimum: IntegerString({ description: 'the least the swap accepted' }),
   route: Type.Array(Type.String()),
   blockNumber: IntegerString({ description: 'the block the swap was mined in' }),

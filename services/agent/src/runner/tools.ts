@@ -73,7 +73,7 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs }: ToolDeps
       if (error instanceof ServiceCallError) {
         const service = serviceNames[endpoint.subject.split('.')[1] ?? ''] ?? 'a service'
         if (error.statusCode === 503 && /no responders|unavailable/i.test(error.message)) {
-          throw new ToolError(`the ${service} service is not available${service === 'automation' ? ' in this deployment yet' : ' right now'}`)
+          throw new ToolError(`the ${service} service is not available right now`)
         }
         throw new ToolError(error.message)
       }

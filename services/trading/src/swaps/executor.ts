@@ -19,7 +19,12 @@ export interface Caller {
   automationRunId?: string | undefined
 }
 
-export type SwapRequest = Pick<SwapBody, 'tokenIn' | 'tokenOut' | 'amountIn'> & { dex?: SwapBody['dex'] | undefined; slippageBps?: number | undefined }
+export type SwapRequest = Pick<SwapBody, 'tokenIn' | 'tokenOut' | 'amountIn'> & {
+  dex?: SwapBody['dex'] | undefined
+  slippageBps?: number | undefined
+  /** who receives tokenOut (NATS callers: an automation's wallet); the server wallet by default */
+  recipient?: string | undefined
+}
 
 export interface ExecutorOptions {
   db: PrismaClient
@@ -156,6 +161,7 @@ export function createExecutor(options: ExecutorOptions) {
           dex: q.dex.name,
           tokenIn: q.tokenIn.address,
           tokenOut: q.tokenOut.address,
+          recipient: request.recipient ? getAddress(request.recipient) : null,
           route: routeOf(q),
           amountIn: q.amountIn.toString(),
           quotedAmountOut: q.amountOut.toString(),
@@ -168,9 +174,9 @@ export function createExecutor(options: ExecutorOptions) {
   }
 
   async function finish(row: Execution, receipt: TransactionReceipt): Promise<SwapResult> {
-    const wallet = tx.sender().address
+    const receiver = (row.recipient as Address | null) ?? tx.sender().address
     const success = receipt.status === 'success'
-    const amountOut = success ? receivedFromLogs(receipt, row.tokenOut as Address, wallet) : 0n
+    const amountOut = success ? receivedFromLogs(receipt, row.tokenOut as Address, receiver) : 0n
     const done = await db.execution.update({
       where: { id: row.id },
       data: {
@@ -210,11 +216,11 @@ export function createExecutor(options: ExecutorOptions) {
       row = await reserve(q, minOut, request, caller, idem)
     }
     const pending = row
-    const wallet = tx.sender().address
+    const receiver = (row.recipient as Address | null) ?? tx.sender().address
     try {
       await tx.ensureAllowance(q.tokenIn.address, q.dex.router, q.amountIn)
       const deadline = BigInt(Math.floor(now() / 1000) + options.deadlineSeconds)
-      const { receipt } = await tx.send({ to: q.dex.router, data: q.dex.swapCall(q.path, q.amountIn, minOut, wallet, deadline) }, async (signed) => {
+      const { receipt } = await tx.send({ to: q.dex.router, data: q.dex.swapCall(q.path, q.amountIn, minOut, receiver, deadline) }, async (signed) => {
         await db.execution.update({
           where: { id: pending.id },
           data: { status: 'submitted', txHash: signed.hash, rawTx: signed.raw, nonce: signed.nonce },
@@ -242,6 +248,7 @@ export function createExecutor(options: ExecutorOptions) {
         amountIn: request.amountIn,
         dex: request.dex ?? 'uniswap',
         slippageBps: request.slippageBps ?? 50,
+        ...(request.recipient ? { recipient: getAddress(request.recipient) } : {}),
       })
       return idempotency.run(scope, idempotencyKey, fingerprint, () => perform(request, caller, { scope, key: idempotencyKey }))
     },

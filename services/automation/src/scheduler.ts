@@ -1,0 +1,131 @@
+// The scheduler: every tick it claims due work (store.claim: one scheduler per row, however many
+// replicas run) and executes it. A run swaps through the trading service over NATS with the
+// idempotency key `automation-run:<runId>`, so a run resumed after its scheduler died, or
+// repeated after a timeout, never swaps twice.
+import { formatUnits } from 'viem'
+import type { NatsChannels } from '@ats/contracts'
+import { callEndpoint, ServiceCallError, startWorkerLoop, type Logger } from '@ats/service-kit'
+import type { NatsConnection } from 'nats'
+import type { Automation, AutomationRun } from './generated/prisma/client.ts'
+import type { Claimed, Store } from './store.ts'
+import type { Config, LimitOrder, Token } from './types.ts'
+
+export interface SchedulerSettings {
+  tickMs: number
+  /** due automations one tick takes at most */
+  batch: number
+  /** how long a claimed run is this scheduler's; past it (the scheduler died) another resumes it */
+  leaseMs: number
+  /** failed runs in a row before an automation fails */
+  maxFailures: number
+  /** runs a swap may be tried (resumed after timeouts) before it fails */
+  maxAttempts: number
+  executeTimeoutMs: number
+}
+
+export interface SchedulerDeps {
+  nc: NatsConnection
+  channels: NatsChannels
+  store: Store
+  log: Logger
+  settings: SchedulerSettings
+  tokenOf(ref: string): Promise<Token | undefined>
+}
+
+/** The identity a run trades as: the automation's API key (its spend policy), or its payer. */
+const identityOf = (automation: Automation) =>
+  automation.keyId ? { ownerId: automation.keyId, keyId: automation.keyId } : { ownerId: automation.ownerId }
+
+export function startScheduler({ nc, channels, store, log, settings, tokenOf }: SchedulerDeps) {
+  const inFlight = new Set<Promise<void>>()
+
+  async function execute(run: AutomationRun, automation: Automation) {
+    const config = automation.config as unknown as Config
+    try {
+      const result = await callEndpoint(
+        nc,
+        channels.trading.execute,
+        {
+          tokenIn: config.tokenIn,
+          tokenOut: config.tokenOut,
+          amountIn: run.amountIn,
+          slippageBps: config.slippageBps,
+          recipient: automation.walletAddress,
+          idempotencyKey: `automation-run:${run.id}`,
+          automationRunId: run.id,
+        },
+        { identity: identityOf(automation), requestId: run.id, timeoutMs: settings.executeTimeoutMs },
+      )
+      const outcome = result.success
+        ? { ok: true as const, txHash: result.hash, amountOut: result.amountOut, executionId: result.executionId }
+        : { ok: false as const, error: 'the swap reverted on chain', txHash: result.hash, executionId: result.executionId }
+      await store.finishRun(run, outcome, settings.maxFailures)
+      log.info({ automationId: automation.id, runId: run.id, hash: result.hash, success: result.success, amountOut: result.amountOut }, 'automation run finished')
+    } catch (error) {
+      const status = error instanceof ServiceCallError ? error.statusCode : undefined
+      // no answer in time, or trading unavailable: the swap may still be mined; the same key picks it up
+      const retry = (status === 503 || status === 504 || status === undefined) && run.attempts < settings.maxAttempts
+      if (retry) {
+        log.warn({ err: error, automationId: automation.id, runId: run.id, attempt: run.attempts }, 'automation run not finished; it is resumed after its lease')
+        return
+      }
+      const message = error instanceof ServiceCallError ? error.message : 'the swap could not be made'
+      if (!(error instanceof ServiceCallError)) log.error({ err: error, runId: run.id }, 'automation run failed')
+      await store.finishRun(run, { ok: false, error: message }, settings.maxFailures)
+      log.warn({ automationId: automation.id, runId: run.id, error: message }, 'automation run failed')
+    }
+  }
+
+  /** A limit order: quote it; below its minAmountOut, note the quote and wait; at or above, fill it once. */
+  async function check(automation: Automation, scheduledFor: Date) {
+    const order = automation.config as unknown as LimitOrder
+    let quoted: string
+    try {
+      const quote = await callEndpoint(nc, channels.trading.quote, { tokenIn: order.tokenIn, tokenOut: order.tokenOut, amountIn: order.amount }, { timeoutMs: settings.executeTimeoutMs })
+      quoted = quote.amountOut
+    } catch (error) {
+      await store.checked(automation, `the last price check failed: ${(error as Error).message}`)
+      return
+    }
+    if (BigInt(quoted) < BigInt(order.minAmountOut)) {
+      const out = await tokenOf(order.tokenOut)
+      const shown = (v: string) => (out ? `${formatUnits(BigInt(v), out.decimals)} ${out.symbol}` : v)
+      await store.checked(automation, `waiting: the last quote gave ${shown(quoted)}, below ${shown(order.minAmountOut)}`)
+      return
+    }
+    const run = await store.startFill(automation, scheduledFor, settings.leaseMs)
+    if (!run) {
+      await store.checked(automation, 'a fill is under way')
+      return
+    }
+    log.info({ automationId: automation.id, runId: run.id, quoted }, 'limit order reached its price: filling')
+    await execute(run, automation)
+  }
+
+  const perform = (work: Claimed) => (work.kind === 'run' ? execute(work.run, work.automation) : check(work.automation, work.scheduledFor))
+
+  const loop = startWorkerLoop({
+    name: 'automation scheduler',
+    log,
+    idleMs: settings.tickMs,
+    async round() {
+      const claimed = await store.claim(settings.batch, settings.leaseMs)
+      for (const work of claimed) {
+        // runs go on beside the next ticks; a slow swap does not hold the others back
+        const task = perform(work)
+          .catch((error) => log.error({ err: error }, 'automation work failed'))
+          .finally(() => inFlight.delete(task))
+        inFlight.add(task)
+      }
+      return claimed.length === settings.batch
+    },
+  })
+
+  return {
+    async stop() {
+      await loop.stop()
+      // what is under way finishes (or is resumed by another scheduler after its lease)
+      await Promise.allSettled([...inFlight])
+    },
+  }
+}

@@ -1,0 +1,170 @@
+import { fileURLToPath } from 'node:url'
+import { automationContract, automationRoutes, type AutomationStatus, type CreateAutomationRequest, type TokenList } from '@ats/contracts'
+import {
+  addNatsService,
+  cachedLoader,
+  callEndpoint,
+  Forbidden,
+  NotFound,
+  serveEndpoint,
+  Unauthorized,
+  Unavailable,
+  type ServiceDefinition,
+  type TypeBoxTypeProvider,
+} from '@ats/service-kit'
+import type { FastifyRequest } from 'fastify'
+import { Type } from 'typebox'
+import { getAddress, isAddress } from 'viem'
+import { PrismaClient } from './generated/prisma/client.ts'
+import { startScheduler } from './scheduler.ts'
+import { automationView, createStore, runView, type Owner } from './store.ts'
+import { checkConfig, type Token } from './types.ts'
+
+const ms = (description: string, defaultMs: number, minimum = 100) => Type.Integer({ minimum, default: defaultMs, description })
+
+const settings = {
+  AUTOMATION_SCHEDULER: Type.Boolean({ default: true, description: 'run the scheduler in this process (false: routes only)' }),
+  AUTOMATION_TICK_MS: ms('how often the scheduler looks for due automations', 1_000, 50),
+  AUTOMATION_BATCH: Type.Integer({ minimum: 1, maximum: 1000, default: 50, description: 'due automations one tick takes at most' }),
+  AUTOMATION_MIN_INTERVAL_MS: ms('the shortest interval (and limit-order checkEvery) an automation may have', 60_000, 1_000),
+  AUTOMATION_LEASE_MS: ms('a run its scheduler has not finished by then (it died) is resumed by another, with the same idempotency key', 120_000, 1_000),
+  AUTOMATION_MAX_FAILURES: Type.Integer({ minimum: 1, maximum: 100, default: 3, description: 'failed runs in a row before an automation fails' }),
+  AUTOMATION_MAX_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 20, default: 5, description: 'tries of one run whose swap timed out before the run fails' }),
+  AUTOMATION_EXECUTE_TIMEOUT_MS: ms("how long a run waits for trading's swap (mined)", 90_000, 1_000),
+}
+
+/** The owner of a request: the API key (HTTP through the gateway), or the key or payer of an agent job (NATS). */
+function ownerOf(identity: { ownerId?: string | undefined; keyId?: string | undefined }): Owner {
+  if (identity.keyId) return { ownerId: identity.keyId, keyId: identity.keyId }
+  if (identity.ownerId && isAddress(identity.ownerId, { strict: false })) return { ownerId: identity.ownerId.toLowerCase() }
+  throw new Unauthorized('automations need an API key')
+}
+
+/**
+ * Whose wallet an automation may buy for: a key bound to a wallet only for that wallet, a payer
+ * only for itself; a key without a bound wallet for any (its spend policy caps what it spends).
+ */
+function checkWallet(owner: Owner, boundWallet: string | undefined, walletAddress: string) {
+  const allowed = owner.keyId ? boundWallet : owner.ownerId
+  if (allowed && allowed.toLowerCase() !== walletAddress.toLowerCase()) {
+    throw new Forbidden(`this ${owner.keyId ? 'key is bound to' : 'payer is'} ${getAddress(allowed)}: its automations buy for that wallet only`)
+  }
+}
+
+export const automationService: ServiceDefinition<typeof settings, PrismaClient> = {
+  name: 'automation',
+  version: '0.1.0',
+  port: 3004,
+  settings,
+  database: {
+    schema: 'automation',
+    migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
+    client: (adapter) => new PrismaClient({ adapter }),
+  },
+  async register(app, { db, nc, channels, config, version, onClose, log }) {
+    const store = createStore(db)
+
+    // the chain's tokens, from trading (what its swaps accept)
+    const tokens = cachedLoader({
+      max: 1,
+      ttlMs: 600_000,
+      load: async () => (await callEndpoint(nc, channels.trading.tokens, {}, { timeoutMs: 5_000 })).tokens,
+    })
+    const tokenList = async (): Promise<TokenList['tokens']> =>
+      tokens.get('all').catch((error: Error) => {
+        throw new Unavailable(`the token list is not available from trading (${error.message})`)
+      })
+    const find = (list: Token[], ref: string) => list.find((t) => t.symbol.toLowerCase() === ref.toLowerCase() || t.address.toLowerCase() === ref.toLowerCase())
+
+    async function create(owner: Owner, boundWallet: string | undefined, body: CreateAutomationRequest) {
+      checkWallet(owner, boundWallet, body.walletAddress)
+      const list = await tokenList()
+      const checked = checkConfig(body.type, body.config, {
+        tokenOf: (ref) => find(list, ref),
+        knownSymbols: list.map((t) => t.symbol),
+        minIntervalMs: config.AUTOMATION_MIN_INTERVAL_MS,
+        now: Date.now(),
+      })
+      const row = await store.create(owner, { walletAddress: getAddress(body.walletAddress), type: body.type, name: body.name, config: checked })
+      log.info({ automationId: row.id, type: row.type, owner: owner.keyId ?? 'payer' }, 'automation created')
+      return { automation: automationView(row) }
+    }
+
+    async function setStatus(owner: Owner, id: string, status: AutomationStatus) {
+      const row = await store.setStatus(owner, id, status)
+      if (!row) throw new NotFound(`automation ${id}`)
+      log.info({ automationId: id, status }, 'automation status set')
+      return { automation: automationView(row) }
+    }
+
+    const nats = await addNatsService(nc, automationContract.name, version, 'automations and their scheduler')
+    onClose(async () => {
+      await nats.stop()
+    })
+    const { create: createChannel, list: listChannel, setStatus: setStatusChannel } = channels.automation
+    serveEndpoint(nats, 'create', createChannel, log, async (request, { identity }) => create(ownerOf(identity), identity.wallet, request))
+    serveEndpoint(nats, 'list', listChannel, log, async ({ wallet }, { identity }) => ({
+      automations: (await store.list(ownerOf(identity), wallet)).map(automationView),
+    }))
+    serveEndpoint(nats, 'status-set', setStatusChannel, log, async ({ id, status }, { identity }) => setStatus(ownerOf(identity), id, status))
+
+    const keyOwner = (request: FastifyRequest) => ownerOf({ keyId: request.identity.keyId })
+    const api = app.withTypeProvider<TypeBoxTypeProvider>()
+    api.route({
+      ...automationRoutes.list,
+      handler: async (request) => ({ automations: (await store.list(keyOwner(request), request.query.wallet)).map(automationView) }),
+    })
+    api.route({
+      ...automationRoutes.create,
+      handler: async (request, reply) => reply.code(201).send(await create(keyOwner(request), request.identity.wallet, request.body)),
+    })
+    api.route({
+      ...automationRoutes.get,
+      handler: async (request) => {
+        const row = await store.get(keyOwner(request), request.params.id)
+        if (!row) throw new NotFound(`automation ${request.params.id}`)
+        return { automation: automationView(row) }
+      },
+    })
+    api.route({
+      ...automationRoutes.update,
+      handler: async (request) => setStatus(keyOwner(request), request.params.id, request.body.status),
+    })
+    api.route({
+      ...automationRoutes.remove,
+      handler: async (request) => {
+        if (!(await store.remove(keyOwner(request), request.params.id))) throw new NotFound(`automation ${request.params.id}`)
+        log.info({ automationId: request.params.id }, 'automation deleted')
+        return { ok: true as const }
+      },
+    })
+    api.route({
+      ...automationRoutes.runs,
+      handler: async (request) => {
+        const row = await store.get(keyOwner(request), request.params.id)
+        if (!row) throw new NotFound(`automation ${request.params.id}`)
+        return { runs: (await store.runs(row.id, request.query.limit)).map(runView) }
+      },
+    })
+
+    if (config.AUTOMATION_SCHEDULER) {
+      const scheduler = startScheduler({
+        nc,
+        channels,
+        store,
+        log,
+        tokenOf: async (ref) => find(await tokenList(), ref),
+        settings: {
+          tickMs: config.AUTOMATION_TICK_MS,
+          batch: config.AUTOMATION_BATCH,
+          leaseMs: config.AUTOMATION_LEASE_MS,
+          maxFailures: config.AUTOMATION_MAX_FAILURES,
+          maxAttempts: config.AUTOMATION_MAX_ATTEMPTS,
+          executeTimeoutMs: config.AUTOMATION_EXECUTE_TIMEOUT_MS,
+        },
+      })
+      onClose(scheduler.stop)
+      log.info({ tickMs: config.AUTOMATION_TICK_MS, minIntervalMs: config.AUTOMATION_MIN_INTERVAL_MS }, 'automation scheduler started')
+    }
+  },
+}

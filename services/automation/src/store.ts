@@ -1,0 +1,218 @@
+// Automations and their runs in Postgres (schema "automation"), and the claim that hands due
+// work to exactly one scheduler however many run: FOR UPDATE SKIP LOCKED, with the next due
+// time moved in the same transaction.
+import { randomBytes } from 'node:crypto'
+import type { Automation as AutomationView, AutomationRun as RunView, AutomationStatus } from '@ats/contracts'
+import type { Automation, AutomationRun, PrismaClient } from './generated/prisma/client.ts'
+import { firstRunAt, nextRunAt, type Config, type LimitOrder, type RecurringBuy } from './types.ts'
+
+const newId = (prefix: string) => `${prefix}_${randomBytes(12).toString('base64url')}`
+
+/** Who an automation belongs to: an API key, or the payer of an agent job. */
+export interface Owner {
+  ownerId: string
+  keyId?: string | undefined
+}
+
+export function automationView(row: Automation): AutomationView {
+  return {
+    id: row.id,
+    name: row.name,
+    type: row.type,
+    status: row.status,
+    walletAddress: row.walletAddress,
+    config: row.config as Record<string, unknown>,
+    createdAt: row.createdAt.getTime(),
+    updatedAt: row.updatedAt.getTime(),
+    nextRunAt: row.status === 'active' && row.nextRunAt ? row.nextRunAt.getTime() : null,
+    runs: row.runs,
+    statusReason: row.statusReason,
+  }
+}
+
+export function runView(row: AutomationRun): RunView {
+  return {
+    id: row.id,
+    automationId: row.automationId,
+    scheduledFor: row.scheduledFor.getTime(),
+    startedAt: row.startedAt.getTime(),
+    finishedAt: row.finishedAt?.getTime() ?? null,
+    status: row.status,
+    txHash: row.txHash,
+    amountIn: row.amountIn,
+    amountOut: row.amountOut,
+    executionId: row.executionId,
+    error: row.error,
+  }
+}
+
+/** Work a scheduler claimed: a run to execute (new or resumed), or a limit order's price check. */
+export type Claimed =
+  | { kind: 'run'; run: AutomationRun; automation: Automation }
+  | { kind: 'check'; automation: Automation; scheduledFor: Date }
+
+export function createStore(db: PrismaClient) {
+  return {
+    async create(owner: Owner, input: { walletAddress: string; type: string; name: string; config: Config }, now = Date.now()) {
+      return db.automation.create({
+        data: {
+          id: newId('aut'),
+          ownerId: owner.ownerId,
+          keyId: owner.keyId ?? null,
+          walletAddress: input.walletAddress,
+          type: input.type,
+          name: input.name,
+          config: input.config as object,
+          nextRunAt: new Date(firstRunAt(input.config, now)),
+        },
+      })
+    },
+
+    list: (owner: Owner, wallet?: string) =>
+      db.automation.findMany({
+        where: { ownerId: owner.ownerId, ...(wallet ? { walletAddress: { equals: wallet, mode: 'insensitive' as const } } : {}) },
+        orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+        take: 500,
+      }),
+
+    get: (owner: Owner, id: string) => db.automation.findFirst({ where: { id, ownerId: owner.ownerId } }),
+
+    /** Sets the status; resuming makes it due (at once for a fixed interval, at the next cron time otherwise). */
+    async setStatus(owner: Owner, id: string, status: AutomationStatus, now = Date.now()) {
+      const row = await db.automation.findFirst({ where: { id, ownerId: owner.ownerId } })
+      if (!row) return null
+      if (row.status === status) return row
+      const resumed = status === 'active'
+      return db.automation.update({
+        where: { id },
+        data: {
+          status,
+          nextRunAt: resumed ? new Date(firstRunAt(row.config as unknown as Config, now)) : null,
+          ...(resumed ? { failures: 0, statusReason: null } : { statusReason: status === 'paused' ? null : `set to ${status} by its owner` }),
+        },
+      })
+    },
+
+    async remove(owner: Owner, id: string) {
+      const { count } = await db.automation.deleteMany({ where: { id, ownerId: owner.ownerId } })
+      return count > 0
+    },
+
+    runs: (automationId: string, limit: number) =>
+      db.automationRun.findMany({ where: { automationId }, orderBy: [{ scheduledFor: 'desc' }, { id: 'desc' }], take: limit }),
+
+    /**
+     * Takes up to `limit` pieces of due work for one scheduler: automations whose time has come
+     * (locked with SKIP LOCKED, so concurrent schedulers take different rows, and moved to their
+     * next due time before the lock is released) and runs whose scheduler died (lease expired).
+     */
+    async claim(limit: number, leaseMs: number, now = Date.now()): Promise<Claimed[]> {
+      return db.$transaction(async (t) => {
+        const claimed: Claimed[] = []
+        const lease = new Date(now + leaseMs)
+        const due = await t.$queryRaw<Array<{ id: string }>>`
+          SELECT id FROM automations WHERE status = 'active' AND next_run_at <= ${new Date(now)}
+          ORDER BY next_run_at LIMIT ${limit} FOR UPDATE SKIP LOCKED`
+        for (const { id } of due) {
+          const automation = await t.automation.findUniqueOrThrow({ where: { id } })
+          const config = automation.config as unknown as Config
+          const scheduledFor = automation.nextRunAt!
+          if (config.endAt !== undefined && now >= config.endAt) {
+            await t.automation.update({ where: { id }, data: { status: 'completed', nextRunAt: null, statusReason: 'its endAt has passed' } })
+            continue
+          }
+          if ('minAmountOut' in config) {
+            // a price check; the order is held (next_run_at = the lease) until the check says what next
+            await t.automation.update({ where: { id }, data: { nextRunAt: lease } })
+            claimed.push({ kind: 'check', automation, scheduledFor })
+            continue
+          }
+          const recurring = config as RecurringBuy
+          const next = new Date(nextRunAt(recurring, now))
+          if (recurring.maxRuns !== undefined) {
+            const started = await t.automationRun.count({ where: { automationId: id, status: { in: ['running', 'success'] } } })
+            if (started >= recurring.maxRuns) {
+              // the last runs are still under way: they complete it
+              await t.automation.update({ where: { id }, data: { nextRunAt: next } })
+              continue
+            }
+          }
+          const run = await t.automationRun.create({
+            data: { id: newId('run'), automationId: id, scheduledFor, amountIn: recurring.amount, leaseUntil: lease },
+          })
+          await t.automation.update({ where: { id }, data: { nextRunAt: next } })
+          claimed.push({ kind: 'run', run, automation })
+        }
+        const stale = await t.$queryRaw<Array<{ id: string }>>`
+          SELECT id FROM automation_runs WHERE status = 'running' AND lease_until < ${new Date(now)}
+          ORDER BY lease_until LIMIT ${limit} FOR UPDATE SKIP LOCKED`
+        for (const { id } of stale) {
+          const run = await t.automationRun.update({ where: { id }, data: { leaseUntil: lease, attempts: { increment: 1 } }, include: { automation: true } })
+          const { automation, ...plain } = run
+          claimed.push({ kind: 'run', run: plain, automation })
+        }
+        return claimed
+      })
+    },
+
+    /**
+     * A limit order's check found its price: the one run of the order, unless one exists already
+     * (a fill never happens twice); null when it does.
+     */
+    async startFill(automation: Automation, scheduledFor: Date, leaseMs: number, now = Date.now()) {
+      return db.$transaction(async (t) => {
+        const rows = await t.$queryRaw<Array<{ id: string }>>`
+          SELECT id FROM automations WHERE id = ${automation.id} AND status = 'active' FOR UPDATE`
+        if (rows.length === 0) return null
+        const earlier = await t.automationRun.count({ where: { automationId: automation.id, status: { in: ['running', 'success'] } } })
+        if (earlier > 0) return null
+        const order = automation.config as unknown as LimitOrder
+        return t.automationRun.create({
+          data: { id: newId('run'), automationId: automation.id, scheduledFor, amountIn: order.amount, leaseUntil: new Date(now + leaseMs) },
+        })
+      })
+    },
+
+    /** A limit order's check did not fill: note what it saw and when it checks again. */
+    checked: (automation: Automation, reason: string, now = Date.now()) =>
+      db.automation.updateMany({
+        where: { id: automation.id, status: 'active' },
+        data: { nextRunAt: new Date(nextRunAt(automation.config as unknown as LimitOrder, now)), statusReason: reason },
+      }),
+
+    /** A run's swap was mined (or reverted): record it; count it, and complete the automation when it is done. */
+    async finishRun(run: AutomationRun, outcome: { ok: true; txHash: string; amountOut: string; executionId: string } | { ok: false; error: string; txHash?: string; executionId?: string }, maxFailures: number) {
+      return db.$transaction(async (t) => {
+        const updated = await t.automationRun.updateMany({
+          where: { id: run.id, status: 'running' },
+          data: outcome.ok
+            ? { status: 'success', txHash: outcome.txHash, amountOut: outcome.amountOut, executionId: outcome.executionId, finishedAt: new Date(), leaseUntil: null }
+            : { status: 'failed', error: outcome.error, txHash: outcome.txHash ?? null, executionId: outcome.executionId ?? null, finishedAt: new Date(), leaseUntil: null },
+        })
+        if (updated.count === 0) return
+        const automation = await t.automation.findUnique({ where: { id: run.automationId } })
+        if (!automation) return
+        const config = automation.config as unknown as Config
+        if (outcome.ok) {
+          const runs = automation.runs + 1
+          const done = 'minAmountOut' in config ? 'the limit order filled' : config.maxRuns !== undefined && runs >= config.maxRuns ? `it made its ${runs} runs (maxRuns)` : null
+          await t.automation.update({
+            where: { id: automation.id },
+            data: { runs, failures: 0, ...(done && automation.status === 'active' ? { status: 'completed', nextRunAt: null, statusReason: done } : {}) },
+          })
+          return
+        }
+        const failures = automation.failures + 1
+        const failed = failures >= maxFailures && automation.status === 'active'
+        await t.automation.update({
+          where: { id: automation.id },
+          data: {
+            failures,
+            ...(failed ? { status: 'failed', nextRunAt: null, statusReason: `${failures} runs in a row failed; the last: ${outcome.error}` } : {}),
+          },
+        })
+      })
+    },
+  }
+}
+export type Store = ReturnType<typeof createStore>

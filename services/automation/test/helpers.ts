@@ -1,0 +1,75 @@
+import { adminService } from '@ats/admin/service'
+import { erc20Abi } from '@ats/chain'
+import { identityHeaders } from '@ats/contracts'
+import { startTestDevnet } from '@ats/devnet'
+import { baseTestEnv, startService, testInternalToken } from '@ats/service-kit/testing'
+import { tradingService } from '@ats/trading/service'
+import type { Test } from 'tap'
+import { getAddress, type Address } from 'viem'
+import { automationService } from '../src/service.ts'
+
+export { eventually } from '@ats/service-kit/testing'
+export const adminKey = 'atsk_automationTestBootstrapKey-00000'
+
+/** What the gateway adds to a request of an API key. */
+export const keyHeaders = (keyId: string, wallet?: string) => ({
+  [identityHeaders.internalToken]: testInternalToken,
+  [identityHeaders.ownerId]: keyId,
+  [identityHeaders.keyId]: keyId,
+  [identityHeaders.tier]: 'readwrite',
+  ...(wallet ? { [identityHeaders.wallet]: wallet } : {}),
+})
+
+/**
+ * The automation service with what its runs call: admin (key policies) and trading (server
+ * wallet: devnet account 0) on a devnet, one database and NATS namespace. `schedulers` automation
+ * processes share them; the first one is `url`.
+ */
+export async function startAutomationStack(t: Test, options: { schedulers?: number; env?: NodeJS.ProcessEnv } = {}) {
+  const { devnet, chainEnv, publicClient } = await startTestDevnet(t)
+  const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ...chainEnv }
+  const admin = await startService(t, adminService, { ...env, ADMIN_API_KEY: adminKey, SETTLEMENT_ENABLED: 'false' })
+  await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey })
+  const automationEnv = { ...env, AUTOMATION_MIN_INTERVAL_MS: '1000', AUTOMATION_TICK_MS: '100', ...options.env }
+  const schedulers: Array<{ url: string }> = []
+  for (let i = 0; i < (options.schedulers ?? 1); i++) schedulers.push(await startService(t, automationService, automationEnv))
+
+  const call = async (path: string, init: { method?: string; body?: unknown; headers: Record<string, string>; via?: number }) => {
+    const res = await fetch(`${schedulers[init.via ?? 0]!.url}${path}`, {
+      method: init.method ?? (init.body === undefined ? 'GET' : 'POST'),
+      headers: { ...init.headers, ...(init.body === undefined ? {} : { 'content-type': 'application/json' }) },
+      ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) }),
+    })
+    const text = await res.text()
+    return { status: res.status, body: text ? (JSON.parse(text) as any) : undefined }
+  }
+  /** A real API key (trading asks admin for its spend policy): its id. */
+  const createKey = async (wallet?: string) => {
+    const res = await fetch(`${admin.url}/admin/keys`, {
+      method: 'POST',
+      headers: { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.keyId]: 'key_admin', [identityHeaders.tier]: 'admin', 'content-type': 'application/json' },
+      body: JSON.stringify({ tier: 'readwrite', label: 'automation test', ...(wallet ? { wallet } : {}) }),
+    })
+    const body = (await res.json()) as { id: string }
+    if (res.status !== 201) throw new Error(`no key: ${JSON.stringify(body)}`)
+    return body.id
+  }
+  const token = (symbol: string) => getAddress(devnet.book.tokens.find((entry) => entry.symbol === symbol)!.address as Address)
+  const balanceOf = (symbol: string, owner: Address) => publicClient.readContract({ address: token(symbol), abi: erc20Abi, functionName: 'balanceOf', args: [owner] })
+
+  /** The swaps the server wallet sent (to either DEX router) in blocks after `from`. */
+  async function swapsSince(from: bigint) {
+    const routers = [devnet.book.uniswapV3.swapRouter02, devnet.book.algebra.swapRouter].map((a) => getAddress(a as Address))
+    const latest = await publicClient.getBlockNumber({ cacheTime: 0 })
+    const hashes: string[] = []
+    for (let n = from + 1n; n <= latest; n++) {
+      const block = await publicClient.getBlock({ blockNumber: n, includeTransactions: true })
+      for (const tx of block.transactions) {
+        if (getAddress(tx.from) === getAddress(devnet.accounts[0]!.address) && tx.to && routers.includes(getAddress(tx.to))) hashes.push(tx.hash)
+      }
+    }
+    return hashes
+  }
+
+  return { devnet, publicClient, env, automationEnv, schedulers, url: schedulers[0]!.url, call, createKey, token, balanceOf, swapsSince }
+}
