@@ -44,11 +44,11 @@ export async function startAutomationStack(t: Test, options: { schedulers?: numb
     return { status: res.status, body: text ? (JSON.parse(text) as any) : undefined }
   }
   /** A real API key (trading asks admin for its spend policy): its id. */
-  const createKey = async (wallet?: string) => {
+  const createKey = async (wallet?: string, policy?: Record<string, unknown>) => {
     const res = await fetch(`${admin.url}/admin/keys`, {
       method: 'POST',
       headers: { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.keyId]: 'key_admin', [identityHeaders.tier]: 'admin', 'content-type': 'application/json' },
-      body: JSON.stringify({ tier: 'readwrite', label: 'automation test', ...(wallet ? { wallet } : {}) }),
+      body: JSON.stringify({ tier: 'readwrite', label: 'automation test', ...(wallet ? { wallet } : {}), ...(policy ? { policy } : {}) }),
     })
     const body = (await res.json()) as { id: string }
     if (res.status !== 201) throw new Error(`no key: ${JSON.stringify(body)}`)
