@@ -1,12 +1,12 @@
 import { fileURLToPath } from 'node:url'
-import { automationContract, automationRoutes, type AutomationStatus, type CreateAutomationRequest, type TokenList } from '@ats/contracts'
+import { automationContract, automationRoutes, type AutomationStatus, type CreateAutomationRequest } from '@ats/contracts'
 import {
   addNatsService,
-  cachedLoader,
-  callEndpoint,
+  findToken,
   Forbidden,
   NotFound,
   serveEndpoint,
+  tradingTokens,
   Unauthorized,
   Unavailable,
   type ServiceDefinition,
@@ -18,7 +18,7 @@ import { getAddress, isAddress } from 'viem'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { startScheduler } from './scheduler.ts'
 import { automationView, createStore, runView, type Owner } from './store.ts'
-import { checkConfig, type Token } from './types.ts'
+import { checkConfig } from './types.ts'
 
 const ms = (description: string, defaultMs: number, minimum = 100) => Type.Integer({ minimum, default: defaultMs, description })
 
@@ -65,22 +65,17 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
     const store = createStore(db)
 
     // the chain's tokens, from trading (what its swaps accept)
-    const tokens = cachedLoader({
-      max: 1,
-      ttlMs: 600_000,
-      load: async () => (await callEndpoint(nc, channels.trading.tokens, {}, { timeoutMs: 5_000 })).tokens,
-    })
-    const tokenList = async (): Promise<TokenList['tokens']> =>
-      tokens.get('all').catch((error: Error) => {
+    const tokens = tradingTokens(nc, channels.trading.tokens)
+    const tokenList = () =>
+      tokens.list().catch((error: Error) => {
         throw new Unavailable(`the token list is not available from trading (${error.message})`)
       })
-    const find = (list: Token[], ref: string) => list.find((t) => t.symbol.toLowerCase() === ref.toLowerCase() || t.address.toLowerCase() === ref.toLowerCase())
 
     async function create(owner: Owner, boundWallet: string | undefined, body: CreateAutomationRequest) {
       checkWallet(owner, boundWallet, body.walletAddress)
       const list = await tokenList()
       const checked = checkConfig(body.type, body.config, {
-        tokenOf: (ref) => find(list, ref),
+        tokenOf: (ref) => findToken(list, ref),
         knownSymbols: list.map((t) => t.symbol),
         minIntervalMs: config.AUTOMATION_MIN_INTERVAL_MS,
         now: Date.now(),
@@ -153,7 +148,7 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
         channels,
         store,
         log,
-        tokenOf: async (ref) => find(await tokenList(), ref),
+        tokenOf: (ref) => tokens.find(ref),
         settings: {
           tickMs: config.AUTOMATION_TICK_MS,
           batch: config.AUTOMATION_BATCH,

@@ -2,7 +2,7 @@
 // run over NATS against the service that owns the data. The LLM runner offers them as
 // function tools; the offline planner calls them by name.
 import { Address, type Endpoint, type JobTransaction, type NatsChannels, type PreparedSwap, type SwapResult } from '@ats/contracts'
-import { ServiceCallError, callEndpoint, cachedLoader, type CallContext } from '@ats/service-kit'
+import { ServiceCallError, callEndpoint, tradingTokens, type CallContext } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import { Type, type Static, type TSchema } from 'typebox'
 import { Compile } from 'typebox/compile'
@@ -81,22 +81,12 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs }: ToolDeps
     }
   }
 
-  const tokens = cachedLoader({
-    max: 1,
-    ttlMs: 600_000,
-    load: async () => {
-      const list = await callEndpoint(nc, channels.trading.tokens, {}, { timeoutMs })
-      return list.tokens
-    },
-  })
+  const tokens = tradingTokens(nc, channels.trading.tokens, { timeoutMs })
   async function tokenOf(symbolOrAddress: string) {
-    const wanted = symbolOrAddress.toLowerCase()
-    const list = await tokens.get('all').catch((error: Error) => {
+    const found = await tokens.find(symbolOrAddress).catch((error: Error) => {
       throw new ToolError(`the token list is not available (${error.message})`)
     })
-    const alias: Record<string, string> = { eth: 'weth', btc: 'wbtc' }
-    const found = list.find((t) => t.symbol.toLowerCase() === wanted || t.address.toLowerCase() === wanted) ?? list.find((t) => t.symbol.toLowerCase() === alias[wanted])
-    if (!found) throw new ToolError(`unknown token ${symbolOrAddress}; known: ${list.map((t) => t.symbol).join(', ')}`)
+    if (!found) throw new ToolError(`unknown token ${symbolOrAddress}; known: ${(await tokens.list()).map((t) => t.symbol).join(', ')}`)
     return found
   }
   /** "1.5" of a token in its base units. */
