@@ -2,7 +2,8 @@ import { adminService } from '@ats/admin/service'
 import { erc20Abi } from '@ats/chain'
 import { identityHeaders } from '@ats/contracts'
 import { startTestDevnet } from '@ats/devnet'
-import { baseTestEnv, startService, testInternalToken } from '@ats/service-kit/testing'
+import { fileURLToPath } from 'node:url'
+import { baseTestEnv, startService, startServiceProcess, testInternalToken } from '@ats/service-kit/testing'
 import { tradingService } from '@ats/trading/service'
 import type { Test } from 'tap'
 import { getAddress, type Address } from 'viem'
@@ -10,6 +11,7 @@ import { automationService } from '../src/service.ts'
 
 export { eventually } from '@ats/service-kit/testing'
 export const adminKey = 'atsk_automationTestBootstrapKey-00000'
+const serverEntry = fileURLToPath(new URL('../src/server.ts', import.meta.url))
 
 /** What the gateway adds to a request of an API key. */
 export const keyHeaders = (keyId: string, wallet?: string) => ({
@@ -23,7 +25,7 @@ export const keyHeaders = (keyId: string, wallet?: string) => ({
 /**
  * The automation service with what its runs call: admin (key policies) and trading (server
  * wallet: devnet account 0) on a devnet, one database and NATS namespace. `schedulers` automation
- * processes share them; the first one is `url`.
+ * replicas share them: the first in this process (`url`), the others as child processes.
  */
 export async function startAutomationStack(t: Test, options: { schedulers?: number; env?: NodeJS.ProcessEnv } = {}) {
   const { devnet, chainEnv, publicClient } = await startTestDevnet(t)
@@ -31,8 +33,9 @@ export async function startAutomationStack(t: Test, options: { schedulers?: numb
   const admin = await startService(t, adminService, { ...env, ADMIN_API_KEY: adminKey, SETTLEMENT_ENABLED: 'false' })
   await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey })
   const automationEnv = { ...env, AUTOMATION_MIN_INTERVAL_MS: '1000', AUTOMATION_TICK_MS: '100', ...options.env }
-  const schedulers: Array<{ url: string }> = []
-  for (let i = 0; i < (options.schedulers ?? 1); i++) schedulers.push(await startService(t, automationService, automationEnv))
+  const schedulers: Array<{ url: string }> = [await startService(t, automationService, automationEnv)]
+  // the others as processes of their own, as replicas run: each its own connections, clock and event loop
+  for (let i = 1; i < (options.schedulers ?? 1); i++) schedulers.push(await startServiceProcess(t, serverEntry, { ...automationEnv, LOG_LEVEL: 'warn' }))
 
   const call = async (path: string, init: { method?: string; body?: unknown; headers: Record<string, string>; via?: number }) => {
     const res = await fetch(`${schedulers[init.via ?? 0]!.url}${path}`, {

@@ -2,7 +2,7 @@ import t from 'tap'
 import { getAddress, type Address } from 'viem'
 import { eventually, keyHeaders, startAutomationStack } from './helpers.ts'
 
-t.test('three schedulers at once: every due run executed exactly once, counted on chain', async (t) => {
+t.test('three scheduler processes at once: every due run executed exactly once, counted on chain', async (t) => {
   const stack = await startAutomationStack(t, { schedulers: 3 })
   const { devnet, publicClient, call } = stack
   const keyId = await stack.createKey()
