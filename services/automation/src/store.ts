@@ -3,6 +3,7 @@
 // time moved in the same transaction.
 import { randomBytes } from 'node:crypto'
 import type { Automation as AutomationView, AutomationRun as RunView, AutomationStatus } from '@ats/contracts'
+import { BadRequest } from '@ats/service-kit'
 import type { Automation, AutomationRun, PrismaClient } from './generated/prisma/client.ts'
 import { firstRunAt, nextRunAt, type Config, type LimitOrder, type RecurringBuy } from './types.ts'
 
@@ -83,6 +84,18 @@ export function createStore(db: PrismaClient) {
       if (!row) return null
       if (row.status === status) return row
       const resumed = status === 'active'
+      if (resumed) {
+        const config = row.config as unknown as Config
+        const over =
+          config.endAt !== undefined && now >= config.endAt
+            ? 'its endAt has passed'
+            : 'minAmountOut' in config && row.runs > 0
+              ? 'the limit order has filled'
+              : 'maxRuns' in config && config.maxRuns !== undefined && row.runs >= config.maxRuns
+                ? `it has made its ${config.maxRuns} runs (maxRuns)`
+                : undefined
+        if (over) throw new BadRequest(`automation ${id} cannot be resumed: ${over}`)
+      }
       return db.automation.update({
         where: { id },
         data: {

@@ -30,6 +30,10 @@ t.test('three scheduler processes at once: every due run executed exactly once, 
     t.match(done, { status: 'completed', runs: 4, nextRunAt: null, statusReason: 'it made its 4 runs (maxRuns)' })
   }
 
+  const resume = await call(`/automations/${ids[0]}`, { method: 'PATCH', headers: keyHeaders(keyId), body: { status: 'active' } })
+  t.equal(resume.status, 400, 'a completed recurring buy is not resumed past its maxRuns')
+  t.match(resume.body.error, /cannot be resumed: it has made its 4 runs \(maxRuns\)/)
+
   const runs = (await Promise.all(ids.map((id) => call(`/automations/${id}/runs`, { headers: keyHeaders(keyId) })))).flatMap((r) => r.body.runs)
   t.equal(runs.length, 12, 'four runs each, no more')
   t.ok(runs.every((r: any) => r.status === 'success' && /^0x[0-9a-f]{64}$/.test(r.txHash) && BigInt(r.amountOut) > 0n), 'every run mined')
