@@ -12,8 +12,8 @@ t.test('GET /health answers ok and a timestamp without a key', async (t) => {
 t.test('GET / names the service, version, chain and where the docs are', async (t) => {
   const { request } = await startFleet(t)
   const res = await request('/')
-  t.same(res.body, { name: 'agent-trading-service', version: '0.1.0', chain: 'arbitrum-one', chainId: 42161, docs: '/openapi.json' })
-  const docs = await request(res.body.docs)
+  t.same(res.body, { name: 'agent-trading-service', version: '0.1.0', chain: 'arbitrum-one', chainId: 42161, docs: '/docs', openapi: '/openapi.json' })
+  const docs = await request(res.body.openapi)
   t.equal(docs.status, 200)
   t.equal(docs.body.openapi, '3.1.0')
   for (const r of publicRoutes) t.ok(docs.body.paths[r.url.replace(/:(\w+)/g, '{$1}')]?.[r.method.toLowerCase()], `${r.method} ${r.url}`)

@@ -1,6 +1,6 @@
 import type { ApiRoute } from '@ats/contracts'
 import type { TSchema } from 'typebox'
-import { groupFor, type RouteAuth } from './routeTable.ts'
+import { groupFor, routeTable, type RouteAuth } from './routeTable.ts'
 
 interface OpenApiInfo {
   title: string
@@ -23,6 +23,9 @@ function parameters(schema: TSchema | undefined, where: 'path' | 'query' | 'head
     schema: property,
   }))
 }
+
+/** The route group a path belongs to (its prefix), the reference page's sections; gateway routes otherwise. */
+const tagOf = (url: string) => groupFor(url)?.prefix ?? 'gateway'
 
 function security(auth: RouteAuth | undefined) {
   if (!auth || auth.kind === 'none') return []
@@ -57,6 +60,7 @@ export function buildOpenApi(info: OpenApiInfo, routes: readonly ApiRoute[]) {
     paths[path] = {
       ...paths[path],
       [r.method.toLowerCase()]: {
+        tags: [tagOf(r.url)],
         summary: r.summary,
         description: describeAuth(auth),
         security: security(auth),
@@ -68,9 +72,15 @@ export function buildOpenApi(info: OpenApiInfo, routes: readonly ApiRoute[]) {
       },
     }
   }
+  const used = new Set(routes.map((r) => tagOf(r.url)))
+  const tags = [
+    { name: 'gateway', description: 'The service itself: liveness, this document and its reference page.' },
+    ...routeTable.map((g) => ({ name: g.prefix, description: `${describeAuth(g.auth)} Served by the ${g.service} service.` })),
+  ].filter((tag) => used.has(tag.name))
   return {
     openapi: '3.1.0',
     info,
+    tags,
     components: {
       securitySchemes: {
         apiKey: { type: 'http', scheme: 'bearer', description: 'Authorization: Bearer <API key>' },
