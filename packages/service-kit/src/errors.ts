@@ -79,19 +79,26 @@ export type ErrorFormat = (failure: Failure) => unknown
 /** The error body of the whole API (spec section 7): `{error: string}`. */
 export const errorBody: ErrorFormat = ({ message }) => ({ error: message })
 
+/**
+ * What a client may see of an error: a validation problem named in words (400), a registry error
+ * with its status, message, code and `param`; anything else a bare 500 or 503 (`internal`: log it).
+ */
+export function publicFailure(error: FastifyError): Failure & { internal: boolean } {
+  if (error.validation) return { status: 400, message: validationMessage(error), param: validationParam(error), internal: false }
+  const status = statusOf(error)
+  if (status >= 500 && !isOurs(error)) return { status, message: status === 503 ? 'service unavailable' : 'internal server error', internal: true }
+  const { param } = error as { param?: unknown }
+  return { status, message: error.message, code: error.code, param: typeof param === 'string' ? param : undefined, internal: false }
+}
+
 /** The error handler: the status and message a client may see, written by `format`. */
 export function errorHandler(format: ErrorFormat = errorBody) {
   return (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     reply.header(identityHeaders.requestId, request.id)
-    if (error.validation) return reply.code(400).send(format({ status: 400, message: validationMessage(error), param: validationParam(error) }))
-    const status = statusOf(error)
-    if (status >= 500 && !isOurs(error)) {
-      request.log.error({ err: error }, 'request failed')
-      return reply.code(status).send(format({ status, message: status === 503 ? 'service unavailable' : 'internal server error' }))
-    }
-    if (status >= 500) request.log.warn({ code: error.code, status }, error.message)
-    const { param } = error as { param?: unknown }
-    return reply.code(status).send(format({ status, message: error.message, code: error.code, param: typeof param === 'string' ? param : undefined }))
+    const { internal, ...failure } = publicFailure(error)
+    if (internal) request.log.error({ err: error }, 'request failed')
+    else if (failure.status >= 500) request.log.warn({ code: error.code, status: failure.status }, error.message)
+    return reply.code(failure.status).send(format(failure))
   }
 }
 

@@ -4,11 +4,11 @@
 // repeated after a timeout, never swaps twice.
 import { formatUnits } from 'viem'
 import type { NatsChannels } from '@ats/contracts'
-import { callEndpoint, ServiceCallError, startWorkerLoop, type Logger } from '@ats/service-kit'
+import { callEndpoint, ServiceCallError, startWorkerLoop, type Logger, type TradingTokens } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import type { Automation, AutomationRun } from './generated/prisma/client.ts'
 import type { Claimed, Store } from './store.ts'
-import type { Config, LimitOrder, Token } from './types.ts'
+import type { Config, LimitOrder } from './types.ts'
 
 export interface SchedulerSettings {
   tickMs: number
@@ -29,14 +29,14 @@ export interface SchedulerDeps {
   store: Store
   log: Logger
   settings: SchedulerSettings
-  tokenOf(ref: string): Promise<Token | undefined>
+  tokens: TradingTokens
 }
 
 /** The identity a run trades as: the automation's API key (its spend policy), or its payer. */
 const identityOf = (automation: Automation) =>
   automation.keyId ? { ownerId: automation.keyId, keyId: automation.keyId } : { ownerId: automation.ownerId }
 
-export function startScheduler({ nc, channels, store, log, settings, tokenOf }: SchedulerDeps) {
+export function startScheduler({ nc, channels, store, log, settings, tokens }: SchedulerDeps) {
   const inFlight = new Set<Promise<void>>()
 
   async function execute(run: AutomationRun, automation: Automation) {
@@ -88,7 +88,7 @@ export function startScheduler({ nc, channels, store, log, settings, tokenOf }: 
       return
     }
     if (BigInt(quoted) < BigInt(order.minAmountOut)) {
-      const out = await tokenOf(order.tokenOut)
+      const out = await tokens.find(order.tokenOut)
       const shown = (v: string) => (out ? `${formatUnits(BigInt(v), out.decimals)} ${out.symbol}` : v)
       await store.checked(automation, `waiting: the last quote gave ${shown(quoted)}, below ${shown(order.minAmountOut)}`)
       return

@@ -148,7 +148,7 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
         channels,
         store,
         log,
-        tokenOf: (ref) => tokens.find(ref),
+        tokens,
         settings: {
           tickMs: config.AUTOMATION_TICK_MS,
           batch: config.AUTOMATION_BATCH,

@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto'
 import type { Automation as AutomationView, AutomationRun as RunView, AutomationStatus } from '@ats/contracts'
 import { BadRequest } from '@ats/service-kit'
 import type { Automation, AutomationRun, PrismaClient } from './generated/prisma/client.ts'
-import { firstRunAt, nextRunAt, type Config, type LimitOrder, type RecurringBuy } from './types.ts'
+import { firstRunAt, nextRunAt, overReason, type Config, type LimitOrder, type RecurringBuy } from './types.ts'
 
 const newId = (prefix: string) => `${prefix}_${randomBytes(12).toString('base64url')}`
 
@@ -86,14 +86,8 @@ export function createStore(db: PrismaClient) {
       const resumed = status === 'active'
       if (resumed) {
         const config = row.config as unknown as Config
-        const over =
-          config.endAt !== undefined && now >= config.endAt
-            ? 'its endAt has passed'
-            : 'minAmountOut' in config && row.runs > 0
-              ? 'the limit order has filled'
-              : 'maxRuns' in config && config.maxRuns !== undefined && row.runs >= config.maxRuns
-                ? `it has made its ${config.maxRuns} runs (maxRuns)`
-                : undefined
+        const maxed = 'maxRuns' in config && config.maxRuns !== undefined && row.runs >= config.maxRuns
+        const over = overReason(config, row.runs, now) ?? (maxed ? `it has made its ${(config as RecurringBuy).maxRuns} runs (maxRuns)` : undefined)
         if (over) throw new BadRequest(`automation ${id} cannot be resumed: ${over}`)
       }
       return db.automation.update({
@@ -123,15 +117,17 @@ export function createStore(db: PrismaClient) {
       return db.$transaction(async (t) => {
         const claimed: Claimed[] = []
         const lease = new Date(now + leaseMs)
-        const due = await t.$queryRaw<Array<{ id: string }>>`
+        const locked = await t.$queryRaw<Array<{ id: string }>>`
           SELECT id FROM automations WHERE status = 'active' AND next_run_at <= ${new Date(now)}
           ORDER BY next_run_at LIMIT ${limit} FOR UPDATE SKIP LOCKED`
-        for (const { id } of due) {
-          const automation = await t.automation.findUniqueOrThrow({ where: { id } })
+        const due = await t.automation.findMany({ where: { id: { in: locked.map((r) => r.id) } }, orderBy: { nextRunAt: 'asc' } })
+        for (const automation of due) {
+          const { id } = automation
           const config = automation.config as unknown as Config
           const scheduledFor = automation.nextRunAt!
-          if (config.endAt !== undefined && now >= config.endAt) {
-            await t.automation.update({ where: { id }, data: { status: 'completed', nextRunAt: null, statusReason: 'its endAt has passed' } })
+          const over = overReason(config, 0, now)
+          if (over) {
+            await t.automation.update({ where: { id }, data: { status: 'completed', nextRunAt: null, statusReason: over } })
             continue
           }
           if ('minAmountOut' in config) {
@@ -159,10 +155,12 @@ export function createStore(db: PrismaClient) {
         const stale = await t.$queryRaw<Array<{ id: string }>>`
           SELECT id FROM automation_runs WHERE status = 'running' AND lease_until < ${new Date(now)}
           ORDER BY lease_until LIMIT ${limit} FOR UPDATE SKIP LOCKED`
-        for (const { id } of stale) {
-          const run = await t.automationRun.update({ where: { id }, data: { leaseUntil: lease, attempts: { increment: 1 } }, include: { automation: true } })
-          const { automation, ...plain } = run
-          claimed.push({ kind: 'run', run: plain, automation })
+        if (stale.length > 0) {
+          const ids = stale.map((r) => r.id)
+          await t.automationRun.updateMany({ where: { id: { in: ids } }, data: { leaseUntil: lease, attempts: { increment: 1 } } })
+          for (const { automation, ...run } of await t.automationRun.findMany({ where: { id: { in: ids } }, include: { automation: true } })) {
+            claimed.push({ kind: 'run', run, automation })
+          }
         }
         return claimed
       })

@@ -5,14 +5,8 @@
 // limit-order: check every `checkEvery` (default 1m) what `amount` of tokenIn would buy; as soon
 //   as the quote reaches `minAmountOut` of tokenOut, swap once and complete. `endAt` expires it.
 import { automationTypes, type AutomationType } from '@ats/contracts'
-import { BadRequest } from '@ats/service-kit'
+import { BadRequest, type ListedToken } from '@ats/service-kit'
 import { CronExpressionParser } from 'cron-parser'
-
-export interface Token {
-  symbol: string
-  address: string
-  decimals: number
-}
 
 interface Common {
   tokenIn: string
@@ -60,13 +54,13 @@ export function nextAfter(interval: string, from: number): number {
 
 export interface CheckOptions {
   /** the chain's tokens, by symbol or address */
-  tokenOf(ref: string): Token | undefined
+  tokenOf(ref: string): ListedToken | undefined
   knownSymbols: string[]
   minIntervalMs: number
   now: number
 }
 
-function token(config: Record<string, unknown>, field: 'tokenIn' | 'tokenOut', options: CheckOptions): Token {
+function token(config: Record<string, unknown>, field: 'tokenIn' | 'tokenOut', options: CheckOptions): ListedToken {
   const ref = config[field]
   if (typeof ref !== 'string' || ref === '') throw bad(`${field} is required: a token symbol or address`)
   const found = options.tokenOf(ref)
@@ -141,6 +135,13 @@ export function firstRunAt(config: Config, now: number): number {
   const schedule = 'interval' in config ? config.interval : config.checkEvery
   const parsed = parseInterval(schedule)!
   return 'ms' in parsed ? now : nextAfter(schedule, now)
+}
+
+/** Why an automation can run no more, by its config and successful runs: endAt passed, or a limit order filled. */
+export function overReason(config: Config, runs: number, now: number): string | undefined {
+  if (config.endAt !== undefined && now >= config.endAt) return 'its endAt has passed'
+  if ('minAmountOut' in config && runs > 0) return 'the limit order filled'
+  return undefined
 }
 
 /** After a run due at `scheduledFor`, taken at `now`: the next due time after now (missed times are skipped, not caught up). */

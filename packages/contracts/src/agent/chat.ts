@@ -17,7 +17,6 @@ export const chatModels = [
     description: 'the agent with the offline planner only: deterministic, the same prompt gives the same tool calls and words',
   },
 ] as const
-export type ChatModelId = (typeof chatModels)[number]['id']
 /** `created` of every model: when the /v1 group first shipped (seconds, as OpenAI counts). */
 export const chatModelsCreated = 1795478400
 

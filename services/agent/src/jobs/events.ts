@@ -22,8 +22,12 @@ export interface JobEventsOptions {
   keepAliveMs?: number
 }
 
-/** Takes the reply over for server-sent events: status 200 and the headers that keep proxies from buffering. */
-export function openEventStream(reply: FastifyReply) {
+/**
+ * Takes the reply over for server-sent events: status 200, the headers that keep proxies from
+ * buffering, and a comment line every `keepAliveMs` while the stream is open, so proxies between
+ * here and the client do not close a quiet stream.
+ */
+function openEventStream(reply: FastifyReply, keepAliveMs: number) {
   reply.hijack()
   const raw = reply.raw
   raw.writeHead(200, {
@@ -34,6 +38,10 @@ export function openEventStream(reply: FastifyReply) {
     [identityHeaders.requestId]: reply.request.id,
   })
   raw.write('retry: 1000\n\n')
+  const keepAlive = setInterval(() => raw.write(': keep-alive\n\n'), keepAliveMs)
+  const stop = () => clearInterval(keepAlive)
+  raw.once('finish', stop)
+  raw.once('close', stop)
   return raw
 }
 
@@ -125,21 +133,18 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
    * client leaves. A job already finished (`finished`) gets what was missed, then the end.
    */
   function stream(reply: FastifyReply, jobId: string, afterSeq: number, finished: boolean) {
-    const raw = openEventStream(reply)
+    const raw = openEventStream(reply, keepAliveMs)
     const following = watch(jobId, afterSeq, finished, (e) => raw.write(sseFrame(e)))
-    const keepAlive = setInterval(() => raw.write(': keep-alive\n\n'), keepAliveMs)
     raw.on('close', following.stop)
-    void following.ended.then(() => {
-      clearInterval(keepAlive)
-      raw.end()
-    })
+    void following.ended.then(() => raw.end())
   }
 
   return {
     emit,
     watch,
     stream,
-    keepAliveMs,
+    /** takes a reply over for server-sent events, with this service's keep-alive */
+    openStream: (reply: FastifyReply) => openEventStream(reply, keepAliveMs),
     /** ends every open stream (shutdown): clients reconnect with Last-Event-ID to another replica */
     closeAll: () => {
       for (const stop of [...open]) stop()

@@ -17,10 +17,10 @@ import {
   type JobEvent,
   type JobResult,
 } from '@ats/contracts'
-import { installErrorHandler, type TypeBoxTypeProvider } from '@ats/service-kit'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { atParam, ChatInterrupted, ChatTimedOut, InvalidChat, JobFailed, ModelNotFound, NoKey, UnknownModel } from '../errors.ts'
-import { openEventStream, type JobEvents } from '../jobs/events.ts'
+import type { JobEvents } from '../jobs/events.ts'
 import type { JobQueue } from '../jobs/queue.ts'
 import type { JobStore, Owner } from '../jobs/store.ts'
 import type { ToolOutput } from '../runner/tools.ts'
@@ -261,7 +261,7 @@ export async function chatRoutesPlugin(app: FastifyInstance, { store, queue, eve
         return completion
       }
 
-      const raw = openEventStream(reply)
+      const raw = events.openStream(reply)
       const chunk = (fields: Partial<ChatCompletionChunk> & { delta?: ChatCompletionChunk['choices'][number]['delta']; finish?: 'stop' }) => {
         const { delta, finish, ...rest } = fields
         const body: ChatCompletionChunk = {
@@ -274,7 +274,6 @@ export async function chatRoutesPlugin(app: FastifyInstance, { store, queue, eve
       const withUsage = body.stream_options?.include_usage === true
       const usageNull = withUsage ? { usage: null } : {}
       chunk({ delta: { role: 'assistant', content: '' }, ...usageNull })
-      const keepAlive = setInterval(() => raw.write(': keep-alive\n\n'), events.keepAliveMs)
       try {
         const end = await follow(reply, owner, jobId, created.event.seq, (e) => {
           const step = e.data as { step: number; tool: string; phase: 'started' | 'finished' | 'failed'; input?: unknown; error?: string }
@@ -295,8 +294,8 @@ export async function chatRoutesPlugin(app: FastifyInstance, { store, queue, eve
         })
         if (end === 'left') return reply
         if (end.status !== 'complete') {
-          const error = failureOf(end)
-          raw.write(`data: ${JSON.stringify(openAiErrorBody({ status: error.statusCode ?? 500, message: error.message, code: error.code }))}\n\n`)
+          const { internal: _, ...failure } = publicFailure(failureOf(end))
+          raw.write(`data: ${JSON.stringify(openAiErrorBody(failure))}\n\n`)
           return reply
         }
         for (const piece of piecesOf(end.result.text)) chunk({ delta: { content: piece }, ...usageNull })
@@ -305,12 +304,10 @@ export async function chatRoutesPlugin(app: FastifyInstance, { store, queue, eve
         raw.write('data: [DONE]\n\n')
       } catch (error) {
         // the headers are sent: the failure goes into the stream, in OpenAI's shape
-        const { statusCode = 500, message, code } = error as { statusCode?: number; message: string; code?: string }
-        const safe = typeof code === 'string' && code.startsWith('ATS_ERR_')
-        if (!safe) request.log.error({ err: error, jobId }, 'chat stream failed')
-        raw.write(`data: ${JSON.stringify(openAiErrorBody({ status: safe ? statusCode : 500, message: safe ? message : 'internal server error', code }))}\n\n`)
+        const { internal, ...failure } = publicFailure(error as FastifyError)
+        if (internal) request.log.error({ err: error, jobId }, 'chat stream failed')
+        raw.write(`data: ${JSON.stringify(openAiErrorBody(failure))}\n\n`)
       } finally {
-        clearInterval(keepAlive)
         raw.end()
       }
       return reply

@@ -173,8 +173,11 @@ export function createExecutor(options: ExecutorOptions) {
     })
   }
 
+  /** Who gets tokenOut: the execution's recipient, else the server wallet. */
+  const receiverOf = (row: Execution) => (row.recipient as Address | null) ?? tx.sender().address
+
   async function finish(row: Execution, receipt: TransactionReceipt): Promise<SwapResult> {
-    const receiver = (row.recipient as Address | null) ?? tx.sender().address
+    const receiver = receiverOf(row)
     const success = receipt.status === 'success'
     const amountOut = success ? receivedFromLogs(receipt, row.tokenOut as Address, receiver) : 0n
     const done = await db.execution.update({
@@ -216,7 +219,7 @@ export function createExecutor(options: ExecutorOptions) {
       row = await reserve(q, minOut, request, caller, idem)
     }
     const pending = row
-    const receiver = (row.recipient as Address | null) ?? tx.sender().address
+    const receiver = receiverOf(row)
     try {
       await tx.ensureAllowance(q.tokenIn.address, q.dex.router, q.amountIn)
       const deadline = BigInt(Math.floor(now() / 1000) + options.deadlineSeconds)

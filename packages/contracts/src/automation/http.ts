@@ -1,0 +1,118 @@
+import { Type, type Static } from 'typebox'
+import { ErrorBody } from '../common/errors.ts'
+import { Address, Bytes32, EpochMs, IntegerString } from '../common/primitives.ts'
+import { route } from '../common/route.ts'
+
+export const automationStatuses = ['active', 'paused', 'completed', 'failed'] as const
+export type AutomationStatus = (typeof automationStatuses)[number]
+export const AutomationStatusSchema = Type.Unsafe<AutomationStatus>({
+  type: 'string',
+  enum: [...automationStatuses],
+  description: 'active: runs on schedule; paused: does not run; completed: maxRuns reached, endAt passed or the limit order filled; failed: runs failed repeatedly (statusReason says why)',
+})
+
+/** The kinds of automation; each validates its own config (docs/automation.md). */
+export const automationTypes = ['recurring-buy', 'limit-order'] as const
+export type AutomationType = (typeof automationTypes)[number]
+
+/** Spec section 2, Automation, plus its schedule and its outcome so far. */
+export const Automation = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  type: Type.String({ description: `automation kind: ${automationTypes.join(', ')}` }),
+  status: AutomationStatusSchema,
+  walletAddress: Address({ description: 'the wallet the automation buys for: what it buys is sent there' }),
+  config: Type.Record(Type.String(), Type.Unknown(), {
+    description:
+      'recurring-buy: {tokenIn, tokenOut, amount (tokenIn base units), interval ("30s", "1h", "1d", "1w" or a cron expression), maxRuns?, endAt?, slippageBps?}; limit-order: {tokenIn, tokenOut, amount, minAmountOut (tokenOut base units), checkEvery?, endAt?, slippageBps?}',
+  }),
+  createdAt: EpochMs(),
+  updatedAt: EpochMs(),
+  nextRunAt: Type.Union([EpochMs(), Type.Null()], { description: 'when it runs (recurring-buy) or checks the price (limit-order) next; null unless active' }),
+  runs: Type.Integer({ minimum: 0, description: 'runs that executed a swap' }),
+  statusReason: Type.Union([Type.String(), Type.Null()], { description: 'why it is completed or failed, or what a limit order last saw' }),
+})
+export type Automation = Static<typeof Automation>
+
+export const AutomationRun = Type.Object({
+  id: Type.String(),
+  automationId: Type.String(),
+  scheduledFor: EpochMs('the due time the run was for'),
+  startedAt: EpochMs(),
+  finishedAt: Type.Union([EpochMs(), Type.Null()]),
+  status: Type.Unsafe<'running' | 'success' | 'failed'>({
+    type: 'string',
+    enum: ['running', 'success', 'failed'],
+    description: 'running: the swap is under way; success: mined (txHash); failed: error says why (a reverted swap has its txHash too)',
+  }),
+  txHash: Type.Union([Bytes32(), Type.Null()]),
+  amountIn: IntegerString({ description: 'tokenIn base units' }),
+  amountOut: Type.Union([IntegerString({ description: 'tokenOut base units received by the wallet' }), Type.Null()]),
+  executionId: Type.Union([Type.String({ description: "trading's execution record" }), Type.Null()]),
+  error: Type.Union([Type.String(), Type.Null()]),
+})
+export type AutomationRun = Static<typeof AutomationRun>
+
+export const CreateAutomationRequest = Type.Object(
+  {
+    walletAddress: Address(),
+    type: Type.String({ minLength: 1, maxLength: 64, description: automationTypes.join(' or ') }),
+    name: Type.String({ minLength: 1, maxLength: 128 }),
+    config: Type.Record(Type.String(), Type.Unknown()),
+  },
+  { additionalProperties: false },
+)
+export type CreateAutomationRequest = Static<typeof CreateAutomationRequest>
+
+const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
+const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 503: ErrorBody }
+
+export const automationRoutes = {
+  list: route({
+    method: 'GET',
+    url: '/automations',
+    summary: "This key's automations for a wallet, newest first",
+    schema: {
+      querystring: Type.Object({ wallet: Address({ description: 'the wallet (required)' }) }),
+      response: { 200: Type.Object({ automations: Type.Array(Automation) }), ...errors },
+    },
+  }),
+  create: route({
+    method: 'POST',
+    url: '/automations',
+    summary: 'Create an automation (active); a recurring buy runs first at once, then every interval',
+    schema: { body: CreateAutomationRequest, response: { 201: Type.Object({ automation: Automation }), ...errors } },
+  }),
+  get: route({
+    method: 'GET',
+    url: '/automations/:id',
+    summary: 'One automation of this key',
+    schema: { params: IdParams, response: { 200: Type.Object({ automation: Automation }), 404: ErrorBody, ...errors } },
+  }),
+  update: route({
+    method: 'PATCH',
+    url: '/automations/:id',
+    summary: 'Set the status: paused stops the runs, active resumes them (a run at once if one was due), completed or failed ends it',
+    schema: {
+      params: IdParams,
+      body: Type.Object({ status: AutomationStatusSchema }, { additionalProperties: false }),
+      response: { 200: Type.Object({ automation: Automation }), 404: ErrorBody, ...errors },
+    },
+  }),
+  remove: route({
+    method: 'DELETE',
+    url: '/automations/:id',
+    summary: 'Delete an automation and its run history',
+    schema: { params: IdParams, response: { 200: Type.Object({ ok: Type.Literal(true) }), 404: ErrorBody, ...errors } },
+  }),
+  runs: route({
+    method: 'GET',
+    url: '/automations/:id/runs',
+    summary: "An automation's runs, newest first: when, status, tx hash or error",
+    schema: {
+      params: IdParams,
+      querystring: Type.Object({ limit: Type.Integer({ minimum: 1, maximum: 100, default: 50 }) }),
+      response: { 200: Type.Object({ runs: Type.Array(AutomationRun) }), 404: ErrorBody, ...errors },
+    },
+  }),
+}
