@@ -15,6 +15,8 @@ export interface Anvil {
 
 export interface StartAnvilOptions {
   port: number
+  /** the interface anvil listens on: 127.0.0.1 (default), or 0.0.0.0 in a container other containers reach */
+  host?: string
   /** How long to wait for JSON-RPC to answer. */
   timeoutMs?: number
 }
@@ -45,13 +47,13 @@ export function anvilBinary(): string {
 }
 
 /** Checks the port is free; port 0 picks a free one (what tests running side by side ask for). */
-function claimPort(port: number): Promise<number> {
+function claimPort(port: number, host: string): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer()
     server.once('error', (err: NodeJS.ErrnoException) =>
-      reject(new Error(`anvil: port ${ANVIL_HOST}:${port} is not free (${err.code ?? err.message})`)),
+      reject(new Error(`anvil: port ${host}:${port} is not free (${err.code ?? err.message})`)),
     )
-    server.listen(port, ANVIL_HOST, () => {
+    server.listen(port, host, () => {
       const { port: chosen } = server.address() as { port: number }
       server.close(() => resolve(chosen))
     })
@@ -77,13 +79,13 @@ function waitForExit(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => child.once('exit', () => resolve()))
 }
 
-/** Starts anvil on 127.0.0.1:port (0: a free port) with chain id 31337 and the default test mnemonic. */
-export async function startAnvil({ port: wanted, timeoutMs = 10_000 }: StartAnvilOptions): Promise<Anvil> {
+/** Starts anvil on host:port (127.0.0.1; port 0: a free one) with chain id 31337 and the default test mnemonic. */
+export async function startAnvil({ port: wanted, host = ANVIL_HOST, timeoutMs = 10_000 }: StartAnvilOptions): Promise<Anvil> {
   const bin = anvilBinary()
-  const port = await claimPort(wanted)
+  const port = await claimPort(wanted, host)
   const child = spawn(
     bin,
-    ['--host', ANVIL_HOST, '--port', String(port), '--chain-id', String(ANVIL_CHAIN_ID), '--silent'],
+    ['--host', host, '--port', String(port), '--chain-id', String(ANVIL_CHAIN_ID), '--silent'],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   )
   let stderr = ''
@@ -91,7 +93,8 @@ export async function startAnvil({ port: wanted, timeoutMs = 10_000 }: StartAnvi
   let spawnError: Error | undefined
   child.once('error', (err) => (spawnError = err))
 
-  const rpcUrl = `http://${ANVIL_HOST}:${port}`
+  // listening on every interface, it answers on loopback too
+  const rpcUrl = `http://${host === '0.0.0.0' ? ANVIL_HOST : host}:${port}`
   const stop = async () => {
     const exited = waitForExit(child)
     child.kill('SIGTERM')

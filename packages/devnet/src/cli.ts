@@ -2,6 +2,8 @@
  * pnpm devnet: anvil on 127.0.0.1:8545 (DEVNET_PORT to change) with every token, Uniswap V3
  * and Algebra Integral deployed, the ten default accounts funded and the address book
  * written to <repo>/.devnet/address-book.json. Stays in the foreground until Ctrl-C.
+ * In a container (packages/devnet/Dockerfile): DEVNET_HOST=0.0.0.0 so that other containers
+ * reach it, and ADDRESS_BOOK names the file to write (a volume the services read).
  */
 import { realpathSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
@@ -17,9 +19,12 @@ export function devnetPort(value = process.env.DEVNET_PORT): number {
 }
 
 /** Starts the devnet and turns a taken port into a message saying what to do. */
-export async function startDevnetOrExplain(port: number): Promise<Devnet> {
+export async function startDevnetOrExplain(
+  port: number,
+  { host, addressBookPath }: { host?: string | undefined; addressBookPath?: string | undefined } = {},
+): Promise<Devnet> {
   try {
-    return await startDevnet({ port })
+    return await startDevnet({ port, ...(host ? { host } : {}), ...(addressBookPath ? { addressBookPath } : {}) })
   } catch (error) {
     const message = (error as Error).message
     if (/is not free/.test(message)) {
@@ -59,7 +64,7 @@ async function main() {
   let devnet: Devnet
   try {
     port = devnetPort()
-    devnet = await startDevnetOrExplain(port)
+    devnet = await startDevnetOrExplain(port, { host: process.env.DEVNET_HOST, addressBookPath: process.env.ADDRESS_BOOK })
   } catch (error) {
     process.stderr.write(`${(error as Error).message}\n`)
     process.exit(1)

@@ -88,6 +88,8 @@ export interface Devnet {
 
 export interface StartDevnetOptions {
   port: number
+  /** the interface anvil listens on (127.0.0.1) */
+  host?: string
   /** where to write the address book; DEVNET_ADDRESS_BOOK_PATH by default, false to write none */
   addressBookPath?: string | false
   /** how many default accounts to fund (10) */
@@ -95,9 +97,9 @@ export interface StartDevnetOptions {
 }
 
 /** Starts anvil, deploys, funds the default accounts and writes the address book: what `pnpm devnet` runs. */
-export async function startDevnet({ port, addressBookPath = DEVNET_ADDRESS_BOOK_PATH, accounts: count = 10 }: StartDevnetOptions): Promise<Devnet> {
+export async function startDevnet({ port, host, addressBookPath = DEVNET_ADDRESS_BOOK_PATH, accounts: count = 10 }: StartDevnetOptions): Promise<Devnet> {
   const started = performance.now()
-  const anvil = await startAnvil({ port })
+  const anvil = await startAnvil({ port, ...(host ? { host } : {}) })
   try {
     const anvilDone = performance.now()
     const deployed = await deployDevnet(anvil.rpcUrl)

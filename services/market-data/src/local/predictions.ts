@@ -8,13 +8,13 @@ import type { PrismaClient, PredictionMarket as MarketRow } from '../generated/p
 import type { PredictionSource } from '../providers/types.ts'
 
 /**
- * catalog/predictions.json: about 40 illustrative markets for the devnet, written by hand in
+ * <package>/catalog/predictions.json: about 40 illustrative markets for the devnet, written by hand in
  * the shape of GET /predictions (crypto, politics, sports, macro, tech; a few resolved ones
  * closed). Questions resemble Polymarket's, but prices, volumes and liquidity are made up, and
  * each conditionId is keccak256 of the slug, not Polymarket's. Edit the file and restart: the
  * table then holds exactly the catalog.
  */
-export const bundledCatalog = fileURLToPath(new URL('./catalog/predictions.json', import.meta.url))
+export const bundledCatalog = fileURLToPath(new URL('../../catalog/predictions.json', import.meta.url))
 
 const entry = Compile(PredictionMarket)
 

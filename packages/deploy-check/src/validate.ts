@@ -1,0 +1,378 @@
+/**
+ * Offline checks of the deployment files, without a cluster or a Docker engine:
+ *
+ *  - Dockerfiles (one per deployable): linted (src/dockerfile.ts);
+ *  - docker-compose.yml: `docker-compose config -q` with .env.example, and the fleet's
+ *    rules: every deployable built from its Dockerfile, a healthcheck on every service,
+ *    depends_on waiting for health, only the gateway published;
+ *  - k8s: base and every overlay rendered by kustomize (kubectl kustomize), every document
+ *    validated against its Kubernetes schema (kubernetes-models), and the fleet's rules:
+ *    per component a Deployment with startup/readiness (/ready)/liveness (/health) probes on
+ *    the ports the process really serves them on, resources, a preStop drain shorter than
+ *    the grace period, a non-root read-only securityContext, an HPA and a PDB; every setting
+ *    the component reads set from a ConfigMap or (secret ones only) a Secret; NetworkPolicies
+ *    that let only the gateway reach the services and only the services the datastores.
+ *
+ * `root` is where the files are read from (the repository, or a copy in the tests); the
+ * components and the settings they read come from the code (scripts/services.ts).
+ */
+import { execFileSync } from 'node:child_process'
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import { join, relative } from 'node:path'
+import { settingsOf } from '@ats/service-kit'
+import { parse, parseAllDocuments } from 'yaml'
+import { fleetMembers } from '../../../scripts/services.ts'
+import { lintDockerfile } from './dockerfile.ts'
+import { kustomize } from './kubectl.ts'
+
+type Obj = Record<string, any>
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v)
+const arr = (v: unknown): any[] => (Array.isArray(v) ? v : [])
+
+export interface Component {
+  /** the fleet member: gateway, agent, trading, ... */
+  name: string
+  packageName: string
+  /** the package directory, relative to the repository root */
+  dir: string
+  settings: Record<string, { secret: boolean; optional: boolean }>
+}
+
+export interface Report {
+  problems: string[]
+  notes: string[]
+}
+
+/** The fleet (from the code) plus the devnet, which only compose runs. */
+export async function deployables(repoRoot: string): Promise<{ fleet: Component[]; devnet: Component }> {
+  const fleet = (await fleetMembers()).map((m) => {
+    const settings = Object.fromEntries(
+      Object.entries(settingsOf(m.definition) as Obj).map(([k, v]) => [k, { secret: v.secret === true, optional: v['~optional'] === true }]),
+    )
+    const dir = relative(repoRoot, m.dir)
+    return { name: m.name, dir, packageName: JSON.parse(readFileSync(join(m.dir, 'package.json'), 'utf8')).name as string, settings }
+  })
+  return { fleet, devnet: { name: 'devnet', dir: 'packages/devnet', packageName: '@ats/devnet', settings: {} } }
+}
+
+export const overlays = (root: string): string[] => [
+  'k8s/base',
+  ...(existsSync(join(root, 'k8s/overlays')) ? readdirSync(join(root, 'k8s/overlays')).sort().map((d) => `k8s/overlays/${d}`) : []),
+]
+
+export async function checkDeployment(root: string, repoRoot = root): Promise<Report> {
+  const problems: string[] = []
+  const notes: string[] = []
+  const { fleet, devnet } = await deployables(repoRoot)
+
+  // ---- Dockerfiles --------------------------------------------------------------
+  const deployedBy = new Map<string, string | undefined>()
+  for (const c of [...fleet, devnet]) {
+    const file = join(c.dir, 'Dockerfile')
+    if (!existsSync(join(root, file))) {
+      problems.push(`${file}: missing (every deployable has its own Dockerfile)`)
+      continue
+    }
+    const text = readFileSync(join(root, file), 'utf8')
+    const facts = lintDockerfile(text, (line, message) => problems.push(`${file}:${line}: ${message}`))
+    deployedBy.set(c.name, facts.deployedPackage)
+    if (facts.deployedPackage && facts.deployedPackage !== c.packageName) {
+      problems.push(`${file}: deploys ${facts.deployedPackage}, but the directory holds ${c.packageName}`)
+    }
+  }
+  notes.push(`Dockerfiles: ${deployedBy.size} linted (${[...deployedBy.keys()].join(', ')})`)
+
+  // ---- docker-compose.yml -------------------------------------------------------------
+  checkCompose(root, [...fleet, devnet], problems, notes)
+
+  // ---- k8s -------------------------------------------------------------------------
+  const example = loadYaml(join(root, 'k8s/base/secret.example.yaml'), problems).find((d) => d.kind === 'Secret')
+  if (!example) problems.push('k8s/base/secret.example.yaml: must hold an example Secret (the keys operators create)')
+  for (const dir of overlays(root)) {
+    let rendered: string
+    try {
+      rendered = kustomize(join(root, dir))
+    } catch (error) {
+      problems.push(`${dir}: kustomize failed: ${(error as Error).message}`)
+      continue
+    }
+    const docs: Obj[] = []
+    parseAllDocuments(rendered).forEach((d, i) => {
+      if (d.errors.length > 0) problems.push(`${dir}: rendered document ${i + 1}: ${d.errors[0]!.message}`)
+      else if (isObj(d.toJS())) docs.push(d.toJS() as Obj)
+    })
+    for (const doc of docs) await validateSchema(dir, doc, problems)
+    checkManifests(dir, docs, fleet, example, problems)
+    notes.push(`${dir}: ${docs.length} documents rendered and valid`)
+  }
+  return { problems, notes }
+}
+
+function loadYaml(path: string, problems: string[]): Obj[] {
+  if (!existsSync(path)) {
+    problems.push(`${path}: file not found`)
+    return []
+  }
+  return parseAllDocuments(readFileSync(path, 'utf8'))
+    .map((d) => d.toJS() as unknown)
+    .filter(isObj)
+}
+
+async function validateSchema(where: string, doc: Obj, problems: string[]): Promise<void> {
+  const { apiVersion, kind } = doc
+  const name = `${where}: ${String(kind)} ${String(doc.metadata?.name ?? '?')}`
+  if (typeof apiVersion !== 'string' || typeof kind !== 'string' || !/^[A-Za-z]+$/.test(kind)) {
+    problems.push(`${name}: apiVersion and kind must be set`)
+    return
+  }
+  let Model: new (data: Obj) => { validate(): void }
+  try {
+    Model = ((await import(`kubernetes-models/${apiVersion}/${kind}`)) as Obj)[kind]
+    if (typeof Model !== 'function') throw new Error('no model')
+  } catch {
+    problems.push(`${name}: no Kubernetes schema for ${apiVersion} ${kind} (unknown kind or API version?)`)
+    return
+  }
+  // kustomize folds long base64 values over lines; Kubernetes' decoder skips the newlines
+  const data = doc.kind === 'Secret' && isObj(doc.data) ? Object.fromEntries(Object.entries(doc.data).map(([k, v]) => [k, String(v).replace(/\s/g, '')])) : undefined
+  try {
+    new Model(data ? { ...doc, data } : doc).validate()
+  } catch (error) {
+    problems.push(`${name}: ${(error as Error).message}`)
+  }
+}
+
+const imageName = (image: string) => image.replace(/[:@].*$/, '').split('/').at(-1) ?? ''
+const podSpec = (workload: Obj): Obj => workload.spec?.template?.spec ?? {}
+const podLabels = (workload: Obj): Obj => workload.spec?.template?.metadata?.labels ?? {}
+const matches = (selector: Obj | undefined, labels: Obj) => {
+  if (!isObj(selector)) return false
+  const byLabels = Object.entries(selector.matchLabels ?? {}).every(([k, v]) => labels[k] === v)
+  const byExpressions = arr(selector.matchExpressions).every((e: Obj) => e.operator === 'In' && arr(e.values).includes(labels[e.key]))
+  return byLabels && byExpressions
+}
+/** the pod names (app.kubernetes.io/name) a NetworkPolicy peer admits; undefined: anything */
+const peerNames = (peer: Obj): string[] | undefined => {
+  if (peer.ipBlock || peer.namespaceSelector || !isObj(peer.podSelector)) return undefined
+  const sel = peer.podSelector
+  const name = sel.matchLabels?.['app.kubernetes.io/name']
+  if (typeof name === 'string') return [name]
+  const expr = arr(sel.matchExpressions).find((e: Obj) => e.key === 'app.kubernetes.io/name' && e.operator === 'In')
+  return expr ? arr(expr.values) : undefined
+}
+
+function checkManifests(where: string, docs: Obj[], fleet: Component[], example: Obj | undefined, problems: string[]): void {
+  const of = (kind: string) => docs.filter((d) => d.kind === kind)
+  const workloads = docs.filter((d) => d.kind === 'Deployment' || d.kind === 'StatefulSet')
+  const configMaps = new Map(of('ConfigMap').map((c) => [c.metadata.name as string, new Set(Object.keys(c.data ?? {}))]))
+  const secrets = new Map(of('Secret').map((s) => [s.metadata.name as string, new Set(Object.keys({ ...s.data, ...s.stringData }))]))
+  const secretsShipped = secrets.size > 0
+  if (secretsShipped && !where.endsWith('/dev')) problems.push(`${where}: ships a Secret: only overlays/dev may (development values); operators create ats-secrets`)
+  if (example && !secrets.has(example.metadata?.name)) secrets.set(example.metadata?.name, new Set(Object.keys({ ...example.data, ...example.stringData })))
+  const policies = of('NetworkPolicy')
+
+  // every workload: no root, resources, probes
+  for (const w of workloads) {
+    const pod = podSpec(w)
+    const id = `${where}: ${w.kind} ${w.metadata?.name}`
+    for (const c of [...arr(pod.initContainers), ...arr(pod.containers)]) {
+      const cid = `${id} container ${c.name}`
+      const nonRoot = c.securityContext?.runAsNonRoot ?? pod.securityContext?.runAsNonRoot
+      const uid = c.securityContext?.runAsUser ?? pod.securityContext?.runAsUser
+      if (nonRoot !== true) problems.push(`${cid}: runAsNonRoot must be true`)
+      if (uid === 0) problems.push(`${cid}: runs as uid 0 (root)`)
+      if (c.securityContext?.allowPrivilegeEscalation !== false) problems.push(`${cid}: allowPrivilegeEscalation must be false`)
+      if (c.securityContext?.readOnlyRootFilesystem !== true) problems.push(`${cid}: readOnlyRootFilesystem must be true`)
+      if (!arr(c.securityContext?.capabilities?.drop).includes('ALL')) problems.push(`${cid}: capabilities must drop ALL`)
+      for (const kind of ['requests', 'limits']) {
+        for (const r of ['cpu', 'memory']) if (!c.resources?.[kind]?.[r]) problems.push(`${cid}: no resources.${kind}.${r}`)
+      }
+      if (!c.readinessProbe) problems.push(`${cid}: no readinessProbe`)
+      if (!c.livenessProbe) problems.push(`${cid}: no livenessProbe`)
+    }
+  }
+
+  // the fleet's components
+  for (const component of fleet) {
+    const deployments = of('Deployment').filter((d) => arr(podSpec(d).containers).some((c: Obj) => imageName(c.image) === `ats-${component.name}`))
+    if (deployments.length === 0) problems.push(`${where}: no Deployment runs ${component.name} (image ats-${component.name})`)
+    for (const d of deployments) checkComponent(where, d, component, { docs, configMaps, secrets, policies }, problems)
+  }
+
+  // datastores (overlays that run them): only the fleet reaches them
+  const fleetPods = new Set(of('Deployment').filter((d) => arr(podSpec(d).containers).some((c: Obj) => imageName(c.image).startsWith('ats-'))).map((d) => podLabels(d)['app.kubernetes.io/name']))
+  for (const w of workloads.filter((x) => podLabels(x)['app.kubernetes.io/component'] === 'datastore')) {
+    const labels = podLabels(w)
+    const mine = policies.filter((p) => matches(p.spec?.podSelector, labels) && arr(p.spec?.policyTypes).includes('Ingress'))
+    if (mine.length === 0) problems.push(`${where}: ${w.kind} ${w.metadata.name}: no NetworkPolicy; only the services may reach a datastore`)
+    for (const p of mine) {
+      for (const rule of arr(p.spec.ingress)) {
+        for (const peer of rule.from ? arr(rule.from) : [{}]) {
+          const admitted = peerNames(peer)
+          const outsiders = admitted === undefined ? ['anything'] : admitted.filter((n) => !fleetPods.has(n))
+          if (outsiders.length > 0) problems.push(`${where}: NetworkPolicy ${p.metadata.name} lets ${outsiders.join(', ')} reach ${w.metadata.name}; only the fleet's pods may`)
+        }
+      }
+    }
+  }
+
+  // the Ingress goes to the gateway's Service
+  const ingresses = of('Ingress')
+  const toGateway = ingresses.some((i) => arr(i.spec?.rules).some((r: Obj) => arr(r.http?.paths).some((p: Obj) => p.backend?.service?.name === 'gateway')))
+  if (!toGateway) problems.push(`${where}: no Ingress routes to the gateway Service`)
+}
+
+interface Context {
+  docs: Obj[]
+  configMaps: Map<string, Set<string>>
+  secrets: Map<string, Set<string>>
+  policies: Obj[]
+}
+
+function checkComponent(where: string, d: Obj, component: Component, ctx: Context, problems: string[]): void {
+  const id = `${where}: Deployment ${d.metadata.name}`
+  const pod = podSpec(d)
+  const labels = podLabels(d)
+  const container = arr(pod.containers).find((c: Obj) => imageName(c.image) === `ats-${component.name}`)!
+  const env = new Map<string, Obj>(arr(container.env).map((e: Obj) => [e.name, e]))
+  const literal = (name: string) => env.get(name)?.value as string | undefined
+
+  // probes where the process serves them: /health on PORT, /ready on OPS_PORT (the gateway) or PORT
+  const portOf = (probe: Obj | undefined): number | undefined => {
+    const port = probe?.httpGet?.port
+    if (typeof port === 'number') return port
+    return arr(container.ports).find((p: Obj) => p.name === port)?.containerPort
+  }
+  const port = Number(literal('PORT'))
+  const readyPort = component.settings.OPS_PORT ? Number(literal('OPS_PORT')) : port
+  if (!Number.isInteger(port)) problems.push(`${id}: PORT must be set as a literal (it is the containerPort the probes use)`)
+  if (component.settings.OPS_PORT && !Number.isInteger(readyPort)) problems.push(`${id}: OPS_PORT must be set as a literal (/ready answers there only)`)
+  const probe = (kind: string, path: string, expected: number) => {
+    const p = container[kind]
+    if (p?.httpGet?.path !== path) problems.push(`${id}: ${kind} must be an httpGet on ${path} (found ${p?.httpGet?.path ?? 'none'})`)
+    else if (portOf(p) !== expected) problems.push(`${id}: ${kind} probes port ${String(p.httpGet.port)} (${portOf(p) ?? '?'}), but ${component.name} serves ${path} on ${expected}`)
+  }
+  probe('startupProbe', '/health', port)
+  probe('readinessProbe', '/ready', readyPort)
+  probe('livenessProbe', '/health', port)
+
+  // drain: preStop sleep, then SIGTERM; the grace period covers both
+  const sleep = arr(container.lifecycle?.preStop?.exec?.command)
+  const seconds = sleep[0] === 'sleep' ? Number(sleep[1]) : Number.NaN
+  if (!Number.isFinite(seconds) || seconds < 1) problems.push(`${id}: needs a preStop sleep so endpoints drain before SIGTERM`)
+  const grace = pod.terminationGracePeriodSeconds ?? 30
+  if (Number.isFinite(seconds) && grace < seconds + 15) problems.push(`${id}: terminationGracePeriodSeconds ${grace} does not cover the preStop sleep (${seconds} s) and 15 s of drain`)
+
+  // HPA, PDB, Service, NetworkPolicy
+  if (!ctx.docs.some((x) => x.kind === 'HorizontalPodAutoscaler' && x.spec?.scaleTargetRef?.kind === 'Deployment' && x.spec.scaleTargetRef.name === d.metadata.name)) {
+    problems.push(`${id}: no HorizontalPodAutoscaler scales it`)
+  }
+  if (!ctx.docs.some((x) => x.kind === 'PodDisruptionBudget' && matches(x.spec?.selector, labels))) problems.push(`${id}: no PodDisruptionBudget selects its pods`)
+  if (d.metadata.name === component.name && !ctx.docs.some((x) => x.kind === 'Service' && Object.entries(x.spec?.selector ?? {}).every(([k, v]) => labels[k] === v) && x.spec?.selector)) {
+    problems.push(`${id}: no Service selects its pods`)
+  }
+  if (component.name !== 'gateway') {
+    const mine = ctx.policies.filter((p) => matches(p.spec?.podSelector, labels) && arr(p.spec?.policyTypes).includes('Ingress'))
+    if (mine.length === 0) problems.push(`${id}: no NetworkPolicy; only the gateway may reach a service`)
+    for (const p of mine) {
+      for (const rule of arr(p.spec.ingress)) {
+        for (const peer of rule.from ? arr(rule.from) : [{}]) {
+          const admitted = peerNames(peer)
+          if (admitted === undefined || admitted.some((n) => n !== 'gateway')) {
+            problems.push(`${where}: NetworkPolicy ${p.metadata.name} lets ${admitted?.join(', ') ?? 'anything'} reach ${d.metadata.name}; only the gateway may`)
+          }
+        }
+      }
+    }
+  }
+
+  // every setting from a ConfigMap, a Secret, or (structural ones) a literal
+  const fromConfigMaps = new Set<string>()
+  for (const source of arr(container.envFrom)) {
+    if (source.secretRef) problems.push(`${id}: envFrom secretRef hands it every secret; reference the keys it reads (secretKeyRef)`)
+    const name = source.configMapRef?.name
+    if (!name) continue
+    const keys = ctx.configMaps.get(name)
+    if (!keys) problems.push(`${id}: envFrom ConfigMap ${name}, which is not in the output`)
+    else for (const k of keys) fromConfigMaps.add(k)
+  }
+  for (const [name, setting] of Object.entries(component.settings)) {
+    const e = env.get(name)
+    const secretRef = e?.valueFrom?.secretKeyRef
+    const configRef = e?.valueFrom?.configMapKeyRef
+    if (setting.secret) {
+      if (!secretRef) {
+        problems.push(`${id}: ${name} is a secret setting: it must come from a Secret (secretKeyRef)${e || fromConfigMaps.has(name) ? ', not a literal or a ConfigMap' : ''}`)
+      } else if (!ctx.secrets.get(secretRef.name)?.has(secretRef.key)) {
+        problems.push(`${id}: ${name} reads key ${secretRef.key} of Secret ${secretRef.name}, which ${ctx.secrets.has(secretRef.name) ? 'lacks it' : 'is neither in the output nor in secret.example.yaml'}`)
+      } else if (setting.optional !== (secretRef.optional === true)) {
+        problems.push(`${id}: ${name} is ${setting.optional ? 'optional' : 'required'}, so its secretKeyRef must ${setting.optional ? '' : 'not '}be optional`)
+      }
+    } else if (configRef) {
+      if (!ctx.configMaps.get(configRef.name)?.has(configRef.key)) problems.push(`${id}: ${name} reads ConfigMap ${configRef.name} key ${configRef.key}, which does not exist`)
+    } else if (!e && !fromConfigMaps.has(name)) {
+      problems.push(`${id}: setting ${name} is not in its ConfigMaps (envFrom) or env: every setting the process reads is spelled out (an empty value means unset)`)
+    }
+  }
+}
+
+function checkCompose(root: string, components: Component[], problems: string[], notes: string[]): void {
+  const file = join(root, 'docker-compose.yml')
+  const envFile = join(root, '.env.example')
+  if (!existsSync(file)) return void problems.push('docker-compose.yml: file not found')
+  if (!existsSync(envFile)) problems.push('.env.example: file not found (compose reads its settings and secrets from .env)')
+  try {
+    execFileSync('docker-compose', ['--env-file', envFile, '-f', file, 'config', '-q'], { stdio: ['ignore', 'pipe', 'pipe'], cwd: root })
+    notes.push('docker-compose.yml: docker-compose config -q passes (with .env.example)')
+  } catch (error) {
+    const e = error as { code?: string; stderr?: Buffer }
+    problems.push(
+      e.code === 'ENOENT'
+        ? 'docker-compose is not installed (apt-get install --no-install-recommends docker-compose): the compose file cannot be checked'
+        : `docker-compose.yml: docker-compose config -q: ${String(e.stderr ?? '').trim()}`,
+    )
+  }
+  let compose: Obj
+  try {
+    compose = parse(readFileSync(file, 'utf8'), { merge: true }) as Obj
+  } catch (error) {
+    return void problems.push(`docker-compose.yml: ${(error as Error).message}`)
+  }
+  const services: Obj = isObj(compose?.services) ? compose.services : {}
+  const example = existsSync(envFile) ? readFileSync(envFile, 'utf8') : ''
+  for (const m of readFileSync(file, 'utf8').matchAll(/\$\{([A-Z0-9_]+):\?/g)) {
+    if (!new RegExp(`^${m[1]}=`, 'm').test(example)) problems.push(`docker-compose.yml: requires ${m[1]}, which .env.example does not set`)
+  }
+  for (const c of components) {
+    const s = services[c.name]
+    if (!isObj(s)) {
+      problems.push(`docker-compose.yml: no service "${c.name}"`)
+      continue
+    }
+    const dockerfile = isObj(s.build) ? s.build.dockerfile : undefined
+    if (dockerfile !== `${c.dir}/Dockerfile`) problems.push(`docker-compose.yml: service "${c.name}" must build ${c.dir}/Dockerfile (found ${dockerfile ?? 'no build'})`)
+  }
+  for (const [name, s] of Object.entries(services)) {
+    if (!isObj(s)) continue
+    const dockerfile = isObj(s.build) && typeof s.build.dockerfile === 'string' ? join(root, s.build.dockerfile) : undefined
+    const imageHealth = dockerfile && existsSync(dockerfile) && /^HEALTHCHECK\s+(?!NONE)/m.test(readFileSync(dockerfile, 'utf8'))
+    if (!isObj(s.healthcheck) && !imageHealth) problems.push(`docker-compose.yml: service "${name}" has no healthcheck (in compose or its Dockerfile)`)
+    if (isObj(s.healthcheck) && s.healthcheck.disable === true) problems.push(`docker-compose.yml: service "${name}" disables its healthcheck`)
+    const deps = s.depends_on
+    if (Array.isArray(deps)) problems.push(`docker-compose.yml: service "${name}": depends_on must wait for health (condition: service_healthy)`)
+    else if (isObj(deps)) {
+      for (const [dep, cond] of Object.entries(deps)) {
+        if (!isObj(cond) || cond.condition !== 'service_healthy') problems.push(`docker-compose.yml: service "${name}" depends on "${dep}" without condition: service_healthy`)
+        if (!services[dep]) problems.push(`docker-compose.yml: service "${name}" depends on "${dep}", which is not a service`)
+      }
+    }
+    if (name !== 'gateway' && arr(s.ports).length > 0) problems.push(`docker-compose.yml: service "${name}" publishes ports; only the gateway is reachable from outside`)
+  }
+  const nats = services.nats
+  const natsCommand = arr(nats?.command).join(' ')
+  const store = /-sd\s+(\S+)/.exec(natsCommand)?.[1]
+  if (!/(^|\s)(-js|--jetstream)(\s|$)/.test(natsCommand)) problems.push('docker-compose.yml: nats must run with JetStream (-js)')
+  else if (!store || !arr(nats.volumes).some((v: unknown) => typeof v === 'string' && v.split(':')[1] === store && !v.startsWith('/') && !v.startsWith('.'))) {
+    problems.push('docker-compose.yml: JetStream\'s store (-sd) must be on a named volume')
+  }
+}

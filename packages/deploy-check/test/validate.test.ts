@@ -1,0 +1,192 @@
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import t, { type Test } from 'tap'
+import { checkDeployment, deployables } from '../src/validate.ts'
+
+const repo = fileURLToPath(new URL('../../..', import.meta.url))
+
+/** A copy of every file the check reads, to break one of them on purpose. */
+async function copyOfDeployFiles(t: Test): Promise<string> {
+  const dir = mkdtempSync(join(tmpdir(), 'deploy-check-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const { fleet, devnet } = await deployables(repo)
+  for (const file of ['k8s', 'docker-compose.yml', '.env.example', ...[...fleet, devnet].map((c) => `${c.dir}/Dockerfile`)]) {
+    cpSync(join(repo, file), join(dir, file), { recursive: true })
+  }
+  return dir
+}
+
+function edit(root: string, file: string, from: string | RegExp, to: string): void {
+  const path = join(root, file)
+  const before = readFileSync(path, 'utf8')
+  const after = before.replace(from, to)
+  if (after === before) throw new Error(`${file}: ${String(from)} not found: the test no longer breaks what it says`)
+  writeFileSync(path, after)
+}
+
+t.test('the repository passes: Dockerfiles, compose, base and every overlay', async (t) => {
+  const { problems, notes } = await checkDeployment(repo)
+  t.same(problems, [])
+  t.match(notes.join('\n'), /Dockerfiles: 7 linted/)
+  t.match(notes.join('\n'), /k8s\/overlays\/dev: \d+ documents rendered and valid/)
+  t.match(notes.join('\n'), /k8s\/overlays\/prod: \d+ documents rendered and valid/)
+  t.match(notes.join('\n'), /docker-compose config -q passes/)
+})
+
+t.test('an untouched copy passes too (the checks read the copy, not the repository)', async (t) => {
+  const root = await copyOfDeployFiles(t)
+  t.same((await checkDeployment(root, repo)).problems, [])
+})
+
+// Each case breaks one file on purpose; the check must name what broke.
+const cases: Array<{ name: string; file: string; from: string | RegExp; to: string; expect: RegExp }> = [
+  {
+    name: 'a manifest that is not valid Kubernetes (replicas as a string)',
+    file: 'k8s/base/trading-deployment.yaml',
+    from: 'replicas: 2',
+    to: 'replicas: two',
+    expect: /k8s\/base: Deployment trading: .*replicas/,
+  },
+  {
+    name: 'a kustomization that does not render (a missing resource)',
+    file: 'k8s/base/kustomization.yaml',
+    from: '  - admin-pdb.yaml\n',
+    to: '  - admin-pdb.yaml\n  - no-such-file.yaml\n',
+    expect: /k8s\/base: kustomize failed: .*no-such-file\.yaml/,
+  },
+  {
+    name: 'a readiness probe on the wrong path',
+    file: 'k8s/base/admin-deployment.yaml',
+    from: 'path: /ready, port: http',
+    to: 'path: /health, port: http',
+    expect: /Deployment admin: readinessProbe must be an httpGet on \/ready/,
+  },
+  {
+    name: "the gateway's readiness probe on the client port (it answers /ready on the ops port only)",
+    file: 'k8s/base/gateway-deployment.yaml',
+    from: 'path: /ready, port: ops',
+    to: 'path: /ready, port: http',
+    expect: /Deployment gateway: readinessProbe probes port http \(3000\), but gateway serves \/ready on 9000/,
+  },
+  {
+    name: 'a container running as root',
+    file: 'k8s/base/market-data-deployment.yaml',
+    from: 'runAsUser: 1000 # "node" in the image',
+    to: 'runAsUser: 0',
+    expect: /Deployment market-data container market-data: runs as uid 0/,
+  },
+  {
+    name: 'a setting the service reads left out of its ConfigMap',
+    file: 'k8s/base/config/automation.env',
+    from: /^AUTOMATION_TICK_MS=.*\n/m,
+    to: '',
+    expect: /Deployment automation: setting AUTOMATION_TICK_MS is not in its ConfigMaps/,
+  },
+  {
+    name: 'a secret setting given as a literal',
+    file: 'k8s/base/trading-deployment.yaml',
+    from: /- name: DATABASE_URL\n\s+valueFrom:\n\s+secretKeyRef: \{ name: ats-secrets, key: DATABASE_URL \}/,
+    to: '- name: DATABASE_URL\n              value: postgresql://postgres:hunter2@postgres:5432/ats',
+    expect: /Deployment trading: DATABASE_URL is a secret setting: it must come from a Secret/,
+  },
+  {
+    name: 'a NetworkPolicy that lets any pod reach a service',
+    file: 'k8s/base/trading-networkpolicy.yaml',
+    from: /- from:\n(\s+- podSelector:\n\s+matchLabels:\n\s+app\.kubernetes\.io\/name: gateway\n)\s+ports:/,
+    to: '- ports:',
+    expect: /NetworkPolicy trading-ingress-from-gateway lets anything reach trading; only the gateway may/,
+  },
+  {
+    name: 'a datastore open to pods outside the fleet (dev overlay)',
+    file: 'k8s/overlays/dev/datastores-networkpolicy.yaml',
+    from: 'values: [gateway, market-data]',
+    to: 'values: [gateway, market-data, debug-shell]',
+    expect: /k8s\/overlays\/dev: NetworkPolicy redis-from-services lets debug-shell reach redis/,
+  },
+  {
+    name: 'a component without an HPA',
+    file: 'k8s/base/kustomization.yaml',
+    from: '  - market-data-hpa.yaml\n',
+    to: '',
+    expect: /Deployment market-data: no HorizontalPodAutoscaler scales it/,
+  },
+  {
+    name: 'a grace period shorter than the drain',
+    file: 'k8s/base/agent-worker-deployment.yaml',
+    from: 'terminationGracePeriodSeconds: 30',
+    to: 'terminationGracePeriodSeconds: 10',
+    expect: /Deployment agent-worker: terminationGracePeriodSeconds 10 does not cover/,
+  },
+  {
+    name: 'a compose file docker-compose rejects',
+    file: 'docker-compose.yml',
+    from: '    restart: unless-stopped\n    environment:\n      POSTGRES_USER',
+    to: '    restart: unless-stopped\n    environment: [1, 2\n      POSTGRES_USER',
+    expect: /docker-compose\.yml: (docker-compose config -q|.*flow sequence|.*Unexpected)/,
+  },
+  {
+    name: 'a compose service without a healthcheck',
+    file: 'docker-compose.yml',
+    from: / {2}redis:\n(.*\n)*? {4}healthcheck:\n( {6}.*\n)+/,
+    to: '  redis:\n    image: redis:7-bookworm\n',
+    expect: /docker-compose\.yml: service "redis" has no healthcheck/,
+  },
+  {
+    name: 'a compose dependency that does not wait for health',
+    file: 'docker-compose.yml',
+    from: '      trading:\n        condition: service_healthy\n\n  admin:',
+    to: '      trading:\n        condition: service_started\n\n  admin:',
+    expect: /service "automation" depends on "trading" without condition: service_healthy/,
+  },
+  {
+    name: 'a Dockerfile whose image runs as root',
+    file: 'services/admin/Dockerfile',
+    from: 'USER node',
+    to: 'USER root',
+    expect: /services\/admin\/Dockerfile:\d+: USER root: the container must not run as root/,
+  },
+  {
+    name: 'a Dockerfile that runs TypeScript with tsx',
+    file: 'gateway/Dockerfile',
+    from: 'CMD ["node", "--conditions=ats-dist", "dist/server.js"]',
+    to: 'CMD ["node", "--import", "tsx", "src/server.ts"]',
+    expect: /gateway\/Dockerfile:\d+: CMD runs node --import tsx src\/server\.ts: the image runs compiled JavaScript/,
+  },
+  {
+    name: 'a Dockerfile without a HEALTHCHECK',
+    file: 'services/trading/Dockerfile',
+    from: /HEALTHCHECK [^\n]*\\\n[^\n]*\n/,
+    to: '',
+    expect: /services\/trading\/Dockerfile:\d+: the runtime stage has no HEALTHCHECK/,
+  },
+  {
+    name: 'a Dockerfile with a syntax error',
+    file: 'packages/devnet/Dockerfile',
+    from: 'EXPOSE 8545',
+    to: 'EXPOZE 8545',
+    expect: /packages\/devnet\/Dockerfile:\d+: dockerfile-utils: Unknown instruction: EXPOZE/,
+  },
+]
+
+for (const c of cases) {
+  t.test(`fails on ${c.name}`, async (t) => {
+    const root = await copyOfDeployFiles(t)
+    edit(root, c.file, c.from, c.to)
+    const { problems } = await checkDeployment(root, repo)
+    t.ok(problems.length > 0, 'the check fails')
+    t.match(problems.join('\n'), c.expect)
+  })
+}
+
+t.test('the CLI exits 1 and lists the problem', async (t) => {
+  const { spawnSync } = await import('node:child_process')
+  const root = await copyOfDeployFiles(t)
+  edit(root, 'k8s/base/admin-hpa.yaml', 'averageUtilization: 70', 'averageUtilization: "seventy"')
+  const cli = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'cli.ts')
+  const run = spawnSync(process.execPath, ['--import', 'tsx', cli], { encoding: 'utf8', env: { ...process.env, DEPLOY_CHECK_ROOT: root } })
+  t.equal(run.status, 1)
+  t.match(run.stderr, /validate-deploy: \d+ problem\(s\)/)
+  t.match(run.stderr, /HorizontalPodAutoscaler admin: .*averageUtilization/)
+})

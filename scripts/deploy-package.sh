@@ -1,0 +1,28 @@
+#!/bin/sh
+# Builds one deployable into a directory that holds only what runs: the compiled
+# JavaScript (dist/), the production dependencies (`pnpm deploy --prod`: no tsx, no
+# TypeScript, no test tools) and the package's data files (migrations, artifacts,
+# catalog: its package.json "files"). Every Dockerfile's build stage runs it, and so
+# does packages/deploy-check's test, which starts the result with plain node.
+#
+#   scripts/deploy-package.sh @ats/admin /out      (after pnpm install)
+#   node --conditions=ats-dist /out/dist/server.js
+#
+# "ats-dist" is the export condition under which the workspace packages resolve to
+# their dist/*.js; without it (tsx, tests) they resolve to src/*.ts.
+set -eu
+package=$1
+out=$2
+cd "$(dirname "$0")/.."
+
+# the package and the workspace packages it depends on: src/*.ts -> dist/*.js
+pnpm --filter "$package..." --workspace-concurrency=4 build
+rm -rf "$out"
+pnpm --filter "$package" deploy --prod "$out"
+
+# Prisma's client ships a query compiler for every database; the fleet uses PostgreSQL's.
+find "$out/node_modules/.pnpm" -path '*/@prisma/client/runtime/*' \
+  \( -name '*mysql*' -o -name '*sqlite*' -o -name '*sqlserver*' -o -name '*cockroachdb*' -o -name '*.map' \) -delete
+# install-time files, not read at run time
+rm -f "$out/pnpm-lock.yaml" "$out/pnpm-workspace.yaml"
+echo "deploy-package: $package -> $out ($(du -sh "$out" | cut -f1))"
