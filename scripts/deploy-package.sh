@@ -16,7 +16,10 @@ out=$2
 cd "$(dirname "$0")/.."
 
 # the package and the workspace packages it depends on: src/*.ts -> dist/*.js
-pnpm --filter "$package..." --workspace-concurrency=4 build
+# (DEPLOY_PACKAGE_BUILT=1: `pnpm build` already built every package, as the tests do)
+if [ -z "${DEPLOY_PACKAGE_BUILT:-}" ]; then
+  pnpm --filter "$package..." --workspace-concurrency=4 build
+fi
 rm -rf "$out"
 pnpm --filter "$package" deploy --prod "$out"
 

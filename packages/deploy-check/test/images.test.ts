@@ -1,0 +1,193 @@
+/**
+ * A rehearsal of `docker compose up` without a Docker engine: every image's contents are
+ * built the way its Dockerfile builds them (scripts/deploy-package.sh), and each is run
+ * the way its container would run: the Dockerfile's CMD and ENV, docker-compose.yml's
+ * environment with .env.example's values, as uid 1000 (the image's "node" user) in a
+ * directory it cannot write, with plain node (no tsx, no dev dependencies). Compose's
+ * hostnames become local ports; Postgres, NATS and Redis are the test's. Each process is
+ * healthy when its Dockerfile's HEALTHCHECK command says so; then the API answers
+ * through the gateway as the README's compose section says.
+ */
+import { type ChildProcess, execFile, spawn } from 'node:child_process'
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+import { freshDatabase, freshNamespace, testInfra } from '@ats/service-kit/testing'
+import t from 'tap'
+import { parse } from 'yaml'
+import { parseDockerfile } from '../src/dockerfile.ts'
+
+const repo = fileURLToPath(new URL('../../..', import.meta.url))
+const run = promisify(execFile)
+const NODE_UID = 1000
+
+type Obj = Record<string, any>
+
+/** .env.example as compose reads it */
+const dotenv = Object.fromEntries(
+  readFileSync(join(repo, '.env.example'), 'utf8')
+    .split('\n')
+    .filter((line) => /^[A-Z0-9_]+=/.test(line))
+    .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]),
+)
+const interpolate = (value: string) =>
+  value.replace(/\$\{([A-Z0-9_]+)(?::?([-?])([^}]*))?\}/g, (_, name: string, op?: string, arg?: string) => {
+    const set = dotenv[name]
+    if (set !== undefined && set !== '') return set
+    if (op === '?') throw new Error(`compose needs ${name}: ${arg}`)
+    return op === '-' ? (arg ?? '') : ''
+  })
+
+const compose = parse(readFileSync(join(repo, 'docker-compose.yml'), 'utf8'), { merge: true }) as { services: Record<string, Obj> }
+const apps = Object.entries(compose.services).filter(([, s]) => s.build)
+
+interface Image {
+  name: string
+  package: string
+  env: Record<string, string>
+  cmd: string[]
+  healthcheck: string[]
+  dependsOn: string[]
+}
+
+function imageOf(name: string, service: Obj): Image {
+  const ins = parseDockerfile(readFileSync(join(repo, service.build.dockerfile), 'utf8'))
+  const runtime = ins.slice(ins.map((i) => i.keyword).lastIndexOf('FROM'))
+  const env: Record<string, string> = {}
+  for (const e of runtime.filter((i) => i.keyword === 'ENV')) for (const m of e.args.matchAll(/([A-Z0-9_]+)=(\S+)/g)) env[m[1]!] = m[2]!
+  const json = (keyword: string, strip = '') => JSON.parse(runtime.find((i) => i.keyword === keyword)!.args.replace(strip ? new RegExp(strip) : '', '')) as string[]
+  return {
+    name,
+    package: /deploy-package\.sh (\S+)/.exec(ins.map((i) => i.args).join('\n'))![1]!,
+    env,
+    cmd: json('CMD'),
+    healthcheck: json('HEALTHCHECK', '^.*?CMD\\s+'),
+    dependsOn: Object.keys(service.depends_on ?? {}),
+  }
+}
+
+const freePort = () =>
+  new Promise<number>((resolve) => {
+    const server = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => resolve(port))
+    })
+  })
+
+t.test('every image built as its Dockerfile builds it runs the fleet, as compose runs it, and the API answers', async (t) => {
+  const work = mkdtempSync(join(tmpdir(), 'ats-images-'))
+  chmodSync(work, 0o755) // like /app: readable by the node user, writable by root only
+  t.teardown(() => rmSync(work, { recursive: true, force: true }))
+  const images = apps.map(([name, service]) => imageOf(name, service))
+
+  // ---- build: each Dockerfile's build stage (every package compiled once, then deployed) ----
+  const buildStarted = Date.now()
+  await run('pnpm', ['build'], { cwd: repo, maxBuffer: 32 * 1024 * 1024 })
+  const queue = [...images]
+  await Promise.all(
+    [1, 2].map(async () => {
+      for (let image = queue.shift(); image; image = queue.shift()) {
+        await run(join(repo, 'scripts/deploy-package.sh'), [image.package, join(work, image.name)], {
+          cwd: repo,
+          env: { ...process.env, DEPLOY_PACKAGE_BUILT: '1' },
+          maxBuffer: 32 * 1024 * 1024,
+        })
+      }
+    }),
+  )
+  t.comment(`built and deployed ${images.length} packages in ${((Date.now() - buildStarted) / 1000).toFixed(1)} s`)
+  for (const image of images) {
+    const modules = readdirSync(join(work, image.name, 'node_modules/.pnpm'))
+    const devOnly = modules.filter((m) => /^(tsx|typescript|tap|prisma|@biomejs\+biome|testcontainers)@/.test(m))
+    t.same(devOnly, [], `${image.name}: no dev tool among its dependencies`)
+    t.ok(existsSync(join(work, image.name, image.cmd.at(-1)!)), `${image.name}: ${image.cmd.at(-1)} was built`)
+  }
+
+  // ---- run: compose's environment with local addresses ----------------------------------
+  const { natsUrl, redisUrl } = await testInfra()
+  const databaseUrl = await freshDatabase(t)
+  const namespace = await freshNamespace(t)
+  const book = join(work, 'devnet-volume')
+  mkdirSync(book)
+  chownSync(book, NODE_UID, NODE_UID)
+  const ports = new Map<string, number>() // "agent:3001" -> a local port
+  for (const image of images) {
+    for (const key of ['PORT', 'OPS_PORT', 'DEVNET_PORT']) if (image.env[key]) ports.set(`${image.name}:${image.env[key]}`, await freePort())
+  }
+  const local = (value: string) =>
+    value
+      .replace(/^postgresql:\/\/[^@]+@postgres:5432\/ats$/, databaseUrl)
+      .replace(/^nats:\/\/nats:4222$/, natsUrl)
+      .replace(/^redis:\/\/redis:6379$/, redisUrl)
+      .replace(/^\/devnet\//, `${book}/`)
+      .replace(/^http:\/\/([a-z-]+):(\d+)$/, (url, host: string, port: string) => (ports.has(`${host}:${port}`) ? `http://127.0.0.1:${ports.get(`${host}:${port}`)}` : url))
+  const envOf = (image: Image): NodeJS.ProcessEnv => {
+    const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, NATS_NAMESPACE: namespace, LOG_LEVEL: 'warn' }
+    for (const [k, v] of Object.entries(image.env)) env[k] = local(v)
+    for (const [k, v] of Object.entries(compose.services[image.name]!.environment ?? {})) env[k] = local(interpolate(String(v ?? '')))
+    for (const key of ['PORT', 'OPS_PORT', 'DEVNET_PORT']) if (env[key]) env[key] = String(ports.get(`${image.name}:${image.env[key]}`))
+    return env
+  }
+  const children: ChildProcess[] = []
+  t.teardown(async () => {
+    const exits = children.map((c) => new Promise((resolve) => (c.exitCode !== null ? resolve(null) : c.once('exit', resolve))))
+    for (const c of children) c.kill('SIGTERM')
+    await Promise.all(exits)
+  })
+  const asNode = { uid: NODE_UID, gid: NODE_UID }
+  const healthy = async (image: Image, child: ChildProcess, output: () => string) => {
+    const [command, ...args] = image.healthcheck
+    const deadline = Date.now() + 90_000
+    while (Date.now() < deadline) {
+      if (child.exitCode !== null) throw new Error(`${image.name} exited with ${child.exitCode}:\n${output()}`)
+      const ok = await run(command === 'node' ? process.execPath : command!, args, { cwd: join(work, image.name), env: envOf(image), ...asNode }).then(
+        () => true,
+        () => false,
+      )
+      if (ok) return
+      await new Promise((resolve) => setTimeout(resolve, 500))
+    }
+    throw new Error(`${image.name}: its HEALTHCHECK did not pass within 90 s:\n${output()}`)
+  }
+  const started = new Map<string, Promise<void>>()
+  const start = (image: Image): Promise<void> => {
+    let promise = started.get(image.name)
+    if (!promise) {
+      promise = (async () => {
+        await Promise.all(image.dependsOn.filter((d) => images.some((i) => i.name === d)).map((d) => start(images.find((i) => i.name === d)!)))
+        const [command, ...args] = image.cmd
+        t.equal(command, 'node', `${image.name}: the image starts node`)
+        const child = spawn(process.execPath, args, { cwd: join(work, image.name), env: envOf(image), stdio: ['ignore', 'pipe', 'pipe'], ...asNode })
+        children.push(child)
+        let output = ''
+        for (const stream of [child.stdout!, child.stderr!]) stream.on('data', (chunk: Buffer) => (output = (output + chunk.toString()).slice(-4000)))
+        await healthy(image, child, () => output)
+      })()
+      started.set(image.name, promise)
+    }
+    return promise
+  }
+  const runStarted = Date.now()
+  await Promise.all(images.map(start))
+  t.comment(`healthy in ${((Date.now() - runStarted) / 1000).toFixed(1)} s`)
+  t.pass(`all ${images.length} containers healthy: ${images.map((i) => i.name).join(', ')}`)
+
+  // ---- the API, through the gateway, as the README's compose section uses it --------------------
+  const gateway = `http://127.0.0.1:${ports.get('gateway:3000')}`
+  const root = (await (await fetch(`${gateway}/`)).json()) as Obj
+  t.match(root, { docs: '/docs', openapi: '/openapi.json', chainId: 31337 })
+  t.match(await (await fetch(`${gateway}/docs`)).text(), /swagger-ui/i)
+  const admin = { authorization: `Bearer ${dotenv.ADMIN_API_KEY}`, 'content-type': 'application/json' }
+  const created = await fetch(`${gateway}/admin/keys`, { method: 'POST', headers: admin, body: JSON.stringify({ tier: 'readwrite', label: 'images test' }) })
+  t.equal(created.status, 201, 'the bootstrap admin key from .env.example creates a key')
+  const { key } = (await created.json()) as { key: string }
+  const auth = { authorization: `Bearer ${key}` }
+  const prices = await fetch(`${gateway}/market/prices`, { headers: auth })
+  t.equal(prices.status, 200, 'market data from the devnet container')
+  const quote = await fetch(`${gateway}/swap/quote?tokenIn=WETH&tokenOut=USDC&amountIn=1000000000000000000`, { headers: auth })
+  t.equal(quote.status, 200, 'a swap quote on the devnet container')
+  t.match(await quote.json(), { amountOut: /^\d+$/ })
+})
