@@ -19,7 +19,7 @@
 import { execFileSync } from 'node:child_process'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
-import { settingsOf } from '@ats/service-kit'
+import { loadConfig, settingsOf } from '@ats/service-kit'
 import { parse, parseAllDocuments } from 'yaml'
 import { fleetMembers } from '../../../scripts/services.ts'
 import { lintDockerfile } from './dockerfile.ts'
@@ -35,7 +35,7 @@ export interface Component {
   packageName: string
   /** the package directory, relative to the repository root */
   dir: string
-  settings: Record<string, { secret: boolean; optional: boolean }>
+  settings: Record<string, { secret: boolean; optional: boolean; schema: any }>
 }
 
 export interface Report {
@@ -47,7 +47,7 @@ export interface Report {
 export async function deployables(repoRoot: string): Promise<{ fleet: Component[]; devnet: Component }> {
   const fleet = (await fleetMembers()).map((m) => {
     const settings = Object.fromEntries(
-      Object.entries(settingsOf(m.definition) as Obj).map(([k, v]) => [k, { secret: v.secret === true, optional: v['~optional'] === true }]),
+      Object.entries(settingsOf(m.definition) as Obj).map(([k, v]) => [k, { secret: v.secret === true, optional: v['~optional'] === true, schema: v }]),
     )
     const dir = relative(repoRoot, m.dir)
     return { name: m.name, dir, packageName: JSON.parse(readFileSync(join(m.dir, 'package.json'), 'utf8')).name as string, settings }
@@ -164,7 +164,7 @@ const peerNames = (peer: Obj): string[] | undefined => {
 function checkManifests(where: string, docs: Obj[], fleet: Component[], example: Obj | undefined, problems: string[]): void {
   const of = (kind: string) => docs.filter((d) => d.kind === kind)
   const workloads = docs.filter((d) => d.kind === 'Deployment' || d.kind === 'StatefulSet')
-  const configMaps = new Map(of('ConfigMap').map((c) => [c.metadata.name as string, new Set(Object.keys(c.data ?? {}))]))
+  const configMaps = new Map<string, Obj>(of('ConfigMap').map((c) => [c.metadata.name as string, { ...c.data }]))
   const secrets = new Map(of('Secret').map((s) => [s.metadata.name as string, new Set(Object.keys({ ...s.data, ...s.stringData }))]))
   const secretsShipped = secrets.size > 0
   if (secretsShipped && !where.endsWith('/dev')) problems.push(`${where}: ships a Secret: only overlays/dev may (development values); operators create ats-secrets`)
@@ -224,7 +224,7 @@ function checkManifests(where: string, docs: Obj[], fleet: Component[], example:
 
 interface Context {
   docs: Obj[]
-  configMaps: Map<string, Set<string>>
+  configMaps: Map<string, Obj>
   secrets: Map<string, Set<string>>
   policies: Obj[]
 }
@@ -287,14 +287,21 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
   }
 
   // every setting from a ConfigMap, a Secret, or (structural ones) a literal
-  const fromConfigMaps = new Set<string>()
+  // what the process sees: envFrom in order, then env over it (Kubernetes' precedence)
+  const values = new Map<string, string>()
   for (const source of arr(container.envFrom)) {
     if (source.secretRef) problems.push(`${id}: envFrom secretRef hands it every secret; reference the keys it reads (secretKeyRef)`)
     const name = source.configMapRef?.name
     if (!name) continue
-    const keys = ctx.configMaps.get(name)
-    if (!keys) problems.push(`${id}: envFrom ConfigMap ${name}, which is not in the output`)
-    else for (const k of keys) fromConfigMaps.add(k)
+    const data = ctx.configMaps.get(name)
+    if (!data) problems.push(`${id}: envFrom ConfigMap ${name}, which is not in the output`)
+    else for (const [k, v] of Object.entries(data)) values.set(k, String(v))
+  }
+  const fromConfigMaps = new Set(values.keys())
+  for (const e of env.values()) {
+    if (typeof e.value === 'string') values.set(e.name, e.value)
+    const ref = e.valueFrom?.configMapKeyRef
+    if (ref && ctx.configMaps.get(ref.name)?.[ref.key] !== undefined) values.set(e.name, String(ctx.configMaps.get(ref.name)![ref.key]))
   }
   for (const [name, setting] of Object.entries(component.settings)) {
     const e = env.get(name)
@@ -312,6 +319,15 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
       if (!ctx.configMaps.get(configRef.name)?.has(configRef.key)) problems.push(`${id}: ${name} reads ConfigMap ${configRef.name} key ${configRef.key}, which does not exist`)
     } else if (!e && !fromConfigMaps.has(name)) {
       problems.push(`${id}: setting ${name} is not in its ConfigMaps (envFrom) or env: every setting the process reads is spelled out (an empty value means unset)`)
+    }
+    // the value must be one the process accepts at start (as the kit reads it: empty is unset)
+    const value = values.get(name)
+    if (!setting.secret && value !== undefined && value !== '') {
+      try {
+        loadConfig({ [name]: setting.schema }, { [name]: value })
+      } catch (error) {
+        problems.push(`${id}: ${(error as Error).message}; the process would not start`)
+      }
     }
   }
 }

@@ -17,8 +17,9 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { freshDatabase, freshNamespace, testInfra } from '@ats/service-kit/testing'
 import t from 'tap'
-import { parse } from 'yaml'
+import { parse, parseAllDocuments } from 'yaml'
 import { parseDockerfile } from '../src/dockerfile.ts'
+import { kustomize } from '../src/kubectl.ts'
 
 const repo = fileURLToPath(new URL('../../..', import.meta.url))
 const run = promisify(execFile)
@@ -174,6 +175,23 @@ t.test('every image built as its Dockerfile builds it runs the fleet, as compose
   await Promise.all(images.map(start))
   t.comment(`healthy in ${((Date.now() - runStarted) / 1000).toFixed(1)} s`)
   t.pass(`all ${images.length} containers healthy: ${images.map((i) => i.name).join(', ')}`)
+
+  // ---- Kubernetes' probes, as k8s/base declares them, answer on the running processes -----------
+  const rendered = parseAllDocuments(kustomize(join(repo, 'k8s/base'))).map((d) => d.toJS() as Obj)
+  for (const deployment of rendered.filter((d) => d?.kind === 'Deployment')) {
+    for (const container of deployment.spec.template.spec.containers as Obj[]) {
+      const image = /^ats-([a-z-]+)/.exec(String(container.image).split('/').at(-1)!)?.[1]
+      if (!image || !images.some((i) => i.name === image)) continue
+      for (const kind of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
+        const { path, port } = container[kind].httpGet as { path: string; port: string | number }
+        const containerPort = typeof port === 'number' ? port : (container.ports as Obj[]).find((p) => p.name === port)!.containerPort
+        const local = ports.get(`${image}:${containerPort}`)
+        t.ok(local, `${deployment.metadata.name} ${kind}: port ${port} is one the image serves`)
+        const res = await fetch(`http://127.0.0.1:${local}${path}`)
+        t.equal(res.status, 200, `${deployment.metadata.name} ${kind}: GET ${path} on ${port} (${containerPort}) answers 200`)
+      }
+    }
+  }
 
   // ---- the API, through the gateway, as the README's compose section uses it --------------------
   const gateway = `http://127.0.0.1:${ports.get('gateway:3000')}`

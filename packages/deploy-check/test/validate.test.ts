@@ -85,6 +85,20 @@ const cases: Array<{ name: string; file: string; from: string | RegExp; to: stri
     expect: /Deployment automation: setting AUTOMATION_TICK_MS is not in its ConfigMaps/,
   },
   {
+    name: 'a setting with a value the process refuses at start',
+    file: 'k8s/base/config/shared.env',
+    from: 'LOG_LEVEL=info',
+    to: 'LOG_LEVEL=verbose',
+    expect: /Deployment gateway: invalid setting LOG_LEVEL: .*\(got "verbose"\); the process would not start/,
+  },
+  {
+    name: 'a prod overlay value the process refuses (a number that is not one)',
+    file: 'k8s/overlays/prod/kustomization.yaml',
+    from: 'literals: [PUBLIC_URL=https://api.example.com]',
+    to: 'literals: [PUBLIC_URL=https://api.example.com, RATE_LIMIT_READONLY=lots]',
+    expect: /k8s\/overlays\/prod: Deployment gateway: invalid setting RATE_LIMIT_READONLY/,
+  },
+  {
     name: 'a secret setting given as a literal',
     file: 'k8s/base/trading-deployment.yaml',
     from: /- name: DATABASE_URL\n\s+valueFrom:\n\s+secretKeyRef: \{ name: ats-secrets, key: DATABASE_URL \}/,
