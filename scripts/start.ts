@@ -170,7 +170,7 @@ try {
     })
     await waitReady(`http://127.0.0.1:${opsPort}`, child, member.name)
     if (isGateway) {
-      say(`\nThe gateway listens on http://localhost:${port}  (try: curl localhost:${port}/health; API docs at /openapi.json)`)
+      say(`\nThe gateway listens on http://localhost:${port}  (try: curl localhost:${port}/health; the API reference at /docs)`)
       say(`Its /ready and /metrics: http://localhost:${opsPort} (the operations port, not for clients).`)
       say(`Services: ${members.filter((m) => m !== gateway).map((m) => `${m.name} :${m.definition.port}`).join(', ')}. Ctrl-C stops everything.\n`)
     }
