@@ -161,6 +161,23 @@ const peerNames = (peer: Obj): string[] | undefined => {
   return expr ? arr(expr.values) : undefined
 }
 
+/**
+ * What the Ingress NetworkPolicies selecting these pods let in beyond `allowed`: pod names,
+ * or "anything" for a rule without a pod selector. undefined: no policy selects the pods.
+ */
+function admittedBeyond(policies: Obj[], labels: Obj, allowed: (name: string) => boolean): Array<{ policy: string; who: string[] }> | undefined {
+  const mine = policies.filter((p) => matches(p.spec?.podSelector, labels) && arr(p.spec?.policyTypes).includes('Ingress'))
+  if (mine.length === 0) return undefined
+  return mine.flatMap((p) =>
+    arr(p.spec.ingress).flatMap((rule: Obj) =>
+      (rule.from ? arr(rule.from) : [{}]).map((peer: Obj) => {
+        const admitted = peerNames(peer)
+        return { policy: p.metadata.name as string, who: admitted === undefined ? ['anything'] : admitted.filter((n) => !allowed(n)) }
+      }),
+    ),
+  ).filter((x) => x.who.length > 0)
+}
+
 function checkManifests(where: string, docs: Obj[], fleet: Component[], example: Obj | undefined, problems: string[]): void {
   const of = (kind: string) => docs.filter((d) => d.kind === kind)
   const workloads = docs.filter((d) => d.kind === 'Deployment' || d.kind === 'StatefulSet')
@@ -201,18 +218,13 @@ function checkManifests(where: string, docs: Obj[], fleet: Component[], example:
 
   // datastores (overlays that run them): only the fleet reaches them
   const fleetPods = new Set(of('Deployment').filter((d) => arr(podSpec(d).containers).some((c: Obj) => imageName(c.image).startsWith('ats-'))).map((d) => podLabels(d)['app.kubernetes.io/name']))
-  for (const w of workloads.filter((x) => podLabels(x)['app.kubernetes.io/component'] === 'datastore')) {
-    const labels = podLabels(w)
-    const mine = policies.filter((p) => matches(p.spec?.podSelector, labels) && arr(p.spec?.policyTypes).includes('Ingress'))
-    if (mine.length === 0) problems.push(`${where}: ${w.kind} ${w.metadata.name}: no NetworkPolicy; only the services may reach a datastore`)
-    for (const p of mine) {
-      for (const rule of arr(p.spec.ingress)) {
-        for (const peer of rule.from ? arr(rule.from) : [{}]) {
-          const admitted = peerNames(peer)
-          const outsiders = admitted === undefined ? ['anything'] : admitted.filter((n) => !fleetPods.has(n))
-          if (outsiders.length > 0) problems.push(`${where}: NetworkPolicy ${p.metadata.name} lets ${outsiders.join(', ')} reach ${w.metadata.name}; only the fleet's pods may`)
-        }
-      }
+  const isDatastore = (w: Obj) =>
+    podLabels(w)['app.kubernetes.io/component'] === 'datastore' || arr(podSpec(w).containers).some((c: Obj) => /^(postgres|nats|redis)$/.test(imageName(c.image)))
+  for (const w of workloads.filter(isDatastore)) {
+    const beyond = admittedBeyond(policies, podLabels(w), (name) => fleetPods.has(name))
+    if (!beyond) problems.push(`${where}: ${w.kind} ${w.metadata.name}: no NetworkPolicy; only the services may reach a datastore`)
+    for (const { policy, who } of beyond ?? []) {
+      problems.push(`${where}: NetworkPolicy ${policy} lets ${who.join(', ')} reach ${w.metadata.name}; only the fleet's pods may`)
     }
   }
 
@@ -272,17 +284,10 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
     problems.push(`${id}: no Service selects its pods`)
   }
   if (component.name !== 'gateway') {
-    const mine = ctx.policies.filter((p) => matches(p.spec?.podSelector, labels) && arr(p.spec?.policyTypes).includes('Ingress'))
-    if (mine.length === 0) problems.push(`${id}: no NetworkPolicy; only the gateway may reach a service`)
-    for (const p of mine) {
-      for (const rule of arr(p.spec.ingress)) {
-        for (const peer of rule.from ? arr(rule.from) : [{}]) {
-          const admitted = peerNames(peer)
-          if (admitted === undefined || admitted.some((n) => n !== 'gateway')) {
-            problems.push(`${where}: NetworkPolicy ${p.metadata.name} lets ${admitted?.join(', ') ?? 'anything'} reach ${d.metadata.name}; only the gateway may`)
-          }
-        }
-      }
+    const beyond = admittedBeyond(ctx.policies, labels, (name) => name === 'gateway')
+    if (!beyond) problems.push(`${id}: no NetworkPolicy; only the gateway may reach a service`)
+    for (const { policy, who } of beyond ?? []) {
+      problems.push(`${where}: NetworkPolicy ${policy} lets ${who.join(', ')} reach ${d.metadata.name}; only the gateway may`)
     }
   }
 
