@@ -36,7 +36,49 @@ export function parseDockerfile(text: string): Instruction[] {
   return out
 }
 
-const execForm = (args: string): string[] | undefined => {
+/** What a Dockerfile builds and runs, read off its instructions (nothing judged here). */
+export interface ImageFacts {
+  /** the package the build stage deploys (scripts/deploy-package.sh <package> /out) */
+  deployedPackage?: string
+  /** every instruction, in order */
+  instructions: Instruction[]
+  /** the instructions of each stage, each starting with its FROM */
+  stages: Instruction[][]
+  /** the runtime (last) stage's ENV */
+  env: Record<string, string>
+  /** the runtime stage's last CMD or ENTRYPOINT */
+  cmd?: Instruction
+  /** the runtime stage's HEALTHCHECK, unless none or NONE */
+  healthcheck?: Instruction
+}
+
+export function readImage(text: string): ImageFacts {
+  const instructions = parseDockerfile(text)
+  const stages: Instruction[][] = []
+  for (const ins of instructions) {
+    if (ins.keyword === 'FROM') stages.push([])
+    stages.at(-1)?.push(ins)
+  }
+  const runtime = stages.at(-1) ?? []
+  const env: Record<string, string> = {}
+  for (const e of runtime.filter((i) => i.keyword === 'ENV')) for (const m of e.args.matchAll(/([A-Z0-9_]+)=(\S+)/g)) env[m[1]!] = m[2]!
+  const deploy = instructions
+    .map((i) => (i.keyword === 'RUN' ? /scripts\/deploy-package\.sh\s+(\S+)\s/.exec(i.args) : null))
+    .find(Boolean)
+  const healthcheck = runtime.filter((i) => i.keyword === 'HEALTHCHECK').at(-1)
+  const cmd = runtime.filter((i) => i.keyword === 'CMD' || i.keyword === 'ENTRYPOINT').at(-1)
+  return {
+    instructions,
+    stages,
+    env,
+    ...(deploy ? { deployedPackage: deploy[1]! } : {}),
+    ...(cmd ? { cmd } : {}),
+    ...(healthcheck && !/^NONE$/i.test(healthcheck.args) ? { healthcheck } : {}),
+  }
+}
+
+/** An exec-form argument list (`["node", "x.js"]`), or undefined for the shell form. */
+export function execForm(args: string): string[] | undefined {
   try {
     const parsed: unknown = JSON.parse(args)
     return Array.isArray(parsed) && parsed.every((x) => typeof x === 'string') ? parsed : undefined
@@ -45,20 +87,11 @@ const execForm = (args: string): string[] | undefined => {
   }
 }
 
-export interface DockerfileFacts {
-  /** the package the build stage deploys (scripts/deploy-package.sh <package> /out) */
-  deployedPackage?: string
-}
-
-export function lintDockerfile(text: string, problem: (line: number, message: string) => void): DockerfileFacts {
+export function lintDockerfile(text: string, problem: (line: number, message: string) => void): ImageFacts {
   for (const d of validate(text)) problem(d.range.start.line + 1, `dockerfile-utils: ${d.message}`)
 
-  const instructions = parseDockerfile(text)
-  const stages: Instruction[][] = []
-  for (const ins of instructions) {
-    if (ins.keyword === 'FROM') stages.push([])
-    stages.at(-1)?.push(ins)
-  }
+  const facts = readImage(text)
+  const { instructions, stages } = facts
   if (stages.length < 2) problem(1, 'must be multi-stage: a build stage, then a runtime stage that copies only what runs')
 
   const stageNames = new Set<string>()
@@ -73,8 +106,7 @@ export function lintDockerfile(text: string, problem: (line: number, message: st
   }
 
   const runs = instructions.filter((i) => i.keyword === 'RUN')
-  const deploy = runs.map((r) => /scripts\/deploy-package\.sh\s+(\S+)\s/.exec(r.args)).find(Boolean)
-  if (!deploy && !runs.some((r) => /pnpm\b.*\bdeploy\b.*--prod/.test(r.args))) {
+  if (!facts.deployedPackage && !runs.some((r) => /pnpm\b.*\bdeploy\b.*--prod/.test(r.args))) {
     problem(1, 'the build stage must deploy the package with its production dependencies only (scripts/deploy-package.sh, i.e. pnpm deploy --prod)')
   }
   for (const r of runs) {
@@ -98,9 +130,8 @@ export function lintDockerfile(text: string, problem: (line: number, message: st
   const user = runtime.filter((i) => i.keyword === 'USER').at(-1)
   if (!user) problem(from?.line ?? 1, 'the runtime stage has no USER: the container would run as root')
   else if (/^(root|0)(:|$)/.test(user.args)) problem(user.line, `USER ${user.args}: the container must not run as root`)
-  const health = runtime.filter((i) => i.keyword === 'HEALTHCHECK').at(-1)
-  if (!health || /^NONE$/i.test(health.args)) problem(from?.line ?? 1, 'the runtime stage has no HEALTHCHECK')
-  const cmd = runtime.filter((i) => i.keyword === 'CMD' || i.keyword === 'ENTRYPOINT').at(-1)
+  if (!facts.healthcheck) problem(from?.line ?? 1, 'the runtime stage has no HEALTHCHECK')
+  const { cmd } = facts
   const argv = cmd && execForm(cmd.args)
   if (!cmd) problem(from?.line ?? 1, 'the runtime stage has no CMD')
   else if (!argv) problem(cmd.line, `${cmd.keyword} must be in exec form (a JSON array): the shell form puts sh, not node, at PID 1 and SIGTERM never reaches the process`)
@@ -109,5 +140,5 @@ export function lintDockerfile(text: string, problem: (line: number, message: st
     if (argv.some((a) => /\btsx\b|\bts-node\b|\.ts$|^pnpm$|^npm$/.test(a))) problem(cmd.line, `${cmd.keyword} runs ${argv.join(' ')}: the image runs compiled JavaScript, without tsx or a package manager`)
     if (!argv.some((a) => /\.js$/.test(a))) problem(cmd.line, `${cmd.keyword} names no .js entry point`)
   }
-  return deploy ? { deployedPackage: deploy[1]! } : {}
+  return facts
 }

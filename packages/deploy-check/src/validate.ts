@@ -66,24 +66,26 @@ export async function checkDeployment(root: string, repoRoot = root): Promise<Re
   const { fleet, devnet } = await deployables(repoRoot)
 
   // ---- Dockerfiles --------------------------------------------------------------
-  const deployedBy = new Map<string, string | undefined>()
+  /** Dockerfile (relative path) -> whether its image has a HEALTHCHECK, for the compose check */
+  const imageHealth = new Map<string, boolean>()
+  const linted: string[] = []
   for (const c of [...fleet, devnet]) {
-    const file = join(c.dir, 'Dockerfile')
+    const file = `${c.dir}/Dockerfile`
     if (!existsSync(join(root, file))) {
       problems.push(`${file}: missing (every deployable has its own Dockerfile)`)
       continue
     }
-    const text = readFileSync(join(root, file), 'utf8')
-    const facts = lintDockerfile(text, (line, message) => problems.push(`${file}:${line}: ${message}`))
-    deployedBy.set(c.name, facts.deployedPackage)
+    const facts = lintDockerfile(readFileSync(join(root, file), 'utf8'), (line, message) => problems.push(`${file}:${line}: ${message}`))
+    imageHealth.set(file, facts.healthcheck !== undefined)
+    linted.push(c.name)
     if (facts.deployedPackage && facts.deployedPackage !== c.packageName) {
       problems.push(`${file}: deploys ${facts.deployedPackage}, but the directory holds ${c.packageName}`)
     }
   }
-  notes.push(`Dockerfiles: ${deployedBy.size} linted (${[...deployedBy.keys()].join(', ')})`)
+  notes.push(`Dockerfiles: ${linted.length} linted (${linted.join(', ')})`)
 
   // ---- docker-compose.yml -------------------------------------------------------------
-  checkCompose(root, [...fleet, devnet], problems, notes)
+  checkCompose(root, [...fleet, devnet], imageHealth, problems, notes)
 
   // ---- k8s -------------------------------------------------------------------------
   const example = loadYaml(join(root, 'k8s/base/secret.example.yaml'), problems).find((d) => d.kind === 'Secret')
@@ -98,8 +100,9 @@ export async function checkDeployment(root: string, repoRoot = root): Promise<Re
     }
     const docs: Obj[] = []
     parseAllDocuments(rendered).forEach((d, i) => {
+      const doc: unknown = d.errors.length > 0 ? undefined : d.toJS()
       if (d.errors.length > 0) problems.push(`${dir}: rendered document ${i + 1}: ${d.errors[0]!.message}`)
-      else if (isObj(d.toJS())) docs.push(d.toJS() as Obj)
+      else if (isObj(doc)) docs.push(doc)
     })
     for (const doc of docs) await validateSchema(dir, doc, problems)
     checkManifests(dir, docs, fleet, example, problems)
@@ -280,7 +283,7 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
     problems.push(`${id}: no HorizontalPodAutoscaler scales it`)
   }
   if (!ctx.docs.some((x) => x.kind === 'PodDisruptionBudget' && matches(x.spec?.selector, labels))) problems.push(`${id}: no PodDisruptionBudget selects its pods`)
-  if (d.metadata.name === component.name && !ctx.docs.some((x) => x.kind === 'Service' && Object.entries(x.spec?.selector ?? {}).every(([k, v]) => labels[k] === v) && x.spec?.selector)) {
+  if (d.metadata.name === component.name && !ctx.docs.some((x) => x.kind === 'Service' && isObj(x.spec?.selector) && matches({ matchLabels: x.spec.selector }, labels))) {
     problems.push(`${id}: no Service selects its pods`)
   }
   if (component.name !== 'gateway') {
@@ -306,12 +309,14 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
   for (const e of env.values()) {
     if (typeof e.value === 'string') values.set(e.name, e.value)
     const ref = e.valueFrom?.configMapKeyRef
-    if (ref && ctx.configMaps.get(ref.name)?.[ref.key] !== undefined) values.set(e.name, String(ctx.configMaps.get(ref.name)![ref.key]))
+    if (!ref) continue
+    const value = ctx.configMaps.get(ref.name)?.[ref.key]
+    if (value !== undefined) values.set(e.name, String(value))
+    else if (ref.optional !== true) problems.push(`${id}: ${e.name} reads ConfigMap ${ref.name} key ${ref.key}, which does not exist`)
   }
   for (const [name, setting] of Object.entries(component.settings)) {
     const e = env.get(name)
     const secretRef = e?.valueFrom?.secretKeyRef
-    const configRef = e?.valueFrom?.configMapKeyRef
     if (setting.secret) {
       if (!secretRef) {
         problems.push(`${id}: ${name} is a secret setting: it must come from a Secret (secretKeyRef)${e || fromConfigMaps.has(name) ? ', not a literal or a ConfigMap' : ''}`)
@@ -320,8 +325,6 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
       } else if (setting.optional !== (secretRef.optional === true)) {
         problems.push(`${id}: ${name} is ${setting.optional ? 'optional' : 'required'}, so its secretKeyRef must ${setting.optional ? '' : 'not '}be optional`)
       }
-    } else if (configRef) {
-      if (!ctx.configMaps.get(configRef.name)?.has(configRef.key)) problems.push(`${id}: ${name} reads ConfigMap ${configRef.name} key ${configRef.key}, which does not exist`)
     } else if (!e && !fromConfigMaps.has(name)) {
       problems.push(`${id}: setting ${name} is not in its ConfigMaps (envFrom) or env: every setting the process reads is spelled out (an empty value means unset)`)
     }
@@ -337,7 +340,7 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
   }
 }
 
-function checkCompose(root: string, components: Component[], problems: string[], notes: string[]): void {
+function checkCompose(root: string, components: Component[], imageHealth: Map<string, boolean>, problems: string[], notes: string[]): void {
   const file = join(root, 'docker-compose.yml')
   const envFile = join(root, '.env.example')
   if (!existsSync(file)) return void problems.push('docker-compose.yml: file not found')
@@ -353,15 +356,16 @@ function checkCompose(root: string, components: Component[], problems: string[],
         : `docker-compose.yml: docker-compose config -q: ${String(e.stderr ?? '').trim()}`,
     )
   }
+  const text = readFileSync(file, 'utf8')
   let compose: Obj
   try {
-    compose = parse(readFileSync(file, 'utf8'), { merge: true }) as Obj
+    compose = parse(text, { merge: true }) as Obj
   } catch (error) {
     return void problems.push(`docker-compose.yml: ${(error as Error).message}`)
   }
   const services: Obj = isObj(compose?.services) ? compose.services : {}
   const example = existsSync(envFile) ? readFileSync(envFile, 'utf8') : ''
-  for (const m of readFileSync(file, 'utf8').matchAll(/\$\{([A-Z0-9_]+):\?/g)) {
+  for (const m of text.matchAll(/\$\{([A-Z0-9_]+):\?/g)) {
     if (!new RegExp(`^${m[1]}=`, 'm').test(example)) problems.push(`docker-compose.yml: requires ${m[1]}, which .env.example does not set`)
   }
   for (const c of components) {
@@ -375,9 +379,8 @@ function checkCompose(root: string, components: Component[], problems: string[],
   }
   for (const [name, s] of Object.entries(services)) {
     if (!isObj(s)) continue
-    const dockerfile = isObj(s.build) && typeof s.build.dockerfile === 'string' ? join(root, s.build.dockerfile) : undefined
-    const imageHealth = dockerfile && existsSync(dockerfile) && /^HEALTHCHECK\s+(?!NONE)/m.test(readFileSync(dockerfile, 'utf8'))
-    if (!isObj(s.healthcheck) && !imageHealth) problems.push(`docker-compose.yml: service "${name}" has no healthcheck (in compose or its Dockerfile)`)
+    const fromImage = isObj(s.build) && imageHealth.get(s.build.dockerfile) === true
+    if (!isObj(s.healthcheck) && !fromImage) problems.push(`docker-compose.yml: service "${name}" has no healthcheck (in compose or its Dockerfile)`)
     if (isObj(s.healthcheck) && s.healthcheck.disable === true) problems.push(`docker-compose.yml: service "${name}" disables its healthcheck`)
     const deps = s.depends_on
     if (Array.isArray(deps)) problems.push(`docker-compose.yml: service "${name}": depends_on must wait for health (condition: service_healthy)`)

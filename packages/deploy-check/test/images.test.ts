@@ -18,7 +18,7 @@ import { promisify } from 'node:util'
 import { freshDatabase, freshNamespace, testInfra } from '@ats/service-kit/testing'
 import t from 'tap'
 import { parse, parseAllDocuments } from 'yaml'
-import { parseDockerfile } from '../src/dockerfile.ts'
+import { execForm, readImage } from '../src/dockerfile.ts'
 import { kustomize } from '../src/kubectl.ts'
 
 const repo = fileURLToPath(new URL('../../..', import.meta.url))
@@ -55,17 +55,13 @@ interface Image {
 }
 
 function imageOf(name: string, service: Obj): Image {
-  const ins = parseDockerfile(readFileSync(join(repo, service.build.dockerfile), 'utf8'))
-  const runtime = ins.slice(ins.map((i) => i.keyword).lastIndexOf('FROM'))
-  const env: Record<string, string> = {}
-  for (const e of runtime.filter((i) => i.keyword === 'ENV')) for (const m of e.args.matchAll(/([A-Z0-9_]+)=(\S+)/g)) env[m[1]!] = m[2]!
-  const json = (keyword: string, strip = '') => JSON.parse(runtime.find((i) => i.keyword === keyword)!.args.replace(strip ? new RegExp(strip) : '', '')) as string[]
+  const facts = readImage(readFileSync(join(repo, service.build.dockerfile), 'utf8'))
   return {
     name,
-    package: /deploy-package\.sh (\S+)/.exec(ins.map((i) => i.args).join('\n'))![1]!,
-    env,
-    cmd: json('CMD'),
-    healthcheck: json('HEALTHCHECK', '^.*?CMD\\s+'),
+    package: facts.deployedPackage!,
+    env: facts.env,
+    cmd: execForm(facts.cmd!.args)!,
+    healthcheck: execForm(facts.healthcheck!.args.replace(/^.*?CMD\s+/, ''))!,
     dependsOn: Object.keys(service.depends_on ?? {}),
   }
 }

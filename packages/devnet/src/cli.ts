@@ -24,7 +24,7 @@ export async function startDevnetOrExplain(
   { host, addressBookPath }: { host?: string | undefined; addressBookPath?: string | undefined } = {},
 ): Promise<Devnet> {
   try {
-    return await startDevnet({ port, ...(host ? { host } : {}), ...(addressBookPath ? { addressBookPath } : {}) })
+    return await startDevnet({ port, host, addressBookPath })
   } catch (error) {
     const message = (error as Error).message
     if (/is not free/.test(message)) {
@@ -64,7 +64,7 @@ async function main() {
   let devnet: Devnet
   try {
     port = devnetPort()
-    devnet = await startDevnetOrExplain(port, { host: process.env.DEVNET_HOST, addressBookPath: process.env.ADDRESS_BOOK })
+    devnet = await startDevnetOrExplain(port, { host: process.env.DEVNET_HOST || undefined, addressBookPath: process.env.ADDRESS_BOOK || undefined })
   } catch (error) {
     process.stderr.write(`${(error as Error).message}\n`)
     process.exit(1)

@@ -99,7 +99,7 @@ export interface StartDevnetOptions {
 /** Starts anvil, deploys, funds the default accounts and writes the address book: what `pnpm devnet` runs. */
 export async function startDevnet({ port, host, addressBookPath = DEVNET_ADDRESS_BOOK_PATH, accounts: count = 10 }: StartDevnetOptions): Promise<Devnet> {
   const started = performance.now()
-  const anvil = await startAnvil({ port, ...(host ? { host } : {}) })
+  const anvil = await startAnvil({ port, host })
   try {
     const anvilDone = performance.now()
     const deployed = await deployDevnet(anvil.rpcUrl)
