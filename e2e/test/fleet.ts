@@ -123,7 +123,7 @@ export async function startPaidFleet(t: Test, options: FleetOptions & { chain?: 
       to: overrides.to ?? payTo,
       value: overrides.value ?? 10_000n,
       validAfter: overrides.validAfter ?? now - 5n,
-      validBefore: overrides.validBefore ?? now + 60n,
+      validBefore: overrides.validBefore ?? now + 600n,
       nonce: toHex(randomBytes(32)),
     }
     const signature = await signer.signTypedData({
@@ -167,13 +167,26 @@ export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.
  */
 export async function startAgentFleet(
   t: Test,
-  options: { agentEnv?: NodeJS.ProcessEnv; marketEnv?: NodeJS.ProcessEnv; gatewayEnv?: NodeJS.ProcessEnv; automationEnv?: NodeJS.ProcessEnv } = {},
+  options: {
+    agentEnv?: NodeJS.ProcessEnv
+    marketEnv?: NodeJS.ProcessEnv
+    gatewayEnv?: NodeJS.ProcessEnv
+    automationEnv?: NodeJS.ProcessEnv
+    /** admin's settings (settlement is off by default) */
+    adminEnv?: NodeJS.ProcessEnv
+    /** how many trading and automation processes (1 each by default); the gateway knows the first */
+    replicas?: { trading?: number; automation?: number }
+  } = {},
 ) {
   const chain = await startTestDevnet(t)
   const env = { ...(await baseTestEnv(t)), ...chain.chainEnv }
   // the public APIs market-data can be pointed at (marketEnv PRICE_SOURCE=coingecko), stood in for locally
   const upstreams = await startUpstreams(t)
-  const trading = await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: chain.devnet.accounts[0]!.privateKey })
+  const tradings = []
+  for (let i = 0; i < (options.replicas?.trading ?? 1); i++) {
+    tradings.push(await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: chain.devnet.accounts[0]!.privateKey }))
+  }
+  const trading = tradings[0]!
   const market = await startService(t, marketDataService, {
     ...env,
     REDIS_URL: (await testInfra()).redisUrl,
@@ -183,13 +196,17 @@ export async function startAgentFleet(
   })
   const agent = await startService(t, agentService, { ...env, ...options.agentEnv })
   // the automation service, when a test asks for it (automationEnv)
-  const automation = options.automationEnv ? await startService(t, automationService, { ...env, ...options.automationEnv }) : undefined
+  const automations = []
+  for (let i = 0; options.automationEnv && i < (options.replicas?.automation ?? 1); i++) {
+    automations.push(await startService(t, automationService, { ...env, ...options.automationEnv }))
+  }
+  const automation = automations[0]
   const fleet = await startPaidFleet(t, {
     chain,
     env,
     tradingUrl: trading.url,
     gatewayEnv: { AGENT_URL: agent.url, MARKET_DATA_URL: market.url, ...(automation ? { AUTOMATION_URL: automation.url } : {}), ...options.gatewayEnv },
-    adminEnv: { SETTLEMENT_ENABLED: 'false' },
+    adminEnv: { SETTLEMENT_ENABLED: 'false', ...options.adminEnv },
   })
-  return { ...fleet, agent, upstreams, serverWallet: chain.devnet.accounts[0]!.address }
+  return { ...fleet, agent, upstreams, tradings, automations, serverWallet: chain.devnet.accounts[0]!.address }
 }

@@ -24,7 +24,7 @@ t.test('a paid route without a payment answers 402 with the requirements in the 
         resource: /\/agent\/skills$/,
         description: String,
         mimeType: 'application/json',
-        maxTimeoutSeconds: 60,
+        maxTimeoutSeconds: 600,
         extra: { name: 'USD Coin', version: '2' },
       },
     ],
@@ -35,9 +35,13 @@ t.test('a paid route without a payment answers 402 with the requirements in the 
 t.test('a hand-signed X-PAYMENT passes once; the payer is the owner the service sees and the answer says it was charged', async (t) => {
   const { request, pay, payer } = await paid(t)
   const header = await pay()
-  const res = await request('/agent/skills', { headers: { 'x-payment': header } })
+  // a client's own x-ats-payment claim is replaced by the payment the gateway verified
+  const forged = `${payer.address.toLowerCase()}:0x${'11'.repeat(32)}`
+  const res = await request('/agent/skills', { headers: { 'x-payment': header, 'x-ats-payment': forged } })
   t.equal(res.status, 200)
   t.equal(res.body.headers['x-ats-owner-id'], payer.address)
+  const nonce = JSON.parse(Buffer.from(header, 'base64').toString('utf8')).payload.authorization.nonce
+  t.equal(res.body.headers['x-ats-payment'], `${payer.address.toLowerCase()}:${nonce}`, 'the verified payment goes to the service as <payer>:<nonce>')
   t.notOk('x-payment' in res.body.headers, 'the payment header is not forwarded')
   const receipt = decode(res.headers.get('x-payment-response'))
   t.same(receipt, { success: true, transaction: '', network: 'anvil', payer: payer.address })

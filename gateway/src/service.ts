@@ -6,6 +6,7 @@ import { createKeyLimiter, type TierLimits } from './auth/rateLimit.ts'
 import { watchBlockedPayers } from './payments/blockedPayers.ts'
 import { createChargePublisher } from './payments/chargePublisher.ts'
 import { createPaymentGuard } from './payments/paymentGuard.ts'
+import { installBodyLimit } from './routes/bodyLimit.ts'
 import { proxyRoutes } from './routes/proxy.ts'
 import { rootRoutes } from './routes/root.ts'
 import type { UpstreamName } from './routing/routeTable.ts'
@@ -47,6 +48,7 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
     onClose(blockedPayers.close)
     onClose(charges.close)
     app.decorateRequest('payment', null)
+    installBodyLimit(app, config.BODY_LIMIT_BYTES)
     const pay = createPaymentGuard(config, { redis, log, blockedPayers, charges, chain })
     await app.register(rootRoutes, { name: 'agent-trading-service', version, chain: config.CHAIN_NAME, chainId: chain.chainId })
     await app.register(proxyRoutes, {

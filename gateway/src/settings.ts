@@ -1,8 +1,10 @@
+import { isIP } from 'node:net'
 import { addressPattern } from '@ats/contracts'
-import { paymentSettings } from '@ats/service-kit'
+import { httpUrlSetting, paymentSettings } from '@ats/service-kit'
 import { Type } from 'typebox'
+import { isAddress } from 'viem'
 
-const url = (fallback: string, what: string) => Type.String({ default: fallback, description: `base URL of the ${what} service` })
+const url = (fallback: string, what: string) => httpUrlSetting({ default: fallback, description: `base URL of the ${what} service` })
 const perWindow = (fallback: number, tier: string) =>
   Type.Integer({ minimum: 1, default: fallback, description: `requests per window for a ${tier} key` })
 
@@ -21,10 +23,14 @@ export const gatewaySettings = {
     default: 30,
     description: 'failed authentications per client address per rate-limit window before it gets 429 for unknown keys',
   }),
-  TRUST_PROXY: Type.String({
-    default: 'false',
-    description: 'whose X-Forwarded-For to believe for the client address: false, true, a hop count, or comma-separated addresses/CIDRs',
-  }),
+  TRUST_PROXY: Type.Refine(
+    Type.String({
+      default: 'false',
+      description: 'whose X-Forwarded-For to believe for the client address: false, true, a hop count, or comma-separated addresses/CIDRs',
+    }),
+    (value) => trustProxyProblem(value) === undefined,
+    (value) => trustProxyProblem(value) ?? 'not valid',
+  ),
   KEY_CACHE_TTL_MS: Type.Integer({
     minimum: 0,
     default: 60_000,
@@ -37,15 +43,51 @@ export const gatewaySettings = {
     description: 'how long the gateway waits for a /v1 answer, which runs a whole agent job (keep it above the agent\'s AGENT_CHAT_WAIT_MS)',
   }),
   PAY_TO: Type.Optional(
-    Type.String({ pattern: addressPattern, description: 'address x402 payments go to; unset: paid routes answer 503' }),
+    // a mixed-case address must carry a valid checksum (EIP-55): viem refuses it otherwise
+    Type.Refine(
+      Type.String({ pattern: addressPattern, description: 'address x402 payments go to; unset: paid routes answer 503' }),
+      (value) => isAddress(value),
+      () => 'must be a 0x address whose mixed case is a valid EIP-55 checksum (or all lower case)',
+    ),
   ),
   ...paymentSettings,
-  PAYMENT_TIMEOUT_SECONDS: Type.Integer({ minimum: 10, default: 60, description: 'maxTimeoutSeconds offered in 402 answers' }),
+  PAYMENT_TIMEOUT_SECONDS: Type.Integer({
+    minimum: 10,
+    default: 600,
+    description:
+      "maxTimeoutSeconds offered in 402 answers: clients sign validBefore = now + this. A prompt's payment settles only once its job completes, so keep it above the agent's longest job: AGENT_MAX_ATTEMPTS x (AGENT_JOB_MAX_RUN_MS + AGENT_ACK_WAIT_MS) plus a margin (3 x (120 + 30) s = 450 s by default); a job that outlives it is not charged",
+  }),
+  JOB_PAYMENT_MIN_VALIDITY_SECONDS: Type.Optional(
+    Type.Integer({
+      minimum: 10,
+      description:
+        "how long a POST /agent/prompt payment must still be valid when it arrives (validBefore >= now + this): it settles only when its job completes, so a shorter window would buy a job for free; below PAYMENT_TIMEOUT_SECONDS (unset: half of it)",
+    }),
+  ),
+  PAYMENT_ID_TTL_SECONDS: Type.Integer({
+    minimum: 60,
+    maximum: 86_400,
+    default: 86_400,
+    description: 'how long a payment id (x402 payment-identifier) is remembered: a repeat within it is answered again and not charged (at most 24 h: the agent keeps job keys 48 h)',
+  }),
   SKIP_PAYMENT: Type.Boolean({ default: false, description: 'development only: paid routes pass without a verified payment' }),
   PUBLIC_URL: Type.Optional(
     Type.String({ pattern: '^https?://[^/]+$', description: 'the gateway as clients reach it (scheme and host, no path), for the resource URL of 402 answers' }),
   ),
   CHAIN_NAME: Type.String({ default: 'arbitrum-one', description: 'chain name shown by GET /' }),
+}
+
+/** proxy-addr's names of address ranges, accepted in TRUST_PROXY lists */
+const proxyRanges = new Set(['loopback', 'linklocal', 'uniquelocal'])
+
+/** What is wrong with a TRUST_PROXY value ("yes" used to stop the gateway with proxy-addr's own error). */
+function trustProxyProblem(value: string): string | undefined {
+  if (value === 'true' || value === 'false' || /^[0-9]+$/.test(value)) return undefined
+  const bad = value.split(',').map((item) => item.trim()).find((item) => {
+    const [address = '', bits, ...rest] = item.split('/')
+    return !(proxyRanges.has(item) || (isIP(address) !== 0 && rest.length === 0 && (bits === undefined || /^[0-9]{1,3}$/.test(bits))))
+  })
+  return bad === undefined ? undefined : `must be false, true, a hop count, or comma-separated addresses/CIDRs (${JSON.stringify(bad)} is none of them)`
 }
 
 /** TRUST_PROXY as Fastify's trustProxy option. */

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
 import { paymentRequirementsV2, type PaymentTerms } from '@ats/contracts'
+import { Redis } from 'ioredis'
 import { toHex, type Address, type Hex } from 'viem'
 import type { PrivateKeyAccount } from 'viem/accounts'
 import { decodeXPayment, type Payment } from '../src/payments/index.ts'
@@ -35,7 +36,7 @@ export function paymentFixtures({ usdc, payTo, chainId, payer }: { usdc: Address
     to: payTo,
     value: 10_000n,
     validAfter: BigInt(nowS() - 600),
-    validBefore: BigInt(nowS() + 60),
+    validBefore: BigInt(nowS() + 600),
     nonce: toHex(randomBytes(32)),
     ...over,
   })
@@ -68,4 +69,13 @@ export function paymentFixtures({ usdc, payTo, chainId, payer }: { usdc: Address
     return decodeXPayment(xPayment(message, signature, network))
   }
   return { terms, domain, messageFor, sign, wire, xPayment, paymentSignature, signed, v1 }
+}
+
+/** Two clients of the test Redis, as two gateway replicas have; disconnected when the test ends. */
+export function redisPair(t: { teardown(fn: () => void): void }, redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'): [Redis, Redis] {
+  const pair: [Redis, Redis] = [new Redis(redisUrl, { maxRetriesPerRequest: 1 }), new Redis(redisUrl, { maxRetriesPerRequest: 1 })]
+  t.teardown(() => {
+    for (const redis of pair) redis.disconnect()
+  })
+  return pair
 }

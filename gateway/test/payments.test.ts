@@ -16,17 +16,11 @@ import {
   type Payment,
 } from '../src/payments/index.ts'
 import { paymentRequirementsV2 } from '@ats/contracts'
-import { nowS, paymentFixtures } from './paymentFixtures.ts'
+import { nowS, paymentFixtures, redisPair } from './paymentFixtures.ts'
 
 const devnet = await startDevnet({ port: 0, addressBookPath: false, accounts: 3 })
 t.teardown(() => devnet.stop())
-const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
-const redisA = new Redis(redisUrl, { maxRetriesPerRequest: 1 })
-const redisB = new Redis(redisUrl, { maxRetriesPerRequest: 1 })
-t.teardown(() => {
-  redisA.disconnect()
-  redisB.disconnect()
-})
+const [redisA, redisB] = redisPair(t)
 
 const usdc = devnet.book.tokens.find((token) => token.symbol === 'USDC')!.address
 const payer = privateKeyToAccount(devnet.accounts[1]!.privateKey)

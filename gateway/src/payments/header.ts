@@ -1,5 +1,6 @@
 import { Address, Bytes32, integerStringPattern, Signature65 } from '@ats/contracts'
 import { PaymentPayloadV1Schema, PaymentPayloadV2Schema, type z } from '@x402/core/schemas'
+import { PAYMENT_IDENTIFIER, validatePaymentIdentifier } from '@x402/extensions/payment-identifier'
 import { Type, type Static, type TSchema } from 'typebox'
 import { Compile } from 'typebox/compile'
 import type { Hex } from 'viem'
@@ -30,6 +31,8 @@ export interface Payment {
   /** 65 bytes r ‖ s ‖ v, lower-case */
   signature: Hex
   authorization: Authorization
+  /** v2 only: the client's idempotency key, from the `payment-identifier` extension */
+  paymentId?: string
 }
 
 export const V1_HEADER = 'X-PAYMENT'
@@ -131,13 +134,35 @@ export function decodeXPayment(raw: string): Payment {
   return { x402Version: 1, scheme: 'exact', network: p.network, ...exact(V1_HEADER, p.scheme, p.payload) }
 }
 
+/**
+ * The id of x402's `payment-identifier` extension, checked by x402's own validator. Only the
+ * echoed `info` is checked: with the `schema` a client echoes, the validator would compile a
+ * client-sent JSON schema on every request; ours is fixed and says the same as the id check.
+ */
+function paymentIdOf(extensions: Record<string, unknown> | undefined): string | undefined {
+  const extension = extensions?.[PAYMENT_IDENTIFIER]
+  if (extension === undefined) return undefined
+  const info = typeof extension === 'object' && extension !== null ? { info: (extension as { info?: unknown }).info } : extension
+  const { valid, errors } = validatePaymentIdentifier(info)
+  if (!valid) throw new MalformedPaymentError(V2_HEADER, `extensions.${PAYMENT_IDENTIFIER}: ${errors?.join('; ') ?? 'invalid'}`)
+  return (info as { info: { id?: string } }).info.id
+}
+
 /** `PAYMENT-SIGNATURE` (x402 v2): base64 of {x402Version: 2, resource?, accepted: PaymentRequirements, payload, extensions?}. */
 export function decodePaymentSignature(raw: string): Payment {
   const p = envelope(V2_HEADER, PaymentPayloadV2Schema, parseJson(V2_HEADER, raw))
   const payment = exact(V2_HEADER, p.accepted.scheme, p.payload)
   const wrongAsset = problem(acceptedAsset, p.accepted, 'accepted.')
   if (wrongAsset) throw new MalformedPaymentError(V2_HEADER, wrongAsset)
-  return { x402Version: 2, scheme: 'exact', network: p.accepted.network, asset: p.accepted.asset.toLowerCase() as Hex, ...payment }
+  const paymentId = paymentIdOf(p.extensions ?? undefined)
+  return {
+    x402Version: 2,
+    scheme: 'exact',
+    network: p.accepted.network,
+    asset: p.accepted.asset.toLowerCase() as Hex,
+    ...payment,
+    ...(paymentId === undefined ? {} : { paymentId }),
+  }
 }
 
 type Headers = Record<string, string | string[] | undefined>

@@ -8,7 +8,12 @@ export interface NonceStore {
 }
 
 export const NONCE_KEY_PREFIX = 'ats-x402:'
-const keyOf = (from: string, nonce: string) => `${NONCE_KEY_PREFIX}${from.toLowerCase()}:${nonce.toLowerCase()}`
+/** the Redis key of a claimed nonce (the payment-id store claims nonces with the same keys) */
+export const nonceKeyOf = (from: string, nonce: string) => `${NONCE_KEY_PREFIX}${from.toLowerCase()}:${nonce.toLowerCase()}`
+/** how long a claim is kept past validBefore, against clock skew between replicas and the chain */
+export const NONCE_MARGIN_MS = 60_000
+/** how long the claim of a nonce valid until `validBefore` (unix seconds) is kept from `now` (ms) */
+export const nonceTtlMs = (validBefore: bigint, now: number, marginMs = NONCE_MARGIN_MS) => Math.max(1, Number(validBefore) * 1000 + marginMs - now)
 
 export interface NonceStoreOptions {
   /** shared by all replicas; without it claims are per process */
@@ -18,14 +23,14 @@ export interface NonceStoreOptions {
   now?: () => number
 }
 
-export function createNonceStore({ redis, marginMs = 60_000, now = Date.now }: NonceStoreOptions = {}): NonceStore {
-  const ttlMs = (validBefore: bigint) => Math.max(1, Number(validBefore) * 1000 + marginMs - now())
+export function createNonceStore({ redis, marginMs = NONCE_MARGIN_MS, now = Date.now }: NonceStoreOptions = {}): NonceStore {
+  const ttlMs = (validBefore: bigint) => nonceTtlMs(validBefore, now(), marginMs)
   if (redis) {
     return {
       async claim(from, nonce, validBefore) {
         try {
           // one atomic create: a read-then-write would let two replicas both see "unused"
-          return (await redis.set(keyOf(from, nonce), '1', 'PX', ttlMs(validBefore), 'NX')) === 'OK'
+          return (await redis.set(nonceKeyOf(from, nonce), '1', 'PX', ttlMs(validBefore), 'NX')) === 'OK'
         } catch (error) {
           // fail closed: without the store a nonce could be spent twice
           throw new PaymentUnavailableError(`nonce store unavailable: ${(error as Error).message}`, { cause: error })
@@ -45,7 +50,7 @@ export function createNonceStore({ redis, marginMs = 60_000, now = Date.now }: N
         claimsSinceSweep = 0
         sweep()
       }
-      const key = keyOf(from, nonce)
+      const key = nonceKeyOf(from, nonce)
       const expires = used.get(key)
       if (expires !== undefined && expires > now()) return false
       used.set(key, now() + ttlMs(validBefore))

@@ -5,11 +5,14 @@ import {
   paymentRequiredBody,
   paymentRequiredHeader,
   v1Network,
+  jobIdHeader,
+  settleOnJobComplete,
   type PaymentCharged,
   type PaymentTerms,
 } from '@ats/contracts'
-import { StartupError, Unavailable, type ChainContext, type Logger, type ServiceConfig } from '@ats/service-kit'
-import type { FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify'
+import { createError, StartupError, Unavailable, type ChainContext, type Logger, type ServiceConfig } from '@ats/service-kit'
+import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier'
+import type { FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler, preHandlerHookHandler } from 'fastify'
 import type { Redis } from 'ioredis'
 import { getAddress, type Address } from 'viem'
 import { createBalanceChecker } from './balances.ts'
@@ -17,7 +20,9 @@ import { discoveryFor } from './discovery.ts'
 import { PaymentError } from './errors.ts'
 import { paymentFromHeaders, type Payment } from './header.ts'
 import { createNonceStore } from './nonces.ts'
-import { createPaymentVerifier } from './verifier.ts'
+import { bodyBytes } from './paymentBody.ts'
+import { createPaymentIdStore, requestFingerprint, type PaymentIdClaim } from './paymentIds.ts'
+import { createPaymentVerifier, nonceUsed } from './verifier.ts'
 import type { BlockedPayers } from './blockedPayers.ts'
 import type { ChargePublisher } from './chargePublisher.ts'
 import type { gatewaySettings } from '../settings.ts'
@@ -31,7 +36,7 @@ declare module 'fastify' {
 
 export type PaymentSettings = Pick<
   ServiceConfig<typeof gatewaySettings>,
-  'PAY_TO' | 'PAYMENT_PRICE' | 'PAYMENT_TIMEOUT_SECONDS' | 'SKIP_PAYMENT' | 'PUBLIC_URL' | 'PORT'
+  'PAY_TO' | 'PAYMENT_PRICE' | 'PAYMENT_TIMEOUT_SECONDS' | 'JOB_PAYMENT_MIN_VALIDITY_SECONDS' | 'SKIP_PAYMENT' | 'PUBLIC_URL' | 'PORT' | 'PAYMENT_ID_TTL_SECONDS' | 'NATS_NAMESPACE'
 >
 
 /** The owner of paid requests when SKIP_PAYMENT is on and no payment header names one. */
@@ -40,8 +45,16 @@ export const developmentOwner: Address = '0x000000000000000000000000000000000000
 /** The hooks of paid route groups: verify before the proxy, charge after the service answered. */
 export interface PaymentGuard {
   onRequest: onRequestHookHandler
+  /** a payment with a payment id: decided once the body is there (first, repeat or 409) */
+  preHandler: preHandlerHookHandler
   onSend: onSendHookHandler
 }
+
+const PaymentIdReused = createError<[string]>(
+  'ATS_ERR_PAYMENT_ID_REUSED',
+  'payment id %s was first used with another request (method, path, query or body differ); use a new id for a new request',
+  409,
+)
 
 export interface PaymentGuardDeps {
   redis: Redis | undefined
@@ -52,6 +65,10 @@ export interface PaymentGuardDeps {
 }
 
 const passThrough: onSendHookHandler = (_request, _reply, payload, done) => done(null, payload)
+const noPaymentId: preHandlerHookHandler = (_request, _reply, done) => done()
+
+/** what the 402s say about payment ids: optional, see the payment-identifier extension */
+const paymentIdExtension = { [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false) }
 
 /** base64 JSON of an x402 settlement response, for X-PAYMENT-RESPONSE and PAYMENT-RESPONSE */
 const encodeResponse = (value: Record<string, unknown>) => Buffer.from(JSON.stringify(value)).toString('base64')
@@ -74,6 +91,7 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
         }
         request.identity = { ownerId: owner }
       },
+      preHandler: noPaymentId,
       onSend: passThrough,
     }
   }
@@ -83,6 +101,7 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
       onRequest: async () => {
         throw new Unavailable('payments are not configured on this gateway (PAY_TO is not set)')
       },
+      preHandler: noPaymentId,
       onSend: passThrough,
     }
   }
@@ -99,9 +118,33 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
     maxTimeoutSeconds: settings.PAYMENT_TIMEOUT_SECONDS,
     token: { name, version },
   }
+  // a prompt's payment settles when its job completes: it must stay valid long enough for that
+  const jobWindow = BigInt(settings.JOB_PAYMENT_MIN_VALIDITY_SECONDS ?? Math.floor(settings.PAYMENT_TIMEOUT_SECONDS / 2))
+  if (jobWindow >= BigInt(settings.PAYMENT_TIMEOUT_SECONDS)) {
+    throw new StartupError(
+      `JOB_PAYMENT_MIN_VALIDITY_SECONDS (${jobWindow}) must be below PAYMENT_TIMEOUT_SECONDS (${settings.PAYMENT_TIMEOUT_SECONDS}): clients sign validBefore = now + PAYMENT_TIMEOUT_SECONDS`,
+    )
+  }
+  const checkJobWindow = (request: FastifyRequest, payment: Payment) => {
+    if (request.method !== 'POST' || pathOf(request) !== '/agent/prompt') return
+    const now = BigInt(Math.floor(Date.now() / 1000))
+    if (payment.authorization.validBefore < now + jobWindow) {
+      throw new PaymentError(
+        'expired',
+        `expires too soon for a job: a prompt's payment settles only when its job completes, so validBefore must be at least ${jobWindow} s after now (${now}); sign validBefore = now + maxTimeoutSeconds (${settings.PAYMENT_TIMEOUT_SECONDS})`,
+      )
+    }
+  }
+  const nonces = createNonceStore(redis ? { redis } : {})
+  const paymentIds = createPaymentIdStore({
+    ...(redis ? { redis } : {}),
+    nonces,
+    namespace: settings.NATS_NAMESPACE,
+    ttlMs: settings.PAYMENT_ID_TTL_SECONDS * 1000,
+  })
   const verifier = createPaymentVerifier({
     requirements: terms,
-    nonces: createNonceStore(redis ? { redis } : {}),
+    nonces,
     balances: createBalanceChecker({ publicClient: chain.publicClient, asset: usdc.address }),
     refusedPayer: blockedPayers.reasonFor,
   })
@@ -118,12 +161,20 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
 
   const paymentRequired = (request: FastifyRequest, reply: FastifyReply, error: string) => {
     const path = pathOf(request)
-    const extensions = discoveryFor(request.method, path)
-    const full = { ...terms, resource: resourceOf(request, path), ...(extensions ? { extensions } : {}) }
+    const extensions = { ...discoveryFor(request.method, path), ...paymentIdExtension }
+    const full = { ...terms, resource: resourceOf(request, path), extensions }
     return reply.code(402).header('payment-required', paymentRequiredHeader(full, error)).send(paymentRequiredBody(full, error))
   }
 
-  const charged = (request: FastifyRequest, paid: NonNullable<FastifyRequest['payment']>): PaymentCharged => {
+  // the payment of POST /agent/prompt buys its job: settled only if the job completes (the agent
+  // names the job in its answer's header and reports the outcome); other routes settle at once
+  const jobOf = (request: FastifyRequest, reply: FastifyReply, paid: NonNullable<FastifyRequest['payment']>) => {
+    if (request.method !== 'POST' || paid.route !== '/agent/prompt') return {}
+    const jobId = reply.getHeader(jobIdHeader)
+    return typeof jobId === 'string' && jobId !== '' ? { jobId, settle: settleOnJobComplete } : {}
+  }
+
+  const charged = (request: FastifyRequest, reply: FastifyReply, paid: NonNullable<FastifyRequest['payment']>): PaymentCharged => {
     const a = paid.payment.authorization
     return {
       payer: paid.payer,
@@ -146,6 +197,26 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
       resource: paid.resource,
       requestId: request.id,
       chargedAt: Date.now(),
+      ...jobOf(request, reply, paid),
+    }
+  }
+
+  const refused = (request: FastifyRequest, reply: FastifyReply, error: unknown) => {
+    if (error instanceof PaymentError) return paymentRequired(request, reply, error.message)
+    request.log.error({ err: error }, 'payment verification failed')
+    throw new Unavailable('payment verification is unavailable, try again shortly')
+  }
+
+  // One charge per payment id: the first answer below 400 charges the id's first payment (a
+  // repeat may be it when the first answer was an error). If Redis fails here, charge: the
+  // ledger records a payment once per (payer, nonce), and every charge of an id names one nonce.
+  const chargesNow = async (request: FastifyRequest, paid: NonNullable<FastifyRequest['payment']>) => {
+    if (paid.payment.paymentId === undefined) return true
+    try {
+      return await paymentIds.charge(paid.payer, paid.payment.paymentId)
+    } catch (error) {
+      request.log.warn({ err: error }, 'payment id charge not recorded; charging (the ledger keeps one per nonce)')
+      return true
     }
   }
 
@@ -156,15 +227,40 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
       try {
         payment = paymentFromHeaders(request.headers)
         if (!payment) return paymentRequired(request, reply, 'payment required: send X-PAYMENT (x402 v1) or PAYMENT-SIGNATURE (v2)')
-        payer = await verifier.verify(payment, Date.now() / 1000)
+        checkJobWindow(request, payment)
+        // with a payment id, the nonce is claimed (or not: a repeat) once the body is known
+        payer = payment.paymentId === undefined ? await verifier.verify(payment, Date.now() / 1000) : verifier.check(payment, Date.now() / 1000)
       } catch (error) {
-        if (error instanceof PaymentError) return paymentRequired(request, reply, error.message)
-        request.log.error({ err: error }, 'payment verification failed')
-        throw new Unavailable('payment verification is unavailable, try again shortly')
+        return refused(request, reply, error)
       }
       const route = pathOf(request)
       request.identity = { ownerId: payer }
       request.payment = { payment, payer, route, resource: resourceOf(request, route) }
+    },
+
+    // A payment id names a request: its first use claims the payment's nonce, the same request
+    // again is answered paid by that first payment (no new nonce claimed, the same job), another
+    // request with the id is refused. The service gets the id as an idempotency key.
+    async preHandler(request, reply) {
+      const paid = request.payment
+      const id = paid?.payment.paymentId
+      if (!paid || id === undefined) return
+      // refused here, the request never reaches the service: no payment response, as in onRequest
+      request.payment = null
+      const fingerprint = requestFingerprint(request.method, request.url, request.headers['content-type'], await bodyBytes(request))
+      let claim: PaymentIdClaim
+      try {
+        await verifier.funded(paid.payment, paid.payer)
+        claim = await paymentIds.claim(paid.payer, id, fingerprint, paid.payment)
+      } catch (error) {
+        return refused(request, reply, error)
+      }
+      if (claim.kind === 'conflict') throw new PaymentIdReused(id)
+      if (claim.kind === 'nonce_used') return paymentRequired(request, reply, nonceUsed(paid.payment, paid.payer).message)
+      if (claim.kind === 'repeat') paid.payment = claim.first
+      request.payment = paid
+      const { nonce } = paid.payment.authorization
+      request.identity = { ...request.identity, idempotencyKey: `${paid.payer.toLowerCase()}:${id}:${nonce}` }
     },
 
     // Charged only when the service answered below 400, as the x402 reference middleware
@@ -175,11 +271,12 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
       const network = responseNetwork[paid.payment.x402Version]
       let response: Record<string, unknown>
       if (reply.statusCode < 400) {
-        await charges.charge(charged(request, paid))
+        if (await chargesNow(request, paid)) await charges.charge(charged(request, reply, paid))
         // settlement is asynchronous: the transaction is in GET /admin/revenue once settled
         response = { success: true, transaction: '', network, payer: paid.payer }
       } else {
-        const errorReason = `not charged: the service answered ${reply.statusCode}; this payment's nonce is used, sign a new one to retry`
+        const retry = paid.payment.paymentId === undefined ? "this payment's nonce is used, sign a new one to retry" : 'send it again with the same payment id to retry'
+        const errorReason = `not charged: the service answered ${reply.statusCode}; ${retry}`
         response = { success: false, errorReason, transaction: '', network, payer: paid.payer }
       }
       const header = encodeResponse(response)

@@ -41,8 +41,11 @@ export function createPaymentVerifier({
   // a checksum is a keccak; paying clients come back, so remember theirs
   const checksums = new LRUCache<string, Address>({ max: 50_000, memoMethod: (lower) => getAddress(lower) })
 
-  /** The payer's checksummed address, or a PaymentError saying what is wrong. `now` in unix seconds. */
-  async function verify(payment: Payment, now: number | bigint): Promise<Address> {
+  /**
+   * Everything but the balance and the nonce: the payer's checksummed address, or a PaymentError
+   * saying what is wrong. `now` in unix seconds.
+   */
+  function check(payment: Payment, now: number | bigint): Address {
     const t = BigInt(Math.floor(Number(now)))
     const a = payment.authorization
     if (!networks.has(payment.network))
@@ -65,14 +68,29 @@ export function createPaymentVerifier({
     const payer = checksums.memo(a.from)
     const refused = refusedPayer(a.from)
     if (refused !== undefined) throw new PaymentError('payer_blocked', `payer refused: ${payer} has a payment that could not settle (${refused})`)
-    const balance = await balances.balanceOf(payer)
-    if (balance < a.value) throw new PaymentError('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${a.value}`)
-    if (!(await nonces.claim(a.from, a.nonce, a.validBefore)))
-      throw new PaymentError('nonce_used', `nonce already used: ${a.nonce} from ${payer}`)
     return payer
   }
 
-  return { verify, signing }
+  /** The payer holds the payment's value (read from the chain, cached), or a PaymentError. */
+  async function funded(payment: Payment, payer: Address): Promise<void> {
+    const balance = await balances.balanceOf(payer)
+    const { value } = payment.authorization
+    if (balance < value) throw new PaymentError('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${value}`)
+  }
+
+  /** The payer's checksummed address once the payment is checked, funded and its nonce claimed; else a PaymentError. */
+  async function verify(payment: Payment, now: number | bigint): Promise<Address> {
+    const payer = check(payment, now)
+    await funded(payment, payer)
+    const a = payment.authorization
+    if (!(await nonces.claim(a.from, a.nonce, a.validBefore))) throw nonceUsed(payment, payer)
+    return payer
+  }
+
+  return { check, funded, verify, signing }
 }
 
 export type PaymentVerifier = ReturnType<typeof createPaymentVerifier>
+
+export const nonceUsed = (payment: Payment, payer: Address) =>
+  new PaymentError('nonce_used', `nonce already used: ${payment.authorization.nonce} from ${payer}`)

@@ -15,8 +15,11 @@ export interface ProxyOptions {
   auth: AuthDeps
 }
 
-/** Credentials and identity claims never pass the gateway as the client sent them. */
-const droppedHeaders = ['authorization', 'x-payment', 'payment-signature', 'cookie']
+/**
+ * Credentials and identity claims never pass the gateway as the client sent them. Nor does
+ * `expect`: the gateway answered the 100-continue itself (bodyLimit.ts), and undici refuses it.
+ */
+const droppedHeaders = ['authorization', 'x-payment', 'payment-signature', 'cookie', 'expect']
 
 function forwardedHeaders(request: FastifyRequest<any, RawServerBase>, headers: IncomingHttpHeaders, token: string): IncomingHttpHeaders {
   const out: IncomingHttpHeaders = {}
@@ -25,11 +28,15 @@ function forwardedHeaders(request: FastifyRequest<any, RawServerBase>, headers: 
   }
   out[identityHeaders.internalToken] = token
   out[identityHeaders.requestId] = request.id
-  const { ownerId, keyId, tier, wallet } = request.identity ?? {}
+  const { ownerId, keyId, tier, wallet, idempotencyKey } = request.identity ?? {}
   if (ownerId) out[identityHeaders.ownerId] = ownerId
   if (keyId) out[identityHeaders.keyId] = keyId
   if (tier) out[identityHeaders.tier] = tier
   if (wallet) out[identityHeaders.wallet] = wallet
+  if (idempotencyKey) out[identityHeaders.idempotencyKey] = idempotencyKey
+  // the verified payment of a paid request: the agent ties the job it starts to it
+  const paid = request.payment
+  if (paid) out[identityHeaders.payment] = `${paid.payer.toLowerCase()}:${paid.payment.authorization.nonce.toLowerCase()}`
   return out
 }
 
@@ -47,7 +54,10 @@ async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: Prox
   if (group.errors) app.setErrorHandler(errorHandler(group.errors))
   const timeoutMs = group.longRunning ? options.longTimeoutMs : options.timeoutMs
   app.addHook('onRequest', authHook(group.auth, options.auth))
-  if (group.auth.kind === 'payment') app.addHook('onSend', options.auth.pay.onSend)
+  if (group.auth.kind === 'payment') {
+    app.addHook('preHandler', options.auth.pay.preHandler)
+    app.addHook('onSend', options.auth.pay.onSend)
+  }
   await app.register(proxy, {
     upstream: options.upstreams[group.service],
     prefix: group.prefix,

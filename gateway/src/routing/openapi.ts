@@ -35,7 +35,8 @@ function security(auth: RouteAuth | undefined) {
 
 function describeAuth(auth: RouteAuth | undefined): string {
   if (!auth || auth.kind === 'none') return 'No authentication.'
-  if (auth.kind === 'payment') return 'Paid per request with x402 (X-PAYMENT or PAYMENT-SIGNATURE).'
+  if (auth.kind === 'payment')
+    return 'Paid per request with x402 (X-PAYMENT or PAYMENT-SIGNATURE). A v2 payment may carry a payment id (extension payment-identifier): the same request sent again with it is answered again and not charged; another request with it answers 409.'
   return `API key of tier ${auth.tier} or higher.`
 }
 

@@ -16,6 +16,9 @@ export const eip3009Abi = parseAbi([
   'function transferWithAuthorization(address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, uint8 v, bytes32 r, bytes32 s)',
   'function receiveWithAuthorization(address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, uint8 v, bytes32 r, bytes32 s)',
   'event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)',
+  // FiatToken's cancelAuthorization: the nonce is used up without a transfer
+  'event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce)',
+  'event Transfer(address indexed from, address indexed to, uint256 value)',
 ])
 
 /** EIP-712 types for viem's signTypedData, primaryType 'TransferWithAuthorization'. */

@@ -24,6 +24,8 @@ import { kustomize } from '../src/kubectl.ts'
 const repo = fileURLToPath(new URL('../../..', import.meta.url))
 const run = promisify(execFile)
 const NODE_UID = 1000
+/** PATH in the node:22-bookworm-slim base image */
+const IMAGE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 
 type Obj = Record<string, any>
 
@@ -121,13 +123,28 @@ t.test('every image built as its Dockerfile builds it runs the fleet, as compose
       .replace(/^redis:\/\/redis:6379$/, redisUrl)
       .replace(/^\/devnet\//, `${book}/`)
       .replace(/^http:\/\/([a-z-]+):(\d+)$/, (url, host: string, port: string) => (ports.has(`${host}:${port}`) ? `http://127.0.0.1:${ports.get(`${host}:${port}`)}` : url))
-  const envOf = (image: Image): NodeJS.ProcessEnv => {
-    const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, NATS_NAMESPACE: namespace, LOG_LEVEL: 'warn' }
+  // the node user's home, as the base image has it (/home/node)
+  const home = join(work, 'home')
+  mkdirSync(home)
+  if (process.getuid?.() === 0) chownSync(home, NODE_UID, NODE_UID)
+  /** a container's whole environment: what Docker and the base image set, the Dockerfile's ENV, compose's environment */
+  const envOf = (image: Image): Record<string, string> => {
+    const env: Record<string, string> = { PATH: IMAGE_PATH, HOME: home, HOSTNAME: image.name, NATS_NAMESPACE: namespace, LOG_LEVEL: 'warn' }
     for (const [k, v] of Object.entries(image.env)) env[k] = local(v)
     for (const [k, v] of Object.entries(compose.services[image.name]!.environment ?? {})) env[k] = local(interpolate(String(v ?? '')))
     for (const key of ['PORT', 'OPS_PORT', 'DEVNET_PORT']) if (env[key]) env[key] = String(ports.get(`${image.name}:${image.env[key]}`))
     return env
   }
+  /**
+   * node started with that environment and nothing else. `env -i` clears what the test runner
+   * adds to every child process whatever `env` it is given (tap's process tracking puts its loader,
+   * a file inside the checkout, in NODE_OPTIONS): uid 1000 cannot read a checkout under a
+   * directory only its owner can open, and a real image has no such variable.
+   */
+  const inContainer = (image: Image, args: string[]): [string, string[]] => [
+    'env',
+    ['-i', ...Object.entries(envOf(image)).map(([k, v]) => `${k}=${v}`), process.execPath, ...args],
+  ]
   const children: ChildProcess[] = []
   t.teardown(async () => {
     const exits = children.map((c) => new Promise((resolve) => (c.exitCode !== null ? resolve(null) : c.once('exit', resolve))))
@@ -139,10 +156,11 @@ t.test('every image built as its Dockerfile builds it runs the fleet, as compose
   if (!('uid' in asNode)) t.comment('not root: the processes run as the current user, not uid 1000')
   const healthy = async (image: Image, child: ChildProcess, output: () => string) => {
     const [command, ...args] = image.healthcheck
+    t.equal(command, 'node', `${image.name}: the healthcheck runs node`)
     const deadline = Date.now() + 90_000
     while (Date.now() < deadline) {
       if (child.exitCode !== null) throw new Error(`${image.name} exited with ${child.exitCode}:\n${output()}`)
-      const ok = await run(command === 'node' ? process.execPath : command!, args, { cwd: join(work, image.name), env: envOf(image), ...asNode }).then(
+      const ok = await run(...inContainer(image, args), { cwd: join(work, image.name), ...asNode }).then(
         () => true,
         () => false,
       )
@@ -159,11 +177,15 @@ t.test('every image built as its Dockerfile builds it runs the fleet, as compose
         await Promise.all(image.dependsOn.filter((d) => images.some((i) => i.name === d)).map((d) => start(images.find((i) => i.name === d)!)))
         const [command, ...args] = image.cmd
         t.equal(command, 'node', `${image.name}: the image starts node`)
-        const child = spawn(process.execPath, args, { cwd: join(work, image.name), env: envOf(image), stdio: ['ignore', 'pipe', 'pipe'], ...asNode })
+        const child = spawn(...inContainer(image, args), { cwd: join(work, image.name), stdio: ['ignore', 'pipe', 'pipe'], ...asNode })
         children.push(child)
         let output = ''
         for (const stream of [child.stdout!, child.stderr!]) stream.on('data', (chunk: Buffer) => (output = (output + chunk.toString()).slice(-4000)))
         await healthy(image, child, () => output)
+        // env exec'd node in its place: the process is node, and it has the container's environment only
+        if (!existsSync(`/proc/${child.pid}/environ`)) return // no procfs (not Linux): not checked
+        const environ = readFileSync(`/proc/${child.pid}/environ`, 'utf8').split('\0').filter(Boolean)
+        t.same(environ.map((e) => e.slice(0, e.indexOf('='))).sort(), Object.keys(envOf(image)).sort(), `${image.name}: only the container's environment`)
       })()
       started.set(image.name, promise)
     }

@@ -1,7 +1,8 @@
-import { addressBookFor, createChainClients, createTokenRegistry, type AddressBook, type ChainClients, type TokenRegistry } from '@ats/chain'
+import { ARBITRUM_ONE_CHAIN_ID, DEVNET_CHAIN_ID, addressBookFor, createChainClients, createTokenRegistry, type AddressBook, type ChainClients, type TokenRegistry } from '@ats/chain'
 import { bytes32Pattern } from '@ats/contracts'
 import { Type } from 'typebox'
 import type { Hex } from 'viem'
+import { StartupError, httpUrlSetting } from './config.ts'
 import type { Logger } from './logger.ts'
 import { createWalletLock, createWalletSender, walletLockName, type WalletLock, type WalletSender } from './walletSender.ts'
 
@@ -14,8 +15,13 @@ export type { SignedTx, WalletSender } from './walletSender.ts'
  * `sender()` throw a 503 "server wallet not configured" the error handler shows as `{error}`.
  */
 export const chainSettings = {
-  RPC_URL: Type.String({ default: 'http://127.0.0.1:8545', secret: true, description: 'JSON-RPC endpoint of the chain' }),
-  CHAIN_ID: Type.Integer({ default: 42161, description: 'chain id: 42161 (Arbitrum One) or 31337 (the devnet)' }),
+  RPC_URL: httpUrlSetting({ default: 'http://127.0.0.1:8545', secret: true, description: 'JSON-RPC endpoint of the chain' }),
+  // any other id started, then failed every request that needed the address book
+  CHAIN_ID: Type.Refine(
+    Type.Integer({ default: ARBITRUM_ONE_CHAIN_ID, description: 'chain id: 42161 (Arbitrum One) or 31337 (the devnet)' }),
+    (id) => id === ARBITRUM_ONE_CHAIN_ID || id === DEVNET_CHAIN_ID,
+    () => `must be ${ARBITRUM_ONE_CHAIN_ID} (Arbitrum One) or ${DEVNET_CHAIN_ID} (the devnet)`,
+  ),
   ADDRESS_BOOK: Type.Optional(Type.String({ description: "the devnet's address book file (chain 31337)" })),
 }
 
@@ -48,6 +54,15 @@ export interface ChainConfig {
   SERVER_WALLET_PRIVATE_KEY?: string | undefined
   /** where the server wallet's lock is taken; without it, only this process is coordinated */
   DATABASE_URL?: string | undefined
+}
+
+/** The address book read at start, so a missing or wrong ADDRESS_BOOK stops the process instead of failing requests. */
+export function checkAddressBook(config: ChainConfig): void {
+  try {
+    addressBookFor({ chainId: config.CHAIN_ID, ...(config.ADDRESS_BOOK ? { addressBookPath: config.ADDRESS_BOOK } : {}) })
+  } catch (error) {
+    throw new StartupError(`invalid setting ADDRESS_BOOK: ${(error as Error).message}`)
+  }
 }
 
 export function createChainContext(config: ChainConfig, log?: Logger): ChainContext {

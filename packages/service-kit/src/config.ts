@@ -1,5 +1,5 @@
 import { defaultNamespace, namespacePattern } from '@ats/contracts'
-import { Type, type Static, type TObject, type TProperties, type TSchema } from 'typebox'
+import { Type, type Static, type TObject, type TProperties, type TSchema, type TStringOptions } from 'typebox'
 import { Compile } from 'typebox/compile'
 import Value from 'typebox/value'
 
@@ -7,6 +7,25 @@ import Value from 'typebox/value'
 export class StartupError extends Error {
   override name = 'StartupError'
 }
+
+/** Whether `value` is an absolute http(s) URL, as the HTTP clients and the proxy need it. */
+export function isHttpUrl(value: string): boolean {
+  try {
+    return ['http:', 'https:'].includes(new URL(value).protocol)
+  } catch {
+    return false
+  }
+}
+
+/**
+ * A setting holding an http(s) URL. JSON Schema's `format: 'uri'` takes `localhost:3000` (a URI
+ * of scheme "localhost") and `ftp://…`, which start fine and fail every request after.
+ */
+export const httpUrlSetting = (options: TStringOptions & { default?: string; secret?: boolean } = {}) =>
+  Type.Refine(Type.String(options), isHttpUrl, () => 'must be an absolute http(s) URL, like http://host:port')
+
+/** The largest delay Node's timers take; a longer one fires at once (after a TimeoutOverflowWarning). */
+const maxTimerMs = 2 ** 31 - 1
 
 /** Settings every process of the fleet reads. */
 export const baseSettings = {
@@ -21,8 +40,16 @@ export const baseSettings = {
     default: defaultNamespace,
     description: "prefix of the fleet's NATS subjects, stream and bucket; fleets sharing one NATS need one each",
   }),
+  BODY_LIMIT_BYTES: Type.Integer({
+    minimum: 1024,
+    maximum: 64 * 1024 * 1024,
+    default: 1024 * 1024,
+    description: 'largest request body, in bytes; a larger one is a 413 at the gateway, before any service (set it once for the fleet)',
+  }),
   INTERNAL_TOKEN: Type.String({
-    minLength: 16,
+    // sent as a header: a character HTTP headers cannot carry would fail every proxied request
+    pattern: '^[!-~]{16,}$',
+    hint: 'must be 16 or more visible ASCII characters (no spaces); make one with: openssl rand -hex 24',
     secret: true,
     description: 'shared secret the gateway sends to services; services refuse requests without it',
   }),
@@ -41,9 +68,26 @@ export const databaseSettings = {
 
 const isSecret = (schema: TSchema) => (schema as { secret?: boolean }).secret === true
 
+/** What is wrong with a value its schema accepts: a `_MS` setting past what timers take, an integer past 2^53 - 1. */
+function beyondSchema(name: string, value: unknown): string | undefined {
+  if (typeof value !== 'number') return undefined
+  if (name.endsWith('_MS') && value > maxTimerMs) return `must be at most ${maxTimerMs} ms (about 24 days)`
+  if (Number.isInteger(value) && !Number.isSafeInteger(value)) return `must be between -${Number.MAX_SAFE_INTEGER} and ${Number.MAX_SAFE_INTEGER}`
+  return undefined
+}
+
+/** The validator's words, or the schema's `hint` (how to make a good value), said plainly for booleans. */
+function problemOf(schema: TSchema, message: string | undefined): string {
+  const { hint, type } = schema as { hint?: string; type?: unknown }
+  if (hint) return hint
+  if (type === 'boolean') return 'must be true or false (or 1 or 0)'
+  return message ?? 'not valid'
+}
+
 /**
  * Reads and validates settings from the environment. An empty variable counts as
- * unset. A bad one fails with a message that names it (never echoing a secret).
+ * unset. A bad one fails with a message that names it (never echoing a secret) and,
+ * where the schema gives a `hint`, says how to make a good one.
  */
 export function loadConfig<P extends TProperties>(
   properties: P,
@@ -60,10 +104,10 @@ export function loadConfig<P extends TProperties>(
     }
     const value = Value.Convert(schema, raw)
     const validator = Compile(schema)
-    if (!validator.Check(value)) {
-      const [first] = validator.Errors(value)
+    const problem = validator.Check(value) ? beyondSchema(name, value) : problemOf(schema, [...validator.Errors(value)][0]?.message)
+    if (problem) {
       const shown = isSecret(schema) ? '' : ` (got ${JSON.stringify(raw)})`
-      throw new StartupError(`invalid setting ${name}: ${first?.message ?? 'not valid'}${shown}`)
+      throw new StartupError(`invalid setting ${name}: ${problem}${shown}`)
     }
     out[name] = value
   }

@@ -15,6 +15,8 @@ export const Unauthorized = createError<[string]>('ATS_ERR_UNAUTHORIZED', '%s', 
 export const Forbidden = createError<[string]>('ATS_ERR_FORBIDDEN', '%s', 403)
 export const BadRequest = createError<[string]>('ATS_ERR_BAD_REQUEST', '%s', 400)
 export const Unavailable = createError<[string]>('ATS_ERR_UNAVAILABLE', '%s', 503)
+/** A request body over BODY_LIMIT_BYTES: the gateway's answer before proxying, and a service's own. */
+export const BodyTooLarge = createError<[number]>('ATS_ERR_BODY_TOO_LARGE', 'request body too large: the limit is %d bytes', 413)
 
 const isOurs = (error: { code?: unknown }) => typeof error.code === 'string' && error.code.startsWith('ATS_ERR_')
 
@@ -95,6 +97,12 @@ export function publicFailure(error: FastifyError): Failure & { internal: boolea
 export function errorHandler(format: ErrorFormat = errorBody) {
   return (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     reply.header(identityHeaders.requestId, request.id)
+    if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+      error = new BodyTooLarge(request.routeOptions.bodyLimit ?? 0)
+      // Fastify closes the connection, and a sender still writing the body (the gateway's proxy)
+      // loses the answer: with a declared length, Node reads the rest and the sender gets the 413
+      if (request.headers['content-length'] !== undefined) reply.removeHeader('connection')
+    }
     const { internal, ...failure } = publicFailure(error)
     if (internal) request.log.error({ err: error }, 'request failed')
     else if (failure.status >= 500) request.log.warn({ code: error.code, status: failure.status }, error.message)

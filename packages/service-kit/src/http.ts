@@ -54,6 +54,8 @@ export interface RequestOptions {
   attemptTimeoutMs?: number
   /** GET, HEAD, PUT, DELETE and OPTIONS retry unless false; POST and PATCH only when true */
   retry?: boolean
+  /** ends the call, the attempt in flight included, and no retry follows: rejects with the signal's reason */
+  signal?: AbortSignal
 }
 
 export interface HttpClientOptions {
@@ -159,9 +161,12 @@ export function createHttpClient(options: HttpClientOptions): HttpClient {
     headers: Record<string, string>,
     body: string | undefined,
     ms: number,
+    signal: AbortSignal | undefined,
   ): Promise<Attempt> {
     const controller = new AbortController()
     const timer = setTimeout(() => controller.abort(), ms)
+    const abort = () => controller.abort()
+    signal?.addEventListener('abort', abort, { once: true })
     try {
       // undici's own timeouts are a backstop; the signal ends headers and body alike
       const res = await pool.request({
@@ -212,6 +217,7 @@ export function createHttpClient(options: HttpClientOptions): HttpClient {
       return { ok: false, error: new UpstreamFailed(name, `network error (${reason})`, { cause: error }), retryable: true, reason }
     } finally {
       clearTimeout(timer)
+      signal?.removeEventListener('abort', abort)
     }
   }
 
@@ -229,8 +235,10 @@ export function createHttpClient(options: HttpClientOptions): HttpClient {
     }
     const url = target(path, opts.query)
     for (let i = 0; ; i++) {
+      opts.signal?.throwIfAborted()
       const left = Math.max(1, deadline - Date.now())
-      const outcome = await attempt(verb, url, headers, body, Math.min(attemptMs, left))
+      const outcome = await attempt(verb, url, headers, body, Math.min(attemptMs, left), opts.signal)
+      opts.signal?.throwIfAborted()
       if (outcome.ok) return outcome.value as T
       if (outcome.reason === 'timeout') {
         // name the limit the caller set, not what was left of it

@@ -3,7 +3,9 @@ import { createHash, randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { clientErrorStatus, createError } from './errors.ts'
+import type { Logger } from './logger.ts'
 import { migrationLock, quoteIdent } from './migrator.ts'
+import { startWorkerLoop, type WorkerLoop } from './workers.ts'
 
 export const IdempotencyMismatch = createError<[string]>(
   'ATS_ERR_IDEMPOTENCY_MISMATCH',
@@ -72,8 +74,8 @@ interface Outcome<T> {
 }
 
 
-/** Statuses that say "try again later": storing them would fail the key for good. */
-const transientStatuses = new Set([408, 429])
+/** Statuses that say "try again later" (423: the server wallet is paused): storing them would fail the key for good. */
+const transientStatuses = new Set([408, 423, 429])
 
 /** A registry error a client caused: the same request would fail the same way, so the failure is the result. */
 function clientError(error: unknown): { status: number; code: string; message: string } | undefined {
@@ -244,6 +246,19 @@ export async function createIdempotencyStore(database: string | pg.Pool, options
       if (owned) await pool.end()
     },
   }
+}
+
+/** Purges the store's keys finished more than `olderThanMs` ago, once an hour; stop it before closing the store. */
+export function startIdempotencyPurge(store: IdempotencyStore, log: Logger, olderThanMs: number): WorkerLoop {
+  return startWorkerLoop({
+    name: 'idempotency-purge',
+    log,
+    idleMs: 3600_000,
+    round: async () => {
+      await store.purge(olderThanMs)
+      return false
+    },
+  })
 }
 
 /** Creates the table once; the migrator's lock keeps replicas (and a migration) from racing on the DDL. */

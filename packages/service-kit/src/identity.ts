@@ -34,10 +34,12 @@ export function installIdentity(app: FastifyInstance, internalToken: string): vo
     const ownerId = header(request, identityHeaders.ownerId)
     const keyId = header(request, identityHeaders.keyId)
     const wallet = header(request, identityHeaders.wallet)
+    const idempotencyKey = header(request, identityHeaders.idempotencyKey)
     if (ownerId) identity.ownerId = ownerId
     if (keyId) identity.keyId = keyId
     if (wallet) identity.wallet = wallet
     if (isTier(tier)) identity.tier = tier
+    if (idempotencyKey) identity.idempotencyKey = idempotencyKey
     request.identity = identity
   })
 }

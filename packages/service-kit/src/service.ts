@@ -4,13 +4,14 @@ import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions
 import type { NatsConnection } from 'nats'
 import { Type, type Static, type TObject, type TProperties } from 'typebox'
 import type { Redis } from 'ioredis'
-import { chainSettings, createChainContext, serverWalletSettings, type ChainConfig, type ChainContext } from './chain.ts'
+import { chainSettings, checkAddressBook, createChainContext, serverWalletSettings, type ChainConfig, type ChainContext } from './chain.ts'
 import { StartupError, baseSettings, databaseSettings, loadConfig, redisUrlSetting } from './config.ts'
 import { createDatabase, type DatabaseClient, type DatabaseOptions } from './database.ts'
 import { installErrorHandler } from './errors.ts'
 import { installIdentity, operationalRoutes } from './identity.ts'
 import { createLogger, type Logger } from './logger.ts'
 import { installMetrics } from './metrics.ts'
+import { hardenRouteSchema, kitKeywords } from './validation.ts'
 import { migrate } from './migrator.ts'
 import { connectNats } from './nats.ts'
 import { connectRedis } from './redis.ts'
@@ -23,6 +24,8 @@ export interface KitConfig {
   NATS_URL: string
   NATS_NAMESPACE: string
   INTERNAL_TOKEN: string
+  /** the largest request body: Fastify's bodyLimit, and the gateway's limit before proxying */
+  BODY_LIMIT_BYTES: number
   /** set for services that declare a database */
   DATABASE_URL?: string
   /** the edge's port for /ready and /metrics */
@@ -120,6 +123,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     ...(loadConfig(kitSettings(definition as ServiceDefinition<TProperties, DatabaseClient>), env) as unknown as KitConfig),
     ...loadConfig(definition.settings ?? ({} as S), env),
   } as ServiceConfig<S>
+  if (definition.chain) checkAddressBook(config as unknown as ChainConfig)
   let db = undefined as unknown as Db
   if (definition.database && config.DATABASE_URL) {
     await migrate(config.DATABASE_URL, { schema: definition.database.schema, dir: definition.database.migrations })
@@ -164,8 +168,10 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     // one line per request, written by the onResponse hook below
     logController: new LogController({ disableRequestLogging: true }),
     // every problem is collected, so a 400 names all the missing fields at once; an unknown
-    // field is refused, not dropped (Fastify's default): a misspelt limit must not pass silently
-    ajv: { customOptions: { allErrors: true, removeAdditional: false } },
+    // field is refused, not dropped (Fastify's default): a misspelt limit must not pass silently;
+    // the kit's keywords refuse control characters and unbounded numbers (validation.ts)
+    ajv: { customOptions: { allErrors: true, removeAdditional: false }, plugins: [kitKeywords] },
+    bodyLimit: config.BODY_LIMIT_BYTES,
     ...(definition.edge
       ? { requestIdHeader: false, genReqId: () => randomUUID() }
       : { requestIdHeader: identityHeaders.requestId, genReqId: () => randomUUID() }),
@@ -177,6 +183,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     : (app as unknown as FastifyInstance)
   installErrorHandler(app)
   if (ops !== app) installErrorHandler(ops)
+  app.addHook('onRoute', hardenRouteSchema)
   app.decorateRequest('identity', null as unknown as Identity)
   const observe = installMetrics(ops, definition.name)
   // One hook, callback style: it runs on every request of the gateway's hot path.

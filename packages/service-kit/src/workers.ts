@@ -1,5 +1,5 @@
 import type { Topic } from '@ats/contracts'
-import { AckPolicy, DeliverPolicy, headers as natsHeaders, nanos, type JsMsg, type NatsConnection } from 'nats'
+import { AckPolicy, DeliverPolicy, headers as natsHeaders, nanos, type Consumer, type JsMsg, type NatsConnection } from 'nats'
 import { ensureStream, type StreamSpec } from './jetstream.ts'
 import type { Logger } from './logger.ts'
 
@@ -74,6 +74,80 @@ async function openDurable(nc: NatsConnection, stream: StreamSpec, durable: stri
   return nc.jetstream().consumers.get(stream.name, durable)
 }
 
+/** How long one pull request waits at the server before the client asks again (nats.js' default). */
+const PULL_EXPIRES_MS = 30_000
+
+interface Reader {
+  /** the next message, waiting for one until `until` settles (then undefined); throws if the subscription failed */
+  next(until: Promise<unknown>): Promise<JsMsg | undefined>
+  /** up to `max` messages that have arrived already, without waiting */
+  ready(max: number): Promise<JsMsg[]>
+  /** ends the subscription; resolves with the messages it had received that were not read yet */
+  close(): Promise<JsMsg[]>
+}
+
+/**
+ * A durable consumer's messages through one subscription that lives as long as the reader
+ * (nats.js `consume`), so every message JetStream delivers reaches it. Until issue 22 the
+ * consumers called `fetch` in a loop instead: each fetch subscribes anew and unsubscribes at a
+ * deadline of its own (a client-side timer at 1.05 × its expiry). When the event loop was late
+ * (a busy process), that timer could run before the socket was read, and a message the server
+ * had delivered in the last moments of the pull was dropped by the client unseen while the
+ * server counted it delivered: it came back only after the ack wait (the ledger's dead-letter
+ * test waited 30 s about one run in ten: its 2 s nak delay is a multiple of the 1 s fetch, so
+ * redeliveries fell on fetch ends). Pulls are sent from inside the iterator, that is only as
+ * the reader reads: at most `maxMessages` wait in the process ahead of it.
+ */
+async function openReader(consumer: Consumer, maxMessages: number): Promise<Reader> {
+  const messages = await consumer.consume({ max_messages: maxMessages, expires: PULL_EXPIRES_MS })
+  const iterator = messages[Symbol.asyncIterator]()
+  // a read that `until` overtook stays pending here, for the next call: no message is skipped
+  let pending: Promise<IteratorResult<JsMsg>> | undefined
+  let failure: unknown
+  const read = async (until: Promise<unknown>): Promise<JsMsg | undefined> => {
+    if (failure !== undefined) throw failure
+    pending ??= iterator.next()
+    const result = await Promise.race([pending, until.then(() => undefined)])
+    if (result === undefined) return undefined
+    pending = undefined
+    if (result.done) {
+      failure = new Error('the consumer subscription ended')
+      throw failure
+    }
+    return result.value
+  }
+  return {
+    next: read,
+    async ready(max) {
+      const arrived: JsMsg[] = []
+      try {
+        while (arrived.length < max) {
+          const m = await read(new Promise((resolve) => setImmediate(resolve)))
+          if (!m) break
+          arrived.push(m)
+        }
+      } catch {
+        // `failure` is kept: the next `next` throws it, after these are handled
+      }
+      return arrived
+    },
+    async close() {
+      // closing queues the end behind what was received; reading on hands those over (a pull
+      // still queued goes out to an inbox nobody listens on, and the server drops such pulls)
+      const closed = messages.close()
+      const left: JsMsg[] = []
+      try {
+        for (let r = await (pending ?? iterator.next()); !r.done; r = await iterator.next()) left.push(r.value)
+      } catch {
+        // the subscription had failed: nothing more to hand over
+      }
+      pending = undefined
+      await closed.catch(() => {})
+      return left
+    },
+  }
+}
+
 /** A message of a durable consumer, decoded, with how often it was delivered. */
 export interface Delivery<M> {
   message: M
@@ -103,7 +177,8 @@ export interface DurableConsumerOptions<M> {
 /**
  * A durable pull consumer with explicit acks: a message is acked only once handled, so a
  * process that is down or restarting loses nothing and catches up where it stopped. A batch
- * that fails is retried message by message; one that keeps failing goes to the dead letters.
+ * (what has arrived, up to `batchSize`) that fails is retried message by message; one that
+ * keeps failing goes to the dead letters. Stopping handles what has arrived, then unsubscribes.
  */
 export async function startDurableConsumer<M>(options: DurableConsumerOptions<M>): Promise<WorkerLoop> {
   const { nc, log, stream, durable, topic, handle, deadLetterSubject } = options
@@ -121,15 +196,20 @@ export async function startDurableConsumer<M>(options: DurableConsumerOptions<M>
     log.error({ seq: m.seq, subject: m.subject, deliveries: m.info.deliveryCount, reason }, 'message moved to the dead letters')
   }
 
+  /** a message that failed on its own: redelivered after `retryDelayMs`, or dead-lettered after `maxDeliveries` */
+  async function failed(m: JsMsg, error: unknown) {
+    const reason = (error as Error).message.split('\n')[0]!
+    if (m.info.deliveryCount >= maxDeliveries) return deadLetter(m, `failed ${m.info.deliveryCount} times: ${reason}`)
+    log.warn({ seq: m.seq, deliveries: m.info.deliveryCount, reason }, 'message failed; it will be redelivered')
+    m.nak(retryDelayMs)
+  }
+
   async function handleAlone(m: JsMsg, message: M) {
     try {
       await handle([{ message, deliveries: m.info.deliveryCount }])
       m.ack()
     } catch (error) {
-      const reason = (error as Error).message.split('\n')[0]!
-      if (m.info.deliveryCount >= maxDeliveries) return deadLetter(m, `failed ${m.info.deliveryCount} times: ${reason}`)
-      log.warn({ seq: m.seq, deliveries: m.info.deliveryCount, reason }, 'message failed; it will be redelivered')
-      m.nak(retryDelayMs)
+      await failed(m, error)
     }
   }
 
@@ -147,42 +227,67 @@ export async function startDurableConsumer<M>(options: DurableConsumerOptions<M>
       await handle(good.map(({ m, message }) => ({ message, deliveries: m.info.deliveryCount })))
       for (const { m } of good) m.ack()
     } catch (error) {
-      if (good.length === 1) return handleAlone(good[0]!.m, good[0]!.message)
+      // a batch of one has been tried alone already
+      if (good.length === 1) return failed(good[0]!.m, error)
       log.warn({ err: error, count: good.length }, 'batch failed; handling its messages one by one')
       for (const { m, message } of good) await handleAlone(m, message)
     }
   }
 
-  return startWorkerLoop({
+  let reader: Reader | undefined
+  let stopping!: () => void
+  const stopped = new Promise<void>((resolve) => (stopping = resolve))
+  const loop = startWorkerLoop({
     name: durable,
     log,
     idleMs: 0,
     errorDelayMs: retryDelayMs,
     round: async () => {
       if (nc.isClosed()) throw new Error('the NATS connection is closed')
-      const batch = await consumer.fetch({ max_messages: batchSize, expires: 1_000 })
-      const messages: JsMsg[] = []
+      reader ??= await openReader(consumer, batchSize)
+      let batch: JsMsg[]
       try {
-        for await (const m of batch) messages.push(m)
-      } finally {
-        // a fetch that fails part-way still hands over what it received: left unacked, those
-        // messages would wait out the ack wait (30 s) before anyone saw them again
-        if (messages.length > 0) await take(messages)
+        const first = await reader.next(stopped)
+        if (!first) return false
+        batch = [first, ...(await reader.ready(batchSize - 1))]
+      } catch (error) {
+        // the subscription failed: a new one on the next round
+        const failed = reader
+        reader = undefined
+        await take(await failed.close())
+        throw error
       }
+      await take(batch)
       return true
     },
   })
+  return {
+    wake: loop.wake,
+    async stop() {
+      stopping()
+      await loop.stop()
+      if (!reader) return
+      const left = await reader.close()
+      reader = undefined
+      for (let i = 0; i < left.length; i += batchSize) await take(left.slice(i, i + batchSize))
+    },
+  }
 }
 
-/** What a work-queue handler decided: done (acked), or try again later (the delivery does not count against the job). */
-export type WorkOutcome = 'done' | { retryInMs: number }
+/**
+ * What a work-queue handler decided: `'done'` (acked); `'handBack'`: not done, through no fault
+ * of the task (the process is stopping): the message goes back to the queue as a new one, so
+ * this delivery does not count toward `maxDeliveries`; `{ retryInMs }`: try again after that
+ * delay (a nak: the delivery counts).
+ */
+export type WorkOutcome = 'done' | 'handBack' | { retryInMs: number }
 
 /** One delivery of a work-queue message, as its handler sees it. */
 export interface WorkItem<M> {
   message: M
   /** 1 on the first delivery */
   deliveries: number
-  /** aborted when the process stops: end soon, the message will be redelivered to another worker */
+  /** aborted when the process stops: end soon, and answer `'handBack'` */
   shutdown: AbortSignal
 }
 
@@ -210,16 +315,37 @@ export interface WorkQueueOptions<M> {
  * tasks (agent jobs). Each process runs up to `concurrency` at once and tells JetStream they are
  * in progress while they run, so the ack wait can stay short: a worker killed mid-task has its
  * messages redelivered to another within `ackWaitMs`. A handler that throws is retried after
- * `retryDelayMs`; deliveries are bounded by `maxDeliveries`, then `exhausted` decides.
+ * `retryDelayMs`; deliveries are bounded by `maxDeliveries`, then `exhausted` decides. A message
+ * is pulled only when a slot is free (one at a time), so none waits in a busy process while
+ * another is idle. A stopping process hands its messages back (`'handBack'`): republished as
+ * new messages, then acked, so a rolling restart does not use up a task's deliveries.
  */
 export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): Promise<WorkerLoop> {
   const { nc, log, stream, durable, topic, concurrency, ackWaitMs, maxDeliveries, handle, exhausted } = options
   const { retryDelayMs = 1_000 } = options
   // one more delivery than the handler gets: that one runs `exhausted`
   const consumer = await openDurable(nc, stream, durable, topic.subject, ackWaitMs, maxDeliveries + 1)
+  const js = nc.jetstream()
   const shutdown = new AbortController()
+  const stopped = new Promise<void>((resolve) => shutdown.signal.addEventListener('abort', () => resolve(), { once: true }))
   const inFlight = new Set<Promise<void>>()
   let slotFreed: (() => void) | undefined
+
+  /**
+   * The message again as a new one (its delivery count starts over), then the old one acked.
+   * The message id (the old message's stream sequence) makes a repeat of this a duplicate that
+   * JetStream drops; should the ack be lost, the old one comes back too, and the task sees a
+   * second delivery of work it must already tolerate (redeliveries are at-least-once).
+   */
+  async function handBack(m: JsMsg) {
+    try {
+      await js.publish(m.subject, m.data, { msgID: `handed-back:${stream.name}:${m.seq}` })
+      m.ack()
+    } catch (error) {
+      log.warn({ err: error, seq: m.seq }, 'work-queue message not handed back; redelivered instead (the delivery counts)')
+      m.nak()
+    }
+  }
 
   async function run(m: JsMsg) {
     let message: M
@@ -240,15 +366,25 @@ export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): P
       }
       const outcome = await handle({ message, deliveries, shutdown: shutdown.signal })
       if (outcome === 'done') m.ack()
+      else if (outcome === 'handBack') await handBack(m)
       else m.nak(outcome.retryInMs)
     } catch (error) {
       log.error({ err: error, seq: m.seq, deliveries }, 'work-queue handler failed; the message will be redelivered')
-      m.nak(shutdown.signal.aborted ? 0 : retryDelayMs)
+      // a run the stop cut short is not the task's failure
+      if (shutdown.signal.aborted) await handBack(m)
+      else m.nak(retryDelayMs)
     } finally {
       clearInterval(heartbeat)
     }
   }
 
+  let reader: Reader | undefined
+  const closeReader = async () => {
+    const closing = reader
+    reader = undefined
+    // received but never started (none, unless a pull was answered twice): back to the queue
+    for (const m of closing ? await closing.close() : []) await handBack(m)
+  }
   const loop = startWorkerLoop({
     name: durable,
     log,
@@ -257,19 +393,32 @@ export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): P
     round: async () => {
       if (nc.isClosed()) throw new Error('the NATS connection is closed')
       if (inFlight.size >= concurrency) {
+        // nothing is pulled while no slot is free: the subscription ends, a new one starts when one frees
+        await closeReader()
         await new Promise<void>((resolve) => {
           slotFreed = resolve
         })
         return true
       }
-      const batch = await consumer.fetch({ max_messages: concurrency - inFlight.size, expires: 1_000 })
-      for await (const m of batch) {
-        const task: Promise<void> = run(m).finally(() => {
-          inFlight.delete(task)
-          slotFreed?.()
-        })
-        inFlight.add(task)
+      reader ??= await openReader(consumer, 1)
+      let m: JsMsg | undefined
+      try {
+        m = await reader.next(stopped)
+      } catch (error) {
+        await closeReader()
+        throw error
       }
+      if (!m) return false
+      if (shutdown.signal.aborted) {
+        // it arrived as the process began to stop: not started, so not an attempt
+        await handBack(m)
+        return false
+      }
+      const task: Promise<void> = run(m).finally(() => {
+        inFlight.delete(task)
+        slotFreed?.()
+      })
+      inFlight.add(task)
       return true
     },
   })
@@ -279,6 +428,7 @@ export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): P
       shutdown.abort()
       slotFreed?.()
       await loop.stop()
+      await closeReader()
       await Promise.allSettled([...inFlight])
     },
   }

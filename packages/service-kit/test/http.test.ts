@@ -99,6 +99,21 @@ t.test('a server that never answers fails with 503 at the deadline', async (t) =
   t.ok(took >= 290 && took < 800, `took ${took} ms`)
 })
 
+t.test("the caller's signal ends the call at once, the request in flight included, and nothing is retried", async (t) => {
+  const server = await upstream(t, () => {})
+  const http = client(t, server.url, { timeoutMs: 5_000, retries: 2 })
+  const controller = new AbortController()
+  const reason = new Error('the worker is stopping')
+  const started = Date.now()
+  const call = http.postJson('/x', { a: 1 }, { retry: true, signal: controller.signal })
+  while (server.seen.length === 0) await new Promise((resolve) => setTimeout(resolve, 10))
+  controller.abort(reason)
+  t.equal(await failure(call), reason, "rejects with the signal's reason")
+  t.ok(Date.now() - started < 1_000, `ended after ${Date.now() - started} ms, not at the 5 s deadline`)
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  t.equal(server.seen.length, 1, 'not retried')
+})
+
 t.test('a body that stalls after the headers also ends at the deadline', async (t) => {
   const server = await upstream(t, (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json' })

@@ -109,3 +109,51 @@ t.test('retryInMs redelivers; a handler that keeps failing is bounded: `exhauste
   t.same(seen.filter(([id]) => id === 'later').map(([, n]) => n), [1, 2])
   await until('an empty queue', async () => (await q.pending()) === 0)
 })
+
+t.test('a task handed back by stopping processes more often than maxDeliveries still runs: a hand-back is not a delivery', async (t) => {
+  const nc = await connect({ servers: (await testInfra()).natsUrl })
+  t.teardown(() => nc.close())
+  const ns = await freshNamespace(t)
+  const tasks = topic(`${ns}.test.tasks`, Task)
+  const stream = { name: `${ns}_tasks`, subjects: [tasks.subject], maxAgeMs: 60_000, duplicateWindowMs: 10_000, retention: 'workqueue' as const }
+  const exhausted: string[] = []
+  const seen: number[] = []
+  // one process of the fleet: its own consumer on the shared durable
+  const worker = (handle: WorkQueueOptions<Task>['handle']) =>
+    startWorkQueueConsumer({
+      nc,
+      log: pino({ level: 'silent' }),
+      stream,
+      durable: 'workers',
+      topic: tasks,
+      concurrency: 1,
+      ackWaitMs: 600,
+      maxDeliveries: 2,
+      retryDelayMs: 50,
+      exhausted: async (task) => void exhausted.push(task.id),
+      handle,
+    })
+  // three rolling restarts: each process takes the task, then stops while it runs
+  for (let restart = 1; restart <= 3; restart++) {
+    const stopping = await worker(async ({ deliveries, shutdown }) => {
+      seen.push(deliveries)
+      await new Promise((resolve) => shutdown.addEventListener('abort', resolve, { once: true }))
+      return 'handBack'
+    })
+    if (restart === 1) await nc.jetstream().publish(tasks.subject, tasks.message.encode({ id: 'long' }), { msgID: 'long' })
+    await until(`process ${restart} to run the task`, () => seen.length === restart)
+    await stopping.stop()
+  }
+  let finished = false
+  const last = await worker(async ({ deliveries }) => {
+    seen.push(deliveries)
+    finished = true
+    return 'done'
+  })
+  t.teardown(() => last.stop())
+  await until('the task to finish', () => finished)
+  t.same(exhausted, [], 'never exhausted (maxDeliveries is 2)')
+  t.same(seen, [1, 1, 1, 1], 'each hand-back came back as a first delivery')
+  const jsm = await nc.jetstreamManager()
+  await until('an empty queue', async () => (await jsm.streams.info(stream.name)).state.messages === 0)
+})

@@ -1,11 +1,12 @@
 import { fileURLToPath } from 'node:url'
-import { adminContract } from '@ats/contracts'
-import { addNatsService, openBucket, paymentSettings, publish, serveEndpoint, type ChainContext, type ServiceDefinition } from '@ats/service-kit'
+import { adminContract, apiKeyPattern } from '@ats/contracts'
+import { addNatsService, httpUrlSetting, openBucket, paymentSettings, publish, serveEndpoint, type ChainContext, type ServiceDefinition } from '@ats/service-kit'
 import { Type } from 'typebox'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createAgentPayers } from './agentPayers/agentPayers.ts'
 import { createKeyStore } from './keys/keyStore.ts'
 import { agentPayerRoutes } from './routes/agentPayers.ts'
+import { createJobPayments, startJobOutcomes } from './payments/jobPayments.ts'
 import { createLedger } from './payments/ledger.ts'
 import { startLedgerConsumer } from './payments/ledgerConsumer.ts'
 import { facilitatorSettlement, onchainSettlement, type Settlement } from './payments/settlement.ts'
@@ -13,22 +14,32 @@ import { startSettler } from './payments/settler.ts'
 import { keyRoutes } from './routes/keys.ts'
 import { payerRoutes } from './routes/payers.ts'
 import { revenueRoutes } from './routes/revenue.ts'
+import { walletRoutes } from './routes/wallet.ts'
 
 const schema = 'admin'
 
 const settings = {
   ADMIN_API_KEY: Type.Optional(
+    // the gateway refuses any key not of the key format: another value would lock the operator out
     Type.String({
-      minLength: 24,
+      pattern: apiKeyPattern.source,
+      hint: 'must be an API key: atsk_ followed by 32 characters of A-Z a-z 0-9 _ -; make one with: ADMIN_API_KEY=atsk_$(openssl rand -hex 16)',
       secret: true,
-      description: 'bootstrap admin key, seeded (hashed) at start; changing it revokes the previous one',
+      description: 'bootstrap admin key (atsk_ + 32 base64url characters), seeded (hashed) at start; changing it revokes the previous one',
     }),
   ),
   ...paymentSettings,
-  FACILITATOR_URL: Type.Optional(Type.String({ pattern: '^https?://', description: 'x402 facilitator to settle through (POST /settle)' })),
+  FACILITATOR_URL: Type.Optional(httpUrlSetting({ description: 'x402 facilitator to settle through (POST /settle)' })),
   SETTLEMENT_ENABLED: Type.Boolean({ default: true, description: 'settle recorded payments; false records them as skipped' }),
   SETTLEMENT_INTERVAL_MS: Type.Integer({ minimum: 50, default: 1_000, description: 'how often the settler looks for due payments' }),
   SETTLEMENT_MAX_ATTEMPTS: Type.Integer({ minimum: 1, default: 5, description: 'attempts before a payment is marked failed' }),
+  SETTLEMENT_LEASE_MS: Type.Integer({
+    minimum: 1_000,
+    maximum: 3_600_000,
+    default: 120_000,
+    description:
+      'how long a settler holds a claimed payment; after it, another replica (or a restarted admin) takes it up and checks its kept transaction. Each attempt waits for a receipt at most a third of it (60 s at most)',
+  }),
 }
 
 export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
@@ -74,6 +85,11 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     const ledger = createLedger(db, { settle: config.SETTLEMENT_ENABLED })
     const consumer = await startLedgerConsumer(nc, payments, ledger, log)
     onClose(consumer.stop)
+    // payments of agent jobs: held until the agent says how the job ended, then due or voided
+    const jobPayments = createJobPayments(db, { settle: config.SETTLEMENT_ENABLED })
+    const outcomes = await startJobOutcomes({ nc, channels: payments, jobPayments, log, intervalMs: config.SETTLEMENT_INTERVAL_MS })
+    onClose(outcomes.stop)
+    serveEndpoint(nats, 'payments-of-jobs', channels.admin.paymentsOfJobs, log, async ({ jobIds }) => ({ payments: await jobPayments.ofJobs(jobIds) }))
     const blockedPayers = await openBucket(nc, payments.blockedPayers)
     if (settlement) {
       const settler = startSettler({
@@ -83,6 +99,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
         log,
         intervalMs: config.SETTLEMENT_INTERVAL_MS,
         maxAttempts: config.SETTLEMENT_MAX_ATTEMPTS,
+        leaseMs: config.SETTLEMENT_LEASE_MS,
       })
       onClose(settler.stop)
     }
@@ -90,6 +107,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     await app.register(keyRoutes, { keys, nc, keyRevoked })
     await app.register(payerRoutes, { blockedPayers, log })
     await app.register(agentPayerRoutes, { payers: agentPayers })
+    await app.register(walletRoutes, { bucket: await openBucket(nc, channels.admin.walletControl) })
     await app.register(revenueRoutes, { ledger, price: BigInt(config.PAYMENT_PRICE), storage: `postgres (schema ${schema}, table payments)` })
   },
 }
@@ -98,6 +116,8 @@ type AdminConfig = Parameters<typeof adminService.register>[1]['config']
 
 function chooseSettlement(config: AdminConfig, chain: ChainContext): Settlement | undefined {
   if (!config.SETTLEMENT_ENABLED) return undefined
-  if (config.FACILITATOR_URL) return facilitatorSettlement(config.FACILITATOR_URL)
-  return chain.hasWallet ? onchainSettlement(chain) : undefined
+  // the chain (RPC_URL) is read only to trace an authorization the facilitator says is used
+  if (config.FACILITATOR_URL) return facilitatorSettlement(config.FACILITATOR_URL, chain)
+  // the receipt wait ends well inside the lease (the settler starts attempts in its first third only)
+  return chain.hasWallet ? onchainSettlement(chain, { receiptTimeoutMs: Math.min(60_000, Math.floor(config.SETTLEMENT_LEASE_MS / 3)) }) : undefined
 }

@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto'
+import { fileURLToPath } from 'node:url'
 import { createChainClients, eip3009Abi, erc20Abi, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
 import { identityHeaders, natsChannels, type PaymentCharged } from '@ats/contracts'
 import { startTestDevnet, type Devnet } from '@ats/devnet'
 import { openBucket } from '@ats/service-kit'
-import { baseTestEnv, eventually, startService, testInfra, testInternalToken } from '@ats/service-kit/testing'
+import { baseTestEnv, eventually, startService, startServiceProcess, testInfra, testInternalToken } from '@ats/service-kit/testing'
 
 export { eventually }
 import { connect } from 'nats'
@@ -95,18 +96,30 @@ export interface RecentPayment {
   route: string
   paidAt: number
   requestId: string
-  settlement: 'pending' | 'settling' | 'settled' | 'failed' | 'skipped'
+  settlement: 'pending' | 'settling' | 'settled' | 'failed' | 'skipped' | 'voided'
   txHash: string | null
   settleError: string | null
+  jobId: string | null
+  voidReason: string | null
+}
+
+const adminEntry = fileURLToPath(new URL('../src/server.ts', import.meta.url))
+
+export interface AdminOptions {
+  /** run admin as a child process (its pid returned), so a test can SIGKILL it */
+  process?: boolean
+  /** the environment of an earlier admin (same database and namespace): a restarted admin */
+  env?: NodeJS.ProcessEnv
 }
 
 /**
  * Admin on a fresh database and namespace, with a NATS connection of the test's own to publish
  * charges on (as a gateway does) and to look at the stream and the blocked-payers bucket.
  */
-export async function startAdmin(t: Test, extra: NodeJS.ProcessEnv = {}) {
-  const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ...extra }
-  const svc = await startService(t, adminService, env)
+export async function startAdmin(t: Test, extra: NodeJS.ProcessEnv = {}, options: AdminOptions = {}) {
+  const env: NodeJS.ProcessEnv = options.env ?? { ...(await baseTestEnv(t)), ...extra }
+  // a child process (`tsx src/server.ts`) when the test kills it; pid is set then
+  const svc: { url: string; pid?: number } = options.process ? await startServiceProcess(t, adminEntry, env) : await startService(t, adminService, env)
   const payments = natsChannels(env.NATS_NAMESPACE!).admin.payments
 
   const nc = await connect({ servers: (await testInfra()).natsUrl })

@@ -7,7 +7,7 @@ import pg from 'pg'
 import t, { type Test } from 'tap'
 import { adminService } from '../src/service.ts'
 
-const bootstrapKey = 'atsk_bootstrap-key-for-tests-000000'
+const bootstrapKey = 'atsk_bootstrap-key-for-tests-00000000'
 
 async function start(t: Test, extra: NodeJS.ProcessEnv = {}) {
   const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ADMIN_API_KEY: bootstrapKey, ...extra }
@@ -212,7 +212,7 @@ t.test('ADMIN_API_KEY is seeded as an admin key; changing it retires the old one
   t.equal((await verify(first, bootstrapKey))?.tier, 'admin', 'seeded as admin')
   await first.close()
 
-  const rotated = 'atsk_rotated-bootstrap-key-000000000'
+  const rotated = 'atsk_rotated-bootstrap-key-0000000000'
   const second = await startService(t, adminService, { ...env, ADMIN_API_KEY: rotated })
   const current = await verify(second, rotated)
   t.equal(current?.tier, 'admin', 'the new one works')

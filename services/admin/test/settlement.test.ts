@@ -149,9 +149,10 @@ t.test('with FACILITATOR_URL payments settle through its /settle, a 503 is retri
   })
   const url = await facilitator.listen({ port: 0, host: '127.0.0.1' })
   t.teardown(() => facilitator.close())
-  // the facilitator settles: admin needs no server wallet, and the chain is only where the USDC is
-  const { usdc } = await devnetUsdc()
-  const admin = await startAdmin(t, { FACILITATOR_URL: url, SETTLEMENT_INTERVAL_MS: '100' })
+  // the facilitator settles: admin needs no server wallet; it reads the chain only to check a
+  // refusal (these authorizations are unused there, so refusals stand)
+  const { usdc, env } = await devnetUsdc()
+  const admin = await startAdmin(t, { FACILITATOR_URL: url, SETTLEMENT_INTERVAL_MS: '100', RPC_URL: env.RPC_URL, CHAIN_ID: env.CHAIN_ID, ADDRESS_BOOK: env.ADDRESS_BOOK })
   const payer = privateKeyToAccount(generatePrivateKey())
   const payTo = freshAddress()
 

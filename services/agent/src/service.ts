@@ -1,8 +1,9 @@
 import { fileURLToPath } from 'node:url'
-import { StartupError, type ServiceDefinition } from '@ats/service-kit'
+import { createIdempotencyStore, httpUrlSetting, isHttpUrl, startIdempotencyPurge, StartupError, type ServiceDefinition } from '@ats/service-kit'
 import { Type } from 'typebox'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createJobEvents } from './jobs/events.ts'
+import { createJobPaymentLookup, startPaymentOutcomes, type PaymentOutcomes } from './jobs/paymentOutcomes.ts'
 import { createJobQueue } from './jobs/queue.ts'
 import { createJobStore } from './jobs/store.ts'
 import { startJobWorkers } from './jobs/worker.ts'
@@ -14,7 +15,7 @@ import { createLlmRunner } from './runner/llm.ts'
 import { createPlanner } from './runner/planner.ts'
 import type { Runner } from './runner/runner.ts'
 import { createTools } from './runner/tools.ts'
-import { externalSkillsProblem, isHttpUrl, parseExternalSkills, skillList } from './skills.ts'
+import { externalSkillsProblem, parseExternalSkills, skillList } from './skills.ts'
 
 const ms = (description: string, defaultMs: number, minimum = 100) => Type.Integer({ minimum, default: defaultMs, description })
 
@@ -44,7 +45,7 @@ const settings = {
   AGENT_CHAT_WAIT_MS: ms('how long a /v1 completion waits for its job; then the job is cancelled and the answer is 504 (keep it under the gateway\'s CHAT_TIMEOUT_MS)', 150_000, 1_000),
   AGENT_HISTORY_MESSAGES: Type.Integer({ minimum: 0, maximum: 200, default: 20, description: "earlier messages of the thread given to the runner" }),
   LLM_BASE_URL: Type.Optional(
-    Type.Refine(Type.String({ description: 'an OpenAI-compatible chat-completions API (…/v1); unset: the offline planner' }), isHttpUrl, () => 'must be an absolute http(s) URL'),
+    httpUrlSetting({ description: 'an OpenAI-compatible chat-completions API (…/v1); unset: the offline planner' }),
   ),
   LLM_API_KEY: Type.Optional(Type.String({ minLength: 1, secret: true, description: 'sent as Authorization: Bearer to LLM_BASE_URL' })),
   LLM_MODEL: Type.Optional(Type.String({ minLength: 1, description: 'the model name (required with LLM_BASE_URL)' })),
@@ -63,7 +64,11 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
     client: (adapter) => new PrismaClient({ adapter }),
   },
   async register(app, { config, db, nc, channels, log, onClose }) {
-    const store = createJobStore(db)
+    // a paid job's final status carries its payment's outcome, published to admin's ledger
+    let outcomes: PaymentOutcomes | undefined
+    const store = createJobStore(db, { paidJobFinished: (jobId) => outcomes?.published(jobId) })
+    outcomes = await startPaymentOutcomes({ nc, channels: channels.admin.payments, store, log })
+    onClose(outcomes.stop)
     const events = createJobEvents({ nc, channels: channels.agent, store, log })
     onClose(async () => events.closeAll())
 
@@ -105,10 +110,16 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
       const queue = await createJobQueue({ nc, channels: channels.agent, store, log })
       onClose(queue.stop)
       const cancelled = (jobId: string) => nc.publish(channels.agent.cancelled.subject, channels.agent.cancelled.message.encode({ jobId }))
+      // paid requests sent again with their payment id; kept longer than the gateway's longest
+      // PAYMENT_ID_TTL_SECONDS (24 h), so a repeat the gateway lets through always finds its job
+      const idempotency = await createIdempotencyStore(config.DATABASE_URL!, { schema: 'agent', log })
+      onClose(() => idempotency.close())
+      onClose(startIdempotencyPurge(idempotency, log, 48 * 3600_000).stop)
       const skills = skillList(config.AGENT_PUBLIC_URL, parseExternalSkills(config.EXTERNAL_SKILLS))
       await app.register(skillRoutes, { skills })
-      await app.register(agentRoutesPlugin, { store, queue, events, cancelled })
-      await app.register(portfolioRoutes, { store })
+      const paymentsOf = createJobPaymentLookup({ nc, endpoint: channels.admin.paymentsOfJobs, log })
+      await app.register(agentRoutesPlugin, { store, queue, events, cancelled, idempotency, paymentsOf })
+      await app.register(portfolioRoutes, { store, paymentsOf })
       await app.register(chatRoutesPlugin, { prefix: '/v1', store, queue, events, cancelled, waitMs: config.AGENT_CHAT_WAIT_MS })
     }
   },

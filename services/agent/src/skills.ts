@@ -1,4 +1,5 @@
 import type { Skill } from '@ats/contracts'
+import { isHttpUrl } from '@ats/service-kit'
 import { Type, type Static } from 'typebox'
 import { Compile } from 'typebox/compile'
 
@@ -23,13 +24,6 @@ const ExternalSkill = Type.Object({ name: Type.String({ minLength: 1 }), url: Ty
 export type ExternalSkill = Static<typeof ExternalSkill>
 const externalSkills = Compile(Type.Array(ExternalSkill))
 
-const isHttpUrl = (value: string) => {
-  try {
-    return ['http:', 'https:'].includes(new URL(value).protocol)
-  } catch {
-    return false
-  }
-}
 
 /** What is wrong with an EXTERNAL_SKILLS value, or undefined when it is fine. */
 export function externalSkillsProblem(raw: string): string | undefined {
@@ -68,4 +62,3 @@ export function skillList(publicUrl: string, external: readonly ExternalSkill[])
   ]
 }
 
-export { isHttpUrl }

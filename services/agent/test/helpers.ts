@@ -9,7 +9,7 @@ import type { Test } from 'tap'
 import { agentService } from '../src/service.ts'
 
 export { eventually } from '@ats/service-kit/testing'
-export const adminKey = 'atsk_agentTestBootstrapKey-000000000'
+export const adminKey = 'atsk_agentTestBootstrapKey-0000000000'
 
 /** What the gateway adds to a paid request of `payer`. */
 export const payerHeaders = (payer: string) => ({ [identityHeaders.internalToken]: testInternalToken, [identityHeaders.ownerId]: payer })
@@ -45,6 +45,7 @@ export async function startStack(t: Test, options: StackOptions = {}) {
     REDIS_URL: (await testInfra()).redisUrl,
     COINGECKO_URL: upstreams.base.coingecko,
     POLYMARKET_GAMMA_URL: upstreams.base.gamma,
+    GECKOTERMINAL_URL: upstreams.base.geckoterminal,
     ...options.marketEnv,
   })
   const agentEnv = { ...env, AGENT_ACK_WAIT_MS: '2000', ...options.agentEnv }

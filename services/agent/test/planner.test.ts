@@ -84,6 +84,7 @@ t.test('pause all: lists, then pauses each active automation; a failed tool is s
     }),
     set_automation_status: (args) => (args.id === 'aut_3' ? { ok: false, error: 'automation aut_3 not found' } : { ok: true, output: { automation: { id: args.id, name: 'Daily ARB', status: args.status } } }),
     get_prices: () => ({ ok: false, error: 'the market-data service is not available right now' }),
+    get_trending_pools: () => ({ ok: false, error: 'market-data answered 502', serviceFault: true }),
   }
   // the toolbox's interface, answering from the table above
   const toolbox = {
@@ -104,4 +105,6 @@ t.test('pause all: lists, then pauses each active automation; a failed tool is s
   ])
   t.equal(paused.text, 'Paused: Daily ARB (aut_1, paused); Hourly ETH (aut_3): automation aut_3 not found.')
   t.equal((await run('price of ETH')).text, "I couldn't get the prices: the market-data service is not available right now.")
+  // a failure of ours (serviceFault) fails the run instead: a paid job's payment is then voided
+  await t.rejects(run('show trending pools'), { name: 'RunnerError', message: 'the get_trending_pools step failed: market-data answered 502' })
 })

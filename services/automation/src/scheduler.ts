@@ -1,10 +1,11 @@
 // The scheduler: every tick it claims due work (store.claim: one scheduler per row, however many
 // replicas run) and executes it. A run swaps through the trading service over NATS with the
 // idempotency key `automation-run:<runId>`, so a run resumed after its scheduler died, or
-// repeated after a timeout, never swaps twice.
+// repeated after a timeout, never swaps twice. While an admin has paused the server wallet (the kill
+// switch, watched into memory) due runs are recorded as skipped and nothing is asked of trading.
 import { formatUnits } from 'viem'
 import type { NatsChannels } from '@ats/contracts'
-import { callEndpoint, ServiceCallError, startWorkerLoop, type Logger, type TradingTokens } from '@ats/service-kit'
+import { callEndpoint, pauseMessage, ServiceCallError, startWorkerLoop, type Logger, type TradingTokens, type WalletControlWatch } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import type { Automation, AutomationRun } from './generated/prisma/client.ts'
 import type { Claimed, Store } from './store.ts'
@@ -30,17 +31,33 @@ export interface SchedulerDeps {
   log: Logger
   settings: SchedulerSettings
   tokens: TradingTokens
+  /** the server wallet's kill switch */
+  walletControl: Pick<WalletControlWatch, 'state'>
 }
 
 /** The identity a run trades as: the automation's API key (its spend policy), or its payer. */
 const identityOf = (automation: Automation) =>
   automation.keyId ? { ownerId: automation.keyId, keyId: automation.keyId } : { ownerId: automation.ownerId }
 
-export function startScheduler({ nc, channels, store, log, settings, tokens }: SchedulerDeps) {
+export function startScheduler({ nc, channels, store, log, settings, tokens, walletControl }: SchedulerDeps) {
   const inFlight = new Set<Promise<void>>()
+
+  /** Why nothing may be spent now, or undefined. */
+  const paused = () => {
+    const state = walletControl.state()
+    return state?.paused ? pauseMessage(state) : undefined
+  }
+
+  async function skip(run: AutomationRun, automation: Automation, reason: string) {
+    await store.skipRun(run, `skipped: ${reason}`)
+    log.warn({ automationId: automation.id, runId: run.id }, 'automation run skipped: the server wallet is paused')
+  }
 
   async function execute(run: AutomationRun, automation: Automation) {
     const config = automation.config as unknown as Config
+    // a resumed run may have a swap under way: trading answers it (or 423 when nothing was sent)
+    const pausedNow = run.attempts === 1 ? paused() : undefined
+    if (pausedNow) return skip(run, automation, pausedNow)
     try {
       const result = await callEndpoint(
         nc,
@@ -63,6 +80,8 @@ export function startScheduler({ nc, channels, store, log, settings, tokens }: S
       log.info({ automationId: automation.id, runId: run.id, hash: result.hash, success: result.success, amountOut: result.amountOut }, 'automation run finished')
     } catch (error) {
       const status = error instanceof ServiceCallError ? error.statusCode : undefined
+      // paused between our check and trading's
+      if (status === 423) return skip(run, automation, (error as Error).message)
       // no answer in time, or trading unavailable: the swap may still be mined; the same key picks it up
       const retry = (status === 503 || status === 504 || status === undefined) && run.attempts < settings.maxAttempts
       if (retry) {
@@ -78,6 +97,11 @@ export function startScheduler({ nc, channels, store, log, settings, tokens }: S
 
   /** A limit order: quote it; below its minAmountOut, note the quote and wait; at or above, fill it once. */
   async function check(automation: Automation, scheduledFor: Date) {
+    const pausedNow = paused()
+    if (pausedNow) {
+      await store.checked(automation, `not filled while ${pausedNow.replace(/; an admin .*$/, '')}`)
+      return
+    }
     const order = automation.config as unknown as LimitOrder
     let quoted: string
     try {
@@ -109,6 +133,8 @@ export function startScheduler({ nc, channels, store, log, settings, tokens }: S
     log,
     idleMs: settings.tickMs,
     async round() {
+      // the kill switch cannot be read: runs wait, as if the scheduler were down (they are due once it is back)
+      if (!walletControl.state()) return false
       const claimed = await store.claim(settings.batch, settings.leaseMs)
       for (const work of claimed) {
         // runs go on beside the next ticks; a slow swap does not hold the others back

@@ -9,6 +9,7 @@ import {
   tradingTokens,
   Unauthorized,
   Unavailable,
+  watchWalletControl,
   type ServiceDefinition,
   type TypeBoxTypeProvider,
 } from '@ats/service-kit'
@@ -143,7 +144,10 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
     })
 
     if (config.AUTOMATION_SCHEDULER) {
+      const walletControl = await watchWalletControl(nc, channels.admin.walletControl, log)
+      onClose(walletControl.close)
       const scheduler = startScheduler({
+        walletControl,
         nc,
         channels,
         store,

@@ -191,6 +191,13 @@ export function createStore(db: PrismaClient) {
         data: { nextRunAt: new Date(nextRunAt(automation.config as unknown as LimitOrder, now)), statusReason: reason },
       }),
 
+    /** A run not made because the server wallet is paused: recorded as skipped; the automation's counts do not move. */
+    skipRun: (run: AutomationRun, reason: string) =>
+      db.automationRun.updateMany({
+        where: { id: run.id, status: 'running' },
+        data: { status: 'skipped', error: reason, finishedAt: new Date(), leaseUntil: null },
+      }),
+
     /** A run's swap was mined (or reverted): record it; count it, and complete the automation when it is done. */
     async finishRun(run: AutomationRun, outcome: { ok: true; txHash: string; amountOut: string; executionId: string } | { ok: false; error: string; txHash?: string; executionId?: string }, maxFailures: number) {
       return db.$transaction(async (t) => {

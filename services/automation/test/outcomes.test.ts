@@ -1,4 +1,4 @@
-import { startService } from '@ats/service-kit/testing'
+import { compareSchemaWithDatabase, startService } from '@ats/service-kit/testing'
 import pg from 'pg'
 import t from 'tap'
 import { getAddress, type Address } from 'viem'
@@ -85,5 +85,10 @@ t.test('outcomes: repeated failures, a limit order that waits and one that fills
     })
     t.equal(res.status, 403)
     t.match(res.body.error, /is bound to 0x[0-9a-fA-F]{40}: its automations buy for that wallet only/)
+  })
+
+  top.test('the database matches schema.prisma (the skipped run status included)', async (t) => {
+    const schema = new URL('../prisma/schema.prisma', import.meta.url).pathname
+    t.same(await compareSchemaWithDatabase(schema, stack.env.DATABASE_URL!, 'automation'), [])
   })
 })

@@ -1,6 +1,6 @@
 import { fileURLToPath } from 'node:url'
 import { marketContract } from '@ats/contracts'
-import { addNatsService, createHttpClient, createSharedCache, serveEndpoint, startWorkerLoop, StartupError, type ServiceDefinition } from '@ats/service-kit'
+import { addNatsService, createHttpClient, createSharedCache, httpUrlSetting, serveEndpoint, startWorkerLoop, StartupError, type ServiceDefinition } from '@ats/service-kit'
 import { Type } from 'typebox'
 import { getAddress, isAddress, type Address } from 'viem'
 import { PrismaClient } from './generated/prisma/client.ts'
@@ -22,7 +22,7 @@ import { marketRoutes } from './routes/market.ts'
 const schema = 'market_data'
 const source = <const T extends string[]>(values: T, description: string) =>
   Type.Unsafe<T[number]>({ type: 'string', enum: values, default: values[0], description })
-const url = (value: string, description: string) => Type.String({ format: 'uri', default: value, description })
+const url = (value: string, description: string) => httpUrlSetting({ default: value, description })
 const apiKey = (description: string) => Type.Optional(Type.String({ minLength: 1, secret: true, description }))
 
 const settings = {

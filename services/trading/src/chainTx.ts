@@ -1,4 +1,4 @@
-import type { ChainContext, SignedTx } from '@ats/service-kit'
+import type { ChainContext, SignedTx, WalletControlWatch } from '@ats/service-kit'
 import { createError } from '@ats/service-kit'
 import { erc20Abi, maxUint256, encodeFunctionData, type Address, type Hex, type PublicClient, type TransactionReceipt } from 'viem'
 
@@ -25,10 +25,12 @@ export interface ChainTxOptions {
   chain: ChainContext
   receiptTimeoutMs: number
   receiptPollMs: number
+  /** the kill switch: while paused nothing is signed or broadcast (423) */
+  walletControl: Pick<WalletControlWatch, 'assertSpendable'>
 }
 
 /** What the service does with the chain's transactions: sends through the fleet's wallet sender and waits for receipts. */
-export function chainTx({ chain, receiptTimeoutMs, receiptPollMs }: ChainTxOptions) {
+export function chainTx({ chain, receiptTimeoutMs, receiptPollMs, walletControl }: ChainTxOptions) {
   const client: PublicClient = chain.publicClient
   const approving = new Map<string, Promise<void>>()
 
@@ -44,9 +46,11 @@ export function chainTx({ chain, receiptTimeoutMs, receiptPollMs }: ChainTxOptio
   /**
    * Sends from the server wallet and waits for the receipt. `onSigned` runs before the
    * broadcast (store the hash and raw transaction there, so a retry can pick it up). A call
-   * that would revert throws WouldRevert (422) with the reason, and nothing is sent.
+   * that would revert throws WouldRevert (422) with the reason, and nothing is sent; so does a
+   * paused wallet (423).
    */
   async function send(tx: { to?: Address; data: Hex; gas?: bigint }, onSigned?: (signed: SignedTx) => Promise<void>) {
+    walletControl.assertSpendable()
     let signed: SignedTx
     try {
       signed = await chain.sender().send(tx, onSigned ? { onSigned } : {})
@@ -65,6 +69,8 @@ export function chainTx({ chain, receiptTimeoutMs, receiptPollMs }: ChainTxOptio
   async function resume(hash: Hex, raw: Hex): Promise<TransactionReceipt | 'dropped'> {
     const mined = await client.getTransactionReceipt({ hash }).catch(() => null)
     if (mined) return mined
+    // signed before a pause, perhaps never broadcast: held until the wallet resumes
+    walletControl.assertSpendable()
     try {
       await client.sendRawTransaction({ serializedTransaction: raw })
     } catch (error) {

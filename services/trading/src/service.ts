@@ -6,7 +6,8 @@ import {
   callEndpoint,
   createIdempotencyStore,
   serveEndpoint,
-  startWorkerLoop,
+  startIdempotencyPurge,
+  watchWalletControl,
   type ServiceDefinition,
 } from '@ats/service-kit'
 import { Type } from 'typebox'
@@ -21,7 +22,7 @@ import { launchpadRoutes } from './routes/launchpad.ts'
 import { portfolioRoutes } from './routes/portfolio.ts'
 import { swapRoutes } from './routes/swap.ts'
 import { createExecutor } from './swaps/executor.ts'
-import type { SpendLimits } from './swaps/policy.ts'
+import type { SpendDefaults, SpendLimits } from './swaps/policy.ts'
 import { createPreparer } from './swaps/prepare.ts'
 import { createQuoter, quoteAnswer } from './swaps/quotes.ts'
 import { tokenResolver } from './swaps/tokens.ts'
@@ -36,6 +37,26 @@ const settings = {
   QUOTE_BLOCK_CACHE_MS: Type.Integer({ minimum: 0, default: 250, description: 'how long quotes reuse the latest block number (quotes are cached per block)' }),
   SPEND_MAX_USD_PER_SWAP: usdLimit('wallet-wide cap on one swap from the server wallet, in USD; unset: none'),
   SPEND_MAX_USD_PER_DAY: usdLimit('wallet-wide cap on all swaps from the server wallet per UTC day, in USD; unset: none'),
+  SPEND_DEFAULT_USD_PER_SWAP: Type.Number({
+    exclusiveMinimum: 0,
+    default: 500,
+    description: 'cap on one swap of a key (or allowlisted payer) whose spend policy sets no maxUsdPerSwap, in USD',
+  }),
+  SPEND_DEFAULT_USD_PER_DAY: Type.Number({
+    exclusiveMinimum: 0,
+    default: 500,
+    description: "cap on a key's (or allowlisted payer's) swaps per UTC day when its spend policy sets no maxUsdPerDay, in USD",
+  }),
+  SPEND_UNLIMITED: Type.Boolean({
+    default: false,
+    description: 'true: keys whose policy sets no USD cap spend the server wallet without the default caps (only SPEND_MAX_USD_* apply); logged as a warning at start',
+  }),
+  SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS: Type.Integer({
+    minimum: 1,
+    maximum: 10_000,
+    default: 1500,
+    description: 'price-impact ceiling of swaps whose spend policy sets no maxPriceImpactBps, in basis points (1500 = 15%); above it execute answers 422',
+  }),
 }
 
 export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = {
@@ -56,27 +77,31 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     const tokens = tokenResolver(client, chain.tokens)
     const dexes = { uniswap: uniswapDex(client, book.uniswapV3), camelot: camelotDex(client, book.algebra) }
     const quoter = createQuoter({ client, dexes, tokens, blockCacheMs: config.QUOTE_BLOCK_CACHE_MS })
-    const tx = chainTx({ chain, receiptTimeoutMs: config.RECEIPT_TIMEOUT_MS, receiptPollMs: config.RECEIPT_POLL_MS })
+    // the kill switch, watched into memory: every send from the server wallet checks it
+    const walletControl = await watchWalletControl(nc, channels.admin.walletControl, log)
+    onClose(walletControl.close)
+    const tx = chainTx({ chain, receiptTimeoutMs: config.RECEIPT_TIMEOUT_MS, receiptPollMs: config.RECEIPT_POLL_MS, walletControl })
 
     const idempotency = await createIdempotencyStore(config.DATABASE_URL!, { schema, log, leaseMs: Math.max(60_000, config.RECEIPT_TIMEOUT_MS * 2) })
     onClose(() => idempotency.close())
-    const purge = startWorkerLoop({
-      name: 'idempotency-purge',
-      log,
-      idleMs: 3600_000,
-      round: async () => {
-        await idempotency.purge(24 * 3600_000)
-        return false
-      },
-    })
-    onClose(purge.stop)
+    onClose(startIdempotencyPurge(idempotency, log, 24 * 3600_000).stop)
 
     const walletLimits: SpendLimits | undefined =
       config.SPEND_MAX_USD_PER_SWAP !== undefined || config.SPEND_MAX_USD_PER_DAY !== undefined
         ? { owner: 'the server wallet', maxUsdPerSwap: config.SPEND_MAX_USD_PER_SWAP, maxUsdPerDay: config.SPEND_MAX_USD_PER_DAY }
         : undefined
+    const defaults: SpendDefaults = {
+      maxUsdPerSwap: config.SPEND_UNLIMITED ? undefined : config.SPEND_DEFAULT_USD_PER_SWAP,
+      maxUsdPerDay: config.SPEND_UNLIMITED ? undefined : config.SPEND_DEFAULT_USD_PER_DAY,
+      maxPriceImpactBps: config.SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS,
+    }
     if (!chain.hasWallet) log.warn('SERVER_WALLET_PRIVATE_KEY is not set: quotes, prepare and positions (with ?address=) work; execute and launch answer 503')
-    else if (!walletLimits) log.warn('no wallet-wide spend limit (SPEND_MAX_USD_PER_SWAP, SPEND_MAX_USD_PER_DAY): only keys with a spend policy are capped')
+    else if (config.SPEND_UNLIMITED) {
+      log.warn(
+        { walletWidePerSwap: config.SPEND_MAX_USD_PER_SWAP ?? 'none', walletWidePerDay: config.SPEND_MAX_USD_PER_DAY ?? 'none' },
+        'SPEND_UNLIMITED=true: keys whose spend policy sets no USD cap may spend the server wallet without limit',
+      )
+    } else log.info({ perSwap: defaults.maxUsdPerSwap, perDay: defaults.maxUsdPerDay, maxPriceImpactBps: defaults.maxPriceImpactBps }, 'default spend limits of keys')
 
     const executor = createExecutor({
       db,
@@ -84,6 +109,8 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
       tx,
       idempotency,
       walletLimits,
+      defaults,
+      walletControl,
       deadlineSeconds: config.SWAP_DEADLINE_SECONDS,
       log,
       // fail closed: without admin's answer no swap is made for a key
@@ -101,14 +128,15 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     // a read needs the wallet's address only, not its sender
     const wallet = () => chain.wallet().account.address
     const positions = createPositions({ client, book: chain.addressBook, quoter, tokens: (address) => chain.tokens().find(address), wallet })
-    const launchpad = createLaunchpad({ db, tx, idempotency, chainId: chain.chainId, log })
+    const launchpad = createLaunchpad({ db, tx, idempotency, chainId: chain.chainId, log, walletControl })
 
     const nats = await addNatsService(nc, tradingContract.name, version, 'swap quotes and execution, positions')
     onClose(async () => {
       await nats.stop()
     })
     const { quote, execute, prepare: prepareChannel, positions: positionsChannel, tokens: tokensChannel } = channels.trading
-    serveEndpoint(nats, 'quote', quote, log, async (request) => quoteAnswer(await quoter.quote(request)))
+    const impactCeilingBps = config.SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS
+    serveEndpoint(nats, 'quote', quote, log, async (request) => quoteAnswer(await quoter.quote(request), impactCeilingBps))
     serveEndpoint(nats, 'execute', execute, log, async ({ idempotencyKey, jobId, automationRunId, ...request }, { identity }) => {
       const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId }
       return (await executor.execute(request, caller, idempotencyKey)).result
@@ -120,7 +148,7 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
       tokens: chain.tokens().all.map(({ symbol, address, decimals }) => ({ symbol, address, decimals })),
     }))
 
-    await app.register(swapRoutes, { quoter, executor, prepare })
+    await app.register(swapRoutes, { quoter, executor, prepare, impactCeilingBps })
     await app.register(portfolioRoutes, { positions })
     await app.register(launchpadRoutes, { launchpad })
   },

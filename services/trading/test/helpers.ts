@@ -67,8 +67,9 @@ export async function startTrading(t: Test, { wallet = true, env = {} }: Trading
     return (await res.json()) as { id: string }
   }
 
-  // the key the calls are made with unless they name another: admin knows it, as the gateway's keys
-  const defaultKey = await createKey()
+  // the key the calls are made with unless they name another: admin knows it, as the gateway's keys;
+  // its policy lifts the default caps ($500 a swap and a day) for the tests' larger swaps
+  const defaultKey = await createKey({ maxUsdPerSwap: 1_000_000, maxUsdPerDay: 10_000_000 })
 
   return { devnet, admin, trading, base, chainEnv, publicClient, token, balanceOf, serverWallet, call, createKey }
 }

@@ -3,6 +3,7 @@ import { ErrorBody } from '../common/errors.ts'
 import { TierSchema } from '../common/identity.ts'
 import { Address, EpochMs, IntegerString } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
+import { PauseWalletBody, WalletControl } from './wallet.ts'
 
 const UsdCap = (description: string) => Type.Number({ exclusiveMinimum: 0, maximum: 1e9, description })
 
@@ -11,6 +12,13 @@ export const SpendPolicy = Type.Object(
   {
     maxUsdPerSwap: Type.Optional(UsdCap('the most one swap may spend, in US dollars (not cents; decimals allowed, e.g. 250.5)')),
     maxUsdPerDay: Type.Optional(UsdCap('the most all swaps of this key may spend together in one UTC day, in US dollars (not cents; decimals allowed)')),
+    maxPriceImpactBps: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 10_000,
+        description: 'the highest price impact a swap may have, in basis points (1500 = 15%); a swap above it is refused (422) before anything is sent',
+      }),
+    ),
     allowedTokens: Type.Optional(
       Type.Array(Type.String({ minLength: 1, maxLength: 64, description: 'a token symbol ("USDC") or a 0x address' }), {
         minItems: 1,
@@ -20,7 +28,12 @@ export const SpendPolicy = Type.Object(
       }),
     ),
   },
-  { additionalProperties: false, minProperties: 1, description: 'spend limits on swaps; at least one field' },
+  {
+    additionalProperties: false,
+    minProperties: 1,
+    description:
+      "spend limits on swaps; at least one field. A field left out takes the trading service's default (SPEND_DEFAULT_USD_PER_SWAP, SPEND_DEFAULT_USD_PER_DAY, SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS)",
+  },
 )
 export type SpendPolicy = Static<typeof SpendPolicy>
 
@@ -31,7 +44,7 @@ export const KeyEntry = Type.Object({
   prefix: Type.String({ description: 'the first characters of the raw key, to recognise it; not enough to use it' }),
   createdAt: EpochMs(),
   policy: Type.Union([SpendPolicy, Type.Null()], {
-    description: 'spend limits on swaps from the server wallet; null: none (only the wallet-wide limits of the trading service apply)',
+    description: "spend limits on swaps from the server wallet; null: none (the trading service's default caps apply: $500 a swap and $500 a day unless its settings say otherwise)",
   }),
   wallet: Type.Union([Address(), Type.Null()], {
     description: 'the wallet bound to the key at creation: GET /portfolio/jobs shows it the paid agent jobs of that wallet; null: none',
@@ -68,10 +81,11 @@ const KeyIdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 
 const UsdcAmount = IntegerString({ description: 'USDC base units (6 decimals)' })
 const Usd = Type.String({ description: 'dollar-formatted, e.g. $0.01' })
 
-export const SettlementStateSchema = Type.Unsafe<'pending' | 'settling' | 'settled' | 'failed' | 'skipped'>({
+export const SettlementStateSchema = Type.Unsafe<'pending' | 'settling' | 'settled' | 'failed' | 'skipped' | 'voided'>({
   type: 'string',
-  enum: ['pending', 'settling', 'settled', 'failed', 'skipped'],
-  description: 'pending: recorded, not yet settled; settling: submitted; settled: on chain (txHash); failed: will not settle (settleError); skipped: settlement is off',
+  enum: ['pending', 'settling', 'settled', 'failed', 'skipped', 'voided'],
+  description:
+    "pending: recorded, not yet settled (a job's payment: also while its job runs); settling: its transaction is signed, kept and broadcast, waiting for a block (txHash); settled: on chain (txHash); failed: will not settle (settleError); skipped: settlement is off; voided: never settled, its job failed or was cancelled before it started (voidReason)",
 })
 
 export const RecentPayment = Type.Object({
@@ -81,8 +95,10 @@ export const RecentPayment = Type.Object({
   paidAt: Type.Integer({ description: 'when the gateway charged it, ms since the Unix epoch' }),
   requestId: Type.String({ description: 'x-request-id of the paid request' }),
   settlement: SettlementStateSchema,
-  txHash: Type.Union([Type.String(), Type.Null()], { description: 'the settling transaction, once known' }),
+  txHash: Type.Union([Type.String(), Type.Null()], { description: 'the settlement transaction: set from the moment it is signed (settling), the one on chain once settled' }),
   settleError: Type.Union([Type.String(), Type.Null()], { description: 'why settlement failed or is being retried' }),
+  jobId: Type.Union([Type.String(), Type.Null()], { description: 'the agent job the payment bought (POST /agent/prompt): settled only if the job completes' }),
+  voidReason: Type.Union([Type.String(), Type.Null()], { description: 'voided: why (the job\'s error, "cancelled before it started", or the authorization expired first)' }),
 })
 export type RecentPayment = Static<typeof RecentPayment>
 
@@ -91,7 +107,11 @@ export const RevenueSummary = Type.Object({
   totalUsd: Usd,
   uniquePayers: Type.Integer(),
   pricePerRequest: Usd,
-  requestCount: Type.Integer({ description: 'paid requests charged (payments whose settlement failed are not counted)' }),
+  requestCount: Type.Integer({ description: 'paid requests charged: settled and to be settled (payments voided or whose settlement failed are not counted)' }),
+  voided: Type.Object(
+    { count: Type.Integer(), totalUsdc: UsdcAmount },
+    { description: 'payments never settled because their job failed or was cancelled before it started (not in the totals)' },
+  ),
   recentPayments: Type.Array(RecentPayment, { description: 'the latest 20 payments, newest first, whatever their settlement' }),
   storage: Type.String({ description: 'where the ledger is kept' }),
 })
@@ -210,6 +230,25 @@ export const adminRoutes = {
       params: PayerParams,
       response: { 200: Type.Object({ ok: Type.Literal(true), address: Address() }), 404: ErrorBody, ...errors },
     },
+  }),
+  walletState: route({
+    method: 'GET',
+    url: '/admin/wallet',
+    summary: "The server wallet's kill switch: whether spends from it are paused, why, since when and by whom",
+    schema: { response: { 200: WalletControl, ...errors } },
+  }),
+  pauseWallet: route({
+    method: 'POST',
+    url: '/admin/wallet/pause',
+    summary:
+      'Pause every spend from the server wallet (swaps, agent swaps, automation runs, launches) on every replica within a second; they answer 423 until resumed. Settlement of payments (money in) goes on',
+    schema: { body: PauseWalletBody, response: { 200: WalletControl, 503: ErrorBody, ...errors } },
+  }),
+  resumeWallet: route({
+    method: 'POST',
+    url: '/admin/wallet/resume',
+    summary: 'Resume spends from the server wallet; automations run again from their next due time',
+    schema: { response: { 200: WalletControl, 503: ErrorBody, ...errors } },
   }),
   listBlockedPayers: route({
     method: 'GET',

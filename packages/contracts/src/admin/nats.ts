@@ -4,7 +4,7 @@ import { endpoint, topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { Address, Sha256Hex } from '../common/primitives.ts'
 import { AgentPayer, SpendPolicy } from './http.ts'
-import { paymentChannels } from './payments.ts'
+import { PaymentsOfJobsReply, PaymentsOfJobsRequest, paymentChannels } from './payments.ts'
 
 /** admin.keys.verify request: the SHA-256 of the raw key (raw keys never travel). */
 export const KeyVerifyRequest = Type.Object({ hash: Sha256Hex() })
@@ -42,8 +42,12 @@ export function adminChannels(namespace: string) {
     keyPolicy: endpoint(subjectOf(namespace, 'admin', 'keys.policy'), KeyPolicyRequest, KeyPolicyReply),
     /** request/reply: the payer's entry on the agent allowlist (null: not on it), asked before a server-wallet swap */
     agentPayer: endpoint(subjectOf(namespace, 'admin', 'agent-payers.get'), Type.Object({ address: Address() }), Type.Object({ payer: Type.Union([AgentPayer, Type.Null()]) })),
+    /** request/reply: the payments of paid agent jobs (pending, settled, voided, failed), for the job answers */
+    paymentsOfJobs: endpoint(subjectOf(namespace, 'admin', 'payments.of-jobs'), PaymentsOfJobsRequest, PaymentsOfJobsReply),
     /** broadcast: a key was revoked; every gateway evicts it from its cache */
     keyRevoked: topic(subjectOf(namespace, 'admin', 'keys.revoked'), KeyRevoked),
+    /** the KV bucket of the server wallet's kill switch (key walletControlKey), watched by trading and automation */
+    walletControl: `${namespace}-wallet-control`,
     /** charged payments (gateway -> JetStream -> admin's ledger) and the blocked payers */
     payments: paymentChannels(namespace),
   }

@@ -12,10 +12,14 @@ export interface PaymentChannels {
   stream: string
   /** the subject gateways publish charged payments on, in batches */
   charged: Topic<PaymentsCharged>
+  /** the agent's verdict on the payment of each paid job (charge or void), one message per job */
+  jobOutcome: Topic<JobPaymentOutcome>
   /** the KV bucket of payers refused at the edge (key: lower-case address) */
   blockedPayers: string
   /** the durable consumer through which admin records payments */
   ledgerConsumer: string
+  /** the durable consumer through which admin records the outcomes of paid jobs */
+  jobOutcomeConsumer: string
   /** where charges that cannot be recorded go after bounded tries, with their reason (same stream) */
   deadLetters: string
   /** the stream's configuration, ensured by every publisher and consumer at start */
@@ -50,8 +54,59 @@ export const PaymentCharged = Type.Object({
   resource: Type.String(),
   requestId: Type.String(),
   chargedAt: Type.Integer({ description: 'ms since the Unix epoch' }),
+  /** the agent job this payment bought (POST /agent/prompt) */
+  jobId: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+  /**
+   * when to settle: at once (absent), or only once the job's outcome says charge
+   * (`on-job-complete`): the ledger holds it until then, and voids it if the job fails
+   */
+  settle: Type.Optional(Type.Literal('on-job-complete')),
 })
 export type PaymentCharged = Static<typeof PaymentCharged>
+
+/** A payment held for a job is settled only once its job ends: `on-job-complete`. */
+export const settleOnJobComplete = 'on-job-complete' as const
+
+/**
+ * What the agent decided for the payment of a paid job once the job ended: `charge` (it
+ * completed, or was cancelled while running: work was done) or `void` (it failed, or was
+ * cancelled before it started), with the reason. Published on the payments stream with the
+ * job id as the message id; the ledger keeps the first outcome of a job.
+ */
+export const JobPaymentOutcome = Type.Object({
+  jobId: Type.String({ minLength: 1, maxLength: 64 }),
+  payer: Address(),
+  nonce: Bytes32(),
+  outcome: Type.Union([Type.Literal('charge'), Type.Literal('void')]),
+  /** why it is voided (the job's error, or "cancelled before it started") */
+  reason: Type.Optional(Type.String({ maxLength: 2000 })),
+  /** the job's final status */
+  status: Type.Union([Type.Literal('complete'), Type.Literal('failed'), Type.Literal('cancelled')]),
+  at: Type.Integer({ description: 'when the job ended, ms since the Unix epoch' }),
+})
+export type JobPaymentOutcome = Static<typeof JobPaymentOutcome>
+
+/** Where the payment of a paid job stands, as the job's owner sees it. */
+export const JobPayment = Type.Object(
+  {
+    state: Type.Union([Type.Literal('pending'), Type.Literal('settled'), Type.Literal('voided'), Type.Literal('failed')], {
+      description:
+        'pending: authorized, settled once the job completes (or while it settles); settled: the USDC moved (txHash); voided: never settled, the job failed or was cancelled before it started (reason); failed: could not be settled (reason)',
+    }),
+    reason: Type.Optional(Type.String({ description: 'voided or failed: why' })),
+    txHash: Type.Optional(Bytes32({ description: 'settled: the transfer' })),
+  },
+  { description: 'paid jobs (POST /agent/prompt): the payment of the job; absent when the ledger could not be asked' },
+)
+export type JobPayment = Static<typeof JobPayment>
+
+/** admin.payments.of-jobs request: the jobs whose payments to look up. */
+export const PaymentsOfJobsRequest = Type.Object({ jobIds: Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 100 }) })
+export type PaymentsOfJobsRequest = Static<typeof PaymentsOfJobsRequest>
+
+/** admin.payments.of-jobs reply: what the ledger knows of each job's payment (jobs it knows nothing of are left out). */
+export const PaymentsOfJobsReply = Type.Object({ payments: Type.Record(Type.String(), JobPayment) })
+export type PaymentsOfJobsReply = Static<typeof PaymentsOfJobsReply>
 
 /**
  * One stream message: the payments a gateway charged while its previous publish was in
@@ -66,15 +121,24 @@ const day = 86_400_000
 export function paymentChannels(namespace: string): PaymentChannels {
   const stream = `${namespace}_payments`
   const charged = topic(subjectOf(namespace, 'payments', 'charged'), PaymentsCharged)
+  const jobOutcome = topic(subjectOf(namespace, 'payments', 'job-outcome'), JobPaymentOutcome)
   return {
     stream,
     charged,
+    jobOutcome,
     blockedPayers: `${namespace}-blocked-payers`,
     ledgerConsumer: 'admin-ledger',
+    jobOutcomeConsumer: 'admin-job-outcomes',
     deadLetters: subjectOf(namespace, 'payments', 'dead-letter'),
     // kept a week, so an admin outage of days loses nothing; a republished batch within
     // 10 minutes is dropped by JetStream, anything else by the ledger's unique (payer, nonce)
-    streamSpec: { name: stream, subjects: [charged.subject, subjectOf(namespace, 'payments', 'dead-letter')], maxAgeMs: 7 * day, duplicateWindowMs: 600_000 },
+    // (job outcomes: by their job id, the message id, and the ledger keeping a job's first outcome)
+    streamSpec: {
+      name: stream,
+      subjects: [charged.subject, jobOutcome.subject, subjectOf(namespace, 'payments', 'dead-letter')],
+      maxAgeMs: 7 * day,
+      duplicateWindowMs: 600_000,
+    },
   }
 }
 

@@ -1,7 +1,8 @@
 import { Type, type Static } from 'typebox'
 import { ErrorBody } from '../common/errors.ts'
-import { Bytes32, EpochMs, IntegerString } from '../common/primitives.ts'
+import { Bytes32, EpochMs, FreeText, IntegerString } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
+import { JobPayment } from '../admin/payments.ts'
 import { UnsignedTransaction } from '../trading/http.ts'
 import { PaymentRequiredSchema } from '../x402/requirements.ts'
 
@@ -24,7 +25,7 @@ export const JobStatusSchema = Type.Unsafe<JobStatus>({
 
 export const PromptBody = Type.Object(
   {
-    prompt: Type.String({ minLength: 1, maxLength: maxPromptLength, description: 'what to do, in plain words' }),
+    prompt: FreeText({ minLength: 1, maxLength: maxPromptLength, description: 'what to do, in plain words' }),
     threadId: Type.Optional(Type.String({ minLength: 1, maxLength: 64, description: 'continue this thread of yours; a new thread when absent' })),
     context: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'anything the runner should know (passed to the LLM as JSON); at most 16 KB' })),
   },
@@ -86,8 +87,12 @@ export const Job = Type.Object({
   updatedAt: Type.Optional(EpochMs()),
   result: Type.Optional(JobResult),
   error: Type.Optional(Type.String({ description: 'failed jobs: what went wrong, for a person to read (never internals)' })),
+  payment: Type.Optional(JobPayment),
 })
 export type Job = Static<typeof Job>
+
+/** The header of a 202 from POST /agent/prompt naming the job: the gateway ties the payment to it. */
+export const jobIdHeader = 'x-ats-job-id'
 
 export const Message = Type.Object({
   id: Type.String(),
@@ -126,13 +131,15 @@ export const agentRoutes = {
   prompt: route({
     method: 'POST',
     url: '/agent/prompt',
-    summary: 'Run a prompt as an asynchronous job; poll GET /agent/job/:id or stream GET /agent/job/:id/events',
+    summary:
+      'Run a prompt as an asynchronous job; poll GET /agent/job/:id or stream GET /agent/job/:id/events. Its payment is settled only if the job completes (or is cancelled while running); a job that fails or is cancelled before it starts voids it (the job\'s `payment`)',
     schema: { body: PromptBody, response: { 202: PromptAccepted, 404: ErrorBody, ...errors } },
   }),
   job: route({
     method: 'GET',
     url: '/agent/job/:id',
-    summary: 'A job of yours: id, status, createdAt while pending or running; with prompt, updatedAt and result or error once finished',
+    summary:
+      "A job of yours: id, status, createdAt while pending or running; with prompt, updatedAt and result or error once finished; `payment` (pending, settled, voided or failed) for a job bought with POST /agent/prompt",
     schema: { params: IdParams, response: { 200: Job, 404: ErrorBody, ...errors } },
   }),
   cancelJob: route({

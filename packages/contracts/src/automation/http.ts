@@ -40,10 +40,11 @@ export const AutomationRun = Type.Object({
   scheduledFor: EpochMs('the due time the run was for'),
   startedAt: EpochMs(),
   finishedAt: Type.Union([EpochMs(), Type.Null()]),
-  status: Type.Unsafe<'running' | 'success' | 'failed'>({
+  status: Type.Unsafe<'running' | 'success' | 'failed' | 'skipped'>({
     type: 'string',
-    enum: ['running', 'success', 'failed'],
-    description: 'running: the swap is under way; success: mined (txHash); failed: error says why (a reverted swap has its txHash too)',
+    enum: ['running', 'success', 'failed', 'skipped'],
+    description:
+      'running: the swap is under way; success: mined (txHash); failed: error says why (a reverted swap has its txHash too); skipped: not made because the server wallet was paused (error says by whom and since when); it counts neither as a run nor as a failure',
   }),
   txHash: Type.Union([Bytes32(), Type.Null()]),
   amountIn: IntegerString({ description: 'tokenIn base units' }),

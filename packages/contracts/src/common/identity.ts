@@ -25,6 +25,16 @@ export const identityHeaders = {
   tier: 'x-ats-key-tier',
   /** the wallet bound to the API key (POST /admin/keys `wallet`) */
   wallet: 'x-ats-key-wallet',
+  /**
+   * the verified x402 payment of a paid request, `<payer>:<nonce>` (both lower-case): the agent
+   * ties a job to the payment that bought it and reports the job's outcome for it
+   */
+  payment: 'x-ats-payment',
+  /**
+   * a paid request that may be a repeat (x402 payment id): `<payer>:<payment id>:<nonce of the
+   * payment that paid it>`; the same value means the same request, to be answered with the same result
+   */
+  idempotencyKey: 'x-ats-idempotency-key',
   internalToken: 'x-ats-internal-token',
   requestId: 'x-request-id',
 } as const
@@ -34,5 +44,7 @@ export const IdentitySchema = Type.Object({
   keyId: Type.Optional(Type.String()),
   tier: Type.Optional(TierSchema),
   wallet: Type.Optional(Type.String()),
+  /** from the gateway's x-ats-idempotency-key: a paid request sent again with its payment id */
+  idempotencyKey: Type.Optional(Type.String()),
 })
 export type Identity = Static<typeof IdentitySchema>

@@ -19,3 +19,12 @@ export const Signature65 = string('^0x[0-9a-fA-F]{130}$', '65 bytes of 0x-hex')
 export const IntegerString = string(integerStringPattern, 'an unsigned integer as a decimal string')
 export const Sha256Hex = string('^[0-9a-f]{64}$', 'a SHA-256 as lower-case hex')
 export const EpochMs = (description = 'ms since the Unix epoch') => Type.Integer({ description })
+
+/**
+ * The schema keyword saying which control characters a string may hold. The kit's validator puts
+ * `'refused'` (no C0 control character, no DEL) on every string of a request that does not say;
+ * `FreeText()` says `'whitespace'`: tab, line feed and carriage return are allowed, NUL never.
+ */
+export const controlCharactersKeyword = 'controlCharacters'
+/** Text a person writes (a prompt): it may hold tabs and line breaks; other control characters are refused. */
+export const FreeText = (options: TStringOptions = {}) => Type.String({ ...options, [controlCharactersKeyword]: 'whitespace' })

@@ -35,6 +35,13 @@ export const Quote = Type.Object({
     minimum: 0,
     description: "how far the execution price is below the pools' mid price before the trade, in basis points; the pool fee is not counted (it is in `fees`), so a tiny trade has an impact of 0",
   }),
+  priceImpactCeilingBps: Type.Integer({
+    minimum: 1,
+    maximum: 10_000,
+    description:
+      "the default price-impact ceiling of swaps from the server wallet (SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS, 1500 = 15%); a key's spend policy may set its own (maxPriceImpactBps), which execute applies",
+  }),
+  exceedsPriceImpactCeiling: Type.Boolean({ description: 'true: priceImpactBps is over priceImpactCeilingBps, so an execute of this swap would be refused (422)' }),
   route: Type.Array(Type.String(), { description: 'the path as token symbols, e.g. ["ARB","WETH","WBTC"] when routed through WETH' }),
   pools: Type.Array(Address(), { description: 'the pool of each hop' }),
   fees: Type.Array(Type.Integer(), { description: 'the fee of each hop in hundredths of a basis point (500 = 0.05%)' }),
@@ -208,14 +215,16 @@ export const tradingRoutes = {
   quote: route({
     method: 'GET',
     url: '/swap/quote',
-    summary: 'Quote a swap on Uniswap V3 or Camelot (routed through WETH when there is no direct pool)',
+    summary:
+      'Quote a swap on Uniswap V3 or Camelot (routed through WETH when there is no direct pool); 422 when no pool has liquidity, or when the pools cannot absorb amountIn (the error names the largest amount that fills)',
     schema: { querystring: QuoteQuery, response: { 200: Quote, ...errors, 422: ErrorBody } },
   }),
   execute: route({
     method: 'POST',
     url: '/swap/execute',
-    summary: 'Swap from the server wallet and wait for the receipt. Send an Idempotency-Key header to make retries safe',
-    schema: { body: SwapBody, response: { 200: SwapResult, ...writeErrors } },
+    summary:
+      "Swap from the server wallet and wait for the receipt. Send an Idempotency-Key header to make retries safe. 403 over the key's spend limits, 422 over its price-impact ceiling, 423 while the server wallet is paused",
+    schema: { body: SwapBody, response: { 200: SwapResult, ...writeErrors, 423: ErrorBody } },
   }),
   prepare: route({
     method: 'POST',
@@ -244,8 +253,8 @@ export const tradingRoutes = {
   launch: route({
     method: 'POST',
     url: '/launchpad/tokens',
-    summary: 'Launch an ERC-20 with a fixed supply from the server wallet. Send an Idempotency-Key header to make retries safe',
-    schema: { body: LaunchBody, response: { 201: LaunchedToken, ...writeErrors } },
+    summary: 'Launch an ERC-20 with a fixed supply from the server wallet. Send an Idempotency-Key header to make retries safe. 423 while the server wallet is paused',
+    schema: { body: LaunchBody, response: { 201: LaunchedToken, ...writeErrors, 423: ErrorBody } },
   }),
   launched: route({
     method: 'GET',

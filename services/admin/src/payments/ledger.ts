@@ -1,4 +1,4 @@
-import type { PaymentCharged } from '@ats/contracts'
+import { settleOnJobComplete, type PaymentCharged } from '@ats/contracts'
 import type { Payment, PrismaClient, SettlementState } from '../generated/prisma/client.ts'
 
 export type PaymentRow = Payment
@@ -7,6 +7,8 @@ export interface RevenueTotals {
   totalUsdc: bigint
   requestCount: number
   uniquePayers: number
+  /** payments voided (their job failed): not in the figures above */
+  voided: { count: number; totalUsdc: bigint }
 }
 
 export interface DailyRevenue {
@@ -18,12 +20,20 @@ export interface DailyRevenue {
 const dayMs = 86_400_000
 
 /**
+ * The state a charged payment is recorded in: a job's payment (`settle: on-job-complete`) is
+ * held until its job's outcome is known, whether settlement is on or not (a void applies
+ * either way); any other is due at once, or skipped when settlement is off.
+ */
+const stateOf = (e: PaymentCharged, settle: boolean): SettlementState =>
+  e.settle === settleOnJobComplete && e.jobId ? 'held' : settle ? 'pending' : 'skipped'
+
+/**
  * The payments ledger: every charged payment once (unique payer + nonce), its settlement
  * state, and the revenue figures. Revenue counts every payment that has not failed to
- * settle: a failed one earned nothing.
+ * settle and was not voided (its job failed): those earned nothing.
  */
 export function createLedger(db: PrismaClient, { settle }: { settle: boolean }) {
-  const earning = { state: { not: 'failed' as SettlementState } }
+  const earning = { state: { notIn: ['failed', 'voided'] as SettlementState[] } }
   return {
     /**
      * Records charged payments in one INSERT over arrays; ones already recorded are skipped.
@@ -36,24 +46,31 @@ export function createLedger(db: PrismaClient, { settle }: { settle: boolean }) 
       const a = (e: PaymentCharged) => e.authorization
       return db.$executeRaw`
         INSERT INTO payments (payer, pay_to, asset, chain_id, network, x402_version, amount, valid_after, valid_before,
-          nonce, signature, method, route, resource, request_id, charged_at, state)
-        SELECT *, ${settle ? 'pending' : 'skipped'}::"SettlementState" FROM unnest(
+          nonce, signature, method, route, resource, request_id, charged_at, job_id, state)
+        SELECT * FROM unnest(
           ${column((e) => e.payer)}::text[], ${column((e) => e.payTo)}::text[],
           ${column((e) => e.asset)}::text[], ${column((e) => e.chainId)}::int[], ${column((e) => e.network)}::text[],
           ${column((e) => e.x402Version)}::smallint[], ${column((e) => a(e).value)}::bigint[], ${column((e) => a(e).validAfter)}::bigint[],
           ${column((e) => a(e).validBefore)}::bigint[], ${column((e) => a(e).nonce.toLowerCase())}::text[],
           ${column((e) => e.signature.toLowerCase())}::text[], ${column((e) => e.method)}::text[], ${column((e) => e.route)}::text[],
           ${column((e) => e.resource)}::text[], ${column((e) => e.requestId)}::text[],
-          ${column((e) => new Date(e.chargedAt).toISOString())}::timestamptz[])
+          ${column((e) => new Date(e.chargedAt).toISOString())}::timestamptz[], ${column((e) => e.jobId ?? null)}::text[],
+          ${column((e) => stateOf(e, settle))}::"SettlementState"[])
         ON CONFLICT (payer, nonce) DO NOTHING`
     },
 
     async totals(): Promise<RevenueTotals> {
-      const [sum, payers] = await Promise.all([
+      const [sum, payers, voided] = await Promise.all([
         db.payment.aggregate({ where: earning, _sum: { amount: true }, _count: { _all: true } }),
         db.payment.groupBy({ by: ['payer'], where: earning }),
+        db.payment.aggregate({ where: { state: 'voided' }, _sum: { amount: true }, _count: { _all: true } }),
       ])
-      return { totalUsdc: sum._sum.amount ?? 0n, requestCount: sum._count._all, uniquePayers: payers.length }
+      return {
+        totalUsdc: sum._sum.amount ?? 0n,
+        requestCount: sum._count._all,
+        uniquePayers: payers.length,
+        voided: { count: voided._count._all, totalUsdc: voided._sum.amount ?? 0n },
+      }
     },
 
     recent(limit: number): Promise<PaymentRow[]> {
@@ -67,7 +84,7 @@ export function createLedger(db: PrismaClient, { settle }: { settle: boolean }) 
       const rows = await db.$queryRaw<Array<{ day: string; count: bigint; total: bigint | null }>>`
         SELECT to_char(charged_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, count(*) AS count, sum(amount)::bigint AS total
         FROM payments
-        WHERE charged_at >= ${from} AND state <> 'failed'
+        WHERE charged_at >= ${from} AND state NOT IN ('failed', 'voided')
         GROUP BY 1`
       const byDay = new Map(rows.map((r) => [r.day, r]))
       return Array.from({ length: days }, (_, i) => {
@@ -79,11 +96,13 @@ export function createLedger(db: PrismaClient, { settle }: { settle: boolean }) 
 
     /**
      * Claims up to `limit` payments due for settlement, leasing them for `leaseMs`: replicas
-     * never claim the same one, and one whose settler died is claimed again after the lease.
+     * never claim the same one, and one whose settler died is claimed again after the lease
+     * (`pending` ones and `settling` ones alike: a retaken `settling` payment checks its kept
+     * transaction). The state is left as it is: `settling` means a transaction is signed.
      */
     claimDue(limit: number, leaseMs: number): Promise<PaymentRow[]> {
       return db.$queryRaw<PaymentRow[]>`
-        UPDATE payments SET state = 'settling', attempts = attempts + 1,
+        UPDATE payments SET attempts = attempts + 1,
           next_attempt_at = now() + ${leaseMs} * interval '1 millisecond'
         WHERE id IN (
           SELECT id FROM payments
@@ -93,12 +112,16 @@ export function createLedger(db: PrismaClient, { settle }: { settle: boolean }) 
         RETURNING id, payer, pay_to AS "payTo", asset, chain_id AS "chainId", network, x402_version AS "x402Version",
           amount, valid_after AS "validAfter", valid_before AS "validBefore", nonce, signature, method, route, resource,
           request_id AS "requestId", charged_at AS "chargedAt", recorded_at AS "recordedAt", state, attempts,
-          next_attempt_at AS "nextAttemptAt", tx_hash AS "txHash", settle_error AS "settleError", settled_at AS "settledAt"`
+          next_attempt_at AS "nextAttemptAt", tx_hash AS "txHash", raw_tx AS "rawTx", settle_error AS "settleError", settled_at AS "settledAt"`
     },
 
-    /** The transaction is sent: if this settler dies now, the next one checks it instead of sending again. */
-    async submitted(id: bigint, txHash: string): Promise<void> {
-      await db.payment.update({ where: { id }, data: { txHash } })
+    /**
+     * A settlement transaction is signed and about to be broadcast (called before the broadcast):
+     * kept with its hash, the payment `settling`. If this settler dies now, the next one checks
+     * or rebroadcasts this transaction instead of signing another.
+     */
+    async signed(id: bigint, tx: { hash: string; raw: string }): Promise<void> {
+      await db.payment.update({ where: { id }, data: { state: 'settling', txHash: tx.hash, rawTx: tx.raw } })
     },
 
     async settled(id: bigint, txHash: string): Promise<void> {
@@ -109,8 +132,18 @@ export function createLedger(db: PrismaClient, { settle }: { settle: boolean }) 
       await db.payment.update({ where: { id }, data: { state: 'failed', settleError: reason } })
     },
 
+    /** Claimed but not attempted: due again at once, the claim not counted as an attempt. */
+    async release(ids: bigint[]): Promise<void> {
+      if (ids.length === 0) return
+      await db.$executeRaw`UPDATE payments SET attempts = attempts - 1, next_attempt_at = now() WHERE id = ANY(${ids}::bigint[])`
+    },
+
+    /** Tried again after `delayMs`; a payment with a kept transaction stays `settling`, one without is `pending`. */
     async retryLater(id: bigint, reason: string, delayMs: number): Promise<void> {
-      await db.payment.update({ where: { id }, data: { state: 'pending', settleError: reason, nextAttemptAt: new Date(Date.now() + delayMs) } })
+      await db.$executeRaw`
+        UPDATE payments SET state = (CASE WHEN raw_tx IS NULL THEN 'pending' ELSE 'settling' END)::"SettlementState",
+          settle_error = ${reason}, next_attempt_at = now() + ${delayMs} * interval '1 millisecond'
+        WHERE id = ${id}`
     },
   }
 }

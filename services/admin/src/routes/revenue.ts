@@ -24,15 +24,19 @@ export async function revenueRoutes(app: FastifyInstance, { ledger, price, stora
         uniquePayers: totals.uniquePayers,
         pricePerRequest: formatUsd(price),
         requestCount: totals.requestCount,
+        voided: { count: totals.voided.count, totalUsdc: totals.voided.totalUsdc.toString() },
         recentPayments: recent.map((p) => ({
           payer: p.payer,
           amount: p.amount.toString(),
           route: `${p.method} ${p.route}`,
           paidAt: p.chargedAt.getTime(),
           requestId: p.requestId,
-          settlement: p.state,
+          // a job's payment held until its job ends is, to the reader, pending
+          settlement: p.state === 'held' ? ('pending' as const) : p.state,
           txHash: p.txHash,
           settleError: p.settleError,
+          jobId: p.jobId,
+          voidReason: p.voidReason,
         })),
         storage,
       }

@@ -15,6 +15,28 @@ export interface Owner {
   wallet?: string | undefined
 }
 
+export interface JobStoreHooks {
+  /**
+   * A paid job reached its final status (the outcome for its payment is stored with it): called
+   * after the commit, to publish the outcome. Not awaited by the store; a publish that never
+   * happens is made by the sweep (`unpublishedOutcomes`).
+   */
+  paidJobFinished?(jobId: string): void
+}
+
+/** What the payment of a finished paid job comes to, stored in the same UPDATE as the final status. */
+export interface PaymentOutcomeRow {
+  id: string
+  payment: string
+  paymentOutcome: 'charge' | 'void'
+  paymentReason: string | null
+  status: 'complete' | 'failed' | 'cancelled'
+  updatedAt: Date
+}
+
+/** The reason a job cancelled before a worker started it voids its payment. */
+export const cancelledBeforeStart = 'cancelled before it started'
+
 export interface PromptInput {
   prompt: string
   threadId?: string | undefined
@@ -25,6 +47,8 @@ export interface PromptInput {
   model?: string
   /** system and developer messages (/v1) */
   instructions?: string | undefined
+  /** paid jobs: the payment that bought it, `<payer>:<nonce>` lower-case (x-ats-payment) */
+  payment?: string | undefined
 }
 
 const finished = new Set(['complete', 'failed', 'cancelled'])
@@ -66,7 +90,11 @@ async function appendEvent(t: Tx, jobId: string, type: JobEvent['type'], data: J
 
 export type ClaimOutcome = { claimed: Job; event: JobEvent } | { finished: true } | { busyForMs: number } | { missing: true }
 
-export function createJobStore(db: PrismaClient) {
+export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
+  /** after the commit of a final status: paid jobs have an outcome to publish */
+  const outcomeStored = (rows: Array<{ paid: boolean }>, jobId: string) => {
+    if (rows[0]?.paid) hooks.paidJobFinished?.(jobId)
+  }
   return {
     /**
      * The thread (new, or the owner's), the user message and the pending job, in one transaction.
@@ -88,6 +116,7 @@ export function createJobStore(db: PrismaClient) {
           data: {
             id: jobId,
             ownerId: owner.ownerId,
+            payment: input.payment ?? null,
             keyId: owner.keyId ?? null,
             wallet: owner.wallet ?? null,
             threadId,
@@ -121,13 +150,19 @@ export function createJobStore(db: PrismaClient) {
 
     /** pending or running -> cancelled; null when the job is not the owner's or already finished. */
     async cancel(owner: Owner, id: string): Promise<JobEvent | null> {
-      return db.$transaction(async (t) => {
-        const rows = await t.$queryRaw<Array<{ id: string }>>`
-          UPDATE jobs SET status = 'cancelled', worker_id = NULL, lease_until = NULL, updated_at = now()
-          WHERE id = ${id} AND owner_id = ${owner.ownerId} AND status IN ('pending', 'running') RETURNING id`
-        if (rows.length === 0) return null
-        return appendEvent(t, id, 'status', { status: 'cancelled' })
+      // a paid job cancelled while running is charged (work was done), one cancelled before a
+      // worker started it is voided: decided from the status it had, in the same statement
+      const { rows, event } = await db.$transaction(async (t) => {
+        const rows = await t.$queryRaw<Array<{ id: string; paid: boolean }>>`
+          UPDATE jobs SET status = 'cancelled', worker_id = NULL, lease_until = NULL, updated_at = now(),
+            payment_outcome = CASE WHEN payment IS NULL THEN NULL WHEN status = 'running' THEN 'charge' ELSE 'void' END,
+            payment_reason = CASE WHEN payment IS NULL OR status = 'running' THEN NULL ELSE ${cancelledBeforeStart} END
+          WHERE id = ${id} AND owner_id = ${owner.ownerId} AND status IN ('pending', 'running') RETURNING id, payment IS NOT NULL AS paid`
+        if (rows.length === 0) return { rows, event: null }
+        return { rows, event: await appendEvent(t, id, 'status', { status: 'cancelled' }) }
       })
+      outcomeStored(rows, id)
+      return event
     },
 
     async thread(owner: Owner, id: string): Promise<ThreadView | null> {
@@ -188,33 +223,62 @@ export function createJobStore(db: PrismaClient) {
 
     /** running -> complete, with the assistant's message; null when the job was cancelled meanwhile. */
     async complete(job: Job, workerId: string, result: JobResult): Promise<JobEvent | null> {
-      return db.$transaction(async (t) => {
-        const rows = await t.$queryRaw<Array<{ id: string }>>`
-          UPDATE jobs SET status = 'complete', result = ${JSON.stringify(result)}::jsonb, worker_id = NULL, lease_until = NULL, updated_at = now()
-          WHERE id = ${job.id} AND status = 'running' AND worker_id = ${workerId} RETURNING id`
-        if (rows.length === 0) return null
+      const { rows, event } = await db.$transaction(async (t) => {
+        const rows = await t.$queryRaw<Array<{ id: string; paid: boolean }>>`
+          UPDATE jobs SET status = 'complete', result = ${JSON.stringify(result)}::jsonb, worker_id = NULL, lease_until = NULL, updated_at = now(),
+            payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'charge' END
+          WHERE id = ${job.id} AND status = 'running' AND worker_id = ${workerId} RETURNING id, payment IS NOT NULL AS paid`
+        if (rows.length === 0) return { rows, event: null }
         await t.message.create({
           data: { id: newId('msg'), threadId: job.threadId, role: 'assistant', content: result.text, toolCalls: result.toolCalls, metadata: { jobId: job.id } },
         })
         await t.thread.update({ where: { id: job.threadId }, data: { updatedAt: new Date() } })
-        return appendEvent(t, job.id, 'status', { status: 'complete', result })
+        return { rows, event: await appendEvent(t, job.id, 'status', { status: 'complete', result }) }
       })
+      outcomeStored(rows, job.id)
+      return event
     },
 
     /** -> failed with a message for the client; by its worker, or by anyone when `workerId` is null. */
     async fail(jobId: string, workerId: string | null, error: string): Promise<JobEvent | null> {
-      return db.$transaction(async (t) => {
+      // a failed paid job voids its payment, with the job's error as the reason
+      const { rows, event } = await db.$transaction(async (t) => {
         const rows = workerId
-          ? await t.$queryRaw<Array<{ id: string }>>`
-              UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now()
-              WHERE id = ${jobId} AND status = 'running' AND worker_id = ${workerId} RETURNING id`
-          : await t.$queryRaw<Array<{ id: string }>>`
-              UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now()
-              WHERE id = ${jobId} AND status IN ('pending', 'running') RETURNING id`
-        if (rows.length === 0) return null
-        return appendEvent(t, jobId, 'status', { status: 'failed', error })
+          ? await t.$queryRaw<Array<{ id: string; paid: boolean }>>`
+              UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now(),
+                payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'void' END, payment_reason = CASE WHEN payment IS NULL THEN NULL ELSE ${error} END
+              WHERE id = ${jobId} AND status = 'running' AND worker_id = ${workerId} RETURNING id, payment IS NOT NULL AS paid`
+          : await t.$queryRaw<Array<{ id: string; paid: boolean }>>`
+              UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now(),
+                payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'void' END, payment_reason = CASE WHEN payment IS NULL THEN NULL ELSE ${error} END
+              WHERE id = ${jobId} AND status IN ('pending', 'running') RETURNING id, payment IS NOT NULL AS paid`
+        if (rows.length === 0) return { rows, event: null }
+        return { rows, event: await appendEvent(t, jobId, 'status', { status: 'failed', error }) }
       })
+      outcomeStored(rows, jobId)
+      return event
     },
+
+    /** The outcome of a finished paid job, to publish; null when it has none (unpaid, or not finished). */
+    async paymentOutcome(jobId: string): Promise<PaymentOutcomeRow | null> {
+      const job = await db.job.findUnique({
+        where: { id: jobId },
+        select: { id: true, payment: true, paymentOutcome: true, paymentReason: true, status: true, updatedAt: true },
+      })
+      if (!job?.payment || !job.paymentOutcome || !isFinished(job.status)) return null
+      return job as PaymentOutcomeRow
+    },
+
+    markOutcomePublished: (jobId: string) => db.job.updateMany({ where: { id: jobId, outcomePublishedAt: null }, data: { outcomePublishedAt: new Date() } }),
+
+    /** Finished paid jobs whose outcome is not yet in the stream (the process died before it published). */
+    unpublishedOutcomes: (olderThan: Date, limit: number) =>
+      db.job.findMany({
+        where: { paymentOutcome: { not: null }, outcomePublishedAt: null, updatedAt: { lt: olderThan } },
+        select: { id: true },
+        orderBy: { updatedAt: 'asc' },
+        take: limit,
+      }),
 
     /** Gives a running job back to the queue (its worker is stopping). */
     release: (jobId: string, workerId: string) =>

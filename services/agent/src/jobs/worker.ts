@@ -81,6 +81,7 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     running.set(jobId, controller)
     const stop = () => controller.abort(new Stopping())
     shutdown.addEventListener('abort', stop, { once: true })
+    if (shutdown.aborted) stop() // the process began to stop while the job was being claimed
     const timer = setTimeout(() => controller.abort(new TimedOut()), settings.maxRunMs)
     const renewal = setInterval(async () => {
       try {
@@ -106,7 +107,8 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
       if (reason instanceof Stopping) {
         await store.release(jobId, workerId)
         log.info({ jobId }, 'worker stopping: job handed back to the queue')
-        return { retryInMs: 0 }
+        // a new message, not a nak: the stop is not the job's attempt (rolling restarts would use them up)
+        return 'handBack'
       }
       const message =
         reason instanceof TimedOut

@@ -1,9 +1,10 @@
-import { agentRoutes } from '@ats/contracts'
-import { NotFound, type TypeBoxTypeProvider } from '@ats/service-kit'
+import { agentRoutes, identityHeaders, jobIdHeader } from '@ats/contracts'
+import { fingerprintOf, NotFound, type IdempotencyStore, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { isAddress } from 'viem'
 import { ContextTooLarge, JobNotCancellable, NoPayer, PromptNotText } from '../errors.ts'
 import type { JobEvents } from '../jobs/events.ts'
+import type { JobPaymentLookup } from '../jobs/paymentOutcomes.ts'
 import type { JobQueue } from '../jobs/queue.ts'
 import { isFinished, jobView, type JobStore, type Owner } from '../jobs/store.ts'
 
@@ -23,11 +24,39 @@ export interface AgentRouteDeps {
   events: JobEvents
   /** broadcast that a job was cancelled, for the worker running it */
   cancelled(jobId: string): void
+  /** runs a paid request sent again with its payment id once (the gateway's x-ats-idempotency-key) */
+  idempotency: IdempotencyStore
+  /** the payments of paid jobs, from admin's ledger */
+  paymentsOf: JobPaymentLookup
+}
+
+const paymentPattern = /^0x[0-9a-f]{40}:0x[0-9a-f]{64}$/
+
+/**
+ * The verified payment the gateway forwards with a paid request (`<payer>:<nonce>`), when it is
+ * the owner's: the job it starts is tied to it, and its payment settles only if the job completes.
+ */
+function paymentOf(request: FastifyRequest, owner: Owner): string | undefined {
+  const value = request.headers[identityHeaders.payment]
+  if (typeof value !== 'string' || value === '') return undefined
+  if (!paymentPattern.test(value) || !value.startsWith(`${owner.ownerId}:`)) {
+    request.log.warn("x-ats-payment is malformed or not the payer's; the job is not tied to a payment")
+    return undefined
+  }
+  return value
 }
 
 /** Jobs and threads of the payer: POST /agent/prompt, the job, its events, its cancel, the thread. */
-export async function agentRoutesPlugin(app: FastifyInstance, { store, queue, events, cancelled }: AgentRouteDeps) {
+export async function agentRoutesPlugin(app: FastifyInstance, { store, queue, events, cancelled, idempotency, paymentsOf }: AgentRouteDeps) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
+
+  // A paid request sent again with its payment id (the gateway checked it is the same request)
+  // gets the first one's result, across replicas and restarts: one job for one payment.
+  const once = async <T>(request: FastifyRequest, scope: string, input: unknown, effect: () => Promise<T>): Promise<T> => {
+    const key = request.identity.idempotencyKey
+    if (key === undefined) return effect()
+    return (await idempotency.run(scope, key, fingerprintOf(input), effect)).result
+  }
 
   api.route({
     ...agentRoutes.prompt,
@@ -40,11 +69,16 @@ export async function agentRoutesPlugin(app: FastifyInstance, { store, queue, ev
       const owner = payerOf(request)
       const { prompt, threadId, context } = request.body
       if (context !== undefined && Buffer.byteLength(JSON.stringify(context)) > maxContextBytes) throw new ContextTooLarge(maxContextBytes)
-      const created = await store.createPrompt(owner, { prompt, threadId, context })
-      events.emit(created.event)
-      await queue.enqueue(created.jobId)
-      request.log.info({ jobId: created.jobId, threadId: created.threadId }, 'job accepted')
-      return reply.code(202).send({ jobId: created.jobId, threadId: created.threadId, status: 'pending' as const })
+      const job = await once(request, 'agent.prompt', { prompt, threadId, context }, async () => {
+        const created = await store.createPrompt(owner, { prompt, threadId, context, payment: paymentOf(request, owner) })
+        events.emit(created.event)
+        await queue.enqueue(created.jobId)
+        request.log.info({ jobId: created.jobId, threadId: created.threadId }, 'job accepted')
+        return { jobId: created.jobId, threadId: created.threadId }
+      })
+      // the gateway ties the payment to this job: settled only if it completes
+      reply.header(jobIdHeader, job.jobId)
+      return reply.code(202).send({ jobId: job.jobId, threadId: job.threadId, status: 'pending' as const })
     },
   })
 
@@ -53,20 +87,22 @@ export async function agentRoutesPlugin(app: FastifyInstance, { store, queue, ev
     handler: async (request) => {
       const job = await store.getJob(payerOf(request), request.params.id)
       if (!job) throw new NotFound(`job ${request.params.id}`)
-      return jobView(job)
+      const payment = (await paymentsOf([job])).get(job.id)
+      return { ...jobView(job), ...(payment ? { payment } : {}) }
     },
   })
 
   api.route({
     ...agentRoutes.cancelJob,
-    handler: async (request) => {
-      const event = await store.cancel(payerOf(request), request.params.id)
-      if (!event) throw new JobNotCancellable(request.params.id)
-      events.emit(event)
-      cancelled(request.params.id)
-      request.log.info({ jobId: request.params.id }, 'job cancelled')
-      return { success: true as const, jobId: request.params.id }
-    },
+    handler: async (request) =>
+      once(request, 'agent.cancel', { id: request.params.id }, async () => {
+        const event = await store.cancel(payerOf(request), request.params.id)
+        if (!event) throw new JobNotCancellable(request.params.id)
+        events.emit(event)
+        cancelled(request.params.id)
+        request.log.info({ jobId: request.params.id }, 'job cancelled')
+        return { success: true as const, jobId: request.params.id }
+      }),
   })
 
   api.route({

@@ -2,12 +2,13 @@ import { agentRoutes } from '@ats/contracts'
 import type { TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
 import { NoKey } from '../errors.ts'
+import type { JobPaymentLookup } from '../jobs/paymentOutcomes.ts'
 import { jobView, type JobStore } from '../jobs/store.ts'
 
 const maxJobs = 100
 
 /** GET /portfolio/jobs: the key's own jobs (/v1) and the paid jobs of the wallet bound to it. */
-export async function portfolioRoutes(app: FastifyInstance, { store }: { store: JobStore }) {
+export async function portfolioRoutes(app: FastifyInstance, { store, paymentsOf }: { store: JobStore; paymentsOf: JobPaymentLookup }) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({
@@ -16,7 +17,14 @@ export async function portfolioRoutes(app: FastifyInstance, { store }: { store: 
       const { keyId, wallet } = request.identity
       if (!keyId) throw new NoKey()
       const jobs = await store.listForKey(keyId, wallet, Math.min(request.query.limit, maxJobs))
-      return { jobs: jobs.map((job) => ({ ...jobView(job, true), prompt: job.prompt })) }
+      // the paid jobs' payments in one request to admin
+      const payments = await paymentsOf(jobs)
+      return {
+        jobs: jobs.map((job) => {
+          const payment = payments.get(job.id)
+          return { ...jobView(job, true), prompt: job.prompt, ...(payment ? { payment } : {}) }
+        }),
+      }
     },
   })
 }

@@ -75,7 +75,8 @@ export function createLlmRunner(settings: LlmSettings): Runner & { close(): Prom
       for (let turn = 1; turn <= settings.maxSteps; turn++) {
         const completion = await Promise.race([
           // a completion is not idempotent on the model's side, but repeating one changes nothing of ours
-          client.postJson<Completion>('/chat/completions', { model: settings.model, messages, tools, tool_choice: 'auto' }, { retry: true }),
+          // the signal ends the request too: a stopping worker does not wait for the model to answer
+          client.postJson<Completion>('/chat/completions', { model: settings.model, messages, tools, tool_choice: 'auto' }, { retry: true, signal }),
           aborted(signal),
         ])
         const message = completion?.choices?.[0]?.message

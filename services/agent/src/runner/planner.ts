@@ -3,7 +3,7 @@
 // Deterministic: the same prompt and thread give the same calls and the same words.
 import type { BridgeQuote, Positions, PredictionMarket, PreparedSwap, Quote, SwapResult, TrendingPool } from '@ats/contracts'
 import { formatUnits } from 'viem'
-import { countRunUsage, type Runner } from './runner.ts'
+import { countRunUsage, RunnerError, type Runner } from './runner.ts'
 import type { ToolCallOutcome } from './toolbox.ts'
 
 export type Slots = Record<string, string | string[] | boolean | undefined>
@@ -323,9 +323,13 @@ export function createPlanner(): Runner {
       const plan = planOf(input.prompt, input.history)
       if (plan.intent === null) return { text: plan.text, modelTurns: 1, usage: countRunUsage(input, plan.text) }
       const intent = intents.find((i) => i.name === plan.intent)!
-      const call: Call = (tool, args) => {
+      // a tool that fails through a fault of ours (a service failing or down) fails the job: its
+      // answer would be an apology, and a failed job's payment is voided, never settled
+      const call: Call = async (tool, args) => {
         signal.throwIfAborted()
-        return toolbox.call(tool, args)
+        const outcome = await toolbox.call(tool, args)
+        if (!outcome.ok && outcome.serviceFault) throw new RunnerError(`the ${tool} step failed: ${outcome.error}`)
+        return outcome
       }
       const outcomes: ToolCallOutcome[] = []
       for (const c of plan.calls) outcomes.push(await call(c.tool, c.args))

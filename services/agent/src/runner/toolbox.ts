@@ -6,7 +6,8 @@ import type { Logger } from '@ats/service-kit'
 import type { JobStore } from '../jobs/store.ts'
 import { ToolError, checkArguments, type JobOwner, type ToolOutput, type Tools } from './tools.ts'
 
-export type ToolCallOutcome = { ok: true; output: unknown } | { ok: false; error: string }
+/** `serviceFault`: the tool failed through a fault of the fleet (a service failing or down), not the asker's */
+export type ToolCallOutcome = { ok: true; output: unknown } | { ok: false; error: string; serviceFault?: boolean }
 
 export interface ToolboxOptions {
   tools: Tools
@@ -59,7 +60,7 @@ export async function createToolbox({ tools, store, emit, log, jobId, owner, sig
       }
       await store.finishStep(jobId, n, { error: error.message })
       await event({ step: n, tool: name, phase: 'failed', error: error.message })
-      return { ok: false, error: error.message }
+      return { ok: false, error: error.message, ...(error.serviceFault ? { serviceFault: true } : {}) }
     }
   }
 

@@ -37,6 +37,13 @@ export interface Tool<S extends TSchema = TSchema> {
 /** A tool's failure that its caller should read (a bad argument, a refusal, a service down). */
 export class ToolError extends Error {
   override name = 'ToolError'
+  constructor(
+    message: string,
+    /** the failure is ours, not the asker's: a service of the fleet failed, timed out or is down */
+    readonly serviceFault = false,
+  ) {
+    super(message)
+  }
 }
 
 export interface ToolDeps {
@@ -73,9 +80,9 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs }: ToolDeps
       if (error instanceof ServiceCallError) {
         const service = serviceNames[endpoint.subject.split('.')[1] ?? ''] ?? 'a service'
         if (error.statusCode === 503 && /no responders|unavailable/i.test(error.message)) {
-          throw new ToolError(`the ${service} service is not available right now`)
+          throw new ToolError(`the ${service} service is not available right now`, true)
         }
-        throw new ToolError(error.message)
+        throw new ToolError(error.message, error.statusCode >= 500)
       }
       throw error
     }
@@ -84,7 +91,7 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs }: ToolDeps
   const tokens = tradingTokens(nc, channels.trading.tokens, { timeoutMs })
   async function tokenOf(symbolOrAddress: string) {
     const found = await tokens.find(symbolOrAddress).catch((error: Error) => {
-      throw new ToolError(`the token list is not available (${error.message})`)
+      throw new ToolError(`the token list is not available (${error.message})`, true)
     })
     if (!found) throw new ToolError(`unknown token ${symbolOrAddress}; known: ${(await tokens.list()).map((t) => t.symbol).join(', ')}`)
     return found

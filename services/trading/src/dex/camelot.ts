@@ -28,8 +28,17 @@ export function camelotDex(client: PublicClient, book: AddressBook['algebra']): 
         args: [algebraPath(path), amountIn],
         blockNumber,
       })
-      const [amountOutList, , , , , feeList] = result
-      return { amountOut: amountOutList[amountOutList.length - 1]!, fees: feeList.map(Number) }
+      const [amountOutList, amountInList, , , , feeList] = result
+      // each hop says what it took: less than it was given means its pool ran dry (an amount that
+      // takes a pool exactly to its limit is all used, so the price alone does not say it)
+      const given = [amountIn, ...amountOutList.slice(0, -1)]
+      const partial = amountInList.some((used, i) => used < given[i]!)
+      return {
+        amountOut: amountOutList[amountOutList.length - 1]!,
+        fees: feeList.map(Number),
+        partial,
+        amountInUsed: partial && path.length === 1 ? amountInList[0] : undefined,
+      }
     },
     async sqrtPriceX96(pool, blockNumber) {
       const [price] = await client.readContract({ address: pool, abi: algebraPoolAbi, functionName: 'globalState', blockNumber })

@@ -14,6 +14,10 @@ export interface Hop {
 export interface PathQuote {
   amountOut: bigint
   fees: number[]
+  /** a hop reached its price limit: the path cannot take all of amountIn (amountOut is what the part it takes buys) */
+  partial: boolean
+  /** when partial, what the path took of amountIn, if the quoter says (Algebra, one hop) */
+  amountInUsed?: bigint | undefined
 }
 
 /**

@@ -5,6 +5,12 @@ import { poolCache, type Dex, type Hop } from './types.ts'
 /** The fee tiers Uniswap V3's factory enables: 0.01%, 0.05%, 0.3%, 1%. */
 export const UNISWAP_FEE_TIERS = [100, 500, 3000, 10000] as const
 
+/** The price limits a swap without its own limit stops at (Uniswap V3 TickMath's MIN_SQRT_RATIO + 1 and MAX_SQRT_RATIO - 1). */
+const SQRT_PRICE_LIMITS = new Set([4295128739n + 1n, 1461446703485210103287273052203988822378723970342n - 1n])
+
+/** Whether a hop's price after the swap is at a limit: the pool ran out of liquidity before amountIn was used. */
+export const atPriceLimit = (sqrtPricesAfter: readonly bigint[]) => sqrtPricesAfter.some((price) => SQRT_PRICE_LIMITS.has(price))
+
 /** Uniswap V3 path bytes: tokenIn ‖ fee (uint24) ‖ token ‖ … ‖ tokenOut. */
 export function uniswapPath(path: Hop[]): Hex {
   return concatHex([path[0]!.tokenIn, ...path.flatMap((hop) => [numberToHex(hop.fee, { size: 3 }), hop.tokenOut])])
@@ -30,7 +36,8 @@ export function uniswapDex(client: PublicClient, book: AddressBook['uniswapV3'])
         args: [uniswapPath(path), amountIn],
         blockNumber,
       })
-      return { amountOut: result[0], fees: path.map((hop) => hop.fee) }
+      // QuoterV2 does not say what it took of amountIn; a hop at its price limit says it was not all
+      return { amountOut: result[0], fees: path.map((hop) => hop.fee), partial: atPriceLimit(result[1]) }
     },
     async sqrtPriceX96(pool, blockNumber) {
       const [sqrtPrice] = await client.readContract({ address: pool, abi: uniswapPoolAbi, functionName: 'slot0', blockNumber })

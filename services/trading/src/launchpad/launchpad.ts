@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { erc20Abi } from '@ats/chain'
 import type { LaunchBody, LaunchedToken } from '@ats/contracts'
-import { BadRequest, createError, fingerprintOf, type IdempotencyStore, type Logger } from '@ats/service-kit'
+import { BadRequest, createError, fingerprintOf, type IdempotencyStore, type Logger, type WalletControlWatch } from '@ats/service-kit'
 import { encodeDeployData, getAddress, type Abi, type Address, type Hex, type TransactionReceipt } from 'viem'
 import type { ChainTx } from '../chainTx.ts'
 import type { Launch, PrismaClient } from '../generated/prisma/client.ts'
@@ -45,7 +45,14 @@ function supplyOf(body: LaunchBody): bigint {
  * success | reverted. With an idempotency key a launch runs once per key; a try that died
  * after signing is picked up from its row, as swaps are.
  */
-export function createLaunchpad({ db, tx, idempotency, chainId, log }: { db: PrismaClient; tx: ChainTx; idempotency: IdempotencyStore; chainId: number; log: Logger }) {
+export function createLaunchpad({ db, tx, idempotency, chainId, log, walletControl }: {
+  db: PrismaClient
+  tx: ChainTx
+  idempotency: IdempotencyStore
+  chainId: number
+  log: Logger
+  walletControl: Pick<WalletControlWatch, 'assertSpendable'>
+}) {
   async function finish(row: Launch, receipt: TransactionReceipt): Promise<LaunchedToken> {
     if (receipt.status !== 'success' || !receipt.contractAddress) {
       await db.launch.update({ where: { id: row.id }, data: { status: 'reverted', blockNumber: receipt.blockNumber, error: 'the deployment reverted' } })
@@ -66,6 +73,7 @@ export function createLaunchpad({ db, tx, idempotency, chainId, log }: { db: Pri
       const outcome = await tx.resume(row.txHash as Hex, row.rawTx as Hex)
       if (outcome !== 'dropped') return finish(row, outcome)
     }
+    walletControl.assertSpendable()
     const holder = tx.sender().address
     row ??= await db.launch.create({
       data: {

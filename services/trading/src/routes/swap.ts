@@ -10,10 +10,13 @@ export const callerOf = (request: FastifyRequest): Caller => ({ keyId: request.i
 /** The key the gateway authenticated; its routes are per key. */
 export const keyOf = (request: FastifyRequest) => request.identity.keyId ?? '-'
 
-export async function swapRoutes(app: FastifyInstance, { quoter, executor, prepare }: { quoter: Quoter; executor: Executor; prepare: ReturnType<typeof createPreparer> }) {
+export async function swapRoutes(
+  app: FastifyInstance,
+  { quoter, executor, prepare, impactCeilingBps }: { quoter: Quoter; executor: Executor; prepare: ReturnType<typeof createPreparer>; impactCeilingBps: number },
+) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
-  api.route({ ...tradingRoutes.quote, handler: async (request) => quoteAnswer(await quoter.quote(request.query)) })
+  api.route({ ...tradingRoutes.quote, handler: async (request) => quoteAnswer(await quoter.quote(request.query), impactCeilingBps) })
 
   api.route({
     ...tradingRoutes.execute,

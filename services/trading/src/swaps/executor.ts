@@ -1,14 +1,14 @@
 import { randomBytes } from 'node:crypto'
 import { erc20Abi } from '@ats/chain'
 import type { Execution as ExecutionView, SpendPolicy, SwapBody, SwapResult } from '@ats/contracts'
-import { Forbidden, fingerprintOf, type IdempotencyStore, type Logger } from '@ats/service-kit'
+import { Forbidden, WalletPaused, fingerprintOf, type IdempotencyStore, type Logger, type WalletControlWatch } from '@ats/service-kit'
 import { getAddress, isAddress, parseEventLogs, type Address, type Hex, type TransactionReceipt } from 'viem'
 import type { ChainTx } from '../chainTx.ts'
 import { WouldRevert } from '../chainTx.ts'
 import type { Execution, PrismaClient } from '../generated/prisma/client.ts'
-import { checkSpend, limitsOfKey, limitsOfPayer, type SpendLimits } from './policy.ts'
+import { checkImpact, checkSpend, limitsOfKey, limitsOfPayer, type SpendDefaults, type SpendLimits } from './policy.ts'
 import type { Quoter, RoutedQuote } from './quotes.ts'
-import { routeOf } from './quotes.ts'
+import { impactOf, routeOf } from './quotes.ts'
 import { usdValueOf } from './usd.ts'
 
 /** Who asked for a swap: the API key (its spend policy applies), and the job or automation run behind it. */
@@ -37,6 +37,10 @@ export interface ExecutorOptions {
   payerPolicy(address: string): Promise<SpendPolicy | null>
   /** the wallet-wide limits (settings), when any is set */
   walletLimits: SpendLimits | undefined
+  /** what a key or payer gets for a limit its policy leaves out */
+  defaults: SpendDefaults
+  /** the kill switch: nothing is sent while an admin has paused the server wallet */
+  walletControl: Pick<WalletControlWatch, 'assertSpendable'>
   deadlineSeconds: number
   log: Logger
   now?: () => number
@@ -110,15 +114,14 @@ export function createExecutor(options: ExecutorOptions) {
   const now = options.now ?? Date.now
 
   /**
-   * Nothing spends the server wallet outside an explicit policy: a swap is made for an API key
-   * (its policy, if any) or for a payer on the agent's allowlist (its policy), never for
-   * anyone else; the wallet-wide limits apply on top.
+   * Nothing spends the server wallet outside a policy: a swap is made for an API key (its policy,
+   * the defaults for what it leaves out) or for a payer on the agent's allowlist (the same), never
+   * for anyone else; the wallet-wide limits apply on top.
    */
   async function limitsFor(caller: Caller): Promise<{ limits: SpendLimits[]; payer?: string }> {
     const limits: SpendLimits[] = options.walletLimits ? [options.walletLimits] : []
     if (caller.keyId) {
-      const policy = await options.keyPolicy(caller.keyId)
-      if (policy) limits.push(limitsOfKey(caller.keyId, policy))
+      limits.push(limitsOfKey(caller.keyId, await options.keyPolicy(caller.keyId), options.defaults))
       return { limits }
     }
     if (!caller.ownerId || !isAddress(caller.ownerId, { strict: false })) {
@@ -129,14 +132,20 @@ export function createExecutor(options: ExecutorOptions) {
     if (!policy) {
       throw new Forbidden(`payer ${payer} may not swap from the server wallet: an admin allowlists payers with PUT /admin/agent-payers/:address`)
     }
-    limits.push(limitsOfPayer(payer, policy))
+    limits.push(limitsOfPayer(payer, policy, options.defaults))
     // executions keep the payer lower-case: its daily sum counts them whatever case the caller sent
     return { limits, payer: payer.toLowerCase() }
   }
 
   /** Checks the limits and records the pending execution in one transaction, under a lock, so concurrent swaps count each other. */
-  async function reserve(q: RoutedQuote, minOut: bigint, request: SwapRequest, caller: Caller, idem: { scope: string; key: string } | undefined) {
-    const { limits, payer } = await limitsFor(caller)
+  async function reserve(
+    q: RoutedQuote,
+    minOut: bigint,
+    request: SwapRequest,
+    caller: Caller,
+    idem: { scope: string; key: string } | undefined,
+    { limits, payer }: { limits: SpendLimits[]; payer?: string },
+  ) {
     const usdValue = await usdValueOf(q, quoter)
     return db.$transaction(async (t) => {
       if (limits.length > 0) {
@@ -207,7 +216,11 @@ export function createExecutor(options: ExecutorOptions) {
       }
     }
 
+    // a pause refuses what is not sent yet; a transaction signed before it is held too (chainTx)
+    options.walletControl.assertSpendable()
+    const limits = await limitsFor(caller)
     const q = await quoter.quoteFresh(request)
+    checkImpact(limits.limits, impactOf(q))
     const slippage = BigInt(request.slippageBps ?? 50)
     const minOut = (q.amountOut * (10_000n - slippage)) / 10_000n
     if (row) {
@@ -216,7 +229,7 @@ export function createExecutor(options: ExecutorOptions) {
         data: { status: 'pending', quotedAmountOut: q.amountOut.toString(), amountOutMinimum: minOut.toString(), txHash: null, rawTx: null, nonce: null, error: null },
       })
     } else {
-      row = await reserve(q, minOut, request, caller, idem)
+      row = await reserve(q, minOut, request, caller, idem, limits)
     }
     const pending = row
     const receiver = receiverOf(row)
@@ -231,7 +244,7 @@ export function createExecutor(options: ExecutorOptions) {
       })
       return await finish(pending, receipt)
     } catch (error) {
-      if (error instanceof WouldRevert) {
+      if (error instanceof WouldRevert || error instanceof WalletPaused) {
         await db.execution.update({ where: { id: pending.id }, data: { status: 'failed', error: error.message } })
       }
       throw error

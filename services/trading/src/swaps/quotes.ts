@@ -1,9 +1,9 @@
 import type { Token } from '@ats/chain'
 import type { DexName, Quote } from '@ats/contracts'
 import { BadRequest, cachedLoader, createError, parseAmount } from '@ats/service-kit'
-import type { PublicClient } from 'viem'
+import { formatUnits, type PublicClient } from 'viem'
 import { isRevert, rethrowAsChainError } from '../chainTx.ts'
-import { midPriceOut, pathsOf, priceImpactBps, type Dex, type Hop } from '../dex/types.ts'
+import { midPriceOut, pathsOf, priceImpactBps, type Dex, type Hop, type PathQuote } from '../dex/types.ts'
 import type { TokenResolver } from './tokens.ts'
 
 /** A quoter that reverts has no liquidity on that path (undefined); any other failure is thrown on. */
@@ -13,6 +13,36 @@ const unlessRevert = (error: unknown): undefined => {
 }
 
 export const NoRoute = createError<[string]>('ATS_ERR_TRADING_NO_ROUTE', '%s', 422)
+export const TooLarge = createError<[string]>('ATS_ERR_TRADING_TOO_LARGE', '%s', 422)
+
+/**
+ * The largest amount (within about 0.1%, rounded down) the path takes whole: the amount the
+ * quoter itself reports when it can, else a bisection on its own answer, first on the number's
+ * size, then on its value: about 20 quotes at one block, only for amounts the pools cannot absorb.
+ */
+export async function fillableAmount(quote: (amountIn: bigint) => Promise<PathQuote | undefined>, amountIn: bigint, first: PathQuote): Promise<bigint> {
+  if (first.amountInUsed !== undefined) return first.amountInUsed
+  const fills = async (amount: bigint) => {
+    const q = await quote(amount)
+    return q !== undefined && !q.partial && q.amountOut > 0n
+  }
+  // 2^low fills, 2^high does not (or is past amountIn)
+  let [low, high] = [-1, amountIn.toString(2).length]
+  while (high - low > 1) {
+    const mid = Math.floor((low + high) / 2)
+    if (await fills(1n << BigInt(mid))) low = mid
+    else high = mid
+  }
+  if (low < 0) return 0n
+  let [lo, hi] = [1n << BigInt(low), 1n << BigInt(high)]
+  if (hi > amountIn) hi = amountIn
+  while ((hi - lo) * 1024n > lo) {
+    const mid = (lo + hi) / 2n
+    if (await fills(mid)) lo = mid
+    else hi = mid
+  }
+  return lo
+}
 
 /** The best path for an amount at one block: what the quote cache keeps. */
 interface BestPath {
@@ -23,6 +53,8 @@ interface BestPath {
   spotAmountOut: bigint
   path: Hop[]
   fees: number[]
+  /** set when the pools cannot take all of amountIn: the largest amount that fills */
+  fillable?: bigint | undefined
 }
 
 /** A quote with what executing it needs: the DEX, the tokens and the path. */
@@ -47,6 +79,11 @@ export interface QuoteOptions {
   tokens: TokenResolver
   /** how long the latest block number is reused before asking the chain again */
   blockCacheMs: number
+}
+
+/** How a quote may come out: `partial` lets through one the pools cannot absorb whole (what valuing a swap needs: its mid price). */
+interface QuoteMode {
+  partial?: boolean
 }
 
 /**
@@ -78,19 +115,26 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
       const quoted = await Promise.all(
         paths.map(async (path) => ({ path, quote: await dex.quote(path, amountIn, blockNumber).catch(unlessRevert) })),
       )
-      let best: (typeof quoted)[number] | undefined
-      for (const candidate of quoted) {
-        if (candidate.quote && (!best?.quote || candidate.quote.amountOut > best.quote.amountOut)) best = candidate
+      // the best output among the paths that take all of amountIn; only when none does, the best partial one
+      let best: { path: Hop[]; quote: PathQuote } | undefined
+      for (const { path, quote } of quoted) {
+        if (!quote || quote.amountOut === 0n) continue
+        const better = !best || (best.quote.partial && !quote.partial) || (best.quote.partial === quote.partial && quote.amountOut > best.quote.amountOut)
+        if (better) best = { path, quote }
       }
-      if (!best?.quote || best.quote.amountOut === 0n) return null
+      if (!best) return null
       const { path, quote } = best
       const prices = await Promise.all(path.map((hop) => sqrtPrices.get(`${dexName}:${hop.pool}:${block}`)))
+      const fillable = quote.partial
+        ? await fillableAmount((amount) => dex.quote(path, amount, blockNumber).catch(unlessRevert), amountIn, quote)
+        : undefined
       return {
         amountOut: quote.amountOut,
         midAmountOut: midPriceOut(path, prices, quote.fees, amountIn),
         spotAmountOut: midPriceOut(path, prices, quote.fees.map(() => 0), amountIn),
         path,
         fees: quote.fees,
+        fillable,
       }
     },
   })
@@ -103,7 +147,7 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
     return { amountIn, tokenIn, tokenOut }
   }
 
-  async function quoteAt(request: QuoteRequest, blockNumber: bigint | undefined): Promise<RoutedQuote> {
+  async function quoteAt(request: QuoteRequest, blockNumber: bigint | undefined, mode: QuoteMode = {}): Promise<RoutedQuote> {
     const dexName = request.dex ?? 'uniswap'
     const { amountIn, tokenIn, tokenOut } = await check(request)
     const block = blockNumber ?? (await latestBlock.get('latest').catch(rethrowAsChainError))
@@ -111,6 +155,13 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
     if (!found) {
       throw new NoRoute(
         `no route from ${tokenIn.symbol} to ${tokenOut.symbol} on ${dexName}: no pool with liquidity for this amount, directly or through WETH`,
+      )
+    }
+    if (found.fillable !== undefined && !mode.partial) {
+      const about = (amount: bigint) => `${Number(formatUnits(amount, tokenIn.decimals)).toPrecision(4)} ${tokenIn.symbol}`
+      throw new TooLarge(
+        `amountIn ${amountIn} (${about(amountIn)}) is more than the pools on ${dexName} can absorb from ${tokenIn.symbol} to ${tokenOut.symbol}: ` +
+          `at most ${found.fillable} (${about(found.fillable)}) fills; a larger amount would stop at the end of the pools' liquidity`,
       )
     }
     return { ...found, dex: dexes[dexName], tokenIn, tokenOut, amountIn, blockNumber: BigInt(block) }
@@ -121,7 +172,7 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
     /** a quote at the latest block known (at most blockCacheMs old) */
     quote: (request: QuoteRequest) => quoteAt(request, undefined),
     /** a quote at a given block */
-    quoteAt: (request: QuoteRequest, blockNumber: bigint) => quoteAt(request, blockNumber),
+    quoteAt: (request: QuoteRequest, blockNumber: bigint, mode?: QuoteMode) => quoteAt(request, blockNumber, mode),
     /** a quote at the chain's head right now, for execution */
     quoteFresh: async (request: QuoteRequest) => quoteAt(request, await client.getBlockNumber({ cacheTime: 0 }).catch(rethrowAsChainError)),
   }
@@ -129,15 +180,21 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
 
 export type Quoter = ReturnType<typeof createQuoter>
 
-/** The public answer of a quote. */
-export function quoteAnswer(q: RoutedQuote): Quote {
+/** The price impact of a quote in basis points (the pools' fees not counted). */
+export const impactOf = (q: Pick<RoutedQuote, 'midAmountOut' | 'amountOut'>) => priceImpactBps(q.midAmountOut, q.amountOut)
+
+/** The public answer of a quote, with whether its impact is over the default ceiling. */
+export function quoteAnswer(q: RoutedQuote, impactCeilingBps: number): Quote {
+  const impact = impactOf(q)
   return {
     dex: q.dex.name,
     tokenIn: q.tokenIn.symbol,
     tokenOut: q.tokenOut.symbol,
     amountIn: q.amountIn.toString(),
     amountOut: q.amountOut.toString(),
-    priceImpactBps: priceImpactBps(q.midAmountOut, q.amountOut),
+    priceImpactBps: impact,
+    priceImpactCeilingBps: impactCeilingBps,
+    exceedsPriceImpactCeiling: impact > impactCeilingBps,
     route: routeOf(q),
     pools: q.path.map((hop) => hop.pool),
     fees: q.fees,

@@ -21,7 +21,8 @@ export async function usdValueOf(q: RoutedQuote, quoter: Quoter): Promise<number
   const dexes = q.dex.name === 'uniswap' ? (['uniswap', 'camelot'] as const) : (['camelot', 'uniswap'] as const)
   for (const dex of dexes) {
     try {
-      const inUsdc = await quoter.quoteAt({ tokenIn: q.tokenIn.address, tokenOut: 'USDC', amountIn: q.amountIn.toString(), dex }, q.blockNumber)
+      // valued at the mid price, so a route too thin for the whole amount still prices it
+      const inUsdc = await quoter.quoteAt({ tokenIn: q.tokenIn.address, tokenOut: 'USDC', amountIn: q.amountIn.toString(), dex }, q.blockNumber, { partial: true })
       return dollars(inUsdc.spotAmountOut, inUsdc.tokenOut.decimals)
     } catch (error) {
       if (!(error instanceof NoRoute)) throw error

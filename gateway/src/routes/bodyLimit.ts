@@ -1,0 +1,56 @@
+// The edge's body limit: a body over BODY_LIMIT_BYTES is a 413 from the gateway, before any service sees a byte of it.
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http'
+import { Readable } from 'node:stream'
+import { BodyTooLarge } from '@ats/service-kit'
+import type { FastifyInstance } from 'fastify'
+
+const expectsContinue = (headers: IncomingHttpHeaders) => headers.expect?.toLowerCase() === '100-continue'
+const declaredTooLarge = (headers: IncomingHttpHeaders, limit: number) => Number(headers['content-length'] ?? 0) > limit
+
+/** The whole body of a chunked request, or a 413 as soon as it passes the limit (the rest is read and dropped). */
+function readWithin(payload: Readable, limit: number): Promise<Readable> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = []
+    let size = 0
+    const onData = (chunk: Buffer) => {
+      size += chunk.length
+      if (size <= limit) {
+        chunks.push(chunk)
+        return
+      }
+      payload.off('data', onData).off('end', onEnd)
+      // drain what is still coming, so the connection can answer the 413 and carry on
+      payload.resume()
+      reject(new BodyTooLarge(limit))
+    }
+    const onEnd = () => resolve(Readable.from(chunks))
+    payload.on('data', onData).once('end', onEnd).once('error', reject)
+  })
+}
+
+/**
+ * The proxy streams bodies to the services, which refuse a large one and close the connection
+ * while the gateway is still sending: the client saw "<service> unavailable" (503) at random.
+ * So the gateway decides: a declared Content-Length over the limit is refused on arrival; with
+ * `Expect: 100-continue` the 100 is sent only when the body fits (else the 413 comes instead
+ * and the connection closes, as the client may or may not send the body); a chunked body is
+ * counted and held until it ends, so a service never gets part of one. Services read the same
+ * BODY_LIMIT_BYTES, so a body that passes here passes there.
+ */
+export function installBodyLimit(app: FastifyInstance, limit: number): void {
+  // with a listener, Node leaves the 100 to us instead of sending it for every request
+  app.server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    if (!declaredTooLarge(req.headers, limit)) res.writeContinue()
+    app.server.emit('request', req, res)
+  })
+  app.addHook('onRequest', async (request, reply) => {
+    if (!declaredTooLarge(request.headers, limit)) return
+    if (expectsContinue(request.headers)) reply.header('connection', 'close')
+    throw new BodyTooLarge(limit)
+  })
+  app.addHook('preParsing', async (request, _reply, payload) => {
+    // a Content-Length body cannot run past it (Node's parser stops there): stream it on
+    if (request.headers['transfer-encoding'] === undefined) return payload
+    return readWithin(payload, limit)
+  })
+}

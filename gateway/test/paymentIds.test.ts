@@ -1,0 +1,272 @@
+import { natsChannels, paymentRequirementsV2 } from '@ats/contracts'
+import { startTestDevnet } from '@ats/devnet'
+import { createService } from '@ats/service-kit'
+import { baseTestEnv, testInfra } from '@ats/service-kit/testing'
+import { appendPaymentIdentifierToExtensions, generatePaymentId, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier'
+import Fastify from 'fastify'
+import { Redis } from 'ioredis'
+import { connect } from 'nats'
+import t from 'tap'
+import { privateKeyToAccount } from 'viem/accounts'
+import { createNonceStore, decodePaymentSignature, MalformedPaymentError, type Payment } from '../src/payments/index.ts'
+import { createPaymentIdStore, requestFingerprint } from '../src/payments/paymentIds.ts'
+import { gatewayService } from '../src/service.ts'
+import { b64, paymentFixtures, redisPair } from './paymentFixtures.ts'
+
+// Payment ids (x402 payment-identifier): the store on real Redis shared by two "replicas", then
+// the whole gateway (two of them) in process before a probe upstream, on the devnet.
+const { devnet, chainEnv } = await startTestDevnet(t)
+const { redisUrl } = await testInfra()
+const [redisA, redisB] = redisPair(t, redisUrl)
+
+const usdc = devnet.book.tokens.find((token) => token.symbol === 'USDC')!.address
+const payer = privateKeyToAccount(devnet.accounts[1]!.privateKey)
+const otherPayer = privateKeyToAccount(devnet.accounts[2]!.privateKey)
+const payTo = devnet.accounts[9]!.address
+const { terms, wire, signed } = paymentFixtures({ usdc, payTo, chainId: devnet.chainId, payer })
+
+/** A v2 PAYMENT-SIGNATURE carrying `extensions` as x402's client builds them from a 402. */
+const headerWith = async (extensions: Record<string, unknown> | undefined, signer = payer, message?: Awaited<ReturnType<typeof signed>>) => {
+  const { message: m, signature } = message ?? (await signed(signer))
+  return b64({ x402Version: 2, accepted: paymentRequirementsV2(terms), payload: wire(m, signature), ...(extensions ? { extensions } : {}) })
+}
+/** the 402's declaration with the client's id appended by x402's own helper */
+const withId = (id: string) => appendPaymentIdentifierToExtensions({ [PAYMENT_IDENTIFIER]: { info: { required: false } } }, id)
+
+// the whole gateway: two replicas on one Redis, a probe upstream that echoes what it gets
+const probe = Fastify()
+let failNext = 0
+probe.all('/*', async (request, reply) => {
+  if (failNext > 0) {
+    failNext--
+    return reply.code(503).send({ error: 'probe down' })
+  }
+  return reply.code(request.method === 'POST' ? 202 : 200).send({ path: request.url, headers: request.headers, body: request.body ?? null })
+})
+t.teardown(() => probe.close())
+const probeUrl = await probe.listen({ port: 0, host: '127.0.0.1' })
+const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ...chainEnv, REDIS_URL: redisUrl, PAY_TO: payTo, AGENT_URL: probeUrl, PAYMENT_ID_TTL_SECONDS: '120' }
+const gateways = [await createService(gatewayService, env), await createService(gatewayService, env)]
+t.teardown(() => Promise.all(gateways.map((g) => g.close())))
+
+const nc = await connect({ servers: env.NATS_URL! })
+t.teardown(() => nc.close())
+const payments = natsChannels(env.NATS_NAMESPACE!).admin.payments
+// every charge published, seen on the subject itself: JetStream would drop a charge published
+// again with the same message id, and this must see such a second charge if one were made
+const charges: string[] = []
+const subscription = nc.subscribe(payments.charged.subject)
+void (async () => {
+  for await (const message of subscription) for (const charge of payments.charged.message.decode(message.data).charges) charges.push(charge.authorization.nonce)
+})()
+await nc.flush()
+/** the nonces charged so far, once the gateways' publishes have arrived */
+const chargedNonces = async () => {
+  await nc.flush()
+  return [...charges]
+}
+
+t.test('the payment id is read from PAYMENT-SIGNATURE with x402 validation; a malformed one is named', async (t) => {
+  const id = generatePaymentId()
+  t.equal(decodePaymentSignature(await headerWith(withId(id))).paymentId, id)
+  t.equal(decodePaymentSignature(await headerWith(undefined)).paymentId, undefined, 'no extension: no id')
+  t.equal(decodePaymentSignature(await headerWith({ [PAYMENT_IDENTIFIER]: { info: { required: false } } })).paymentId, undefined, 'the declaration echoed without an id')
+  const bad = async (extension: unknown, message: RegExp) => {
+    const header = await headerWith({ [PAYMENT_IDENTIFIER]: extension })
+    t.throws(() => decodePaymentSignature(header), MalformedPaymentError)
+    t.throws(() => decodePaymentSignature(header), { message }, message.source)
+  }
+  await bad({ info: { required: false, id: 'short' } }, /^PAYMENT-SIGNATURE: extensions\.payment-identifier: Invalid payment ID format/)
+  await bad({ info: { required: false, id: 'pay_has spaces and !!' } }, /Invalid payment ID format/)
+  await bad({ info: { required: false, id: 42 } }, /'id' must be a string/)
+  await bad('pay_1234567890abcdef', /^PAYMENT-SIGNATURE: extensions\.payment-identifier: Extension must be an object$/)
+  await bad({ info: { id: generatePaymentId() } }, /'required' boolean/)
+})
+
+t.test('a fingerprint changes with the method, path, query, content type or body', async (t) => {
+  const base = requestFingerprint('POST', '/agent/prompt', 'application/json', Buffer.from('{"prompt":"a"}'))
+  t.equal(requestFingerprint('POST', '/agent/prompt', 'application/json', Buffer.from('{"prompt":"a"}')), base)
+  const others = [
+    requestFingerprint('PUT', '/agent/prompt', 'application/json', Buffer.from('{"prompt":"a"}')),
+    requestFingerprint('POST', '/agent/prompt?x=1', 'application/json', Buffer.from('{"prompt":"a"}')),
+    requestFingerprint('POST', '/agent/prompt', 'text/plain', Buffer.from('{"prompt":"a"}')),
+    requestFingerprint('POST', '/agent/prompt', 'application/json', Buffer.from('{"prompt":"b"}')),
+  ]
+  t.equal(new Set([base, ...others]).size, 5)
+})
+
+const paymentOf = async (id: string, signer = payer): Promise<Payment> => decodePaymentSignature(await headerWith(withId(id), signer))
+const storeOn = (redis: Redis | undefined, namespace = 'ids-test') =>
+  createPaymentIdStore({ ...(redis ? { redis } : {}), nonces: createNonceStore(redis ? { redis } : {}), namespace, ttlMs: 60_000 })
+
+t.test('first use claims the nonce; the same request again is a repeat paid by the first payment; another request is a conflict', async (t) => {
+  const [a, b] = [storeOn(redisA), storeOn(redisB)]
+  const id = generatePaymentId()
+  const first = await paymentOf(id)
+  t.same(await a.claim(payer.address, id, 'fp-1', first), { kind: 'first' })
+  t.same(await createNonceStore({ redis: redisB }).claim(first.authorization.from, first.authorization.nonce, first.authorization.validBefore), false, 'its nonce is claimed')
+
+  const resigned = await paymentOf(id)
+  const repeat = await b.claim(payer.address, id, 'fp-1', resigned)
+  t.same(repeat, { kind: 'repeat', first }, 'on the other replica, paid by the first payment (bigints and all)')
+  t.equal(await createNonceStore({ redis: redisA }).claim(resigned.authorization.from, resigned.authorization.nonce, resigned.authorization.validBefore), true, "the repeat's own nonce was left unclaimed")
+  t.same(await b.claim(payer.address, id, 'fp-1', first), { kind: 'repeat', first }, 'the first payment sent again is a repeat too')
+  t.same(await a.claim(payer.address, id, 'fp-2', await paymentOf(id)), { kind: 'conflict' })
+  t.same(await a.claim(otherPayer.address, id, 'fp-2', await paymentOf(id, otherPayer)), { kind: 'first' }, "ids are per payer: another payer's same id is theirs")
+  const ttl = await redisA.pttl(`ats-x402-id:ids-test:${payer.address.toLowerCase()}:${id}`)
+  t.ok(ttl > 55_000 && ttl <= 60_000, `the record is kept for the TTL (${ttl} ms)`)
+})
+
+t.test('a new id on a payment whose nonce was used is refused, and the id stays free', async (t) => {
+  const store = storeOn(redisA)
+  const payment = await paymentOf(generatePaymentId())
+  const a = payment.authorization
+  t.equal(await createNonceStore({ redis: redisA }).claim(a.from, a.nonce, a.validBefore), true, 'spent without an id')
+  const id = generatePaymentId()
+  t.same(await store.claim(payer.address, id, 'fp', payment), { kind: 'nonce_used' })
+  t.same(await store.claim(payer.address, id, 'fp', await paymentOf(id)), { kind: 'first' }, 'no record was left behind')
+})
+
+t.test('50 concurrent claims of one id on two replicas: one first, 49 repeats; the charge is taken once', async (t) => {
+  for (const [name, stores] of [
+    ['Redis', [storeOn(redisA), storeOn(redisB)]],
+    ['in memory', [storeOn(undefined)]],
+  ] as const) {
+    const id = generatePaymentId()
+    const payment = await paymentOf(id)
+    const claims = await Promise.all(Array.from({ length: 50 }, (_, i) => stores[i % stores.length]!.claim(payer.address, id, 'fp', payment)))
+    t.equal(claims.filter((c) => c.kind === 'first').length, 1, `${name}: one first`)
+    t.equal(claims.filter((c) => c.kind === 'repeat').length, 49, `${name}: the rest repeats`)
+    const charges = await Promise.all(Array.from({ length: 50 }, (_, i) => stores[i % stores.length]!.charge(payer.address, id)))
+    t.equal(charges.filter(Boolean).length, 1, `${name}: charged once`)
+  }
+})
+
+t.test('an unreachable Redis fails closed (503), never a free repeat', async (t) => {
+  const dead = new Redis('redis://127.0.0.1:1', { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null })
+  t.teardown(() => dead.disconnect())
+  const id = generatePaymentId()
+  await t.rejects(storeOn(dead).claim(payer.address, id, 'fp', await paymentOf(id)), { name: 'PaymentUnavailableError', message: /^payment id store unavailable/ })
+})
+
+const post = (via: number, header: string, body: unknown, url = '/agent/prompt') =>
+  gateways[via]!.app.inject({ method: 'POST', url, headers: { 'payment-signature': header, 'content-type': 'application/json' }, payload: JSON.stringify(body) })
+const decode = (header: string | string[] | number | undefined) => JSON.parse(Buffer.from(String(header), 'base64').toString('utf8'))
+
+t.test('402s advertise the payment-identifier extension (optional) beside bazaar discovery', async (t) => {
+  const res = await gateways[0]!.app.inject({ method: 'POST', url: '/agent/prompt', payload: { prompt: 'hi' } })
+  t.equal(res.statusCode, 402)
+  const { extensions } = decode(res.headers['payment-required'])
+  t.match(extensions[PAYMENT_IDENTIFIER], { info: { required: false }, schema: { properties: { id: { minLength: 16, maxLength: 128 } } } })
+  t.match(extensions.bazaar, { routeTemplate: '/agent/prompt' })
+  t.equal(res.json().x402Version, 1, 'the body is x402 v1, which has no extensions: ids need PAYMENT-SIGNATURE (v2)')
+})
+
+t.test('the same request with one payment id on two gateways: forwarded with one idempotency key, charged once', async (t) => {
+  const id = generatePaymentId()
+  const message = await signed()
+  const header = await headerWith(withId(id), payer, message)
+  const body = { prompt: 'What is the price of ETH?', context: { b: 1, a: [1, 2] } }
+  const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => post(i % 2, header, body)))
+  t.same(answers.map((a) => a.statusCode), [202, 202, 202, 202, 202, 202])
+  const seen = answers.map((a) => a.json() as { body: unknown; headers: Record<string, string> })
+  t.ok(seen.every((s) => JSON.stringify(s.body) === JSON.stringify(body)), 'the body reached the service whole, every time')
+  const key = `${payer.address.toLowerCase()}:${id}:${message.message.nonce}`
+  t.same(new Set(seen.map((s) => s.headers['x-ats-idempotency-key'])), new Set([key]), 'every copy carries <payer>:<id>:<nonce>')
+  t.ok(answers.every((a) => decode(a.headers['payment-response']).success === true), 'every answer says it is paid')
+
+  const resigned = await post(1, await headerWith(withId(id)), body)
+  t.equal(resigned.statusCode, 202, 'a newly signed payment with the id is a repeat too')
+  t.equal(resigned.json().headers['x-ats-idempotency-key'], key, 'paid by the first payment')
+  t.equal(resigned.json().headers['x-ats-payment'], `${payer.address.toLowerCase()}:${message.message.nonce}`)
+  const charged = await chargedNonces()
+  t.equal(charged.filter((n) => n === message.message.nonce).length, 1, 'one charge, of the first payment')
+  t.equal(charged.length, 1, 'and nothing else')
+})
+
+t.test('the id with another body, path or query answers 409 naming it; nothing is charged', async (t) => {
+  const id = generatePaymentId()
+  const header = await headerWith(withId(id))
+  t.equal((await post(0, header, { prompt: 'one' })).statusCode, 202)
+  const before = (await chargedNonces()).length
+  for (const [body, url] of [
+    [{ prompt: 'two' }, '/agent/prompt'],
+    [{ prompt: 'one' }, '/agent/prompt?x=1'],
+    [{ prompt: 'one' }, '/agent/job/job_x/cancel'],
+  ] as const) {
+    const res = await post(1, await headerWith(withId(id)), body, url)
+    t.equal(res.statusCode, 409, `${url} ${JSON.stringify(body)}`)
+    t.same(res.json(), { error: `payment id ${id} was first used with another request (method, path, query or body differ); use a new id for a new request` })
+    t.notOk(res.headers['payment-response'], 'refused before the service: no payment response')
+  }
+  t.equal((await chargedNonces()).length, before)
+})
+
+t.test('a malformed id answers 402 naming it; a new id on a spent payment answers 402 nonce already used', async (t) => {
+  const malformed = await post(0, await headerWith({ [PAYMENT_IDENTIFIER]: { info: { required: false, id: 'too-short' } } }), { prompt: 'x' })
+  t.equal(malformed.statusCode, 402)
+  t.match(malformed.json(), { error: /^PAYMENT-SIGNATURE: extensions\.payment-identifier: Invalid payment ID format/ })
+
+  // the extensions are not signed: a spent payment with another id must not pass
+  const message = await signed()
+  t.equal((await post(0, await headerWith(withId(generatePaymentId()), payer, message), { prompt: 'x' })).statusCode, 202)
+  const reused = await post(1, await headerWith(withId(generatePaymentId()), payer, message), { prompt: 'x' })
+  t.equal(reused.statusCode, 402)
+  t.match(reused.json(), { error: /^nonce already used/ })
+})
+
+t.test('when the first answer was an error, the repeat that succeeds is the one charged', async (t) => {
+  const id = generatePaymentId()
+  const message = await signed()
+  const header = await headerWith(withId(id), payer, message)
+  failNext = 1
+  const failed = await post(0, header, { prompt: 'retry me' })
+  t.equal(failed.statusCode, 503)
+  t.match(decode(failed.headers['payment-response']), { success: false, errorReason: /^not charged: the service answered 503; send it again with the same payment id to retry$/ })
+  const before = await chargedNonces()
+  const retried = await post(1, header, { prompt: 'retry me' })
+  t.equal(retried.statusCode, 202)
+  const after = await chargedNonces()
+  t.same(after.slice(before.length), [message.message.nonce], 'charged now, once')
+  t.equal((await post(0, header, { prompt: 'retry me' })).statusCode, 202)
+  t.equal((await chargedNonces()).length, after.length, 'and not again')
+})
+
+t.test('a client cannot send its own x-ats-idempotency-key', async (t) => {
+  const { message, signature } = await signed()
+  const res = await gateways[0]!.app.inject({
+    method: 'POST',
+    url: '/agent/prompt',
+    headers: { 'payment-signature': await headerWith(undefined, payer, { message, signature }), 'x-ats-idempotency-key': 'forged', 'content-type': 'application/json' },
+    payload: { prompt: 'x' },
+  })
+  t.equal(res.statusCode, 202)
+  t.notOk('x-ats-idempotency-key' in res.json().headers, 'without a payment id there is none')
+})
+
+t.test('a chunked body is fingerprinted whole and forwarded whole: the same bytes chunked are a repeat', async (t) => {
+  const id = generatePaymentId()
+  const header = await headerWith(withId(id))
+  const body = { prompt: 'chunked '.repeat(200) }
+  const first = await post(0, header, body)
+  t.equal(first.statusCode, 202)
+  const url = await gateways[1]!.listen()
+  const bytes = Buffer.from(JSON.stringify(body))
+  const chunked = new ReadableStream({
+    start(controller) {
+      for (let i = 0; i < bytes.length; i += 100) controller.enqueue(bytes.subarray(i, i + 100))
+      controller.close()
+    },
+  })
+  // a stream body: fetch sends it with Transfer-Encoding: chunked, no Content-Length
+  const res = await fetch(`${url}/agent/prompt`, {
+    method: 'POST',
+    headers: { 'payment-signature': header, 'content-type': 'application/json' },
+    body: chunked,
+    duplex: 'half',
+  } as RequestInit)
+  t.equal(res.status, 202)
+  const seen = (await res.json()) as { body: unknown; headers: Record<string, string> }
+  t.same(seen.body, body, 'the service got the whole body')
+  t.equal(seen.headers['x-ats-idempotency-key'], first.json().headers['x-ats-idempotency-key'], 'a repeat of the first')
+})

@@ -1,0 +1,85 @@
+// The outcome of each paid job's payment (charge or void) for admin's ledger, published to the
+// payments stream. The outcome is written with the job's final status (one UPDATE); publishing
+// comes after the commit, and a sweep publishes what a dead process left unpublished, so no
+// outcome is lost. The job id is JetStream's message id and admin keeps a job's first outcome,
+// so a repeat is harmless.
+import type { Endpoint, JobPayment, JobPaymentOutcome, PaymentChannels, PaymentsOfJobsReply, PaymentsOfJobsRequest } from '@ats/contracts'
+import { callEndpoint, ensureStream, startWorkerLoop, type Logger } from '@ats/service-kit'
+import type { NatsConnection } from 'nats'
+import type { JobStore, PaymentOutcomeRow } from './store.ts'
+
+const sweepEveryMs = 5_000
+
+/** The outcome message of a finished paid job. */
+export function outcomeMessage(row: PaymentOutcomeRow): JobPaymentOutcome {
+  const [payer, nonce] = row.payment.split(':') as [string, string]
+  return {
+    jobId: row.id,
+    payer,
+    nonce,
+    outcome: row.paymentOutcome,
+    ...(row.paymentOutcome === 'void' ? { reason: row.paymentReason ?? 'the job did not complete' } : {}),
+    status: row.status,
+    at: row.updatedAt.getTime(),
+  }
+}
+
+export async function startPaymentOutcomes({ nc, channels, store, log }: { nc: NatsConnection; channels: PaymentChannels; store: JobStore; log: Logger }) {
+  await ensureStream(nc, channels.streamSpec)
+  const js = nc.jetstream()
+
+  /** Publishes a finished paid job's outcome and marks it published; false when it is left to the sweep. */
+  async function publish(jobId: string): Promise<boolean> {
+    try {
+      const row = await store.paymentOutcome(jobId)
+      if (!row) return true
+      const message = outcomeMessage(row)
+      await js.publish(channels.jobOutcome.subject, channels.jobOutcome.message.encode(message), { msgID: jobId, timeout: 5_000 })
+      await store.markOutcomePublished(jobId)
+      log.info({ jobId, outcome: message.outcome, reason: message.reason }, 'job payment outcome published')
+      return true
+    } catch (error) {
+      log.warn({ err: error, jobId }, 'job payment outcome not published yet; the sweep retries')
+      return false
+    }
+  }
+
+  const sweeper = startWorkerLoop({
+    name: 'payment-outcome-sweeper',
+    log,
+    idleMs: sweepEveryMs,
+    round: async () => {
+      const left = await store.unpublishedOutcomes(new Date(Date.now() - sweepEveryMs), 100)
+      let published = 0
+      for (const { id } of left) if (await publish(id)) published += 1
+      return left.length === 100 && published === left.length
+    },
+  })
+
+  return {
+    /** after a paid job's final status is committed (the store's hook); never throws */
+    published: (jobId: string) => void publish(jobId),
+    stop: sweeper.stop,
+  }
+}
+export type PaymentOutcomes = Awaited<ReturnType<typeof startPaymentOutcomes>>
+
+/**
+ * The payments of paid jobs, from admin's ledger in one NATS request: a paid job the ledger does
+ * not know yet (its charge is on its way) is pending. When admin does not answer, the jobs are
+ * answered without `payment` rather than with a guess.
+ */
+export function createJobPaymentLookup({ nc, endpoint, log, timeoutMs = 2_000 }: { nc: NatsConnection; endpoint: Endpoint<PaymentsOfJobsRequest, PaymentsOfJobsReply>; log: Logger; timeoutMs?: number }) {
+  return async function paymentsOf(jobs: Array<{ id: string; payment: string | null }>): Promise<Map<string, JobPayment>> {
+    const paid = jobs.filter((j) => j.payment !== null).map((j) => j.id)
+    if (paid.length === 0) return new Map()
+    try {
+      const { payments } = await callEndpoint(nc, endpoint, { jobIds: paid }, { timeoutMs })
+      return new Map(paid.map((id) => [id, payments[id] ?? { state: 'pending' as const }]))
+    } catch (error) {
+      log.warn({ err: error, jobs: paid.length }, 'payments of jobs not available from admin; answered without them')
+      return new Map()
+    }
+  }
+}
+export type JobPaymentLookup = ReturnType<typeof createJobPaymentLookup>
