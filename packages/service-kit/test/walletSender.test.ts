@@ -1,4 +1,7 @@
 // The wallet sender on a real devnet and Postgres: senders of one wallet in several processes never share a nonce.
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { eip3009Abi, ServerWalletNotConfigured } from '@ats/chain'
 import { startDevnet, type Devnet } from '@ats/devnet'
@@ -14,7 +17,9 @@ import { baseTestEnv, eventually, freshDatabase } from '../src/testing.ts'
 let shared: Promise<Devnet> | undefined
 /** One devnet for the file (starting one takes seconds), stopped when the file ends. */
 const devnet = () => {
-  shared ??= startDevnet({ port: 0, addressBookPath: false }).then((started) => {
+  // its address book in a file of its own: a service on chain 31337 reads it at start
+  const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
+  shared ??= startDevnet({ port: 0, addressBookPath }).then((started) => {
     t.teardown(() => started.stop())
     return started
   })
@@ -155,7 +160,7 @@ t.test('without a server wallet key, sender() says the server wallet is not conf
 
 t.test("a write service's sender locks on the service's DATABASE_URL, and shutdown ends that pool", async (t) => {
   const net = await devnet()
-  const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), RPC_URL: net.rpcUrl, CHAIN_ID: String(net.chainId), SERVER_WALLET_PRIVATE_KEY: net.accounts[0]!.privateKey }
+  const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), RPC_URL: net.rpcUrl, CHAIN_ID: String(net.chainId), ADDRESS_BOOK: net.addressBookPath!, SERVER_WALLET_PRIVATE_KEY: net.accounts[0]!.privateKey }
   const service = await createService(
     {
       name: 'sender',

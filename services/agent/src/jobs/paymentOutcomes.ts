@@ -4,11 +4,9 @@
 // outcome is lost. The job id is JetStream's message id and admin keeps a job's first outcome,
 // so a repeat is harmless.
 import type { Endpoint, JobPayment, JobPaymentOutcome, PaymentChannels, PaymentsOfJobsReply, PaymentsOfJobsRequest } from '@ats/contracts'
-import { callEndpoint, ensureStream, startWorkerLoop, type Logger } from '@ats/service-kit'
+import { callEndpoint, ensureStream, startOutbox, type Logger } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import type { JobStore, PaymentOutcomeRow } from './store.ts'
-
-const sweepEveryMs = 5_000
 
 /** The outcome message of a finished paid job. */
 export function outcomeMessage(row: PaymentOutcomeRow): JobPaymentOutcome {
@@ -28,38 +26,24 @@ export async function startPaymentOutcomes({ nc, channels, store, log }: { nc: N
   await ensureStream(nc, channels.streamSpec)
   const js = nc.jetstream()
 
-  /** Publishes a finished paid job's outcome and marks it published; false when it is left to the sweep. */
-  async function publish(jobId: string): Promise<boolean> {
-    try {
+  const outbox = startOutbox({
+    name: 'payment-outcomes',
+    log,
+    publish: async (jobId) => {
       const row = await store.paymentOutcome(jobId)
-      if (!row) return true
+      if (!row) return
       const message = outcomeMessage(row)
       await js.publish(channels.jobOutcome.subject, channels.jobOutcome.message.encode(message), { msgID: jobId, timeout: 5_000 })
       await store.markOutcomePublished(jobId)
       log.info({ jobId, outcome: message.outcome, reason: message.reason }, 'job payment outcome published')
-      return true
-    } catch (error) {
-      log.warn({ err: error, jobId }, 'job payment outcome not published yet; the sweep retries')
-      return false
-    }
-  }
-
-  const sweeper = startWorkerLoop({
-    name: 'payment-outcome-sweeper',
-    log,
-    idleMs: sweepEveryMs,
-    round: async () => {
-      const left = await store.unpublishedOutcomes(new Date(Date.now() - sweepEveryMs), 100)
-      let published = 0
-      for (const { id } of left) if (await publish(id)) published += 1
-      return left.length === 100 && published === left.length
     },
+    unpublished: async (olderThan, limit) => (await store.unpublishedOutcomes(olderThan, limit)).map((job) => job.id),
   })
 
   return {
     /** after a paid job's final status is committed (the store's hook); never throws */
-    published: (jobId: string) => void publish(jobId),
-    stop: sweeper.stop,
+    published: (jobId: string) => void outbox.send(jobId),
+    stop: outbox.stop,
   }
 }
 export type PaymentOutcomes = Awaited<ReturnType<typeof startPaymentOutcomes>>
