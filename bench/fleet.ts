@@ -121,7 +121,7 @@ export interface ServiceProcess extends Started {
 export async function startService(base: BenchBase, name: string, port: number, env: NodeJS.ProcessEnv): Promise<ServiceProcess> {
   const log = join(base.dir, `${name}.log`)
   const fd = openSync(log, 'w')
-  const service = await start(`services/${name}/src/server.ts`, { ...base.env, ...base.chain, PORT: String(port), HOST: '127.0.0.1', ...env }, fd)
+  const service = await start(`services/${name}/src/server.ts`, { ...base.env, ...base.chain, ADDRESS_BOOK: base.addressBookPath, PORT: String(port), HOST: '127.0.0.1', ...env }, fd)
   closeSync(fd)
   return Object.assign(service, { problems: () => logProblems(log) })
 }

@@ -144,8 +144,16 @@ async function main() {
     MARKET_DATA_URL: upstream,
     AGENT_URL: upstream,
     RATE_LIMIT_READONLY: '1000000000',
+    // one client address and one payer send every paid request of a round
+    PAID_RATE_LIMIT_PER_ADDRESS: '1000000000',
+    PAID_RATE_LIMIT_PER_PAYER: '1000000000',
+    // BENCH_CONNECTIONS may be set above the in-flight caps
+    MAX_CONCURRENT_PER_KEY: '100000',
+    MAX_CONCURRENT_PER_ADDRESS: '100000',
     PAY_TO: payTo,
     PAYMENT_TIMEOUT_SECONDS: String(paymentTimeout),
+    // below PAYMENT_TIMEOUT_SECONDS (60 at the least here); the payments signed up front keep more than this to the end
+    PAYMENT_MIN_VALIDITY_SECONDS: '30',
     SKIP_PAYMENT: 'false',
   })
   // the same gateway twice: as deployed (access log at info) and with the access log off

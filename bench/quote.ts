@@ -151,7 +151,7 @@ async function main() {
   closeSync(tradingLogFd)
   const gateway = await start(
     'gateway/src/server.ts',
-    gatewayEnv(base, ADMIN, { TRADING_URL: TRADING, RATE_LIMIT_READWRITE: '1000000000', PORT: '3920', OPS_PORT: '3930' }),
+    gatewayEnv(base, ADMIN, { TRADING_URL: TRADING, RATE_LIMIT_READWRITE: '1000000000', MAX_CONCURRENT_PER_KEY: '100000', MAX_CONCURRENT_PER_ADDRESS: '100000', PORT: '3920', OPS_PORT: '3930' }),
     'ignore',
   )
   await ready(ADMIN, admin)

@@ -24,3 +24,21 @@ export async function fleetMembers(): Promise<FleetMember[]> {
   }
   return members
 }
+
+/**
+ * What `pnpm start` runs a member with: services on 127.0.0.1 at their own ports; the gateway on
+ * HOST (0.0.0.0 unless set) at PORT, and its operations port (/ready, /metrics) on OPS_HOST,
+ * 127.0.0.1 unless set (issue 23: it listened on every interface). Compose and k8s leave
+ * OPS_HOST unset, so there it follows HOST and their probes reach it.
+ */
+export function memberEnv(member: FleetMember, base: NodeJS.ProcessEnv, settings: NodeJS.ProcessEnv): { env: NodeJS.ProcessEnv; port: number; opsPort: number } {
+  if (member.name !== 'gateway') {
+    const port = member.definition.port as number
+    return { env: { ...base, PORT: String(port), HOST: '127.0.0.1' }, port, opsPort: port }
+  }
+  const port = Number(settings.PORT || member.definition.port)
+  // the gateway answers /ready on its operations port only
+  const opsPort = Number(settings.OPS_PORT || port + 6000)
+  const env = { ...base, PORT: String(port), HOST: settings.HOST || '0.0.0.0', OPS_PORT: String(opsPort), OPS_HOST: settings.OPS_HOST || '127.0.0.1' }
+  return { env, port, opsPort }
+}

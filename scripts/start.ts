@@ -7,7 +7,7 @@ import { createInterface } from 'node:readline'
 import { generateApiKey } from '../services/admin/src/keys/apiKeys.ts'
 import type { Devnet } from '../packages/devnet/src/deploy.ts'
 import { describeDevnet, devnetPort, startDevnetOrExplain } from '../packages/devnet/src/cli.ts'
-import { fleetMembers, type FleetMember } from './services.ts'
+import { fleetMembers, memberEnv, type FleetMember } from './services.ts'
 
 /**
  * pnpm start: the whole fleet on this machine. Each service runs as its own
@@ -53,14 +53,10 @@ async function infrastructure(): Promise<NodeJS.ProcessEnv> {
     fail(`NATS is not reachable at ${natsUrl}. Start it with JetStream (nats-server -js) or set NATS_URL to a reachable server.`)
   }
   env.NATS_URL = natsUrl
-  if (process.env.REDIS_URL) {
-    if (!(await reachable(process.env.REDIS_URL, 6379))) fail(`Redis is not reachable at ${process.env.REDIS_URL}: start it or unset REDIS_URL.`)
-    env.REDIS_URL = process.env.REDIS_URL
-  } else if (await reachable(defaults.REDIS_URL, 6379)) {
-    env.REDIS_URL = defaults.REDIS_URL
-  } else {
-    say('Redis not found on 127.0.0.1:6379 and REDIS_URL unset: rate limits are counted in memory.')
-  }
+  // the gateway's paid routes keep used nonces, payment ids and reservations there (issue 23)
+  const redisUrl = process.env.REDIS_URL || defaults.REDIS_URL
+  if (!(await reachable(redisUrl, 6379))) fail(`Redis is not reachable at ${new URL(redisUrl).host}: start redis-server or set REDIS_URL to a reachable server (the paid routes need it).`)
+  env.REDIS_URL = redisUrl
   return env
 }
 
@@ -157,11 +153,8 @@ const gateway = members.find((m) => m.name === 'gateway')!
 try {
   for (const member of members) {
     const isGateway = member === gateway
-    const port = isGateway ? Number(process.env.PORT || member.definition.port) : member.definition.port
-    // the gateway answers /ready on its operations port only
-    const opsPort = isGateway ? Number(process.env.OPS_PORT || port + 6000) : port
-    const env = { ...base, PORT: String(port), HOST: isGateway ? process.env.HOST || '0.0.0.0' : '127.0.0.1' }
-    const child = run(member, isGateway ? { ...env, OPS_PORT: String(opsPort) } : env)
+    const { env, port, opsPort } = memberEnv(member, base, process.env)
+    const child = run(member, env)
     children.set(member.name, child)
     child.once('exit', (code, signal) => {
       if (stopping) return
@@ -171,7 +164,7 @@ try {
     await waitReady(`http://127.0.0.1:${opsPort}`, child, member.name)
     if (isGateway) {
       say(`\nThe gateway listens on http://localhost:${port}  (try: curl localhost:${port}/health; the API reference at /docs)`)
-      say(`Its /ready and /metrics: http://localhost:${opsPort} (the operations port, not for clients).`)
+      say(`Its /ready and /metrics: http://${env.OPS_HOST}:${opsPort} (the operations port, not for clients; OPS_HOST sets its interface).`)
       say(`Services: ${members.filter((m) => m !== gateway).map((m) => `${m.name} :${m.definition.port}`).join(', ')}. Ctrl-C stops everything.\n`)
     }
   }

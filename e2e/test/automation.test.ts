@@ -1,15 +1,26 @@
 import { erc20Abi } from '@ats/chain'
 import OpenAI from 'openai'
 import t from 'tap'
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { getAddress, type Address } from 'viem'
-import { eventually, startAgentFleet } from './fleet.ts'
+import { adminKey, eventually, startAgentFleet } from './fleet.ts'
 
 /** Automations through the gateway on the devnet: created, run on chain, paused, resumed, deleted. */
-const fleet = await startAgentFleet(t, { automationEnv: { AUTOMATION_MIN_INTERVAL_MS: '2000', AUTOMATION_TICK_MS: '100' } })
+const maxPerKey = 3
+const fleet = await startAgentFleet(t, { automationEnv: { AUTOMATION_MIN_INTERVAL_MS: '2000', AUTOMATION_TICK_MS: '100', AUTOMATION_MAX_PER_KEY: String(maxPerKey) } })
 const { request, createKey, devnet, publicClient } = fleet
 const writer = await createKey('readwrite', 'automations')
 const other = await createKey('readwrite', 'someone else')
 const wallet = getAddress(devnet.accounts[6]!.address) as Address
+const setPolicy = (keyId: string, policy: Record<string, unknown>) => request(`/admin/keys/${keyId}/policy`, { method: 'PUT', key: adminKey, body: { policy } })
+/** A readwrite key bound to a wallet of its own (a fresh address): its automations may buy for that wallet. */
+const boundKey = async (label: string) => {
+  const bound = getAddress(privateKeyToAccount(generatePrivateKey()).address)
+  const created = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier: 'readwrite', label, wallet: bound } })
+  if (created.status !== 201) throw new Error(JSON.stringify(created.body))
+  return { key: created.body.key as string, wallet: bound }
+}
+await setPolicy(writer.id, { allowedRecipients: [wallet] })
 const arb = getAddress(devnet.book.tokens.find((token) => token.symbol === 'ARB')!.address as Address)
 const arbOf = (owner: Address) => publicClient.readContract({ address: arb, abi: erc20Abi, functionName: 'balanceOf', args: [owner] })
 const as = (key: string) => ({ key })
@@ -112,4 +123,92 @@ t.test("the agent's \"buy 1 USDC of ARB every hour\" creates an automation that 
   t.match(listed.body.automations[0], { type: 'recurring-buy', status: 'active', walletAddress: bound, config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1h' } })
   t.equal(listed.body.automations[0].id, call.output.automation.id)
   t.match(answer.choices[0]!.message.content, /ARB/)
+})
+
+t.test('a fresh key cannot make the server wallet buy for an address nobody allowed; after an admin allows it, its runs count toward its daily cap', async (t) => {
+  const fresh = await createKey('readwrite', 'fresh, no policy')
+  const stranger = getAddress(privateKeyToAccount(generatePrivateKey()).address)
+  const body = { walletAddress: stranger, type: 'recurring-buy', name: 'for someone', config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '2s' } }
+  const refused = await request('/automations', { method: 'POST', key: fresh.key, body })
+  t.equal(refused.status, 403, 'refused at creation')
+  t.equal(
+    refused.body.error,
+    `recipient ${stranger} is not allowed for key ${fresh.id}: the server wallet pays out only to its bound wallet (it has none) or to a recipient an admin allowed for it (allowedRecipients in its spend policy)`,
+  )
+  t.same((await request(`/automations?wallet=${stranger}`, { key: fresh.key })).body.automations, [], 'nothing stored')
+
+  // an admin allows the recipient, with a daily cap of $2.50: two runs of 1 USDC, the third refused
+  const allowed = await setPolicy(fresh.id, { maxUsdPerDay: 2.5, allowedRecipients: [stranger] })
+  t.match(allowed.body.policy, { maxUsdPerDay: 2.5, allowedRecipients: [stranger] })
+  const created = await request('/automations', { method: 'POST', key: fresh.key, body })
+  t.equal(created.status, 201, JSON.stringify(created.body))
+  const { id } = created.body.automation
+  const runsOf = async () => ((await request(`/automations/${id}/runs?limit=100`, { key: fresh.key })).body.runs as any[]).reverse()
+  const capped = await eventually('a run refused by the daily cap', async () => {
+    const runs = await runsOf()
+    return runs.some((r) => r.status === 'failed') ? runs : undefined
+  }, 60_000)
+  const succeeded = capped.filter((r) => r.status === 'success')
+  t.equal(succeeded.length, 2, 'two runs of $1 fit in $2.50')
+  t.match(capped.find((r) => r.status === 'failed').error, new RegExp(`^refused by the spend policy of key ${fresh.id}: .*over its limit of \\$2\\.50 per day`))
+  const bought = succeeded.reduce((sum, r) => sum + BigInt(r.amountOut), 0n)
+  t.equal(await arbOf(stranger), bought, 'the allowed recipient got what the runs bought')
+
+  // the allowance withdrawn: trading refuses the runs of the automation made while it held
+  t.equal((await request(`/automations/${id}`, { method: 'PATCH', key: fresh.key, body: { status: 'paused' } })).status, 200)
+  t.equal((await setPolicy(fresh.id, { maxUsdPerDay: 100 })).status, 200)
+  t.equal((await request(`/automations/${id}`, { method: 'PATCH', key: fresh.key, body: { status: 'active' } })).status, 200)
+  const withdrawn = await eventually('a run refused for its recipient', async () => (await runsOf()).find((r) => /is not allowed for key/.test(r.error ?? '')), 30_000)
+  t.match(withdrawn, { status: 'failed', txHash: null, error: new RegExp(`^recipient ${stranger} is not allowed for key ${fresh.id}`) })
+  t.equal(await arbOf(stranger), bought, 'nothing more was sent to it')
+  await request(`/automations/${id}`, { method: 'DELETE', key: fresh.key })
+})
+
+t.test(`one key has at most AUTOMATION_MAX_PER_KEY (${maxPerKey}) active or paused automations: 409 past it`, async (t) => {
+  const owner = await boundKey('many automations')
+  const yearly = { walletAddress: owner.wallet, type: 'recurring-buy', config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '0 0 1 1 *' } }
+  const create = (name: string) => request('/automations', { method: 'POST', key: owner.key, body: { ...yearly, name } })
+  const patch = (id: string, status: string) => request(`/automations/${id}`, { method: 'PATCH', key: owner.key, body: { status } })
+  const ids: string[] = []
+  for (let i = 0; i < maxPerKey; i++) {
+    const created = await create(`yearly ${i}`)
+    t.equal(created.status, 201, JSON.stringify(created.body))
+    ids.push(created.body.automation.id)
+  }
+  t.equal((await patch(ids[0]!, 'paused')).status, 200)
+  const over = await create('one too many')
+  t.equal(over.status, 409, 'a paused one still counts')
+  t.equal(over.body.error, `this key has ${maxPerKey} active or paused automations, its limit (AUTOMATION_MAX_PER_KEY = ${maxPerKey}): delete one, or set one completed, first`)
+
+  t.equal((await patch(ids[0]!, 'completed')).status, 200)
+  const replaced = await create('in place of a completed one')
+  t.equal(replaced.status, 201, 'a completed one does not count')
+  const reopened = await patch(ids[0]!, 'active')
+  t.equal(reopened.status, 409, 'nor can it come back past the limit')
+  t.match(reopened.body.error, /its limit \(AUTOMATION_MAX_PER_KEY = 3\)/)
+  t.equal((await request(`/automations/${ids[1]}`, { method: 'DELETE', key: owner.key })).status, 200)
+  t.equal((await patch(ids[0]!, 'active')).status, 200, 'a deleted one frees its place')
+  t.equal((await create('one too many again')).status, 409)
+})
+
+t.test('pause then resume keeps the schedule: the next run stays at its time, not at once', async (t) => {
+  const owner = await boundKey('hourly')
+  const created = await request('/automations', {
+    method: 'POST',
+    key: owner.key,
+    body: { walletAddress: owner.wallet, type: 'recurring-buy', name: 'ARB hourly', config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1h' } },
+  })
+  t.equal(created.status, 201, JSON.stringify(created.body))
+  const { id } = created.body.automation
+  const ran = await eventually('the first run', async () => {
+    const { automation } = (await request(`/automations/${id}`, { key: owner.key })).body
+    return automation.runs === 1 ? automation : undefined
+  }, 30_000)
+  t.ok(ran.nextRunAt > Date.now() + 59 * 60_000, 'the next run is an hour on')
+  t.match((await request(`/automations/${id}`, { method: 'PATCH', key: owner.key, body: { status: 'paused' } })).body.automation, { status: 'paused', nextRunAt: null })
+  const resumed = (await request(`/automations/${id}`, { method: 'PATCH', key: owner.key, body: { status: 'active' } })).body.automation
+  t.match(resumed, { status: 'active', runs: 1 })
+  t.equal(resumed.nextRunAt, ran.nextRunAt, 'resumed at the time the schedule had, not due at once')
+  const runs = (await request(`/automations/${id}/runs`, { key: owner.key })).body.runs
+  t.equal(runs.length, 1, 'no run made by the resume')
 })

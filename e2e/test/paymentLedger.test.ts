@@ -1,13 +1,16 @@
 import { identityHeaders } from '@ats/contracts'
 import { startService, testInternalToken } from '@ats/service-kit/testing'
 import t, { type Test } from 'tap'
-import { createWalletClient, erc20Abi, http, type Address, type Hex } from 'viem'
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { randomBytes } from 'node:crypto'
+import { eip3009Abi, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
+import { createWalletClient, erc20Abi, http, parseSignature, toHex, type Address, type Hex } from 'viem'
+import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
 import { adminService } from '@ats/admin/service'
 import { adminKey, eventually, startPaidFleet } from './fleet.ts'
 
 const settling = (t: Test, extra: NodeJS.ProcessEnv = {}) =>
-  startPaidFleet(t, { adminEnv: { SETTLEMENT_INTERVAL_MS: '100', ...extra } })
+  // probes until a payer is refused (or accepted again) fail many payment checks from one address
+  startPaidFleet(t, { adminEnv: { SETTLEMENT_INTERVAL_MS: '100', ...extra }, gatewayEnv: { AUTH_FAILURE_LIMIT: '1000' } })
 
 type Fleet = Awaited<ReturnType<typeof settling>>
 
@@ -34,6 +37,24 @@ async function fundedAccount(fleet: Fleet, amount: bigint) {
   const account = privateKeyToAccount(generatePrivateKey())
   await fundAccount(fleet, account.address, amount)
   return account
+}
+
+/** `account` signs its whole USDC balance over to devnet account 1, which sends it (a fresh account has no gas). */
+async function moveAll(fleet: Fleet, account: PrivateKeyAccount) {
+  const message = {
+    from: account.address,
+    to: fleet.devnet.accounts[1]!.address as Address,
+    value: await fleet.balanceOf(account.address),
+    validAfter: 0n,
+    validBefore: BigInt(Math.floor(Date.now() / 1000) + 600),
+    nonce: toHex(randomBytes(32)),
+  }
+  const signature = await account.signTypedData({ domain: usdcDomain(31337, fleet.usdc), types: transferWithAuthorizationTypes, primaryType: 'TransferWithAuthorization', message })
+  const { r, s, v } = parseSignature(signature)
+  const sender = createWalletClient({ account: privateKeyToAccount(fleet.devnet.accounts[1]!.privateKey as Hex), transport: http(fleet.devnet.rpcUrl) })
+  const args = [message.from, message.to, message.value, message.validAfter, message.validBefore, message.nonce, Number(v), r, s] as const
+  const hash = await sender.writeContract({ chain: null, address: fleet.usdc, abi: eip3009Abi, functionName: 'transferWithAuthorization', args })
+  await fleet.publicClient.waitForTransactionReceipt({ hash })
 }
 
 /**
@@ -93,11 +114,17 @@ t.test('payments charged while admin is down are recorded when it is back', asyn
 t.test('a payer admin blocks for lack of funds is refused at the edge until an admin unblocks them', async (t) => {
   const fleet = await settling(t)
   const poor = await fundedAccount(fleet, 15_000n)
-  // both pass the edge: the balance seen there (15000, cached briefly) covers each alone
+  // the edge reserves what a payer's unsettled payments owe (a second payment is refused
+  // there), but the payer can still move the money away after being served: admin is down
+  // meanwhile, so the transfer comes before the settlement
+  const adminPort = new URL(fleet.admin.url).port
+  await fleet.admin.close()
   t.equal(await paidRequest(fleet, await fleet.pay({ payer: poor })), 200)
-  t.equal(await paidRequest(fleet, await fleet.pay({ payer: poor })), 200)
+  t.equal(await paidRequest(fleet, await fleet.pay({ payer: poor })), 402, 'a second payment is more than the balance minus what is reserved')
+  await moveAll(fleet, poor)
+  await startService(t, adminService, { ...fleet.adminEnv, PORT: adminPort })
 
-  // one of them cannot settle: admin blocks the payer and every gateway refuses them. Probed on a
+  // the payment cannot settle: admin blocks the payer and every gateway refuses them. Probed on a
   // path the service answers 404, so that a probe that still passes is not charged: a payment
   // charged now would fail too and block the payer again after the unblock below
   const refused = await eventually('the payer refused', async () => {

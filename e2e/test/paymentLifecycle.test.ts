@@ -68,7 +68,8 @@ t.test('a failed job is never charged; a completed job is settled on chain', asy
 
   t.test('a prompt paid with a window too short for its job is refused (402), its nonce kept', async (t) => {
     const now = BigInt(Math.floor(Date.now() / 1000))
-    const short = await pay({ validBefore: now + 60n })
+    // long enough for a read (PAYMENT_MIN_VALIDITY_SECONDS, 60 s), too short for a job
+    const short = await pay({ validBefore: now + 120n })
     const res = await request('/agent/prompt', { method: 'POST', body: { prompt: 'price of ETH' }, headers: { 'x-payment': short } })
     t.equal(res.status, 402)
     t.match(res.body.error, /^expires too soon for a job: .* validBefore must be at least 300 s after now/)

@@ -50,6 +50,9 @@ t.test('pause: swaps on both replicas, an agent swap and an automation stop with
   t.match(before.call, { function: { name: 'swap' }, status: 'ok', output: { mode: 'executed', success: true } }, 'the agent swaps while the wallet runs')
 
   const wallet = getAddress(fleet.devnet.accounts[6]!.address)
+  // the run pays out to a wallet that is not the server's: an admin allows it for the key first
+  const allowed = await request(`/admin/keys/${trader.id}/policy`, { method: 'PUT', key: adminKey, body: { policy: { allowedRecipients: [wallet] } } })
+  t.equal(allowed.status, 200, JSON.stringify(allowed.body))
   const created = await request('/automations', {
     method: 'POST',
     key: trader.key,

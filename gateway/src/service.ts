@@ -1,8 +1,9 @@
 import type { FastifyServerOptions } from 'fastify'
 import { StartupError, type ServiceDefinition } from '@ats/service-kit'
 import { createAuthFailureLimiter } from './auth/authFailures.ts'
+import { createConcurrencyLimiter } from './auth/concurrency.ts'
 import { createKeyResolver } from './auth/keyResolver.ts'
-import { createKeyLimiter, type TierLimits } from './auth/rateLimit.ts'
+import { createKeyLimiter, createPaidLimiter, type TierLimits } from './auth/rateLimit.ts'
 import { watchBlockedPayers } from './payments/blockedPayers.ts'
 import { createChargePublisher } from './payments/chargePublisher.ts'
 import { createPaymentGuard } from './payments/paymentGuard.ts'
@@ -10,6 +11,7 @@ import { installBodyLimit } from './routes/bodyLimit.ts'
 import { proxyRoutes } from './routes/proxy.ts'
 import { rootRoutes } from './routes/root.ts'
 import type { UpstreamName } from './routing/routeTable.ts'
+import { clientErrorHandler, serverTimeouts } from './routes/timeouts.ts'
 import { gatewaySettings, trustProxyOf } from './settings.ts'
 
 export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = {
@@ -20,12 +22,17 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
   redis: 'optional',
   chain: 'read',
   settings: gatewaySettings,
-  fastify: (config) => ({ trustProxy: trustProxyOf(config.TRUST_PROXY) }) as Partial<FastifyServerOptions>,
+  fastify: (config) =>
+    ({ trustProxy: trustProxyOf(config.TRUST_PROXY), ...serverTimeouts(config), clientErrorHandler }) as Partial<FastifyServerOptions>,
   async register(app, { config, nc, channels, name, version, onClose, redis, chain, log }) {
     if (config.SKIP_PAYMENT && chain.chainId === 42161) {
       throw new StartupError('SKIP_PAYMENT=true is refused on Arbitrum One (CHAIN_ID 42161): it serves paid routes for free')
     }
-    if (!redis) log.warn('REDIS_URL is not set: rate limits and payment nonces are kept per gateway process')
+    if (config.SPEND_TIMEOUT_MS < config.UPSTREAM_TIMEOUT_MS) {
+      // a swap outlived by the gateway's wait answers 504 while it goes on: a client retries it
+      throw new StartupError(`SPEND_TIMEOUT_MS (${config.SPEND_TIMEOUT_MS}) must be at least UPSTREAM_TIMEOUT_MS (${config.UPSTREAM_TIMEOUT_MS}): spending routes wait for receipts`)
+    }
+    if (!redis) log.warn('REDIS_URL is not set: rate limits are kept per gateway process (paid routes need Redis: they refuse to start without it)')
 
     const keys = createKeyResolver(nc, channels.admin, log, config.KEY_CACHE_TTL_MS)
     onClose(keys.close)
@@ -42,6 +49,17 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
     }
 
     const limit = await createKeyLimiter(app, limits, redis)
+    const paid = createPaidLimiter(app, {
+      namespace: config.NATS_NAMESPACE,
+      windowMs: config.RATE_LIMIT_WINDOW_MS,
+      perAddress: config.PAID_RATE_LIMIT_PER_ADDRESS,
+      perPayer: config.PAID_RATE_LIMIT_PER_PAYER,
+    })
+    // requests in flight per client address, counted first (before the body limit and auth)
+    const concurrency = createConcurrencyLimiter()
+    app.addHook('onRequest', async (request, reply) => {
+      concurrency.enter(request, reply, `address:${request.ip}`, config.MAX_CONCURRENT_PER_ADDRESS, 'client address')
+    })
     const failures = createAuthFailureLimiter({ redis, namespace: config.NATS_NAMESPACE, limit: config.AUTH_FAILURE_LIMIT, windowMs: config.RATE_LIMIT_WINDOW_MS })
     const blockedPayers = await watchBlockedPayers(nc, channels.admin.payments.blockedPayers, log)
     const charges = await createChargePublisher(nc, channels.admin.payments, log)
@@ -56,7 +74,9 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
       internalToken: config.INTERNAL_TOKEN,
       timeoutMs: config.UPSTREAM_TIMEOUT_MS,
       longTimeoutMs: config.CHAT_TIMEOUT_MS,
-      auth: { keys, limit, pay, failures },
+      spendTimeoutMs: config.SPEND_TIMEOUT_MS,
+      connections: config.UPSTREAM_CONNECTIONS,
+      auth: { keys, limit, pay, failures, paid, concurrency, maxPerKey: config.MAX_CONCURRENT_PER_KEY },
     })
     log.info({ name, upstreams }, 'routes ready')
   },

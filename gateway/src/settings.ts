@@ -23,6 +23,46 @@ export const gatewaySettings = {
     default: 30,
     description: 'failed authentications per client address per rate-limit window before it gets 429 for unknown keys',
   }),
+  PAID_RATE_LIMIT_PER_ADDRESS: Type.Integer({
+    minimum: 1,
+    default: 1200,
+    description: 'paid-route requests (/agent/*) per client address per rate-limit window, counted before any payment check',
+  }),
+  PAID_RATE_LIMIT_PER_PAYER: Type.Integer({
+    minimum: 1,
+    default: 1200,
+    description: 'paid-route requests per payer per rate-limit window, counted once the payment is verified',
+  }),
+  MAX_CONCURRENT_PER_ADDRESS: Type.Integer({
+    minimum: 1,
+    default: 256,
+    description: 'requests one client address may have in flight at once on this gateway; more get 429',
+  }),
+  MAX_CONCURRENT_PER_KEY: Type.Integer({
+    minimum: 1,
+    default: 64,
+    description: 'requests one API key may have in flight at once on this gateway; more get 429',
+  }),
+  SERVER_HEADERS_TIMEOUT_MS: Type.Integer({
+    minimum: 100,
+    default: 15_000,
+    description: "how long a client may take to send a request's headers; then 408 and the connection closes",
+  }),
+  SERVER_REQUEST_TIMEOUT_MS: Type.Integer({
+    minimum: 100,
+    default: 30_000,
+    description: 'how long a client may take to send a whole request, headers and body (at least SERVER_HEADERS_TIMEOUT_MS); then 408 and the connection closes',
+  }),
+  SERVER_KEEP_ALIVE_TIMEOUT_MS: Type.Integer({
+    minimum: 100,
+    default: 72_000,
+    description: 'how long an idle keep-alive connection stays open (above a load balancer\'s idle timeout, 60 s on most)',
+  }),
+  UPSTREAM_CONNECTIONS: Type.Integer({
+    minimum: 1,
+    default: 128,
+    description: 'connections the gateway opens to each service per route group',
+  }),
   TRUST_PROXY: Type.Refine(
     Type.String({
       default: 'false',
@@ -37,6 +77,12 @@ export const gatewaySettings = {
     description: 'how long a verified key is cached; revocations evict at once by broadcast',
   }),
   UPSTREAM_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 30_000, description: 'how long the gateway waits for a service' }),
+  SPEND_TIMEOUT_MS: Type.Integer({
+    minimum: 1_000,
+    default: 180_000,
+    description:
+      "how long the gateway waits for /swap/execute and /launchpad, which send from the server wallet and wait for receipts: keep it above trading's worst case, 2 x RECEIPT_TIMEOUT_MS (an approval's receipt, then the swap's) plus about a minute for the policy lookup, quotes and the wallet lock (2 x 60 s + 60 s by default); at least UPSTREAM_TIMEOUT_MS",
+  }),
   CHAT_TIMEOUT_MS: Type.Integer({
     minimum: 1_000,
     default: 180_000,
@@ -64,6 +110,12 @@ export const gatewaySettings = {
         "how long a POST /agent/prompt payment must still be valid when it arrives (validBefore >= now + this): it settles only when its job completes, so a shorter window would buy a job for free; below PAYMENT_TIMEOUT_SECONDS (unset: half of it)",
     }),
   ),
+  PAYMENT_MIN_VALIDITY_SECONDS: Type.Integer({
+    minimum: 10,
+    default: 60,
+    description:
+      'how long every payment must still be valid when it arrives (validBefore > now + this), so that it can still be settled after the answer; below PAYMENT_TIMEOUT_SECONDS (a prompt needs JOB_PAYMENT_MIN_VALIDITY_SECONDS, usually more)',
+  }),
   PAYMENT_ID_TTL_SECONDS: Type.Integer({
     minimum: 60,
     maximum: 86_400,

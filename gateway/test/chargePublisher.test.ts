@@ -5,7 +5,8 @@ import { freshNamespace, testInfra } from '@ats/service-kit/testing'
 import { connect, type NatsConnection } from 'nats'
 import { pino } from 'pino'
 import t, { type Test } from 'tap'
-import { createChargePublisher } from '../src/payments/chargePublisher.ts'
+import { createChargePublisher, type ChargePublisherOptions } from '../src/payments/chargePublisher.ts'
+import { eventually } from '@ats/service-kit/testing'
 
 const charge = (nonceByte: string): PaymentCharged => ({
   payer: '0x70997970C51812dc3A010C7d01b50e0d17dc79C8',
@@ -30,12 +31,23 @@ const charge = (nonceByte: string): PaymentCharged => ({
   chargedAt: Date.now(),
 })
 
-async function setup(t: Test, log = pino({ level: 'silent' })) {
+/** The real connection, whose JetStream publishes wait `delay.ms` first (a slow network or server). */
+function slowed(nc: NatsConnection, delay: { ms: number }): NatsConnection {
+  const js = nc.jetstream()
+  const publish: typeof js.publish = async (...args) => {
+    await new Promise((resolve) => setTimeout(resolve, delay.ms))
+    return js.publish(...args)
+  }
+  const slowJs = new Proxy(js, { get: (target, key) => (key === 'publish' ? publish : Reflect.get(target, key)) })
+  return new Proxy(nc, { get: (target, key) => (key === 'jetstream' ? () => slowJs : Reflect.get(target, key)) })
+}
+
+async function setup(t: Test, log = pino({ level: 'silent' }), options?: ChargePublisherOptions, delay = { ms: 0 }) {
   const { natsUrl } = await testInfra()
   const nc: NatsConnection = await connect({ servers: natsUrl })
   t.teardown(() => nc.close())
   const channels = natsChannels(await freshNamespace(t)).admin.payments
-  const publisher = await createChargePublisher(nc, channels, log)
+  const publisher = await createChargePublisher(slowed(nc, delay), channels, log, options)
   const jsm = await nc.jetstreamManager()
   const stored = async () => (await jsm.streams.info(channels.stream)).state.messages
   return { nc, channels, publisher, jsm, stored }
@@ -92,4 +104,44 @@ t.test('charges unsent at shutdown are logged without their signed authorization
   t.match(logged, /could not be published before shutdown/)
   t.match(logged, unsent.authorization.nonce, 'the nonce is named, to find the payment')
   t.notMatch(logged, unsent.signature.slice(2, 40), 'the signature is not: whoever reads the log could spend it')
+})
+
+const recordedNonces = async (jsm: Awaited<ReturnType<NatsConnection['jetstreamManager']>>, channels: ReturnType<typeof natsChannels>['admin']['payments']) => {
+  const { messages } = (await jsm.streams.info(channels.stream)).state
+  const nonces: string[] = []
+  for (let seq = 1; seq <= messages; seq++) {
+    const { data } = await jsm.streams.getMessage(channels.stream, { seq })
+    nonces.push(...channels.charged.message.decode(data).charges.map((c) => c.authorization.nonce))
+  }
+  return nonces
+}
+
+t.test('retries of unsent batches never overlap, even when a publish takes longer than the retry interval: no batch is dropped', async (t) => {
+  const delay = { ms: 0 }
+  const { nc, channels, publisher, jsm } = await setup(t, undefined, { retryEveryMs: 100 }, delay)
+  await jsm.streams.delete(channels.stream)
+  for (const n of ['a1', 'a2', 'a3']) await publisher.charge(charge(n))
+  t.equal(publisher.unsentCount(), 3, 'three batches kept')
+  // the stream is back, but every publish now takes 12 retry intervals: overlapping retry loops
+  // would each send the oldest batch and each take one off the queue
+  delay.ms = 1_200
+  await ensureStream(nc, channels.streamSpec)
+  await eventually('all unsent charges delivered', async () => (publisher.unsentCount() === 0 ? true : undefined), 20_000)
+  const nonces = await recordedNonces(jsm, channels)
+  t.same([...new Set(nonces)].sort(), ['a1', 'a2', 'a3'].map((n) => `0x${n.repeat(32)}`), 'every kept charge is in the stream')
+  await publisher.close()
+})
+
+t.test('at maxUnsent waiting charges the publisher stops accepting until they are delivered', async (t) => {
+  const { nc, channels, publisher, jsm } = await setup(t, undefined, { retryEveryMs: 100, maxUnsent: 2 })
+  t.ok(publisher.accepting())
+  await jsm.streams.delete(channels.stream)
+  await publisher.charge(charge('b1'))
+  t.ok(publisher.accepting(), 'one unsent charge: still accepting')
+  await publisher.charge(charge('b2'))
+  t.notOk(publisher.accepting(), 'two unsent charges: paid requests are refused (503) until they are recorded')
+  await ensureStream(nc, channels.streamSpec)
+  await eventually('accepting again', async () => (publisher.accepting() ? true : undefined))
+  t.same((await recordedNonces(jsm, channels)).sort(), [`0x${'b1'.repeat(32)}`, `0x${'b2'.repeat(32)}`])
+  await publisher.close()
 })

@@ -1,4 +1,4 @@
-import { baseTestEnv } from '@ats/service-kit/testing'
+import { baseTestEnv, testInfra } from '@ats/service-kit/testing'
 import { createService, StartupError } from '@ats/service-kit'
 import t, { type Test } from 'tap'
 import { gatewayService } from '../src/service.ts'
@@ -46,7 +46,7 @@ t.test('a flood of failed authentications from one address gets 429 with retry-a
 
 t.test('the 402 names the resource from PUBLIC_URL, never from the Host a client sends', async (t) => {
   // Arbitrum One's address book is built in: no chain is needed to answer a 402
-  const paid = { CHAIN_ID: '42161', PAY_TO: '0xa0Ee7A142d267C1f36714E4a8F75612F20a79720', RPC_URL: 'http://127.0.0.1:9' }
+  const paid = { CHAIN_ID: '42161', PAY_TO: '0xa0Ee7A142d267C1f36714E4a8F75612F20a79720', RPC_URL: 'http://127.0.0.1:9', REDIS_URL: (await testInfra()).redisUrl }
   const bare = await gateway(t, paid)
   const spoofed = await bare.app.inject({ url: '/agent/skills', headers: { host: 'evil.example' } })
   t.equal(spoofed.statusCode, 402)
@@ -63,4 +63,11 @@ t.test('SKIP_PAYMENT=true is refused at start on Arbitrum One', async (t) => {
     StartupError,
   )
   await t.rejects(gateway(t, { SKIP_PAYMENT: 'true', CHAIN_ID: '42161' }), /SKIP_PAYMENT=true is refused on Arbitrum One/)
+})
+
+t.test('paid routes refuse to start without Redis: nonces per process could be replayed on another replica or after a restart', async (t) => {
+  const paid = { CHAIN_ID: '42161', PAY_TO: '0xa0Ee7A142d267C1f36714E4a8F75612F20a79720', RPC_URL: 'http://127.0.0.1:9' }
+  await t.rejects(gateway(t, paid), { name: 'StartupError', message: /^paid routes need Redis: set REDIS_URL/ })
+  const free = await gateway(t)
+  t.equal((await free.app.inject({ url: '/health' })).statusCode, 200, 'a gateway without paid routes (no PAY_TO) still starts without Redis')
 })

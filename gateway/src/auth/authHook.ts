@@ -1,11 +1,12 @@
 import { apiKeyPattern, hashApiKey, tierAllows } from '@ats/contracts'
 import { createError, Forbidden, Unauthorized, Unavailable } from '@ats/service-kit'
-import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
+import type { FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify'
 import type { PaymentGuard } from '../payments/paymentGuard.ts'
 import type { RouteAuth } from '../routing/routeTable.ts'
 import type { AuthFailureLimiter } from './authFailures.ts'
 import type { KeyResolver, ResolvedKey } from './keyResolver.ts'
-import type { KeyLimiter } from './rateLimit.ts'
+import type { ConcurrencyLimiter } from './concurrency.ts'
+import type { KeyLimiter, PaidLimiter } from './rateLimit.ts'
 
 /** Who may pass a route group, and as whom: the onRequest hook of each group. */
 const TooManyFailures = createError<[number]>(
@@ -31,11 +32,18 @@ export interface AuthDeps {
   limit: KeyLimiter
   pay: PaymentGuard
   failures: AuthFailureLimiter
+  paid: PaidLimiter
+  concurrency: ConcurrencyLimiter
+  /** requests in flight per key (MAX_CONCURRENT_PER_KEY) */
+  maxPerKey: number
 }
 
-export function authHook(auth: RouteAuth, { keys, limit, pay, failures }: AuthDeps): onRequestHookHandler {
+/** whether the client sent a payment (a request without one is the 402 that asks for it, no failure) */
+const sentPayment = (request: FastifyRequest) => request.headers['x-payment'] !== undefined || request.headers['payment-signature'] !== undefined
+
+export function authHook(auth: RouteAuth, { keys, limit, pay, failures, paid, concurrency, maxPerKey }: AuthDeps): onRequestHookHandler {
   if (auth.kind === 'none') return async () => {}
-  if (auth.kind === 'payment') return pay.onRequest
+  if (auth.kind === 'payment') return paidHook({ pay, failures, paid })
   const need = auth.tier
 
   async function resolve(request: FastifyRequest, reply: FastifyReply): Promise<ResolvedKey> {
@@ -43,13 +51,13 @@ export function authHook(auth: RouteAuth, { keys, limit, pay, failures }: AuthDe
     try {
       hash = hashApiKey(rawKey(request))
     } catch (error) {
-      refuseIfFlooding(request, reply)
+      refuseIfFlooding(failures, request, reply)
       await failures.failed(request.ip)
       throw error
     }
     let key = keys.cached(hash)
     if (key) return key
-    refuseIfFlooding(request, reply)
+    refuseIfFlooding(failures, request, reply)
     if (key === undefined) {
       try {
         key = await keys.resolve(hash)
@@ -65,17 +73,46 @@ export function authHook(auth: RouteAuth, { keys, limit, pay, failures }: AuthDe
     return key
   }
 
-  function refuseIfFlooding(request: FastifyRequest, reply: FastifyReply) {
-    const retryAfter = failures.retryAfter(request.ip)
-    if (retryAfter === undefined) return
-    reply.header('retry-after', retryAfter)
-    throw new TooManyFailures(retryAfter)
-  }
-
   return async (request, reply) => {
     const key = await resolve(request, reply)
     if (!tierAllows(key.tier, need)) throw new Forbidden(`this route needs an API key of tier ${need} or higher; this key is ${key.tier}`)
     request.identity = { ownerId: key.id, keyId: key.id, tier: key.tier, ...(key.wallet ? { wallet: key.wallet } : {}) }
     await limit(request, reply)
+    concurrency.enter(request, reply, `key:${key.id}`, maxPerKey, 'key')
+  }
+}
+
+/** throws 429 while this client address is refused for failed authentications or payments */
+function refuseIfFlooding(failures: AuthFailureLimiter, request: FastifyRequest, reply: FastifyReply) {
+  const retryAfter = failures.retryAfter(request.ip)
+  if (retryAfter === undefined) return
+  reply.header('retry-after', retryAfter)
+  throw new TooManyFailures(retryAfter)
+}
+
+/**
+ * Paid routes (issue 23): before any payment check, which may cost a balance RPC call, the
+ * client address must not be refused for failed checks (countFailedPayments) and must be
+ * within its paid rate limit; a verified payer is then counted against its own limit.
+ */
+function paidHook({ pay, failures, paid }: Pick<AuthDeps, 'pay' | 'failures' | 'paid'>): onRequestHookHandler {
+  return async function (request, reply) {
+    refuseIfFlooding(failures, request, reply)
+    await paid.address(request, reply)
+    const answered = await (pay.onRequest as (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>).call(this, request, reply)
+    if (answered === reply) return reply
+    if (request.payment) await paid.payer(request, reply, request.payment.payer)
+  }
+}
+
+/**
+ * The paid groups' onSend: a payment refused with 402 (in onRequest, or in preHandler for a
+ * payment id) counts as a failed authentication of the client address, as a bad key does. In
+ * onSend, so the count is in before the client reads its 402 and sends the next one.
+ */
+export function countFailedPayments(failures: AuthFailureLimiter): onSendHookHandler {
+  return async (request, reply, payload) => {
+    if (reply.statusCode === 402 && !request.payment && sentPayment(request)) await failures.failed(request.ip)
+    return payload
   }
 }

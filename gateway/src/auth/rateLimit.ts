@@ -54,3 +54,53 @@ export async function createKeyLimiter(app: FastifyInstance, limits: TierLimits,
     }
   }
 }
+
+export interface PaidLimits {
+  /** the fleet's NATS namespace: fleets sharing one Redis count apart (addresses and payers, unlike key ids, recur) */
+  namespace: string
+  windowMs: number
+  /** paid requests per client address per window */
+  perAddress: number
+  /** paid requests per payer per window */
+  perPayer: number
+}
+
+const PaidRateLimited = createError<[number, number, string, number]>(
+  'ATS_ERR_RATE_LIMITED',
+  'rate limit exceeded: %s paid requests per %s s for this %s; retry in %s s',
+  429,
+)
+
+/** Counts paid requests (issue 23): per client address before any payment check, per payer once one is verified. */
+export interface PaidLimiter {
+  /** throws 429 when this client address is over its limit; costs no RPC call, so it runs first */
+  address(request: FastifyRequest, reply: FastifyReply): Promise<void>
+  /** throws 429 when this (verified) payer is over its limit */
+  payer(request: FastifyRequest, reply: FastifyReply, payer: string): Promise<void>
+}
+
+/**
+ * Paid routes have no key, so the key limiter never counted them: a client could send any
+ * number of payments, each costing a signature check and, for a payer not yet cached, a
+ * balance RPC call. The counts share the key limiter's store (Redis when set); call after
+ * createKeyLimiter, which registers the plugin.
+ */
+export function createPaidLimiter(app: FastifyInstance, limits: PaidLimits): PaidLimiter {
+  const byAddress = app.createRateLimit({ keyGenerator: (request) => `paid-address:${limits.namespace}:${request.ip}`, max: limits.perAddress, timeWindow: limits.windowMs })
+  const payers = new WeakMap<FastifyRequest, string>()
+  const byPayer = app.createRateLimit({ keyGenerator: (request) => `paid-payer:${limits.namespace}:${payers.get(request)}`, max: limits.perPayer, timeWindow: limits.windowMs })
+  const windowSeconds = limits.windowMs / 1000
+  const check = async (request: FastifyRequest, reply: FastifyReply, limiter: typeof byAddress, who: string) => {
+    const result = await limiter(request)
+    if (result.isAllowed || !result.isExceeded) return
+    reply.header('retry-after', result.ttlInSeconds)
+    throw new PaidRateLimited(result.max, windowSeconds, who, result.ttlInSeconds)
+  }
+  return {
+    address: (request, reply) => check(request, reply, byAddress, 'client address'),
+    payer: (request, reply, payer) => {
+      payers.set(request, payer.toLowerCase())
+      return check(request, reply, byPayer, 'payer')
+    },
+  }
+}

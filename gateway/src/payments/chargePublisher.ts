@@ -7,8 +7,19 @@ interface Waiter {
   done: () => void
 }
 
-const retryEveryMs = 1_000
 const maxBatch = 512
+
+export interface ChargePublisherOptions {
+  /** how often unsent batches are tried again (1 s) */
+  retryEveryMs?: number
+  /**
+   * how many unsent charges may wait in memory (10,000): at this many the gateway stops taking
+   * paid requests (`accepting()` false, 503) until they are delivered
+   */
+  maxUnsent?: number
+  /** how long one publish waits for JetStream's ack (5 s) */
+  publishTimeoutMs?: number
+}
 
 /**
  * Publishes charged payments to JetStream with group commit: while one publish is in
@@ -16,19 +27,29 @@ const maxBatch = 512
  * load one stream message (and one ack) serves many requests; alone, a charge is sent at
  * once. A charge resolves once JetStream has stored it. A batch that cannot be published
  * is kept and retried every second (its requests are answered meanwhile: a short NATS
- * outage must not fail paid requests that were served); what is still unsent at shutdown
- * is logged by payer, nonce and amount, never with its signature: a signed authorization in a
- * log would let anyone who reads it move the payer's money.
+ * outage must not fail paid requests that were served), by one retry loop at a time (two
+ * would each send the oldest batch and each drop one: issue 23), in order. What waits is
+ * bounded: at `maxUnsent` charges `accepting()` turns false and the paid routes answer 503
+ * (nothing verified, nothing charged) rather than serve what could not be recorded. What is
+ * still unsent at shutdown is logged by payer, nonce and amount, never with its signature: a
+ * signed authorization in a log would let anyone who reads it move the payer's money.
  */
-export async function createChargePublisher(nc: NatsConnection, channels: PaymentChannels, log: Logger) {
+export async function createChargePublisher(nc: NatsConnection, channels: PaymentChannels, log: Logger, options: ChargePublisherOptions = {}) {
+  const { retryEveryMs = 1_000, maxUnsent = 10_000, publishTimeoutMs = 5_000 } = options
   await ensureStream(nc, channels.streamSpec)
   const js = nc.jetstream()
   const queued: Waiter[] = []
   const unsent: PaymentsCharged[] = []
+  let unsentCharges = 0
   let publishing = false
 
   const send = (batch: PaymentsCharged) =>
-    js.publish(channels.charged.subject, channels.charged.message.encode(batch), { msgID: paymentsMessageId(batch), timeout: 5_000 })
+    js.publish(channels.charged.subject, channels.charged.message.encode(batch), { msgID: paymentsMessageId(batch), timeout: publishTimeoutMs })
+
+  const keep = (batch: PaymentsCharged) => {
+    unsent.push(batch)
+    unsentCharges += batch.charges.length
+  }
 
   async function drain() {
     if (publishing) return
@@ -41,8 +62,8 @@ export async function createChargePublisher(nc: NatsConnection, channels: Paymen
           if (unsent.length > 0) throw new Error('earlier payment events are still unsent')
           await send(batch)
         } catch (error) {
-          unsent.push(batch)
-          log.error({ err: error, unsent: unsent.reduce((n, b) => n + b.charges.length, 0) }, 'payment events not published yet; retrying every second')
+          keep(batch)
+          log.error({ err: error, unsent: unsentCharges }, 'payment events not published yet; retrying every second')
         }
         for (const w of waiters) w.done()
       }
@@ -51,17 +72,28 @@ export async function createChargePublisher(nc: NatsConnection, channels: Paymen
     }
   }
 
-  async function retryUnsent() {
-    let delivered = 0
-    while (unsent.length > 0) {
+  // the one retry loop: only it takes batches off the front of `unsent` (drain only appends)
+  let retrying: Promise<void> | undefined
+  const retryUnsent = () => {
+    retrying ??= (async () => {
+      let delivered = 0
       try {
-        await send(unsent[0]!)
-        delivered += unsent.shift()!.charges.length
-      } catch {
-        break
+        while (unsent.length > 0) {
+          try {
+            await send(unsent[0]!)
+          } catch {
+            break
+          }
+          const sent = unsent.shift()!
+          unsentCharges -= sent.charges.length
+          delivered += sent.charges.length
+        }
+        if (delivered > 0) log.info({ delivered, unsent: unsentCharges }, 'unsent payment events delivered')
+      } finally {
+        retrying = undefined
       }
-    }
-    if (delivered > 0) log.info({ delivered }, 'unsent payment events delivered')
+    })()
+    return retrying
   }
   const timer = setInterval(() => {
     if (unsent.length > 0) void retryUnsent()
@@ -76,6 +108,10 @@ export async function createChargePublisher(nc: NatsConnection, channels: Paymen
         void drain()
       })
     },
+    /** false while `maxUnsent` charges wait to be published: take no paid request until they are */
+    accepting: () => unsentCharges < maxUnsent,
+    /** how many charges wait to be published again */
+    unsentCount: () => unsentCharges,
     async close() {
       clearInterval(timer)
       await retryUnsent()

@@ -15,7 +15,7 @@ import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from '@x402/ext
 import type { FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler, preHandlerHookHandler } from 'fastify'
 import type { Redis } from 'ioredis'
 import { getAddress, type Address } from 'viem'
-import { createBalanceChecker } from './balances.ts'
+import { createPayerChain, createReservations } from './reservations.ts'
 import { discoveryFor } from './discovery.ts'
 import { PaymentError } from './errors.ts'
 import { paymentFromHeaders, type Payment } from './header.ts'
@@ -36,7 +36,7 @@ declare module 'fastify' {
 
 export type PaymentSettings = Pick<
   ServiceConfig<typeof gatewaySettings>,
-  'PAY_TO' | 'PAYMENT_PRICE' | 'PAYMENT_TIMEOUT_SECONDS' | 'JOB_PAYMENT_MIN_VALIDITY_SECONDS' | 'SKIP_PAYMENT' | 'PUBLIC_URL' | 'PORT' | 'PAYMENT_ID_TTL_SECONDS' | 'NATS_NAMESPACE'
+  'PAY_TO' | 'PAYMENT_PRICE' | 'PAYMENT_TIMEOUT_SECONDS' | 'JOB_PAYMENT_MIN_VALIDITY_SECONDS' | 'PAYMENT_MIN_VALIDITY_SECONDS' | 'SKIP_PAYMENT' | 'PUBLIC_URL' | 'PORT' | 'PAYMENT_ID_TTL_SECONDS' | 'NATS_NAMESPACE'
 >
 
 /** The owner of paid requests when SKIP_PAYMENT is on and no payment header names one. */
@@ -106,6 +106,11 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
     }
   }
 
+  // nonces, payment ids and reservations must be shared by every gateway and outlive a restart:
+  // per process, a payment could be replayed on another replica or after a restart (issue 23)
+  if (!redis) {
+    throw new StartupError('paid routes need Redis: set REDIS_URL (used nonces, payment ids and reservations are shared there by every gateway), or SKIP_PAYMENT=true in development')
+  }
   const usdc = chain.tokens().find('USDC')
   if (!usdc) throw new StartupError(`the address book of chain ${chain.chainId} has no USDC`)
   const { name, version } = usdcDomain(chain.chainId, usdc.address)
@@ -135,17 +140,29 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
       )
     }
   }
-  const nonces = createNonceStore(redis ? { redis } : {})
+  // every payment must outlive the answer long enough to be settled after it
+  if (settings.PAYMENT_MIN_VALIDITY_SECONDS >= settings.PAYMENT_TIMEOUT_SECONDS) {
+    throw new StartupError(
+      `PAYMENT_MIN_VALIDITY_SECONDS (${settings.PAYMENT_MIN_VALIDITY_SECONDS}) must be below PAYMENT_TIMEOUT_SECONDS (${settings.PAYMENT_TIMEOUT_SECONDS}): clients sign validBefore = now + PAYMENT_TIMEOUT_SECONDS`,
+    )
+  }
+  const nonces = createNonceStore({ redis })
+  const payerChain = createPayerChain({ publicClient: chain.publicClient, asset: usdc.address })
+  const reservations = createReservations({ redis, chain: payerChain, namespace: settings.NATS_NAMESPACE })
   const paymentIds = createPaymentIdStore({
-    ...(redis ? { redis } : {}),
+    redis,
     nonces,
+    reservations,
     namespace: settings.NATS_NAMESPACE,
     ttlMs: settings.PAYMENT_ID_TTL_SECONDS * 1000,
   })
   const verifier = createPaymentVerifier({
     requirements: terms,
     nonces,
-    balances: createBalanceChecker({ publicClient: chain.publicClient, asset: usdc.address }),
+    // one cache of balances: the payment-id path checks the balance alone before its claim
+    balances: { balanceOf: async (payer) => (await payerChain.balanceOf(payer)).balance },
+    reservations,
+    minValiditySeconds: settings.PAYMENT_MIN_VALIDITY_SECONDS,
     refusedPayer: blockedPayers.reasonFor,
   })
   log.info({ payTo: terms.payTo, asset: terms.asset, price: String(terms.price), chainId: terms.chainId }, 'x402 payments on')
@@ -224,6 +241,11 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
     async onRequest(request, reply) {
       let payer: Address
       let payment: Payment | undefined
+      // what could not be recorded is not served: nothing is verified or claimed, nothing charged
+      if (!charges.accepting()) {
+        request.log.error({ unsent: charges.unsentCount() }, 'paid request refused: too many payment events wait to be published')
+        throw new Unavailable('payments cannot be recorded right now (the payment event stream is unavailable); try again shortly')
+      }
       try {
         payment = paymentFromHeaders(request.headers)
         if (!payment) return paymentRequired(request, reply, 'payment required: send X-PAYMENT (x402 v1) or PAYMENT-SIGNATURE (v2)')
@@ -275,6 +297,8 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
         // settlement is asynchronous: the transaction is in GET /admin/revenue once settled
         response = { success: true, transaction: '', network, payer: paid.payer }
       } else {
+        // never settled, so it reserves nothing (a payment id's may still be charged by a repeat)
+        if (paid.payment.paymentId === undefined) await reservations.release(paid.payer, paid.payment.authorization.nonce, request.log)
         const retry = paid.payment.paymentId === undefined ? "this payment's nonce is used, sign a new one to retry" : 'send it again with the same payment id to retry'
         const errorReason = `not charged: the service answered ${reply.statusCode}; ${retry}`
         response = { success: false, errorReason, transaction: '', network, payer: paid.payer }

@@ -8,6 +8,7 @@ import type { Address, Hex } from 'viem'
 import { PaymentUnavailableError } from './errors.ts'
 import type { Payment } from './header.ts'
 import { nonceKeyOf, nonceTtlMs, type NonceStore } from './nonces.ts'
+import type { Reservations } from './reservations.ts'
 
 export type PaymentIdClaim =
   /** the first request with this id: its payment's nonce is now claimed */
@@ -33,6 +34,12 @@ export interface PaymentIdStoreOptions {
   /** shared by all replicas; without it records are per process (`nonces` must then be the verifier's store) */
   redis?: Redis
   nonces: NonceStore
+  /**
+   * with Redis, the gateway's: a first use also finds the nonce unused on chain and the payer
+   * funded beyond what is reserved, and reserves its value with the nonce claim and the record
+   * (a repeat reserves nothing again)
+   */
+  reservations?: Reservations
   /** the fleet's NATS namespace: fleets sharing a Redis keep their ids apart */
   namespace: string
   /** how long an id is remembered after its first use */
@@ -88,7 +95,7 @@ return 1`
 
 type ScriptedRedis = Redis & { claimPaymentId(record: string, nonce: string, value: string, ttlMs: number, nonceTtlMs: number): Promise<string | number> }
 
-export function createPaymentIdStore({ redis, nonces, namespace, ttlMs, now = Date.now }: PaymentIdStoreOptions): PaymentIdStore {
+export function createPaymentIdStore({ redis, nonces, reservations, namespace, ttlMs, now = Date.now }: PaymentIdStoreOptions): PaymentIdStore {
   const keyOf = (payer: Address, id: string) => `${PAYMENT_ID_KEY_PREFIX}${namespace}:${payer.toLowerCase()}:${id}`
   if (redis) {
     redis.defineCommand('claimPaymentId', { numberOfKeys: 2, lua: claimScript })
@@ -97,6 +104,11 @@ export function createPaymentIdStore({ redis, nonces, namespace, ttlMs, now = Da
     const unavailable = (error: unknown) => new PaymentUnavailableError(`payment id store unavailable: ${(error as Error).message}`, { cause: error })
     return {
       async claim(payer, id, fingerprint, payment) {
+        if (reservations) {
+          const outcome = await reservations.reserve(payment, payer, { key: keyOf(payer, id), value: encode(fingerprint, payment), ttlMs })
+          if (outcome.kind === 'record') return decide(outcome.existing, fingerprint)
+          return outcome.kind === 'ok' ? { kind: 'first' } : { kind: 'nonce_used' }
+        }
         const a = payment.authorization
         let result: string | number
         try {

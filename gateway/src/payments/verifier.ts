@@ -4,6 +4,7 @@ import type { BalanceChecker } from './balances.ts'
 import { PaymentError } from './errors.ts'
 import type { Payment } from './header.ts'
 import type { NonceStore } from './nonces.ts'
+import type { Reservations } from './reservations.ts'
 import { caip2Network, v1Network, type PaymentTerms } from '@ats/contracts'
 import { createAuthorizationSigning } from './signature.ts'
 
@@ -11,6 +12,12 @@ export interface PaymentVerifierOptions {
   requirements: Pick<PaymentTerms, 'price' | 'payTo' | 'asset' | 'chainId' | 'token' | 'maxTimeoutSeconds'>
   nonces: NonceStore
   balances: BalanceChecker
+  /**
+   * the gateway's way (Redis): the nonce unused on chain, and the balance minus what the payer's
+   * unsettled payments reserve, checked with the nonce claim and the reservation in one step;
+   * without it, the balance alone and `nonces` (unit tests)
+   */
+  reservations?: Reservations
   /** why a payer (lower-case address) is refused outright, or undefined */
   refusedPayer?: (payer: string) => string | undefined
   /** validBefore must be at least this far ahead, so the payment can still settle (6 s) */
@@ -27,6 +34,7 @@ export function createPaymentVerifier({
   requirements: r,
   nonces,
   balances,
+  reservations,
   refusedPayer = () => undefined,
   minValiditySeconds = 6,
   maxValiditySeconds,
@@ -81,6 +89,10 @@ export function createPaymentVerifier({
   /** The payer's checksummed address once the payment is checked, funded and its nonce claimed; else a PaymentError. */
   async function verify(payment: Payment, now: number | bigint): Promise<Address> {
     const payer = check(payment, now)
+    if (reservations) {
+      if ((await reservations.reserve(payment, payer)).kind !== 'ok') throw nonceUsed(payment, payer)
+      return payer
+    }
     await funded(payment, payer)
     const a = payment.authorization
     if (!(await nonces.claim(a.from, a.nonce, a.validBefore))) throw nonceUsed(payment, payer)

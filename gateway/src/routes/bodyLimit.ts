@@ -7,7 +7,7 @@ import type { FastifyInstance } from 'fastify'
 const expectsContinue = (headers: IncomingHttpHeaders) => headers.expect?.toLowerCase() === '100-continue'
 const declaredTooLarge = (headers: IncomingHttpHeaders, limit: number) => Number(headers['content-length'] ?? 0) > limit
 
-/** The whole body of a chunked request, or a 413 as soon as it passes the limit (the rest is read and dropped). */
+/** The whole body of a request, or a 413 as soon as it passes the limit (the rest is read and dropped). */
 function readWithin(payload: Readable, limit: number): Promise<Readable> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = []
@@ -23,8 +23,11 @@ function readWithin(payload: Readable, limit: number): Promise<Readable> {
       payload.resume()
       reject(new BodyTooLarge(limit))
     }
-    const onEnd = () => resolve(Readable.from(chunks))
-    payload.on('data', onData).once('end', onEnd).once('error', reject)
+    // one chunk: the proxy sends it to the service in one go
+    const onEnd = () => resolve(Readable.from([Buffer.concat(chunks)], { objectMode: false }))
+    // a client gone (or cut off by the request timeout) before the end: nothing goes on
+    const onClose = () => reject(new Error('the client closed the connection before its body ended'))
+    payload.on('data', onData).once('end', onEnd).once('error', reject).once('close', onClose)
   })
 }
 
@@ -36,6 +39,11 @@ function readWithin(payload: Readable, limit: number): Promise<Readable> {
  * and the connection closes, as the client may or may not send the body); a chunked body is
  * counted and held until it ends, so a service never gets part of one. Services read the same
  * BODY_LIMIT_BYTES, so a body that passes here passes there.
+ *
+ * Every body, chunked or not, is read whole before the request goes on (issue 23): the proxy
+ * streamed a declared-length body on as it came, so a client sending a byte every few seconds
+ * held one of its service's connections for as long as it liked. Now a slow client holds only
+ * its own connection to the gateway, until SERVER_REQUEST_TIMEOUT_MS ends it with a 408.
  */
 export function installBodyLimit(app: FastifyInstance, limit: number): void {
   // with a listener, Node leaves the 100 to us instead of sending it for every request
@@ -49,8 +57,8 @@ export function installBodyLimit(app: FastifyInstance, limit: number): void {
     throw new BodyTooLarge(limit)
   })
   app.addHook('preParsing', async (request, _reply, payload) => {
-    // a Content-Length body cannot run past it (Node's parser stops there): stream it on
-    if (request.headers['transfer-encoding'] === undefined) return payload
+    // no body at all: nothing to wait for
+    if (request.headers['transfer-encoding'] === undefined && Number(request.headers['content-length'] ?? 0) === 0) return payload
     return readWithin(payload, limit)
   })
 }

@@ -1,9 +1,10 @@
 import proxy from '@fastify/http-proxy'
+import { randomBytes } from 'node:crypto'
 import type { IncomingHttpHeaders } from 'node:http'
 import { identityHeaders } from '@ats/contracts'
 import { errorBody, errorHandler, type ErrorFormat } from '@ats/service-kit'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerBase } from 'fastify'
-import { authHook, type AuthDeps } from '../auth/authHook.ts'
+import { authHook, countFailedPayments, type AuthDeps } from '../auth/authHook.ts'
 import { routeTable, type RouteGroup, type UpstreamName } from '../routing/routeTable.ts'
 
 export interface ProxyOptions {
@@ -12,6 +13,10 @@ export interface ProxyOptions {
   timeoutMs: number
   /** the wait of longRunning groups (/v1 completions run a whole agent job) */
   longTimeoutMs: number
+  /** the wait of spending groups (/swap/execute, /launchpad: receipts) */
+  spendTimeoutMs: number
+  /** connections to the service per route group (UPSTREAM_CONNECTIONS) */
+  connections: number
   auth: AuthDeps
 }
 
@@ -49,21 +54,37 @@ function upstreamFailed(service: UpstreamName, format: ErrorFormat) {
   }
 }
 
+/**
+ * A spend always runs under an idempotency key: the gateway makes one when the client sent none
+ * and answers it on every reply, its own 504 included, so the client can retry without spending
+ * twice (the service replays the first result for it; docs/trading.md).
+ */
+async function spendKey(request: FastifyRequest, reply: FastifyReply) {
+  if (request.method !== 'POST') return
+  request.headers['idempotency-key'] ??= `gen_${randomBytes(18).toString('base64url')}`
+  const key = request.headers['idempotency-key']
+  if (typeof key === 'string') reply.header('idempotency-key', key)
+}
+
 async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: ProxyOptions) {
   const format = group.errors ?? errorBody
   if (group.errors) app.setErrorHandler(errorHandler(group.errors))
-  const timeoutMs = group.longRunning ? options.longTimeoutMs : options.timeoutMs
+  const timeoutMs = group.longRunning ? options.longTimeoutMs : group.spending ? options.spendTimeoutMs : options.timeoutMs
   app.addHook('onRequest', authHook(group.auth, options.auth))
+  if (group.spending) app.addHook('preHandler', spendKey)
   if (group.auth.kind === 'payment') {
     app.addHook('preHandler', options.auth.pay.preHandler)
     app.addHook('onSend', options.auth.pay.onSend)
+    app.addHook('onSend', countFailedPayments(options.auth.failures))
   }
   await app.register(proxy, {
     upstream: options.upstreams[group.service],
     prefix: group.prefix,
     rewritePrefix: group.prefix,
     disableRequestLogging: true,
-    undici: { connections: 128, pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: timeoutMs, bodyTimeout: timeoutMs },
+    // each group has its own pool; a body is read whole at the edge (bodyLimit.ts) before the
+    // request takes one of these connections, so a slow client never holds one
+    undici: { connections: options.connections, pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: timeoutMs, bodyTimeout: timeoutMs },
     replyOptions: {
       rewriteRequestHeaders: (request, headers) => forwardedHeaders(request, headers, options.internalToken),
       // the client gets the id the gateway logged and forwarded, to quote when asking for help

@@ -15,6 +15,12 @@ export interface RouteGroup {
   errors?: (failure: Failure) => unknown
   /** answers that take as long as an agent job: the group waits CHAT_TIMEOUT_MS, not UPSTREAM_TIMEOUT_MS */
   longRunning?: true
+  /**
+   * answers that send from the server wallet and wait for receipts (an approval's, then the
+   * swap's): the group waits SPEND_TIMEOUT_MS, longer than the service, so a client is not told
+   * 504 while its swap goes on (and retries it)
+   */
+  spending?: true
 }
 
 const key = (tier: Tier): RouteAuth => ({ kind: 'key', tier })
@@ -32,7 +38,8 @@ export const routeTable: readonly RouteGroup[] = [
   { prefix: '/predictions', service: 'market-data', auth: key('readonly'), owner: 'key' },
   { prefix: '/bridge', service: 'market-data', auth: key('readonly'), owner: 'key' },
   { prefix: '/swap', service: 'trading', auth: key('readwrite'), owner: 'key' },
-  { prefix: '/launchpad', service: 'trading', auth: key('readwrite'), owner: 'key' },
+  { prefix: '/swap/execute', service: 'trading', auth: key('readwrite'), owner: 'key', spending: true },
+  { prefix: '/launchpad', service: 'trading', auth: key('readwrite'), owner: 'key', spending: true },
   { prefix: '/v1', service: 'agent', auth: key('readwrite'), owner: 'key', errors: openAiErrorBody, longRunning: true },
   { prefix: '/automations', service: 'automation', auth: key('readwrite'), owner: 'key' },
   { prefix: '/admin', service: 'admin', auth: key('admin'), owner: 'key' },

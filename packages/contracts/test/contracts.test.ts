@@ -1,6 +1,6 @@
 import t from 'tap'
 import { Compile } from 'typebox/compile'
-import { Address, adminContract, apiKeyPattern, Bytes32, codec, hashApiKey, KeyVerifyReply, MessageError, natsChannels, publicRoutes, serviceContracts, tierAllows } from '../src/index.ts'
+import { Address, adminContract, apiKeyPattern, Bytes32, codec, hashApiKey, KeyVerifyReply, MessageError, natsChannels, paymentsMessageId, publicRoutes, serviceContracts, tierAllows } from '../src/index.ts'
 
 t.test('a higher tier may use the routes of lower tiers, never the reverse', async (t) => {
   t.ok(tierAllows('admin', 'readonly'))
@@ -45,4 +45,16 @@ t.test('every service registers its routes and channels once, under the namespac
   t.equal(publicRoutes.length, routes.length)
   t.ok(publicRoutes.includes(adminContract.routes.createKey))
   t.equal(new Set(publicRoutes.map((r) => `${r.method} ${r.url}`)).size, publicRoutes.length, 'no route declared twice')
+})
+
+t.test("a batch's message id covers all its payments: batches that share a first payment and a count are different messages", async (t) => {
+  const charge = (payer: string, nonce: string) =>
+    ({ authorization: { from: payer, nonce } }) as unknown as Parameters<typeof paymentsMessageId>[0]['charges'][number]
+  const [a, b, c] = ['0x' + 'a'.repeat(40), '0x' + 'b'.repeat(40), '0x' + 'c'.repeat(40)]
+  const nonce = (n: number) => `0x${n.toString(16).padStart(64, '0')}`
+  const first = paymentsMessageId({ charges: [charge(a, nonce(1)), charge(b, nonce(2))] })
+  t.not(first, paymentsMessageId({ charges: [charge(a, nonce(1)), charge(c, nonce(3))] }), "another payer's charge behind the same first payment")
+  t.not(first, paymentsMessageId({ charges: [charge(a, nonce(1)), charge(b, nonce(3))] }), 'another nonce')
+  t.equal(first, paymentsMessageId({ charges: [charge(a.toUpperCase().replace('0X', '0x'), nonce(1)), charge(b, nonce(2))] }), 'the same batch again (any case) is a duplicate')
+  t.match(first, /^charges:[0-9a-f]{64}$/)
 })

@@ -11,6 +11,7 @@ export {
 export { DEVNET_ADDRESS_BOOK_PATH, writeAddressBook } from './addressBook.ts'
 export { devAccounts, fundAccounts, sendBatch, FUNDING, DEFAULT_FUNDING, DEV_MNEMONIC, type DevAccount, type BatchTx } from './funding.ts'
 export { deployTokens, tokenBySymbol } from './tokens.ts'
+export { localArtifact, type Artifact } from './artifacts.ts'
 export { DEPLOYER_PRIVATE_KEY } from './session.ts'
 export { WETH_PRICE_USDC } from './seed.ts'
 export type { UniswapV3Addresses } from './uniswap.ts'

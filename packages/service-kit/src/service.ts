@@ -30,6 +30,8 @@ export interface KitConfig {
   DATABASE_URL?: string
   /** the edge's port for /ready and /metrics */
   OPS_PORT?: number
+  /** the edge's interface for /ready and /metrics (unset: HOST) */
+  OPS_HOST?: string
   REDIS_URL?: string
 }
 export type ServiceConfig<S extends TProperties> = KitConfig & Static<TObject<S>>
@@ -97,7 +99,12 @@ function kitSettings(definition: ServiceDefinition<TProperties, DatabaseClient>)
   return {
     PORT: portSetting(definition.port, 'HTTP port'),
     ...baseSettings,
-    ...(definition.edge ? { OPS_PORT: portSetting(definition.port + 6000, 'port of /ready and /metrics') } : {}),
+    ...(definition.edge
+      ? {
+          OPS_PORT: portSetting(definition.port + 6000, 'port of /ready and /metrics'),
+          OPS_HOST: Type.Optional(Type.String({ minLength: 1, description: 'interface of /ready and /metrics (unset: HOST); pnpm start uses 127.0.0.1' })),
+        }
+      : {}),
     ...(definition.database ? databaseSettings : {}),
     ...(definition.redis ? { REDIS_URL: definition.redis === 'required' ? redisUrlSetting : Type.Optional(redisUrlSetting) } : {}),
     ...(definition.chain ? chainSettings : {}),
@@ -248,7 +255,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     opsUrl: () => opsAddress ?? '',
     listen: async () => {
       const address = await app.listen({ port: config.PORT, host: config.HOST })
-      opsAddress = ops === app ? address : await ops.listen({ port: config.OPS_PORT ?? 0, host: config.HOST })
+      opsAddress = ops === app ? address : await ops.listen({ port: config.OPS_PORT ?? 0, host: config.OPS_HOST ?? config.HOST })
       return address
     },
   }

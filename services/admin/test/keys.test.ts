@@ -146,16 +146,21 @@ t.test('PUT of a policy answers 404 for an unknown or revoked key and 400 for a 
   t.equal((await call('PUT', `/admin/keys/${bot.body.id}/policy`, {})).status, 400, 'no policy field')
 })
 
-t.test('the keys.policy endpoint answers an active key with its policy, null for a revoked or unknown one', async (t) => {
+t.test('the keys.policy endpoint answers an active key with its policy and wallet, null for a revoked or unknown one', async (t) => {
   const { call, svc } = await start(t)
   const { keyPolicy } = svc.ctx.channels.admin
-  const capped = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'capped', policy })
+  const wallet = '0x000000000000000000000000000000000000dEaD'
+  const capped = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'capped', policy, wallet: wallet.toLowerCase() })
   const free = await call('POST', '/admin/keys', { tier: 'admin', label: 'free' })
-  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: capped.body.id }), { key: { id: capped.body.id, tier: 'readwrite', policy } })
-  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: free.body.id }), { key: { id: free.body.id, tier: 'admin', policy: null } })
+  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: capped.body.id }), { key: { id: capped.body.id, tier: 'readwrite', policy, wallet } })
+  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: free.body.id }), { key: { id: free.body.id, tier: 'admin', policy: null, wallet: null } })
 
-  await call('PUT', `/admin/keys/${free.body.id}/policy`, { policy: { maxUsdPerDay: 20 } })
-  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: free.body.id }), { key: { id: free.body.id, tier: 'admin', policy: { maxUsdPerDay: 20 } } }, 'a change applies at once')
+  const recipients = { maxUsdPerDay: 20, allowedRecipients: ['0x1111111111111111111111111111111111111111'] }
+  t.equal((await call('PUT', `/admin/keys/${free.body.id}/policy`, { policy: recipients })).status, 200)
+  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: free.body.id }), { key: { id: free.body.id, tier: 'admin', policy: recipients, wallet: null } }, 'a change applies at once')
+  const bad = await call('PUT', `/admin/keys/${free.body.id}/policy`, { policy: { allowedRecipients: ['0x123'] } })
+  t.equal(bad.status, 400, 'a recipient that is not an address')
+  t.match(bad.body.error, /body\/policy\/allowedRecipients\/0 must match pattern/)
 
   await call('DELETE', `/admin/keys/${capped.body.id}`)
   t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: capped.body.id }), { key: null }, 'revoked')

@@ -5,6 +5,11 @@ export const NoPayer = createError<[]>('ATS_ERR_AGENT_NO_PAYER', 'paid routes ne
 export const NoKey = createError<[]>('ATS_ERR_AGENT_NO_KEY', 'this route needs an API key', 401)
 export const ContextTooLarge = createError<[number]>('ATS_ERR_AGENT_CONTEXT_TOO_LARGE', 'body/context must be at most %d bytes of JSON', 400)
 export const JobNotCancellable = createError<[string]>('ATS_ERR_AGENT_JOB_NOT_FOUND', 'job %s not found, or already finished', 404)
+export const TooManyStreams = createError<[number]>(
+  'ATS_ERR_AGENT_TOO_MANY_STREAMS',
+  'too many open event streams: at most %d at once per payer or API key (AGENT_MAX_STREAMS_PER_OWNER); close one first',
+  429,
+)
 export const PromptNotText = createError<[]>('ATS_ERR_AGENT_PROMPT_NOT_TEXT', 'body/prompt must be a string', 400)
 
 // /v1: answered in OpenAI's error shape; `param` names the field at fault

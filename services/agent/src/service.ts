@@ -43,6 +43,12 @@ const settings = {
   AGENT_TOOL_TIMEOUT_MS: ms('how long a tool waits for trading, market-data or automation', 10_000),
   AGENT_SWAP_TIMEOUT_MS: ms('how long the swap tool waits for a swap to be mined', 90_000, 1_000),
   AGENT_CHAT_WAIT_MS: ms('how long a /v1 completion waits for its job; then the job is cancelled and the answer is 504 (keep it under the gateway\'s CHAT_TIMEOUT_MS)', 150_000, 1_000),
+  AGENT_MAX_STREAMS_PER_OWNER: Type.Integer({
+    minimum: 1,
+    maximum: 1000,
+    default: 5,
+    description: 'event streams (GET /agent/job/:id/events, /v1 stream: true) one payer or API key may hold open at once, per agent API process; one more is 429',
+  }),
   AGENT_HISTORY_MESSAGES: Type.Integer({ minimum: 0, maximum: 200, default: 20, description: "earlier messages of the thread given to the runner" }),
   LLM_BASE_URL: Type.Optional(
     httpUrlSetting({ description: 'an OpenAI-compatible chat-completions API (…/v1); unset: the offline planner' }),
@@ -69,7 +75,7 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
     const store = createJobStore(db, { paidJobFinished: (jobId) => outcomes?.published(jobId) })
     outcomes = await startPaymentOutcomes({ nc, channels: channels.admin.payments, store, log })
     onClose(outcomes.stop)
-    const events = createJobEvents({ nc, channels: channels.agent, store, log })
+    const events = createJobEvents({ nc, channels: channels.agent, store, log, maxStreamsPerOwner: config.AGENT_MAX_STREAMS_PER_OWNER })
     onClose(async () => events.closeAll())
 
     if (config.AGENT_ROLE !== 'api') {

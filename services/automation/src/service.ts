@@ -2,6 +2,8 @@ import { fileURLToPath } from 'node:url'
 import { automationContract, automationRoutes, type AutomationStatus, type CreateAutomationRequest } from '@ats/contracts'
 import {
   addNatsService,
+  callEndpoint,
+  checkRecipient,
   findToken,
   Forbidden,
   NotFound,
@@ -32,6 +34,12 @@ const settings = {
   AUTOMATION_MAX_FAILURES: Type.Integer({ minimum: 1, maximum: 100, default: 3, description: 'failed runs in a row before an automation fails' }),
   AUTOMATION_MAX_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 20, default: 5, description: 'tries of one run whose swap timed out before the run fails' }),
   AUTOMATION_EXECUTE_TIMEOUT_MS: ms("how long a run waits for trading's swap (mined)", 90_000, 1_000),
+  AUTOMATION_MAX_PER_KEY: Type.Integer({
+    minimum: 1,
+    maximum: 10_000,
+    default: 10,
+    description: 'active or paused automations one API key (or agent payer) may have; creating or resuming one more answers 409',
+  }),
 }
 
 /** The owner of a request: the API key (HTTP through the gateway), or the key or payer of an agent job (NATS). */
@@ -39,17 +47,6 @@ function ownerOf(identity: { ownerId?: string | undefined; keyId?: string | unde
   if (identity.keyId) return { ownerId: identity.keyId, keyId: identity.keyId }
   if (identity.ownerId && isAddress(identity.ownerId, { strict: false })) return { ownerId: identity.ownerId.toLowerCase() }
   throw new Unauthorized('automations need an API key')
-}
-
-/**
- * Whose wallet an automation may buy for: a key bound to a wallet only for that wallet, a payer
- * only for itself; a key without a bound wallet for any (its spend policy caps what it spends).
- */
-function checkWallet(owner: Owner, boundWallet: string | undefined, walletAddress: string) {
-  const allowed = owner.keyId ? boundWallet : owner.ownerId
-  if (allowed && allowed.toLowerCase() !== walletAddress.toLowerCase()) {
-    throw new Forbidden(`this ${owner.keyId ? 'key is bound to' : 'payer is'} ${getAddress(allowed)}: its automations buy for that wallet only`)
-  }
 }
 
 export const automationService: ServiceDefinition<typeof settings, PrismaClient> = {
@@ -63,7 +60,24 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
     client: (adapter) => new PrismaClient({ adapter }),
   },
   async register(app, { db, nc, channels, config, version, onClose, log }) {
-    const store = createStore(db)
+    const store = createStore(db, { maxPerOwner: config.AUTOMATION_MAX_PER_KEY })
+
+    /**
+     * The server wallet pays every run and the run sends what it buys to walletAddress: that must be
+     * the owner's own wallet (a key's bound wallet, a payer itself) or one an admin allowed it, as
+     * admin says (never the caller's word). Trading checks the same before every run's swap.
+     */
+    async function checkWallet(owner: Owner, walletAddress: string) {
+      if (owner.keyId) {
+        const { key } = await callEndpoint(nc, channels.admin.keyPolicy, { keyId: owner.keyId }, { timeoutMs: 2000 })
+        if (!key) throw new Forbidden(`API key ${owner.keyId} is revoked or unknown`)
+        checkRecipient({ owner: `key ${owner.keyId}`, own: key.wallet, allowed: key.policy?.allowedRecipients }, walletAddress)
+        return
+      }
+      if (owner.ownerId === walletAddress.toLowerCase()) return
+      const { payer } = await callEndpoint(nc, channels.admin.agentPayer, { address: getAddress(owner.ownerId) }, { timeoutMs: 2000 })
+      checkRecipient({ owner: `payer ${getAddress(owner.ownerId)}`, own: owner.ownerId, allowed: payer?.policy.allowedRecipients }, walletAddress)
+    }
 
     // the chain's tokens, from trading (what its swaps accept)
     const tokens = tradingTokens(nc, channels.trading.tokens)
@@ -72,8 +86,8 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
         throw new Unavailable(`the token list is not available from trading (${error.message})`)
       })
 
-    async function create(owner: Owner, boundWallet: string | undefined, body: CreateAutomationRequest) {
-      checkWallet(owner, boundWallet, body.walletAddress)
+    async function create(owner: Owner, body: CreateAutomationRequest) {
+      await checkWallet(owner, body.walletAddress)
       const list = await tokenList()
       const checked = checkConfig(body.type, body.config, {
         tokenOf: (ref) => findToken(list, ref),
@@ -98,7 +112,7 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
       await nats.stop()
     })
     const { create: createChannel, list: listChannel, setStatus: setStatusChannel } = channels.automation
-    serveEndpoint(nats, 'create', createChannel, log, async (request, { identity }) => create(ownerOf(identity), identity.wallet, request))
+    serveEndpoint(nats, 'create', createChannel, log, async (request, { identity }) => create(ownerOf(identity), request))
     serveEndpoint(nats, 'list', listChannel, log, async ({ wallet }, { identity }) => ({
       automations: (await store.list(ownerOf(identity), wallet)).map(automationView),
     }))
@@ -112,7 +126,7 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
     })
     api.route({
       ...automationRoutes.create,
-      handler: async (request, reply) => reply.code(201).send(await create(keyOwner(request), request.identity.wallet, request.body)),
+      handler: async (request, reply) => reply.code(201).send(await create(keyOwner(request), request.body)),
     })
     api.route({
       ...automationRoutes.get,

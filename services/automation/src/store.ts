@@ -3,9 +3,16 @@
 // time moved in the same transaction.
 import { randomBytes } from 'node:crypto'
 import type { Automation as AutomationView, AutomationRun as RunView, AutomationStatus } from '@ats/contracts'
-import { BadRequest } from '@ats/service-kit'
-import type { Automation, AutomationRun, PrismaClient } from './generated/prisma/client.ts'
-import { firstRunAt, nextRunAt, overReason, type Config, type LimitOrder, type RecurringBuy } from './types.ts'
+import { BadRequest, createError } from '@ats/service-kit'
+import type { Automation, AutomationRun, Prisma, PrismaClient } from './generated/prisma/client.ts'
+import { firstRunAt, nextRunAt, overReason, resumeRunAt, type Config, type LimitOrder, type RecurringBuy } from './types.ts'
+
+/** One more active or paused automation than AUTOMATION_MAX_PER_KEY allows. */
+export const AutomationLimit = createError<[string]>('ATS_ERR_AUTOMATION_LIMIT', '%s', 409)
+
+/** The statuses that count toward AUTOMATION_MAX_PER_KEY: what runs, or may run again at a PATCH. */
+const counted = ['active', 'paused'] as const
+const isCounted = (status: string) => (counted as readonly string[]).includes(status)
 
 const newId = (prefix: string) => `${prefix}_${randomBytes(12).toString('base64url')}`
 
@@ -52,20 +59,37 @@ export type Claimed =
   | { kind: 'run'; run: AutomationRun; automation: Automation }
   | { kind: 'check'; automation: Automation; scheduledFor: Date }
 
-export function createStore(db: PrismaClient) {
+export function createStore(db: PrismaClient, { maxPerOwner }: { maxPerOwner: number }) {
+  /**
+   * Refuses (409) one more counted automation for the owner. Under a per-owner lock held to the end
+   * of the transaction, so concurrent creates count each other.
+   */
+  async function checkRoom(t: Prisma.TransactionClient, owner: Owner) {
+    await t.$queryRaw`SELECT pg_advisory_xact_lock(hashtext(${`ats:automation:owner:${owner.ownerId}`}))::text`
+    const open = await t.automation.count({ where: { ownerId: owner.ownerId, status: { in: [...counted] } } })
+    if (open >= maxPerOwner) {
+      throw new AutomationLimit(
+        `this ${owner.keyId ? 'key' : 'payer'} has ${open} active or paused automations, its limit (AUTOMATION_MAX_PER_KEY = ${maxPerOwner}): delete one, or set one completed, first`,
+      )
+    }
+  }
+
   return {
     async create(owner: Owner, input: { walletAddress: string; type: string; name: string; config: Config }, now = Date.now()) {
-      return db.automation.create({
-        data: {
-          id: newId('aut'),
-          ownerId: owner.ownerId,
-          keyId: owner.keyId ?? null,
-          walletAddress: input.walletAddress,
-          type: input.type,
-          name: input.name,
-          config: input.config as object,
-          nextRunAt: new Date(firstRunAt(input.config, now)),
-        },
+      return db.$transaction(async (t) => {
+        await checkRoom(t, owner)
+        return t.automation.create({
+          data: {
+            id: newId('aut'),
+            ownerId: owner.ownerId,
+            keyId: owner.keyId ?? null,
+            walletAddress: input.walletAddress,
+            type: input.type,
+            name: input.name,
+            config: input.config as object,
+            nextRunAt: new Date(firstRunAt(input.config, now)),
+          },
+        })
       })
     },
 
@@ -78,25 +102,33 @@ export function createStore(db: PrismaClient) {
 
     get: (owner: Owner, id: string) => db.automation.findFirst({ where: { id, ownerId: owner.ownerId } }),
 
-    /** Sets the status; resuming makes it due (at once for a fixed interval, at the next cron time otherwise). */
+    /**
+     * Sets the status. A pause keeps the due time; resuming makes it due at its next scheduled time
+     * after now (resumeRunAt), never at once, so pause and resume cannot run it more often than its
+     * schedule. Completed or failed back to active or paused counts toward the limit again.
+     */
     async setStatus(owner: Owner, id: string, status: AutomationStatus, now = Date.now()) {
-      const row = await db.automation.findFirst({ where: { id, ownerId: owner.ownerId } })
-      if (!row) return null
-      if (row.status === status) return row
-      const resumed = status === 'active'
-      if (resumed) {
+      return db.$transaction(async (t) => {
+        const row = await t.automation.findFirst({ where: { id, ownerId: owner.ownerId } })
+        if (!row) return null
+        if (row.status === status) return row
+        const resumed = status === 'active'
         const config = row.config as unknown as Config
-        const maxed = 'maxRuns' in config && config.maxRuns !== undefined && row.runs >= config.maxRuns
-        const over = overReason(config, row.runs, now) ?? (maxed ? `it has made its ${(config as RecurringBuy).maxRuns} runs (maxRuns)` : undefined)
-        if (over) throw new BadRequest(`automation ${id} cannot be resumed: ${over}`)
-      }
-      return db.automation.update({
-        where: { id },
-        data: {
-          status,
-          nextRunAt: resumed ? new Date(firstRunAt(row.config as unknown as Config, now)) : null,
-          ...(resumed ? { failures: 0, statusReason: null } : { statusReason: status === 'paused' ? null : `set to ${status} by its owner` }),
-        },
+        if (resumed) {
+          const maxed = 'maxRuns' in config && config.maxRuns !== undefined && row.runs >= config.maxRuns
+          const over = overReason(config, row.runs, now) ?? (maxed ? `it has made its ${(config as RecurringBuy).maxRuns} runs (maxRuns)` : undefined)
+          if (over) throw new BadRequest(`automation ${id} cannot be resumed: ${over}`)
+        }
+        if (isCounted(status) && !isCounted(row.status)) await checkRoom(t, owner)
+        const nextRunAt = resumed ? new Date(resumeRunAt(config, row.nextRunAt?.getTime() ?? null, now)) : status === 'paused' ? row.nextRunAt : null
+        return t.automation.update({
+          where: { id },
+          data: {
+            status,
+            nextRunAt,
+            ...(resumed ? { failures: 0, statusReason: null } : { statusReason: status === 'paused' ? null : `set to ${status} by its owner` }),
+          },
+        })
       })
     },
 
@@ -117,9 +149,12 @@ export function createStore(db: PrismaClient) {
       return db.$transaction(async (t) => {
         const claimed: Claimed[] = []
         const lease = new Date(now + leaseMs)
+        // never two runs of one automation at once: a run still under way (slower than the
+        // interval) holds the next until it ends; the next is then due at once, not skipped
         const locked = await t.$queryRaw<Array<{ id: string }>>`
-          SELECT id FROM automations WHERE status = 'active' AND next_run_at <= ${new Date(now)}
-          ORDER BY next_run_at LIMIT ${limit} FOR UPDATE SKIP LOCKED`
+          SELECT a.id FROM automations a WHERE a.status = 'active' AND a.next_run_at <= ${new Date(now)}
+            AND NOT EXISTS (SELECT 1 FROM automation_runs r WHERE r.automation_id = a.id AND r.status = 'running')
+          ORDER BY a.next_run_at LIMIT ${limit} FOR UPDATE OF a SKIP LOCKED`
         const due = await t.automation.findMany({ where: { id: { in: locked.map((r) => r.id) } }, orderBy: { nextRunAt: 'asc' } })
         for (const automation of due) {
           const { id } = automation

@@ -137,6 +137,20 @@ export function firstRunAt(config: Config, now: number): number {
   return 'ms' in parsed ? now : nextAfter(schedule, now)
 }
 
+/**
+ * When a resumed automation is due: its next scheduled time after now, never at once. `anchor` is
+ * the due time its schedule had when paused: kept if still ahead, else moved on by whole intervals
+ * (a fixed interval keeps its phase; a cron expression its next time). Without one, an interval
+ * from now.
+ */
+export function resumeRunAt(config: Config, anchor: number | null, now: number): number {
+  if (anchor !== null && anchor > now) return anchor
+  const schedule = 'interval' in config ? config.interval : config.checkEvery
+  const parsed = parseInterval(schedule)!
+  if (anchor === null || !('ms' in parsed)) return nextAfter(schedule, now)
+  return anchor + (Math.floor((now - anchor) / parsed.ms) + 1) * parsed.ms
+}
+
 /** Why an automation can run no more, by its config and successful runs: endAt passed, or a limit order filled. */
 export function overReason(config: Config, runs: number, now: number): string | undefined {
   if (config.endAt !== undefined && now >= config.endAt) return 'its endAt has passed'

@@ -10,7 +10,7 @@ t.test('outcomes: repeated failures, a limit order that waits and one that fills
   const stack = await startAutomationStack(top, { env: { AUTOMATION_SCHEDULER: 'false' } })
   const { devnet, call } = stack
   const wallet = getAddress(devnet.accounts[8]!.address) as Address
-  const keyId = await stack.createKey()
+  const keyId = await stack.createKey(wallet)
   const get = async (id: string, key = keyId) => (await call(`/automations/${id}`, { headers: keyHeaders(key) })).body.automation
   const runsOf = async (id: string, key = keyId) => (await call(`/automations/${id}/runs`, { headers: keyHeaders(key) })).body.runs as any[]
   const create = async (key: string, type: string, config: Record<string, unknown>) => {
@@ -27,7 +27,7 @@ t.test('outcomes: repeated failures, a limit order that waits and one that fills
   await db.query(`UPDATE automations SET next_run_at = now() - interval '5 hours' WHERE id = $1`, [hourly])
 
   // a key that may only swap WETH: each run of its USDC->ARB buy is refused by trading
-  const narrow = await stack.createKey(undefined, { allowedTokens: ['WETH'] })
+  const narrow = await stack.createKey(wallet, { allowedTokens: ['WETH'] })
   const refused = await create(narrow, 'recurring-buy', { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1s' })
   const waiting = await create(keyId, 'limit-order', { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', minAmountOut: '1000000000000000000000000', checkEvery: '1s' })
   const filling = await create(keyId, 'limit-order', { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', minAmountOut: '1', checkEvery: '1s' })
@@ -77,14 +77,21 @@ t.test('outcomes: repeated failures, a limit order that waits and one that fills
     t.match(runs[0], { status: 'success', txHash: /^0x[0-9a-f]{64}$/ })
   })
 
-  top.test('a key bound to a wallet makes automations for that wallet only', async (t) => {
-    const bound = await stack.createKey(devnet.accounts[9]!.address)
-    const res = await call('/automations', {
-      headers: keyHeaders(bound, devnet.accounts[9]!.address),
-      body: { walletAddress: wallet, type: 'recurring-buy', name: 'x', config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1', interval: '1h' } },
-    })
+  top.test('a key buys for its bound wallet, or for a recipient an admin allowed it, only', async (t) => {
+    const body = { walletAddress: wallet, type: 'recurring-buy', name: 'x', config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1', interval: '1h' } }
+    const other = getAddress(devnet.accounts[9]!.address)
+    const bound = await stack.createKey(other)
+    const res = await call('/automations', { headers: keyHeaders(bound, other), body })
     t.equal(res.status, 403)
-    t.match(res.body.error, /is bound to 0x[0-9a-fA-F]{40}: its automations buy for that wallet only/)
+    t.equal(res.body.error, `recipient ${wallet} is not allowed for key ${bound}: the server wallet pays out only to its own wallet (${other}) or to a recipient an admin allowed for it (allowedRecipients in its spend policy)`)
+    // the gateway's wallet header is not what decides: admin's record of the key is
+    const unbound = await stack.createKey()
+    const claimed = await call('/automations', { headers: keyHeaders(unbound, wallet), body })
+    t.equal(claimed.status, 403)
+    t.match(claimed.body.error, /its bound wallet \(it has none\)/)
+    const allowed = await stack.createKey(undefined, { allowedRecipients: [wallet.toLowerCase()] })
+    const made = await call('/automations', { headers: keyHeaders(allowed), body: { ...body, config: { ...body.config, interval: '0 0 1 1 *' } } })
+    t.equal(made.status, 201, JSON.stringify(made.body))
   })
 
   top.test('the database matches schema.prisma (the skipped run status included)', async (t) => {

@@ -5,8 +5,8 @@ import { eventually, keyHeaders, startAutomationStack } from './helpers.ts'
 t.test('three scheduler processes at once: every due run executed exactly once, counted on chain', async (t) => {
   const stack = await startAutomationStack(t, { schedulers: 3 })
   const { devnet, publicClient, call } = stack
-  const keyId = await stack.createKey()
   const wallet = getAddress(devnet.accounts[5]!.address) as Address
+  const keyId = await stack.createKey(wallet)
   const before = await stack.balanceOf('ARB', wallet)
   const startBlock = await publicClient.getBlockNumber({ cacheTime: 0 })
 

@@ -87,8 +87,9 @@ export function chainTx({ chain, receiptTimeoutMs, receiptPollMs, walletControl 
   /**
    * Makes sure `spender` may take `amount` of `token` from the server wallet: an unlimited
    * approval, sent once per token and spender (concurrent swaps in this process wait for it).
+   * Returns the wei of gas this call paid for it: 0 when it sent none.
    */
-  async function ensureAllowance(token: Address, spender: Address, amount: bigint): Promise<void> {
+  async function ensureAllowance(token: Address, spender: Address, amount: bigint): Promise<bigint> {
     const key = `${token}:${spender}`
     for (;;) {
       const running = approving.get(key)
@@ -97,9 +98,11 @@ export function chainTx({ chain, receiptTimeoutMs, receiptPollMs, walletControl 
     }
     const owner = chain.sender().address
     const allowance = await client.readContract({ address: token, abi: erc20Abi, functionName: 'allowance', args: [owner, spender] })
-    if (allowance >= amount) return
+    if (allowance >= amount) return 0n
+    let paid = 0n
     const approval = (async () => {
       const { receipt } = await send({ to: token, data: encodeFunctionData({ abi: erc20Abi, functionName: 'approve', args: [spender, maxUint256] }) })
+      paid = receipt.gasUsed * receipt.effectiveGasPrice
       if (receipt.status !== 'success') throw new WouldRevert(`the approval of ${token} for ${spender} reverted (${receipt.transactionHash})`)
     })()
     approving.set(key, approval)
@@ -108,9 +111,21 @@ export function chainTx({ chain, receiptTimeoutMs, receiptPollMs, walletControl 
     } finally {
       approving.delete(key)
     }
+    return paid
   }
 
-  return { send, resume, receiptOf, ensureAllowance, client, sender: () => chain.sender() }
+  /** The most a transaction from the server wallet can cost in wei, as the wallet sender would send it: its gas estimate plus 25%, at the max fee per gas. */
+  async function costOf(tx: { to?: Address; data: Hex }): Promise<bigint> {
+    try {
+      const [gas, fees] = await Promise.all([client.estimateGas({ account: chain.sender().address, ...tx }), client.estimateFeesPerGas()])
+      return ((gas * 125n) / 100n) * fees.maxFeePerGas
+    } catch (error) {
+      if (isRevert(error)) throw new WouldRevert(`the transaction would revert: ${revertReason(error)}`)
+      return rethrowAsChainError(error)
+    }
+  }
+
+  return { send, resume, receiptOf, ensureAllowance, costOf, client, sender: () => chain.sender() }
 }
 
 export type ChainTx = ReturnType<typeof chainTx>

@@ -26,6 +26,7 @@ import type { SpendDefaults, SpendLimits } from './swaps/policy.ts'
 import { createPreparer } from './swaps/prepare.ts'
 import { createQuoter, quoteAnswer } from './swaps/quotes.ts'
 import { tokenResolver } from './swaps/tokens.ts'
+import { gasUsdOf } from './swaps/usd.ts'
 
 const schema = 'trading'
 const usdLimit = (description: string) => Type.Optional(Type.Number({ exclusiveMinimum: 0, description }))
@@ -50,6 +51,12 @@ const settings = {
   SPEND_UNLIMITED: Type.Boolean({
     default: false,
     description: 'true: keys whose policy sets no USD cap spend the server wallet without the default caps (only SPEND_MAX_USD_* apply); logged as a warning at start',
+  }),
+  LAUNCH_DEFAULT_PER_DAY: Type.Integer({
+    minimum: 0,
+    maximum: 1000,
+    default: 3,
+    description: "tokens a key may launch per UTC day when its spend policy sets no maxLaunchesPerDay (0: none); a launch's gas counts against the key's USD caps as well",
   }),
   SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS: Type.Integer({
     minimum: 1,
@@ -88,12 +95,13 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
 
     const walletLimits: SpendLimits | undefined =
       config.SPEND_MAX_USD_PER_SWAP !== undefined || config.SPEND_MAX_USD_PER_DAY !== undefined
-        ? { owner: 'the server wallet', maxUsdPerSwap: config.SPEND_MAX_USD_PER_SWAP, maxUsdPerDay: config.SPEND_MAX_USD_PER_DAY }
+        ? { owner: 'the server wallet', maxUsdPerSwap: config.SPEND_MAX_USD_PER_SWAP, maxUsdPerDay: config.SPEND_MAX_USD_PER_DAY, walletWide: true }
         : undefined
     const defaults: SpendDefaults = {
       maxUsdPerSwap: config.SPEND_UNLIMITED ? undefined : config.SPEND_DEFAULT_USD_PER_SWAP,
       maxUsdPerDay: config.SPEND_UNLIMITED ? undefined : config.SPEND_DEFAULT_USD_PER_DAY,
       maxPriceImpactBps: config.SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS,
+      maxLaunchesPerDay: config.LAUNCH_DEFAULT_PER_DAY,
     }
     if (!chain.hasWallet) log.warn('SERVER_WALLET_PRIVATE_KEY is not set: quotes, prepare and positions (with ?address=) work; execute and launch answer 503')
     else if (config.SPEND_UNLIMITED) {
@@ -106,6 +114,7 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     const executor = createExecutor({
       db,
       quoter,
+      tokens,
       tx,
       idempotency,
       walletLimits,
@@ -117,7 +126,7 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
       keyPolicy: async (keyId) => {
         const { key } = await callEndpoint(nc, channels.admin.keyPolicy, { keyId }, { timeoutMs: 2000 })
         if (!key) throw new Forbidden(`API key ${keyId} is revoked or unknown`)
-        return key.policy
+        return { policy: key.policy, wallet: key.wallet }
       },
       payerPolicy: async (address) => {
         const { payer } = await callEndpoint(nc, channels.admin.agentPayer, { address: getAddress(address) }, { timeoutMs: 2000 })
@@ -128,7 +137,16 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     // a read needs the wallet's address only, not its sender
     const wallet = () => chain.wallet().account.address
     const positions = createPositions({ client, book: chain.addressBook, quoter, tokens: (address) => chain.tokens().find(address), wallet })
-    const launchpad = createLaunchpad({ db, tx, idempotency, chainId: chain.chainId, log, walletControl })
+    const launchpad = createLaunchpad({
+      db,
+      tx,
+      idempotency,
+      chainId: chain.chainId,
+      log,
+      walletControl,
+      limitsOf: (keyId) => executor.limitsFor({ keyId }),
+      gasUsd: async (wei) => gasUsdOf(wei, quoter, tokens, await client.getBlockNumber({ cacheTime: 0 })),
+    })
 
     const nats = await addNatsService(nc, tradingContract.name, version, 'swap quotes and execution, positions')
     onClose(async () => {

@@ -138,8 +138,29 @@ t.test('over NATS without an API key, only a payer on the agent allowlist swaps,
   })
   await t.rejects(callEndpoint(nc, execute, request('p:5', '3000000'), { identity: { ownerId: payer }, timeoutMs: 30_000 }), {
     statusCode: 403,
-    message: /would bring today's swaps \(UTC\) to \$7\.00, over its limit of \$6\.00 per day/,
+    message: /would bring today's swaps and launches \(UTC\) to \$7\.00, over its limit of \$6\.00 per day/,
   })
+})
+
+t.test("over NATS a recipient must be the owner's own wallet or on its allowedRecipients: 403 before anything is sent otherwise", async (t) => {
+  const nc = await connect({ servers: fleet.base.NATS_URL! })
+  t.teardown(() => nc.close())
+  const { execute } = natsChannels(fleet.base.NATS_NAMESPACE!).trading
+  const allowed = fleet.devnet.accounts[4]!.address
+  const stranger = fleet.devnet.accounts[5]!.address
+  const { id: keyId } = await fleet.createKey({ allowedRecipients: [allowed] })
+  const identity = { keyId, ownerId: keyId }
+  const request = (key: string, recipient: string) => ({ tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '1000000', slippageBps: 50, recipient, idempotencyKey: key })
+  const before = await nonceOf()
+  await t.rejects(callEndpoint(nc, execute, request('r:1', stranger), { identity, timeoutMs: 30_000 }), {
+    statusCode: 403,
+    message: `recipient ${stranger} is not allowed for key ${keyId}: the server wallet pays out only to its bound wallet (it has none) or to a recipient an admin allowed for it (allowedRecipients in its spend policy)`,
+  })
+  t.equal(await nonceOf(), before, 'nothing sent')
+  const arbBefore = await fleet.balanceOf('ARB', allowed)
+  const paid = await callEndpoint(nc, execute, request('r:2', allowed.toLowerCase()), { identity, timeoutMs: 30_000 })
+  t.equal(paid.success, true)
+  t.equal((await fleet.balanceOf('ARB', allowed)) - arbBefore, BigInt(paid.amountOut), 'the allowed recipient received what it bought')
 })
 
 t.test('when admin does not answer, no swap is made for a key or a payer: 503', async (t) => {
@@ -241,7 +262,7 @@ t.test('spend policies: per swap, per day and allowed tokens, checked before any
   t.equal(first.status, 200)
   const second = await call('POST', '/swap/execute', { body: { tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '20000000' }, keyId: daily.id })
   t.equal(second.status, 403)
-  t.match(second.body.error, /would bring today's swaps \(UTC\) to \$40\.00, over its limit of \$30\.00 per day/)
+  t.match(second.body.error, /would bring today's swaps and launches \(UTC\) to \$40\.00, over its limit of \$30\.00 per day/)
 
   const tokens = await fleet.createKey({ allowedTokens: ['USDC', 'weth'] })
   t.equal((await call('POST', '/swap/execute', { body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1000000' }, keyId: tokens.id })).status, 200)

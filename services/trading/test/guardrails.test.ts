@@ -83,7 +83,7 @@ t.test('a new key without a policy is held to $500 a swap and $500 a day: ten co
   const results = await Promise.all(Array.from({ length: 10 }, () => call('POST', '/swap/execute', { body: usdcToWeth('100000000'), keyId: fresh.id })))
   t.same(results.map((r) => r.status).sort(), [200, 200, 200, 200, 200, 403, 403, 403, 403, 403])
   for (const refused of results.filter((r) => r.status === 403)) {
-    t.match(refused.body.error, /would bring today's swaps \(UTC\) to \$600\.00, over the default limit of \$500\.00 per day/)
+    t.match(refused.body.error, /would bring today's swaps and launches \(UTC\) to \$600\.00, over the default limit of \$500\.00 per day/)
   }
   t.equal(await usdcOf(), before - 500_000_000n, 'the server wallet spent $500 for this key, no more')
   t.equal((await call('POST', '/swap/execute', { body: usdcToWeth('1000000'), keyId: fresh.id })).status, 403, 'not even a dollar more today')

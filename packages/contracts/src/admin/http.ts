@@ -24,7 +24,22 @@ export const SpendPolicy = Type.Object(
         minItems: 1,
         maxItems: 50,
         description:
-          'the tokens this key may swap: both tokenIn and tokenOut must be listed; symbols and addresses are compared case-insensitively',
+          "the tokens this key may swap: both tokenIn and tokenOut must be listed. A symbol names the chain's address-book token of that symbol (never a contract that merely calls itself so); an address names that contract, and is how an admin allows a token outside the address book",
+      }),
+    ),
+    maxLaunchesPerDay: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 1000,
+        description: "the most tokens this key may launch in one UTC day (0: none); unset: the trading service's LAUNCH_DEFAULT_PER_DAY (3). A launch's gas counts against the USD caps as well",
+      }),
+    ),
+    allowedRecipients: Type.Optional(
+      Type.Array(Address({ description: 'a wallet swaps of this key may pay out to' }), {
+        minItems: 1,
+        maxItems: 50,
+        description:
+          "who besides the key's bound wallet may receive what a swap from the server wallet buys (an automation's walletAddress): without it an automation pays out only to the key's bound wallet, and a key without one cannot create automations",
       }),
     ),
   },
@@ -32,7 +47,7 @@ export const SpendPolicy = Type.Object(
     additionalProperties: false,
     minProperties: 1,
     description:
-      "spend limits on swaps; at least one field. A field left out takes the trading service's default (SPEND_DEFAULT_USD_PER_SWAP, SPEND_DEFAULT_USD_PER_DAY, SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS)",
+      "spend limits on swaps and launches (whose gas counts in USD); at least one field. A field left out takes the trading service's default (SPEND_DEFAULT_USD_PER_SWAP, SPEND_DEFAULT_USD_PER_DAY, SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS, LAUNCH_DEFAULT_PER_DAY)",
   },
 )
 export type SpendPolicy = Static<typeof SpendPolicy>
@@ -47,7 +62,7 @@ export const KeyEntry = Type.Object({
     description: "spend limits on swaps from the server wallet; null: none (the trading service's default caps apply: $500 a swap and $500 a day unless its settings say otherwise)",
   }),
   wallet: Type.Union([Address(), Type.Null()], {
-    description: 'the wallet bound to the key at creation: GET /portfolio/jobs shows it the paid agent jobs of that wallet; null: none',
+    description: 'the wallet bound to the key at creation: GET /portfolio/jobs shows it the paid agent jobs of that wallet, and its automations may buy for it; null: none',
   }),
 })
 export type KeyEntry = Static<typeof KeyEntry>

@@ -20,10 +20,10 @@ export type KeyVerifyReply = Static<typeof KeyVerifyReply>
 export const KeyPolicyRequest = Type.Object({ keyId: Type.String({ minLength: 1, maxLength: 64 }) })
 export type KeyPolicyRequest = Static<typeof KeyPolicyRequest>
 
-/** admin.keys.policy reply: the active key with its spend policy (null: none), or null when unknown or revoked. */
+/** admin.keys.policy reply: the active key with its spend policy (null: none) and bound wallet (null: none), or null when unknown or revoked. */
 export const KeyPolicyReply = Type.Object({
   key: Type.Union([
-    Type.Object({ id: Type.String(), tier: TierSchema, policy: Type.Union([SpendPolicy, Type.Null()]) }),
+    Type.Object({ id: Type.String(), tier: TierSchema, policy: Type.Union([SpendPolicy, Type.Null()]), wallet: Type.Union([Address(), Type.Null()]) }),
     Type.Null(),
   ]),
 })

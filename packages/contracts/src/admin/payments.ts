@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import { Type, type Static } from 'typebox'
 import { codec, topic, type Topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
@@ -142,10 +143,17 @@ export function paymentChannels(namespace: string): PaymentChannels {
   }
 }
 
-/** JetStream's de-duplication id of a batch: a batch published again (a retry) is stored once. */
+/**
+ * JetStream's de-duplication id of a batch: a batch published again (a retry) is stored once.
+ * A SHA-256 over every payment of the batch (payer and nonce, in order), so only the same
+ * batch is ever taken for a duplicate: an id made of the first payment and a count (until
+ * issue 23) let another batch starting with that payment, with as many charges, be dropped
+ * with the other payers' charges in it.
+ */
 export const paymentsMessageId = ({ charges }: PaymentsCharged) => {
-  const first = charges[0]!.authorization
-  return `${first.from.toLowerCase()}:${first.nonce.toLowerCase()}:${charges.length}`
+  const hash = createHash('sha256')
+  for (const { authorization: a } of charges) hash.update(`${a.from.toLowerCase()}:${a.nonce.toLowerCase()}\n`)
+  return `charges:${hash.digest('hex')}`
 }
 
 /** Why a payer is refused at the edge, as stored in the blocked-payers bucket. */

@@ -153,11 +153,11 @@ export const agentRoutes = {
     url: '/agent/job/:id/events',
     produces: 'text/event-stream',
     summary:
-      'Server-sent events of a job of yours: `status` (pending, running, then complete with the result, failed with the error, or cancelled) and `step` (each tool call, started and finished). Every event has an id; reconnect with Last-Event-ID to get only what you missed. The stream ends with the job',
+      'Server-sent events of a job of yours: `status` (pending, running, then complete with the result, failed with the error, or cancelled) and `step` (each tool call, started and finished). Every event has an id; reconnect with Last-Event-ID to get only what you missed. The stream ends with the job (an id past its last event: at once once the job is finished). At most AGENT_MAX_STREAMS_PER_OWNER (5) open streams per payer: one more is 429, not charged',
     schema: {
       params: IdParams,
       headers: EventsHeaders,
-      response: { 200: Type.String({ description: 'text/event-stream' }), 404: ErrorBody, ...errors },
+      response: { 200: Type.String({ description: 'text/event-stream' }), 404: ErrorBody, 429: ErrorBody, ...errors },
     },
   }),
   thread: route({

@@ -56,7 +56,9 @@ export type AutomationRun = Static<typeof AutomationRun>
 
 export const CreateAutomationRequest = Type.Object(
   {
-    walletAddress: Address(),
+    walletAddress: Address({
+      description: "who receives what it buys (the server wallet pays): the key's bound wallet, or an address an admin allowed for the key (allowedRecipients in its spend policy)",
+    }),
     type: Type.String({ minLength: 1, maxLength: 64, description: automationTypes.join(' or ') }),
     name: Type.String({ minLength: 1, maxLength: 128 }),
     config: Type.Record(Type.String(), Type.Unknown()),
@@ -81,8 +83,9 @@ export const automationRoutes = {
   create: route({
     method: 'POST',
     url: '/automations',
-    summary: 'Create an automation (active); a recurring buy runs first at once, then every interval',
-    schema: { body: CreateAutomationRequest, response: { 201: Type.Object({ automation: Automation }), ...errors } },
+    summary:
+      "Create an automation (active); a recurring buy runs first at once, then every interval. walletAddress must be the key's bound wallet or on its allowedRecipients (403 otherwise); 409 past AUTOMATION_MAX_PER_KEY active or paused automations",
+    schema: { body: CreateAutomationRequest, response: { 201: Type.Object({ automation: Automation }), 409: ErrorBody, ...errors } },
   }),
   get: route({
     method: 'GET',
@@ -93,11 +96,12 @@ export const automationRoutes = {
   update: route({
     method: 'PATCH',
     url: '/automations/:id',
-    summary: 'Set the status: paused stops the runs, active resumes them (a run at once if one was due), completed or failed ends it',
+    summary:
+      'Set the status: paused stops the runs, active resumes them on their schedule (the next scheduled time after now, never at once; 409 past AUTOMATION_MAX_PER_KEY), completed or failed ends it',
     schema: {
       params: IdParams,
       body: Type.Object({ status: AutomationStatusSchema }, { additionalProperties: false }),
-      response: { 200: Type.Object({ automation: Automation }), 404: ErrorBody, ...errors },
+      response: { 200: Type.Object({ automation: Automation }), 404: ErrorBody, 409: ErrorBody, ...errors },
     },
   }),
   remove: route({

@@ -78,6 +78,9 @@ export const SwapResult = Type.Object({
   route: Type.Array(Type.String()),
   blockNumber: IntegerString({ description: 'the block the swap was mined in' }),
   executionId: Type.String({ description: 'the record of this execution (GET /swap/executions/:id)' }),
+  idempotencyKey: Type.Optional(
+    Type.String({ description: 'the Idempotency-Key this execute ran under: the one sent, or one generated when none was (also the idempotency-key header); a repeat with it returns this result and swaps nothing more' }),
+  ),
 })
 export type SwapResult = Static<typeof SwapResult>
 
@@ -203,6 +206,9 @@ export const LaunchedToken = Type.Object({
   chainId: Type.Integer(),
   blockNumber: IntegerString(),
   createdAt: EpochMs(),
+  idempotencyKey: Type.Optional(
+    Type.String({ description: 'POST only: the Idempotency-Key this launch ran under (sent, or generated when none was; also the idempotency-key header); a repeat with it launches nothing more' }),
+  ),
 })
 export type LaunchedToken = Static<typeof LaunchedToken>
 
@@ -223,7 +229,7 @@ export const tradingRoutes = {
     method: 'POST',
     url: '/swap/execute',
     summary:
-      "Swap from the server wallet and wait for the receipt. Send an Idempotency-Key header to make retries safe. 403 over the key's spend limits, 422 over its price-impact ceiling, 423 while the server wallet is paused",
+      "Swap from the server wallet and wait for the receipt. Retries are safe with an Idempotency-Key: send one, or repeat with the one the answer carries (header idempotency-key, generated when none was sent; also on a 504). 403 over the key's spend limits or for a token outside the address book, 422 over its price-impact ceiling, 423 while the server wallet is paused",
     schema: { body: SwapBody, response: { 200: SwapResult, ...writeErrors, 423: ErrorBody } },
   }),
   prepare: route({
@@ -253,7 +259,8 @@ export const tradingRoutes = {
   launch: route({
     method: 'POST',
     url: '/launchpad/tokens',
-    summary: 'Launch an ERC-20 with a fixed supply from the server wallet. Send an Idempotency-Key header to make retries safe. 423 while the server wallet is paused',
+    summary:
+      "Launch an ERC-20 with a fixed supply from the server wallet. Retries are safe with an Idempotency-Key (sent, or the generated one the answer carries). 403 over the key's launches per day or when its gas would pass the key's USD caps, 423 while the server wallet is paused",
     schema: { body: LaunchBody, response: { 201: LaunchedToken, ...writeErrors, 423: ErrorBody } },
   }),
   launched: route({

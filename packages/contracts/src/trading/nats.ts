@@ -12,7 +12,7 @@ import { Positions, PreparedSwap, PrepareBody, Quote, QuoteQuery, SwapBody, Swap
 export const ExecuteRequest = Type.Object(
   {
     ...SwapBody.properties,
-    idempotencyKey: Type.String({ minLength: 1, maxLength: 255, description: 'e.g. "job:<jobId>:step:<n>" or "run:<runId>"' }),
+    idempotencyKey: Type.String({ minLength: 1, maxLength: 255, description: 'e.g. "job:<jobId>:step:<n>:<content hash>" or "run:<runId>"' }),
     jobId: Type.Optional(Type.String({ maxLength: 64, description: 'the agent job that asked' })),
     automationRunId: Type.Optional(Type.String({ maxLength: 64, description: 'the automation run that asked' })),
     recipient: Type.Optional(Address({ description: 'who receives tokenOut (an automation buys for its wallet); the server wallet when absent' })),

@@ -196,6 +196,9 @@ export function onchainSettlement(
     // used first: an authorization used by us (or anyone) for this payment settled it, expired or not
     if (await authorizationUsed(p)) return reconcile(p)
     const now = BigInt(Math.floor(Date.now() / 1000))
+    // not the payer's doing: the gateway takes only payments valid PAYMENT_MIN_VALIDITY_SECONDS more
+    // (60 s), so an expiry means settlement lagged (ours): never blocks. What the payer can do to a
+    // payment (spend its nonce, cancel it, move the money) blocks: see reconcile and the balance below
     if (p.validBefore <= now) return { kind: 'failed', reason: `authorization expired at ${p.validBefore} before it was settled` }
     const from = p.payer as Address
     const balance = await publicClient.readContract({ address: p.asset as Address, abi: eip3009Abi, functionName: 'balanceOf', args: [from] })

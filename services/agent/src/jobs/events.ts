@@ -2,8 +2,10 @@
 // stored ones after Last-Event-ID, then forwards the live ones, and ends with the job.
 import { identityHeaders, type AgentChannels, type JobEvent } from '@ats/contracts'
 import type { Logger } from '@ats/service-kit'
+import type { ServerResponse } from 'node:http'
 import type { FastifyReply } from 'fastify'
 import type { NatsConnection } from 'nats'
+import { TooManyStreams } from '../errors.ts'
 import type { JobStore } from './store.ts'
 
 const terminal = new Set(['complete', 'failed', 'cancelled'])
@@ -20,6 +22,8 @@ export interface JobEventsOptions {
   /** how often a stream re-reads the store in case a broadcast was missed */
   pollMs?: number
   keepAliveMs?: number
+  /** open streams one payer or key may hold in this process (AGENT_MAX_STREAMS_PER_OWNER) */
+  maxStreamsPerOwner?: number
 }
 
 /**
@@ -45,8 +49,28 @@ function openEventStream(reply: FastifyReply, keepAliveMs: number) {
   return raw
 }
 
-export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keepAliveMs = 15_000 }: JobEventsOptions) {
+export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keepAliveMs = 15_000, maxStreamsPerOwner = 5 }: JobEventsOptions) {
   const open = new Set<() => void>()
+  /** open streams per owner (payer address or key id), in this process */
+  const streamsOf = new Map<string, number>()
+
+  /**
+   * Takes one of `ownerId`'s stream slots for as long as `raw` stays open, or refuses with 429
+   * naming the limit when all are taken. Called before anything is started for the request.
+   */
+  function takeStreamSlot(ownerId: string, raw: ServerResponse) {
+    const held = streamsOf.get(ownerId) ?? 0
+    if (held >= maxStreamsPerOwner) throw new TooManyStreams(maxStreamsPerOwner)
+    streamsOf.set(ownerId, held + 1)
+    let released = false
+    raw.once('close', () => {
+      if (released) return
+      released = true
+      const now = (streamsOf.get(ownerId) ?? 1) - 1
+      if (now > 0) streamsOf.set(ownerId, now)
+      else streamsOf.delete(ownerId)
+    })
+  }
 
   function emit(event: JobEvent) {
     try {
@@ -62,7 +86,9 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
    * Follows a job's events after `afterSeq`, in order and each once: the stored ones, then the
    * live ones, re-reading the store in case a broadcast was missed. It ends after the job's last
    * event (at once for a job already `finished`, once what was missed is delivered), or on
-   * `stop()`. `ended` says which: true when the job ended.
+   * `stop()`. `ended` says which: true when the job ended. A job found finished ends it too,
+   * whatever `afterSeq` says: a client that claims to have seen more than the job has (a
+   * Last-Event-ID beyond its last event) gets what remains after it, nothing, and the end.
    */
   function watch(jobId: string, afterSeq: number, finished: boolean, onEvent: (event: JobEvent) => void) {
     let last = afterSeq
@@ -100,7 +126,13 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
       chain = chain
         .then(async () => {
           if (done) return
+          // finished before the read: the read has every event, the terminal one included
+          const jobFinished = await store.hasFinished(jobId)
           for (const e of await store.eventsAfter(jobId, last)) send(e)
+          if (jobFinished && !done) {
+            endedWithJob = true
+            stop()
+          }
         })
         .catch((error) => log.warn({ err: error, jobId }, 'job events could not be read'))
       return chain
@@ -122,7 +154,7 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
           continue
         }
         if (e.seq === last + 1) chain = chain.then(() => send(e))
-        else if (e.seq > last + 1) void catchUp()
+        else if (e.seq > last + 1 || isTerminal(e)) void catchUp() // a gap, or the end of a job the client is past
       }
     })()
     return { stop, ended }
@@ -132,7 +164,8 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
    * Streams a job's events after `afterSeq` as server-sent events until the job ends or the
    * client leaves. A job already finished (`finished`) gets what was missed, then the end.
    */
-  function stream(reply: FastifyReply, jobId: string, afterSeq: number, finished: boolean) {
+  function stream(reply: FastifyReply, jobId: string, afterSeq: number, finished: boolean, ownerId: string) {
+    takeStreamSlot(ownerId, reply.raw)
     const raw = openEventStream(reply, keepAliveMs)
     const following = watch(jobId, afterSeq, finished, (e) => raw.write(sseFrame(e)))
     raw.on('close', following.stop)
@@ -143,6 +176,7 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
     emit,
     watch,
     stream,
+    takeStreamSlot,
     /** takes a reply over for server-sent events, with this service's keep-alive */
     openStream: (reply: FastifyReply) => openEventStream(reply, keepAliveMs),
     /** ends every open stream (shutdown): clients reconnect with Last-Event-ID to another replica */

@@ -291,6 +291,12 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       return rows.map((r) => ({ jobId, seq: r.seq, type: r.type as JobEvent['type'], at: r.createdAt.getTime(), data: r.data as JobEvent['data'] }))
     },
 
+    /** whether the job has reached a final status (what ends its event streams) */
+    async hasFinished(jobId: string): Promise<boolean> {
+      const job = await db.job.findUnique({ where: { id: jobId }, select: { status: true } })
+      return job !== null && finished.has(job.status)
+    },
+
     stepsOf: (jobId: string) => db.jobStep.findMany({ where: { jobId }, orderBy: { step: 'asc' } }),
     startStep: (jobId: string, step: number, tool: string, input: unknown) =>
       db.jobStep.upsert({

@@ -108,9 +108,10 @@ export async function agentRoutesPlugin(app: FastifyInstance, { store, queue, ev
   api.route({
     ...agentRoutes.jobEvents,
     handler: async (request, reply) => {
-      const job = await store.getJob(payerOf(request), request.params.id)
+      const owner = payerOf(request)
+      const job = await store.getJob(owner, request.params.id)
       if (!job) throw new NotFound(`job ${request.params.id}`)
-      events.stream(reply, job.id, Number(request.headers['last-event-id'] ?? 0), isFinished(job.status))
+      events.stream(reply, job.id, Number(request.headers['last-event-id'] ?? 0), isFinished(job.status), owner.ownerId)
       return reply
     },
   })

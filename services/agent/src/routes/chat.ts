@@ -229,6 +229,8 @@ export async function chatRoutesPlugin(app: FastifyInstance, { store, queue, eve
       const body = request.body
       if (!chatModels.some((m) => m.id === body.model)) throw atParam('model', new ModelNotFound(body.model, modelIds))
       const conversation = readConversation(body)
+      // a stream holds a connection for the whole job: capped per key, before the job is created
+      if (body.stream === true) events.takeStreamSlot(owner.ownerId, reply.raw)
       const created = await store.createPrompt(owner, { ...conversation, model: body.model })
       events.emit(created.event)
       await queue.enqueue(created.jobId)

@@ -1,13 +1,24 @@
 // Runs a job's tool calls: numbers them, records each in job_steps with start/finish events,
 // and reuses what an earlier run of the same job already finished (a worker that died).
-import { isDeepStrictEqual } from 'node:util'
 import type { JobEvent, JobTransaction } from '@ats/contracts'
-import type { Logger } from '@ats/service-kit'
+import { fingerprintOf, type Logger } from '@ats/service-kit'
 import type { JobStore } from '../jobs/store.ts'
 import { ToolError, checkArguments, type JobOwner, type ToolOutput, type Tools } from './tools.ts'
 
 /** `serviceFault`: the tool failed through a fault of the fleet (a service failing or down), not the asker's */
 export type ToolCallOutcome = { ok: true; output: unknown } | { ok: false; error: string; serviceFault?: boolean }
+
+/**
+ * What a step is: its tool and its arguments (canonical JSON, so key order does not matter).
+ * A run that takes a job over reuses an earlier step only when this matches, and the step's
+ * idempotency key carries it, so that a re-run which plans differently (a language model need
+ * not plan the same twice) makes step n a new action with a new key rather than receiving the
+ * result of the earlier run's step n (or a 409 for the other parameters).
+ */
+export const stepContent = (tool: string, input: unknown) => fingerprintOf({ tool, input }).slice(0, 32)
+
+/** The idempotency key of what step `n` sends (a swap): the job, the step number and its content. */
+export const stepKey = (jobId: string, n: number, tool: string, input: unknown) => `job:${jobId}:step:${n}:${stepContent(tool, input)}`
 
 export interface ToolboxOptions {
   tools: Tools
@@ -35,7 +46,8 @@ export async function createToolbox({ tools, store, emit, log, jobId, owner, sig
     const tool = tools.byName.get(name)
     const input = args ?? {}
     const before = earlier.get(n)
-    if (before?.finishedAt && before.tool === name && isDeepStrictEqual(before.input, input)) {
+    const content = stepContent(name, input)
+    if (before?.finishedAt && stepContent(before.tool, before.input) === content) {
       log.info({ jobId, step: n, tool: name }, 'step finished by an earlier run; reusing its outcome')
       if (before.error !== null) return { ok: false, error: before.error }
       const done = before.output as unknown as ToolOutput
@@ -47,7 +59,7 @@ export async function createToolbox({ tools, store, emit, log, jobId, owner, sig
     try {
       if (!tool) throw new ToolError(`there is no tool named ${name}; tools: ${tools.all.map((t) => t.name).join(', ')}`)
       checkArguments(tool, input)
-      const done = await tool.run(input as never, { jobId, step: n, owner, signal })
+      const done = await tool.run(input as never, { jobId, step: n, key: stepKey(jobId, n, name, input), owner, signal })
       await store.finishStep(jobId, n, { output: done })
       await event({ step: n, tool: name, phase: 'finished' })
       transactions.push(...(done.transactions ?? []))

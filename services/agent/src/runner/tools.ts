@@ -16,8 +16,14 @@ export const ownerWallet = (owner: JobOwner) => (owner.kind === 'payer' ? owner.
 
 export interface ToolRun {
   jobId: string
-  /** the step number of this call, from 1: part of the idempotency key of anything it sends */
+  /** the step number of this call, from 1 */
   step: number
+  /**
+   * The idempotency key of anything this step sends: `job:<jobId>:step:<n>:<content>`, the
+   * content being a hash of the tool and its arguments (`stepKey` in toolbox.ts). The same step
+   * run again gets the same key; another step n of a re-run that planned differently, another.
+   */
+  key: string
   owner: JobOwner
   signal: AbortSignal
 }
@@ -202,7 +208,7 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs }: ToolDeps
         execute = payer !== null
       }
       if (execute) {
-        const idempotencyKey = `job:${run.jobId}:step:${run.step}`
+        const idempotencyKey = run.key
         const result = await call(channels.trading.execute, { ...body, idempotencyKey, jobId: run.jobId }, run, { timeoutMs: swapTimeoutMs })
         return { output: { mode: 'executed', ...result, amountOutFormatted: await human(result.tokenOut, result.amountOut) }, transactions: [sent(run, result)] }
       }

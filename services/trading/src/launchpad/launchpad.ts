@@ -2,10 +2,12 @@ import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { erc20Abi } from '@ats/chain'
 import type { LaunchBody, LaunchedToken } from '@ats/contracts'
-import { BadRequest, createError, fingerprintOf, type IdempotencyStore, type Logger, type WalletControlWatch } from '@ats/service-kit'
+import { BadRequest, Forbidden, createError, fingerprintOf, type IdempotencyStore, type Logger, type WalletControlWatch } from '@ats/service-kit'
 import { encodeDeployData, getAddress, type Abi, type Address, type Hex, type TransactionReceipt } from 'viem'
 import type { ChainTx } from '../chainTx.ts'
 import type { Launch, PrismaClient } from '../generated/prisma/client.ts'
+import { launchesToday, lockSpends, spentToday, startOfUtcDay } from '../spend.ts'
+import { checkLaunches, checkUsd, type SpendLimits } from '../swaps/policy.ts'
 
 const LaunchFailed = createError<[string]>('ATS_ERR_TRADING_LAUNCH_FAILED', '%s', 422)
 
@@ -43,16 +45,54 @@ function supplyOf(body: LaunchBody): bigint {
  * The launchpad: deploys LaunchToken from the server wallet (the whole supply to it) and keeps
  * a row per launch in `trading.launches`, pending → submitted (signed deployment kept) →
  * success | reverted. With an idempotency key a launch runs once per key; a try that died
- * after signing is picked up from its row, as swaps are.
+ * after signing is picked up from its row, as swaps are. A launch is a spend of its key: it
+ * counts against the key's launches per day and, at the most its gas can cost, against the
+ * USD caps (the key's and the wallet-wide ones), checked with swaps under one lock.
  */
-export function createLaunchpad({ db, tx, idempotency, chainId, log, walletControl }: {
+export function createLaunchpad({ db, tx, idempotency, chainId, log, walletControl, limitsOf, gasUsd, now = Date.now }: {
   db: PrismaClient
   tx: ChainTx
   idempotency: IdempotencyStore
   chainId: number
   log: Logger
   walletControl: Pick<WalletControlWatch, 'assertSpendable'>
+  /** the limits a key's spends are held to (policy from admin, fail closed) */
+  limitsOf: (keyId: string) => Promise<SpendLimits[]>
+  /** wei of gas in USD (undefined: no price) */
+  gasUsd: (wei: bigint) => Promise<number | undefined>
+  now?: () => number
 }) {
+  /** Checks the launch against the key's limits and records it pending, under the spend lock. */
+  async function reserve(body: LaunchBody, supply: bigint, keyId: string, idem: { scope: string; key: string } | undefined, data: Hex, holder: Address) {
+    const limits = await limitsOf(keyId)
+    const cost = await tx.costOf({ data })
+    const usd = await gasUsd(cost)
+    return db.$transaction(async (t) => {
+      await lockSpends(t)
+      const since = startOfUtcDay(now())
+      for (const limit of limits) {
+        if (!limit.walletWide) checkLaunches(limit, await launchesToday(t, keyId, since))
+        const unpriced = 'no route from WETH to USDC to price its gas'
+        checkUsd(limit, { what: "this launch's gas", value: usd, unpriced }, await spentToday(t, limit.walletWide ? 'everyone' : { keyId }, since))
+      }
+      return t.launch.create({
+        data: {
+          id: newId(),
+          keyId,
+          idempotencyScope: idem?.scope ?? null,
+          idempotencyKey: idem?.key ?? null,
+          name: body.name,
+          symbol: body.symbol,
+          decimals: body.decimals,
+          supply: supply.toString(),
+          chainId,
+          holder,
+          usdValue: usd ?? 0,
+        },
+      })
+    })
+  }
+
   async function finish(row: Launch, receipt: TransactionReceipt): Promise<LaunchedToken> {
     if (receipt.status !== 'success' || !receipt.contractAddress) {
       await db.launch.update({ where: { id: row.id }, data: { status: 'reverted', blockNumber: receipt.blockNumber, error: 'the deployment reverted' } })
@@ -74,23 +114,12 @@ export function createLaunchpad({ db, tx, idempotency, chainId, log, walletContr
       if (outcome !== 'dropped') return finish(row, outcome)
     }
     walletControl.assertSpendable()
+    // nothing is launched outside a key's policy
+    if (!keyId) throw new Forbidden('a launch from the server wallet needs an API key')
     const holder = tx.sender().address
-    row ??= await db.launch.create({
-      data: {
-        id: newId(),
-        keyId: keyId ?? null,
-        idempotencyScope: idem?.scope ?? null,
-        idempotencyKey: idem?.key ?? null,
-        name: body.name,
-        symbol: body.symbol,
-        decimals: body.decimals,
-        supply: supply.toString(),
-        chainId,
-        holder,
-      },
-    })
-    const pending = row
     const data = encodeDeployData({ abi: artifact.abi, bytecode: artifact.bytecode, args: [body.name, body.symbol, body.decimals, supply] })
+    row ??= await reserve(body, supply, keyId, idem, data, holder)
+    const pending = row
     const { receipt } = await tx.send({ data }, async (signed) => {
       await db.launch.update({ where: { id: pending.id }, data: { status: 'submitted', txHash: signed.hash, rawTx: signed.raw, nonce: signed.nonce } })
     })

@@ -1,9 +1,9 @@
 import { tradingRoutes } from '@ats/contracts'
-import { NotFound, idempotencyKeyOf, type TypeBoxTypeProvider } from '@ats/service-kit'
+import { NotFound, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
 import type { Address } from 'viem'
 import type { Launchpad } from '../launchpad/launchpad.ts'
-import { keyOf } from './swap.ts'
+import { keyOf, spendKeyOf } from './swap.ts'
 
 export async function launchpadRoutes(app: FastifyInstance, { launchpad }: { launchpad: Launchpad }) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
@@ -11,9 +11,10 @@ export async function launchpadRoutes(app: FastifyInstance, { launchpad }: { lau
   api.route({
     ...tradingRoutes.launch,
     handler: async (request, reply) => {
-      const { result, replayed } = await launchpad.launch(request.body, request.identity.keyId, idempotencyKeyOf(request.headers))
+      const idempotencyKey = spendKeyOf(request, reply)
+      const { result, replayed } = await launchpad.launch(request.body, request.identity.keyId, idempotencyKey)
       if (replayed) reply.header('idempotent-replayed', 'true')
-      return reply.code(201).send(result)
+      return reply.code(201).send({ ...result, idempotencyKey })
     },
   })
 

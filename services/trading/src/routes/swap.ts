@@ -1,11 +1,23 @@
+import { randomBytes } from 'node:crypto'
 import { tradingRoutes } from '@ats/contracts'
 import { NotFound, idempotencyKeyOf, type TypeBoxTypeProvider } from '@ats/service-kit'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Executor, Caller } from '../swaps/executor.ts'
 import { quoteAnswer, type Quoter } from '../swaps/quotes.ts'
 import type { createPreparer } from '../swaps/prepare.ts'
 
 export const callerOf = (request: FastifyRequest): Caller => ({ keyId: request.identity.keyId, ownerId: request.identity.ownerId })
+
+/**
+ * The Idempotency-Key a spend runs under: the client's, or one generated for it, answered in the
+ * idempotency-key header (on errors too: a 504 can be repeated with it) and the result's
+ * `idempotencyKey`, so every execute and launch can be retried without spending twice.
+ */
+export function spendKeyOf(request: FastifyRequest, reply: FastifyReply): string {
+  const key = idempotencyKeyOf(request.headers) ?? `gen_${randomBytes(18).toString('base64url')}`
+  reply.header('idempotency-key', key)
+  return key
+}
 
 /** The key the gateway authenticated; its routes are per key. */
 export const keyOf = (request: FastifyRequest) => request.identity.keyId ?? '-'
@@ -21,9 +33,10 @@ export async function swapRoutes(
   api.route({
     ...tradingRoutes.execute,
     handler: async (request, reply) => {
-      const { result, replayed } = await executor.execute(request.body, callerOf(request), idempotencyKeyOf(request.headers))
+      const idempotencyKey = spendKeyOf(request, reply)
+      const { result, replayed } = await executor.execute(request.body, callerOf(request), idempotencyKey)
       if (replayed) reply.header('idempotent-replayed', 'true')
-      return result
+      return { ...result, idempotencyKey }
     },
   })
 

@@ -1,15 +1,17 @@
 import { randomBytes } from 'node:crypto'
 import { erc20Abi } from '@ats/chain'
 import type { Execution as ExecutionView, SpendPolicy, SwapBody, SwapResult } from '@ats/contracts'
-import { Forbidden, WalletPaused, fingerprintOf, type IdempotencyStore, type Logger, type WalletControlWatch } from '@ats/service-kit'
+import { Forbidden, WalletPaused, checkRecipient, fingerprintOf, type IdempotencyStore, type Logger, type WalletControlWatch } from '@ats/service-kit'
 import { getAddress, isAddress, parseEventLogs, type Address, type Hex, type TransactionReceipt } from 'viem'
 import type { ChainTx } from '../chainTx.ts'
 import { WouldRevert } from '../chainTx.ts'
 import type { Execution, PrismaClient } from '../generated/prisma/client.ts'
+import { lockSpends, spentToday, startOfUtcDay } from '../spend.ts'
 import { checkImpact, checkSpend, limitsOfKey, limitsOfPayer, type SpendDefaults, type SpendLimits } from './policy.ts'
 import type { Quoter, RoutedQuote } from './quotes.ts'
 import { impactOf, routeOf } from './quotes.ts'
-import { usdValueOf } from './usd.ts'
+import type { TokenResolver } from './tokens.ts'
+import { gasUsdOf, usdValueOf } from './usd.ts'
 
 /** Who asked for a swap: the API key (its spend policy applies), and the job or automation run behind it. */
 export interface Caller {
@@ -29,10 +31,12 @@ export type SwapRequest = Pick<SwapBody, 'tokenIn' | 'tokenOut' | 'amountIn'> & 
 export interface ExecutorOptions {
   db: PrismaClient
   quoter: Quoter
+  /** the address book's tokens: swaps are valued and allowed by address, never by a token's own symbol() */
+  tokens: TokenResolver
   tx: ChainTx
   idempotency: IdempotencyStore
-  /** the key's spend policy (null: none), asked of admin */
-  keyPolicy(keyId: string): Promise<SpendPolicy | null>
+  /** the key's spend policy (null: none) and bound wallet (null: none), asked of admin */
+  keyPolicy(keyId: string): Promise<{ policy: SpendPolicy | null; wallet: string | null }>
   /** the policy of a payer on the agent's allowlist (null: not on it), asked of admin */
   payerPolicy(address: string): Promise<SpendPolicy | null>
   /** the wallet-wide limits (settings), when any is set */
@@ -47,12 +51,6 @@ export interface ExecutorOptions {
 }
 
 const newId = () => `exe_${randomBytes(12).toString('base64url')}`
-const counted = ['pending', 'submitted', 'success'] as const
-
-const startOfUtcDay = (ms: number) => {
-  const d = new Date(ms)
-  return new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate()))
-}
 
 /** The amount of `token` the receipt's Transfer logs moved to `to`. */
 export function receivedFromLogs(receipt: TransactionReceipt, token: Address, to: Address): bigint {
@@ -110,18 +108,24 @@ function resultOf(row: Execution): SwapResult {
  * another transaction (then it can never be mined).
  */
 export function createExecutor(options: ExecutorOptions) {
-  const { db, quoter, tx, idempotency, log } = options
+  const { db, quoter, tokens, tx, idempotency, log } = options
   const now = options.now ?? Date.now
+  const find = (ref: string) => tokens.bySymbol(ref)
+  const listed = (token: { address: Address }) => tokens.listed(token) !== undefined
 
   /**
    * Nothing spends the server wallet outside a policy: a swap is made for an API key (its policy,
    * the defaults for what it leaves out) or for a payer on the agent's allowlist (the same), never
-   * for anyone else; the wallet-wide limits apply on top.
+   * for anyone else; the wallet-wide limits apply on top. A recipient other than the server wallet
+   * must be the owner's own wallet or one an admin allowed it (checked here, where the money moves,
+   * whoever the caller over NATS claims to be).
    */
-  async function limitsFor(caller: Caller): Promise<{ limits: SpendLimits[]; payer?: string }> {
+  async function limitsFor(caller: Caller, recipient: string | undefined): Promise<{ limits: SpendLimits[]; payer?: string }> {
     const limits: SpendLimits[] = options.walletLimits ? [options.walletLimits] : []
     if (caller.keyId) {
-      limits.push(limitsOfKey(caller.keyId, await options.keyPolicy(caller.keyId), options.defaults))
+      const { policy, wallet } = await options.keyPolicy(caller.keyId)
+      if (recipient) checkRecipient({ owner: `key ${caller.keyId}`, own: wallet, allowed: policy?.allowedRecipients }, recipient)
+      limits.push(limitsOfKey(caller.keyId, policy, options.defaults, find))
       return { limits }
     }
     if (!caller.ownerId || !isAddress(caller.ownerId, { strict: false })) {
@@ -132,7 +136,8 @@ export function createExecutor(options: ExecutorOptions) {
     if (!policy) {
       throw new Forbidden(`payer ${payer} may not swap from the server wallet: an admin allowlists payers with PUT /admin/agent-payers/:address`)
     }
-    limits.push(limitsOfPayer(payer, policy, options.defaults))
+    if (recipient) checkRecipient({ owner: `payer ${payer}`, own: payer, allowed: policy.allowedRecipients }, recipient)
+    limits.push(limitsOfPayer(payer, policy, options.defaults, find))
     // executions keep the payer lower-case: its daily sum counts them whatever case the caller sent
     return { limits, payer: payer.toLowerCase() }
   }
@@ -146,16 +151,15 @@ export function createExecutor(options: ExecutorOptions) {
     idem: { scope: string; key: string } | undefined,
     { limits, payer }: { limits: SpendLimits[]; payer?: string },
   ) {
-    const usdValue = await usdValueOf(q, quoter)
+    // tokenIn at its reference value (docs/trading.md "Valuing a swap"), not at the pool it trades in
+    const usdValue = await usdValueOf(q, quoter, tokens)
     return db.$transaction(async (t) => {
       if (limits.length > 0) {
-        await t.$queryRawUnsafe(`SELECT pg_advisory_xact_lock(hashtext('ats:trading:spend'))::text`)
+        await lockSpends(t)
         const since = startOfUtcDay(now())
         for (const limit of limits) {
-          const owner = payer ? { keyId: null, ownerId: payer } : { keyId: caller.keyId ?? null }
-          const where = { createdAt: { gte: since }, status: { in: [...counted] }, ...(limit === options.walletLimits ? {} : owner) }
-          const spent = await t.execution.aggregate({ _sum: { usdValue: true }, where })
-          checkSpend(limit, { tokenIn: q.tokenIn, tokenOut: q.tokenOut, usdValue }, spent._sum.usdValue ?? 0)
+          const owner = limit.walletWide ? 'everyone' : payer ? { payer } : { keyId: caller.keyId ?? '-' }
+          checkSpend(limit, { tokenIn: q.tokenIn, tokenOut: q.tokenOut, usdValue, listed }, await spentToday(t, owner, since))
         }
       }
       return t.execution.create({
@@ -218,7 +222,7 @@ export function createExecutor(options: ExecutorOptions) {
 
     // a pause refuses what is not sent yet; a transaction signed before it is held too (chainTx)
     options.walletControl.assertSpendable()
-    const limits = await limitsFor(caller)
+    const limits = await limitsFor(caller, request.recipient)
     const q = await quoter.quoteFresh(request)
     checkImpact(limits.limits, impactOf(q))
     const slippage = BigInt(request.slippageBps ?? 50)
@@ -234,7 +238,12 @@ export function createExecutor(options: ExecutorOptions) {
     const pending = row
     const receiver = receiverOf(row)
     try {
-      await tx.ensureAllowance(q.tokenIn.address, q.dex.router, q.amountIn)
+      const approvalWei = await tx.ensureAllowance(q.tokenIn.address, q.dex.router, q.amountIn)
+      if (approvalWei > 0n) {
+        // the approval's gas counts against the same limits from now on (it is paid: an unpriced one counts 0)
+        const gasUsd = (await gasUsdOf(approvalWei, quoter, tokens, q.blockNumber).catch(() => undefined)) ?? 0
+        await db.execution.update({ where: { id: pending.id }, data: { gasUsd } })
+      }
       const deadline = BigInt(Math.floor(now() / 1000) + options.deadlineSeconds)
       const { receipt } = await tx.send({ to: q.dex.router, data: q.dex.swapCall(q.path, q.amountIn, minOut, receiver, deadline) }, async (signed) => {
         await db.execution.update({
@@ -252,6 +261,9 @@ export function createExecutor(options: ExecutorOptions) {
   }
 
   return {
+    /** The limits a caller's spends are held to (its policy with the defaults, the wallet-wide ones): launches check them too. */
+    limitsFor: async (caller: Caller) => (await limitsFor(caller, undefined)).limits,
+
     /** Executes a swap; with an idempotency key, at most once per caller and key. */
     async execute(request: SwapRequest, caller: Caller, idempotencyKey?: string): Promise<{ result: SwapResult; replayed: boolean }> {
       tx.sender() // 503 at once without a server wallet

@@ -1,6 +1,7 @@
 import type { SpendPolicy } from '@ats/contracts'
 import { Forbidden, createError } from '@ats/service-kit'
 import type { Token } from '@ats/chain'
+import { isAddress } from 'viem'
 import { formatUsd } from './usd.ts'
 
 /** Limits on what swaps from the server wallet may spend: a key's policy, or the wallet-wide settings. */
@@ -11,16 +12,37 @@ export interface SpendLimits {
   maxUsdPerDay?: number | undefined
   maxPriceImpactBps?: number | undefined
   allowedTokens?: string[] | undefined
+  /**
+   * allowedTokens as addresses, lower case: a symbol names the address book's token of that
+   * symbol (an entry the address book does not know names nothing), an address names itself
+   */
+  allowed?: ReadonlySet<string> | undefined
+  maxLaunchesPerDay?: number | undefined
+  /** the wallet-wide limits (settings): they count every caller's spends */
+  walletWide?: true
   /** the fields that came from the defaults (the owner's policy sets none), for messages */
   defaulted?: ReadonlySet<keyof SpendPolicy> | undefined
 }
 
 /** What a key or payer gets for a field its policy leaves out (settings; a USD cap undefined only with SPEND_UNLIMITED). */
-export type SpendDefaults = Pick<SpendPolicy, 'maxUsdPerSwap' | 'maxUsdPerDay' | 'maxPriceImpactBps'>
+export type SpendDefaults = Pick<SpendPolicy, 'maxUsdPerSwap' | 'maxUsdPerDay' | 'maxPriceImpactBps' | 'maxLaunchesPerDay'>
+
+/** The address-book token of a symbol or address (the token registry's find). */
+export type FindToken = (symbolOrAddress: string) => Pick<Token, 'address'> | undefined
+
+/** allowedTokens as lower-case addresses: symbols through the address book, never through a token's own symbol(). */
+function allowedAddresses(entries: string[], find: FindToken): Set<string> {
+  const out = new Set<string>()
+  for (const entry of entries) {
+    const address = isAddress(entry, { strict: false }) ? entry : find(entry)?.address
+    if (address) out.add(address.toLowerCase())
+  }
+  return out
+}
 
 export const PriceImpactTooHigh = createError<[string]>('ATS_ERR_TRADING_PRICE_IMPACT', '%s', 422)
 
-function withDefaults(owner: string, policy: SpendPolicy | null, defaults: SpendDefaults): SpendLimits {
+function withDefaults(owner: string, policy: SpendPolicy | null, defaults: SpendDefaults, find: FindToken): SpendLimits {
   const defaulted = new Set<keyof SpendPolicy>()
   const pick = <K extends keyof SpendDefaults>(field: K) => {
     if (policy?.[field] !== undefined) return policy[field]
@@ -32,14 +54,18 @@ function withDefaults(owner: string, policy: SpendPolicy | null, defaults: Spend
     maxUsdPerSwap: pick('maxUsdPerSwap'),
     maxUsdPerDay: pick('maxUsdPerDay'),
     maxPriceImpactBps: pick('maxPriceImpactBps'),
+    maxLaunchesPerDay: pick('maxLaunchesPerDay'),
     allowedTokens: policy?.allowedTokens,
+    allowed: policy?.allowedTokens ? allowedAddresses(policy.allowedTokens, find) : undefined,
     defaulted,
   }
 }
 
 /** A key's limits: its policy, each field it leaves out (or all, without a policy) from the defaults. */
-export const limitsOfKey = (keyId: string, policy: SpendPolicy | null, defaults: SpendDefaults) => withDefaults(`key ${keyId}`, policy, defaults)
-export const limitsOfPayer = (address: string, policy: SpendPolicy, defaults: SpendDefaults) => withDefaults(`payer ${address}`, policy, defaults)
+export const limitsOfKey = (keyId: string, policy: SpendPolicy | null, defaults: SpendDefaults, find: FindToken) =>
+  withDefaults(`key ${keyId}`, policy, defaults, find)
+export const limitsOfPayer = (address: string, policy: SpendPolicy, defaults: SpendDefaults, find: FindToken) =>
+  withDefaults(`payer ${address}`, policy, defaults, find)
 
 export const hasUsdLimit = (limits: SpendLimits) => limits.maxUsdPerSwap !== undefined || limits.maxUsdPerDay !== undefined
 
@@ -62,31 +88,60 @@ export function checkImpact(limits: SpendLimits[], impactBps: number): void {
   )
 }
 
+/** A token as messages name it: its address too when it is not the address book's token of its symbol. */
+const nameOf = (token: Token, listed: boolean) => (listed ? token.symbol : `"${token.symbol}" at ${token.address} (not in this chain's address book)`)
+
 /**
  * Checks a swap against limits before anything is sent; `spentToday` is what the same owner's
- * swaps already count for today (UTC). Throws 403 naming the limit.
+ * swaps and launches already count for today (UTC). Throws 403 naming the limit. Tokens are
+ * compared by address: allowedTokens through the address book, and a token outside it is
+ * refused under a USD cap (it has no trusted price) unless allowedTokens names its address.
  */
-export function checkSpend(limits: SpendLimits, swap: { tokenIn: Token; tokenOut: Token; usdValue: number | undefined }, spentToday: number): void {
+export function checkSpend(
+  limits: SpendLimits,
+  swap: { tokenIn: Token; tokenOut: Token; usdValue: number | undefined; gasUsd?: number | undefined; listed: (token: Token) => boolean },
+  spentToday: number,
+): void {
   const prefix = `refused by the spend policy of ${limits.owner}`
-  if (limits.allowedTokens) {
-    const allowed = new Set(limits.allowedTokens.map((t) => t.toLowerCase()))
-    for (const token of [swap.tokenIn, swap.tokenOut]) {
-      if (!allowed.has(token.symbol.toLowerCase()) && !allowed.has(token.address.toLowerCase())) {
-        throw new Forbidden(`${prefix}: ${token.symbol} is not among its allowed tokens (${limits.allowedTokens.join(', ')})`)
-      }
+  for (const token of [swap.tokenIn, swap.tokenOut]) {
+    const listed = swap.listed(token)
+    const named = limits.allowed?.has(token.address.toLowerCase()) ?? false
+    if (limits.allowedTokens && !named) {
+      throw new Forbidden(`${prefix}: ${nameOf(token, listed)} is not among its allowed tokens (${limits.allowedTokens.join(', ')})`)
+    }
+    if (!listed && !named && hasUsdLimit(limits)) {
+      throw new Forbidden(
+        `${prefix}: ${nameOf(token, listed)} has no trusted USD price, and the policy caps USD; an admin may allow it by its address in the key's allowedTokens`,
+      )
     }
   }
+  const gas = swap.gasUsd ? ` and ${formatUsd(swap.gasUsd)} of approval gas` : ''
+  const value = swap.usdValue === undefined ? undefined : swap.usdValue + (swap.gasUsd ?? 0)
+  checkUsd(limits, { what: 'this swap', value, detail: gas, unpriced: `no trusted USD price for ${nameOf(swap.tokenIn, swap.listed(swap.tokenIn))}` }, spentToday)
+}
+
+/** Checks a spend of `value` USD (a swap, a launch's gas) against the USD caps of the limits; 403 naming the cap. */
+export function checkUsd(limits: SpendLimits, spend: { what: string; value: number | undefined; detail?: string; unpriced: string }, spentToday: number): void {
   if (!hasUsdLimit(limits)) return
-  if (swap.usdValue === undefined) {
-    throw new Forbidden(`${prefix}: the swap has no USD price (no route from ${swap.tokenIn.symbol} to USDC), and the policy caps USD`)
-  }
-  const value = swap.usdValue
+  const prefix = `refused by the spend policy of ${limits.owner}`
+  if (spend.value === undefined) throw new Forbidden(`${prefix}: ${spend.what} has no USD price (${spend.unpriced}), and the policy caps USD`)
+  const value = spend.value
+  const worth = `${spend.what} is worth ${formatUsd(value)}${spend.detail ?? ''}`
   if (limits.maxUsdPerSwap !== undefined && value > limits.maxUsdPerSwap) {
-    throw new Forbidden(`${prefix}: this swap is worth ${formatUsd(value)}, over ${limitName(limits, 'maxUsdPerSwap', `${formatUsd(limits.maxUsdPerSwap)} per swap`)}`)
+    throw new Forbidden(`${prefix}: ${worth}, over ${limitName(limits, 'maxUsdPerSwap', `${formatUsd(limits.maxUsdPerSwap)} per swap`)}`)
   }
   if (limits.maxUsdPerDay !== undefined && spentToday + value > limits.maxUsdPerDay) {
     throw new Forbidden(
-      `${prefix}: this swap (${formatUsd(value)}) would bring today's swaps (UTC) to ${formatUsd(spentToday + value)}, over ${limitName(limits, 'maxUsdPerDay', `${formatUsd(limits.maxUsdPerDay)} per day`)}`,
+      `${prefix}: ${spend.what} (${formatUsd(value)}) would bring today's swaps and launches (UTC) to ${formatUsd(spentToday + value)}, over ${limitName(limits, 'maxUsdPerDay', `${formatUsd(limits.maxUsdPerDay)} per day`)}`,
     )
   }
+}
+
+/** Refuses (403) a launch over the limit's launches per UTC day; `launchedToday` counts the owner's launches not failed. */
+export function checkLaunches(limits: SpendLimits, launchedToday: number): void {
+  const max = limits.maxLaunchesPerDay
+  if (max === undefined || launchedToday < max) return
+  throw new Forbidden(
+    `refused by the spend policy of ${limits.owner}: it has launched ${launchedToday} token${launchedToday === 1 ? '' : 's'} today (UTC), ${limitName(limits, 'maxLaunchesPerDay', `${max} launch${max === 1 ? '' : 'es'} per day`)}`,
+  )
 }

@@ -7,6 +7,8 @@ import { isRevert, rethrowAsChainError } from '../chainTx.ts'
 export interface TokenResolver {
   resolve(field: string, ref: string): Promise<Token>
   bySymbol(symbol: string): Token | undefined
+  /** the address-book entry of this token, by its address (undefined: a token outside the address book, whatever its symbol() says) */
+  listed(token: Pick<Token, 'address'>): Token | undefined
   /** WETH: what paths route through when there is no direct pool */
   weth(): Token
 }
@@ -42,6 +44,10 @@ export function tokenResolver(client: PublicClient, registry: () => TokenRegistr
       throw new BadRequest(`${field}: unknown token "${ref}"; use a token address or one of ${known()}`)
     },
     bySymbol: (symbol) => registry().find(symbol),
+    listed: (token) => {
+      const found = registry().find(token.address)
+      return found && found.address === getAddress(token.address) ? found : undefined
+    },
     weth() {
       const weth = registry().find('WETH')
       if (!weth) throw new Error('the token registry has no WETH')

@@ -1,0 +1,42 @@
+import { createError } from '@ats/service-kit'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+
+const TooManyInFlight = createError<[string, number]>(
+  'ATS_ERR_TOO_MANY_IN_FLIGHT',
+  'too many requests in flight for this %s (at most %s at once); retry when one has finished',
+  429,
+)
+
+/**
+ * Requests in flight per client address and per API key, in this gateway process (issue 23:
+ * 140 slow requests of one key starved its service for every other caller). A request counts
+ * from its arrival until its connection is done with it (answered, or the client gone).
+ */
+export interface ConcurrencyLimiter {
+  /** counts the request for `who` (a client address or a key) or throws 429 when `who` has `limit` in flight */
+  enter(request: FastifyRequest, reply: FastifyReply, who: string, limit: number, what: 'client address' | 'key'): void
+  /** requests in flight for `who` (tests, metrics) */
+  inFlight(who: string): number
+}
+
+export function createConcurrencyLimiter(): ConcurrencyLimiter {
+  const counts = new Map<string, number>()
+  const leave = (who: string) => {
+    const left = (counts.get(who) ?? 1) - 1
+    if (left <= 0) counts.delete(who)
+    else counts.set(who, left)
+  }
+  return {
+    enter(_request, reply, who, limit, what) {
+      const now = counts.get(who) ?? 0
+      if (now >= limit) {
+        reply.header('retry-after', 1)
+        throw new TooManyInFlight(what, limit)
+      }
+      counts.set(who, now + 1)
+      // 'close' comes once per response, whether it finished or the client left first
+      reply.raw.once('close', () => leave(who))
+    },
+    inFlight: (who) => counts.get(who) ?? 0,
+  }
+}

@@ -1,0 +1,116 @@
+import { pino } from 'pino'
+import t from 'tap'
+import { eip3009Abi, createChainClients } from '@ats/chain'
+import { startDevnet } from '@ats/devnet'
+import { freshNamespace } from '@ats/service-kit/testing'
+import { createWalletClient, erc20Abi, http, parseSignature, type Hex } from 'viem'
+import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
+import { createBalanceChecker, createNonceStore, createPayerChain, createPaymentVerifier, createReservations, decodeXPayment, type Payment } from '../src/payments/index.ts'
+import { createPaymentIdStore } from '../src/payments/paymentIds.ts'
+import { nowS, paymentFixtures, redisPair, type Message } from './paymentFixtures.ts'
+
+/**
+ * Reservations of unsettled payments (issue 23) on the devnet and the test Redis, as two gateway
+ * replicas use them: each verifier has its own Redis client and its own cache of balances.
+ */
+const devnet = await startDevnet({ port: 0, addressBookPath: false, accounts: 3 })
+t.teardown(() => devnet.stop())
+const [redisA, redisB] = redisPair(t)
+const namespace = await freshNamespace(t)
+
+const usdc = devnet.book.tokens.find((token) => token.symbol === 'USDC')!.address
+const funder = privateKeyToAccount(devnet.accounts[1]!.privateKey)
+const relayer = createWalletClient({ account: privateKeyToAccount(devnet.accounts[0]!.privateKey), transport: http(devnet.rpcUrl) })
+const payTo = devnet.accounts[2]!.address
+const { terms, xPayment, signed } = paymentFixtures({ usdc, payTo, chainId: devnet.chainId, payer: funder })
+const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: devnet.chainId })
+
+/** a gateway replica's verifier: its own Redis client, its own balance cache (60 s: only a stale mark refreshes it) */
+const replica = (redis: typeof redisA) => {
+  const chain = createPayerChain({ publicClient, asset: usdc, ttlMs: 60_000 })
+  const reservations = createReservations({ redis, chain, namespace })
+  const verifier = createPaymentVerifier({
+    requirements: terms,
+    nonces: createNonceStore({ redis }),
+    balances: createBalanceChecker({ publicClient, asset: usdc }),
+    reservations,
+  })
+  return { verifier, reservations }
+}
+const [a, b] = [replica(redisA), replica(redisB)]
+
+async function fundedAccount(amount: bigint) {
+  const account = privateKeyToAccount(generatePrivateKey())
+  const wallet = createWalletClient({ account: funder, transport: http(devnet.rpcUrl) })
+  await publicClient.waitForTransactionReceipt({ hash: await wallet.writeContract({ chain: null, address: usdc, abi: erc20Abi, functionName: 'transfer', args: [account.address, amount] }) })
+  return account
+}
+
+const payment = async (payer: PrivateKeyAccount, over: Partial<Message> = {}) => {
+  const { message, signature } = await signed(payer, over)
+  return { message, signature, payment: decodeXPayment(xPayment(message, signature)) }
+}
+
+/** settles a signed payment on chain, as admin would */
+async function settle({ message, signature }: { message: Message; signature: Hex }) {
+  const { r, s, v } = parseSignature(signature)
+  const args = [message.from, message.to, message.value, message.validAfter, message.validBefore, message.nonce, Number(v), r, s] as const
+  const hash = await relayer.writeContract({ chain: null, address: usdc, abi: eip3009Abi, functionName: 'transferWithAuthorization', args })
+  await publicClient.waitForTransactionReceipt({ hash })
+}
+
+const outcome = (verify: Promise<unknown>) =>
+  verify.then(
+    () => 'ok',
+    (error: Error) => error.message,
+  )
+
+t.test('payments that together exceed the balance: across two replicas, only what the balance covers is admitted', async (t) => {
+  const payer = await fundedAccount(30_000n)
+  const payments: Payment[] = await Promise.all([0, 1, 2, 3].map(async () => (await payment(payer, { value: 15_001n })).payment))
+  const results = await Promise.all(payments.map((p, i) => outcome([a, b][i % 2]!.verifier.verify(p, nowS()))))
+  t.equal(results.filter((r) => r === 'ok').length, 1, 'one admitted')
+  for (const r of results.filter((r) => r !== 'ok')) {
+    t.match(r, new RegExp(`^insufficient funds: ${payer.address} holds 30000, of which 15001 is reserved by unsettled payments; the payment is 15001$`))
+  }
+  t.equal(await outcome(a.verifier.verify((await payment(payer, { value: 14_999n })).payment, nowS())), 'ok', 'what is left is admitted')
+})
+
+t.test('a settled payment stops reserving; a replica whose cached balance predates that settlement reads the balance again', async (t) => {
+  const payer = await fundedAccount(30_000n)
+  const first = await payment(payer, { value: 15_001n })
+  t.equal(await outcome(a.verifier.verify(first.payment, nowS())), 'ok', 'replica A caches the balance: 30000')
+  await settle(first)
+  // B: 14999 left, 15001 reserved; the reservation's authorization is used on chain, so it ends
+  const second = await payment(payer, { value: 14_999n })
+  t.equal(await outcome(b.verifier.verify(second.payment, nowS())), 'ok', 'the settled reservation ended: the rest is admitted')
+  // A's cached 30000 minus the 14999 reserved would admit 10000 more; the balance is read again
+  const third = await payment(payer, { value: 10_000n })
+  t.match(await outcome(a.verifier.verify(third.payment, nowS())), new RegExp(`^insufficient funds: ${payer.address} holds 14999, of which 14999 is reserved`))
+})
+
+t.test("an uncharged payment's reservation is released; an authorization already used on chain is refused", async (t) => {
+  const payer = await fundedAccount(20_000n)
+  const first = await payment(payer, { value: 15_000n })
+  t.equal(await outcome(a.verifier.verify(first.payment, nowS())), 'ok')
+  t.match(await outcome(b.verifier.verify((await payment(payer)).payment, nowS())), /^insufficient funds: .* of which 15000 is reserved/)
+  await a.reservations.release(payer.address, first.message.nonce, pino({ level: 'silent' }))
+  t.equal(await outcome(b.verifier.verify((await payment(payer)).payment, nowS())), 'ok', 'released: 10000 of 20000 admitted')
+
+  const spent = await payment(payer, { to: payer.address, value: 0n })
+  await settle(spent)
+  const reused = await payment(payer, { nonce: spent.message.nonce })
+  t.match(await outcome(a.verifier.verify(reused.payment, nowS())), new RegExp(`^nonce already used on chain: authorization ${spent.message.nonce} of ${payer.address} was used or canceled`))
+})
+
+t.test('a payment id reserves once: its repeats, with the first payment or a new one, reserve nothing again', async (t) => {
+  const payer = await fundedAccount(25_000n)
+  const ids = createPaymentIdStore({ redis: redisA, nonces: createNonceStore({ redis: redisA }), reservations: a.reservations, namespace, ttlMs: 60_000 })
+  const first = await payment(payer, { value: 12_000n })
+  t.match(await ids.claim(payer.address, 'order-0001-abcdef', 'fp', first.payment), { kind: 'first' })
+  t.match(await ids.claim(payer.address, 'order-0001-abcdef', 'fp', first.payment), { kind: 'repeat' }, 'the first payment again')
+  t.match(await ids.claim(payer.address, 'order-0001-abcdef', 'fp', (await payment(payer, { value: 12_000n })).payment), { kind: 'repeat' }, 'a new payment')
+  // 12000 reserved once, not three times: 12000 more fits in 25000
+  t.equal(await outcome(b.verifier.verify((await payment(payer, { value: 12_000n })).payment, nowS())), 'ok')
+  t.match(await outcome(b.verifier.verify((await payment(payer)).payment, nowS())), /^insufficient funds: .* of which 24000 is reserved/)
+})
