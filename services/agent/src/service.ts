@@ -76,7 +76,9 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
     outcomes = await startPaymentOutcomes({ nc, channels: channels.admin.payments, store, log })
     onClose(outcomes.stop)
     const events = createJobEvents({ nc, channels: channels.agent, store, log, maxStreamsPerOwner: config.AGENT_MAX_STREAMS_PER_OWNER })
-    onClose(async () => events.closeAll())
+    // at shutdown, before the server waits for requests in flight: an open stream would hold it
+    // until the client leaves; ended, clients reconnect with Last-Event-ID to another replica
+    app.addHook('preClose', async () => events.closeAll())
 
     if (config.AGENT_ROLE !== 'api') {
       if (config.LLM_BASE_URL && !config.LLM_MODEL) throw new StartupError('LLM_MODEL is required with LLM_BASE_URL')
