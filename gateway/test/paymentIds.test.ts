@@ -1,7 +1,7 @@
 import { natsChannels, paymentRequirementsV2 } from '@ats/contracts'
 import { startTestDevnet } from '@ats/devnet'
 import { createService } from '@ats/service-kit'
-import { baseTestEnv, testInfra } from '@ats/service-kit/testing'
+import { baseTestEnv, eventually, testInfra } from '@ats/service-kit/testing'
 import { appendPaymentIdentifierToExtensions, generatePaymentId, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier'
 import Fastify from 'fastify'
 import { Redis } from 'ioredis'
@@ -60,9 +60,14 @@ void (async () => {
   for await (const message of subscription) for (const charge of payments.charged.message.decode(message.data).charges) charges.push(charge.authorization.nonce)
 })()
 await nc.flush()
-/** the nonces charged so far, once the gateways' publishes have arrived */
-const chargedNonces = async () => {
+/**
+ * The nonces charged so far. The gateways publish on connections of their own, so a charge made
+ * before an answer may reach this subscriber a moment after it: name the nonce a charge must
+ * have arrived for (`waitFor`) before counting.
+ */
+const chargedNonces = async (waitFor?: string) => {
   await nc.flush()
+  if (waitFor !== undefined) await eventually(`the charge of ${waitFor}`, async () => (charges.includes(waitFor) ? true : undefined))
   return [...charges]
 }
 
@@ -179,7 +184,7 @@ t.test('the same request with one payment id on two gateways: forwarded with one
   t.equal(resigned.statusCode, 202, 'a newly signed payment with the id is a repeat too')
   t.equal(resigned.json().headers['x-ats-idempotency-key'], key, 'paid by the first payment')
   t.equal(resigned.json().headers['x-ats-payment'], `${payer.address.toLowerCase()}:${message.message.nonce}`)
-  const charged = await chargedNonces()
+  const charged = await chargedNonces(message.message.nonce)
   t.equal(charged.filter((n) => n === message.message.nonce).length, 1, 'one charge, of the first payment')
   t.equal(charged.length, 1, 'and nothing else')
 })
@@ -188,7 +193,8 @@ t.test('the id with another body, path or query answers 409 naming it; nothing i
   const id = generatePaymentId()
   const header = await headerWith(withId(id))
   t.equal((await post(0, header, { prompt: 'one' })).statusCode, 202)
-  const before = (await chargedNonces()).length
+  // the first request's charge comes over the gateway's own connection: count from once it is here
+  const before = (await chargedNonces(decodePaymentSignature(header).authorization.nonce)).length
   for (const [body, url] of [
     [{ prompt: 'two' }, '/agent/prompt'],
     [{ prompt: 'one' }, '/agent/prompt?x=1'],
@@ -226,7 +232,7 @@ t.test('when the first answer was an error, the repeat that succeeds is the one 
   const before = await chargedNonces()
   const retried = await post(1, header, { prompt: 'retry me' })
   t.equal(retried.statusCode, 202)
-  const after = await chargedNonces()
+  const after = await chargedNonces(message.message.nonce)
   t.same(after.slice(before.length), [message.message.nonce], 'charged now, once')
   t.equal((await post(0, header, { prompt: 'retry me' })).statusCode, 202)
   t.equal((await chargedNonces()).length, after.length, 'and not again')
