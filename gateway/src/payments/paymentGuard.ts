@@ -20,7 +20,6 @@ import { discoveryFor } from './discovery.ts'
 import { PaymentError } from './errors.ts'
 import { paymentFromHeaders, type Payment } from './header.ts'
 import { createNonceStore } from './nonces.ts'
-import { bodyBytes } from './paymentBody.ts'
 import { createPaymentIdStore, requestFingerprint, type PaymentIdClaim } from './paymentIds.ts'
 import { createPaymentVerifier, nonceUsed } from './verifier.ts'
 import type { BlockedPayers } from './blockedPayers.ts'
@@ -269,7 +268,7 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
       if (!paid || id === undefined) return
       // refused here, the request never reaches the service: no payment response, as in onRequest
       request.payment = null
-      const fingerprint = requestFingerprint(request.method, request.url, request.headers['content-type'], await bodyBytes(request))
+      const fingerprint = requestFingerprint(request.method, request.url, request.headers['content-type'], request.bodyBytes ?? Buffer.alloc(0))
       let claim: PaymentIdClaim
       try {
         await verifier.funded(paid.payment, paid.payer)

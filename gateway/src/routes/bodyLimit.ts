@@ -4,11 +4,18 @@ import { Readable } from 'node:stream'
 import { BodyTooLarge } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** the whole body as received, read here before anything else needs it (the payment id's fingerprint); null without a body */
+    bodyBytes: Buffer | null
+  }
+}
+
 const expectsContinue = (headers: IncomingHttpHeaders) => headers.expect?.toLowerCase() === '100-continue'
 const declaredTooLarge = (headers: IncomingHttpHeaders, limit: number) => Number(headers['content-length'] ?? 0) > limit
 
 /** The whole body of a request, or a 413 as soon as it passes the limit (the rest is read and dropped). */
-function readWithin(payload: Readable, limit: number): Promise<Readable> {
+function readWithin(payload: Readable, limit: number): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = []
     let size = 0
@@ -23,8 +30,7 @@ function readWithin(payload: Readable, limit: number): Promise<Readable> {
       payload.resume()
       reject(new BodyTooLarge(limit))
     }
-    // one chunk: the proxy sends it to the service in one go
-    const onEnd = () => resolve(Readable.from([Buffer.concat(chunks)], { objectMode: false }))
+    const onEnd = () => resolve(Buffer.concat(chunks))
     // a client gone (or cut off by the request timeout) before the end: nothing goes on
     const onClose = () => reject(new Error('the client closed the connection before its body ended'))
     payload.on('data', onData).once('end', onEnd).once('error', reject).once('close', onClose)
@@ -46,6 +52,7 @@ function readWithin(payload: Readable, limit: number): Promise<Readable> {
  * its own connection to the gateway, until SERVER_REQUEST_TIMEOUT_MS ends it with a 408.
  */
 export function installBodyLimit(app: FastifyInstance, limit: number): void {
+  app.decorateRequest('bodyBytes', null)
   // with a listener, Node leaves the 100 to us instead of sending it for every request
   app.server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
     if (!declaredTooLarge(req.headers, limit)) res.writeContinue()
@@ -59,6 +66,9 @@ export function installBodyLimit(app: FastifyInstance, limit: number): void {
   app.addHook('preParsing', async (request, _reply, payload) => {
     // no body at all: nothing to wait for
     if (request.headers['transfer-encoding'] === undefined && Number(request.headers['content-length'] ?? 0) === 0) return payload
-    return readWithin(payload, limit)
+    const bytes = await readWithin(payload, limit)
+    request.bodyBytes = bytes
+    // one chunk: the proxy sends it to the service in one go
+    return Readable.from([bytes], { objectMode: false })
   })
 }
