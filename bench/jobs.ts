@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module'
 import type { ensureStream } from '@ats/service-kit'
-import { identityHeaders, natsChannels, type JobEvent } from '@ats/contracts'
+import { identityHeaders, natsChannels } from '@ats/contracts'
 // by path: the fake public APIs of market-data's tests (the bench's slow tool is "Alchemy")
 import { startUpstreams } from '../services/market-data/test/upstreams.ts'
 import { cleanups, runBench, startBase, startService, type ServiceProcess } from './fleet.ts'
@@ -68,7 +68,7 @@ await runBench(async () => {
   const sub = nc.subscribe(channels.events('*').subject)
   void (async () => {
     for await (const m of sub) {
-      const event: JobEvent = channels.events('x').message.decode(m.data)
+      const event = channels.events('x').message.decode(m.data)
       if (event.type === 'status' && ['complete', 'failed'].includes((event.data as { status: string }).status)) {
         const waiter = completed.get(event.jobId)
         if (waiter) waiter(performance.now())

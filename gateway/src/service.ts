@@ -1,9 +1,12 @@
 import type { FastifyServerOptions } from 'fastify'
 import { StartupError, type ServiceDefinition } from '@ats/service-kit'
 import { createAuthFailureLimiter } from './auth/authFailures.ts'
+import type { AuthDeps } from './auth/authHook.ts'
 import { createConcurrencyLimiter } from './auth/concurrency.ts'
 import { createKeyResolver } from './auth/keyResolver.ts'
 import { createKeyLimiter, createPaidLimiter, type TierLimits } from './auth/rateLimit.ts'
+import { createPaidJobFollower } from './mcp/paid.ts'
+import { mcpRoutes } from './mcp/server.ts'
 import { watchBlockedPayers } from './payments/blockedPayers.ts'
 import { createChargePublisher } from './payments/chargePublisher.ts'
 import { createPaymentGuard } from './payments/paymentGuard.ts'
@@ -68,6 +71,7 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
     app.decorateRequest('payment', null)
     installBodyLimit(app, config.BODY_LIMIT_BYTES)
     const pay = createPaymentGuard(config, { redis, log, blockedPayers, charges, chain })
+    const auth: AuthDeps = { keys, limit, pay, failures, paid, concurrency, maxPerKey: config.MAX_CONCURRENT_PER_KEY }
     await app.register(rootRoutes, { name: 'agent-trading-service', version, chain: config.CHAIN_NAME, chainId: chain.chainId })
     await app.register(proxyRoutes, {
       upstreams,
@@ -76,8 +80,11 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
       longTimeoutMs: config.CHAT_TIMEOUT_MS,
       spendTimeoutMs: config.SPEND_TIMEOUT_MS,
       connections: config.UPSTREAM_CONNECTIONS,
-      auth: { keys, limit, pay, failures, paid, concurrency, maxPerKey: config.MAX_CONCURRENT_PER_KEY },
+      auth,
     })
+    // a paid prompt's tool call waits for its job as long as a /v1 completion would
+    const followJob = createPaidJobFollower({ agentUrl: config.AGENT_URL, internalToken: config.INTERNAL_TOKEN, waitMs: config.CHAT_TIMEOUT_MS, log })
+    await app.register(mcpRoutes, { name: 'agent-trading-service', version, price: config.PAYMENT_PRICE, tokens: () => chain.tokens().all, auth, followJob })
     log.info({ name, upstreams }, 'routes ready')
   },
 }

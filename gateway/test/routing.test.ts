@@ -1,4 +1,4 @@
-import { adminRoutes, publicRoutes } from '@ats/contracts'
+import { adminRoutes, anthropicErrorBody, openAiErrorBody, publicRoutes } from '@ats/contracts'
 import t from 'tap'
 import { buildOpenApi } from '../src/routing/openapi.ts'
 import { groupFor, routeTable } from '../src/routing/routeTable.ts'
@@ -33,4 +33,18 @@ t.test('the OpenAPI document lists every public route with its auth', async (t) 
   t.same(Object.keys(chat.responses['200']!.content).sort(), ['application/json', 'text/event-stream'], 'a completion, or its chunks streamed')
   t.equal(chat.responses['400']!.content['application/json']!.schema.$id, 'OpenAiError', "/v1 errors are OpenAI's shape")
   t.ok(doc.paths['/v1/models']?.get, 'the models')
+})
+
+t.test("/v1/messages is a group of its own: Anthropic's errors, and its key also read from x-api-key", async (t) => {
+  const messages = groupFor('/v1/messages')
+  t.equal(messages?.errors, anthropicErrorBody)
+  t.same(messages?.auth, { kind: 'key', tier: 'readwrite', keyHeaders: ['authorization', 'x-api-key'] })
+  t.equal(groupFor('/v1/chat/completions')?.errors, openAiErrorBody, "the rest of /v1 is OpenAI's")
+  t.same(groupFor('/v1/chat/completions')?.auth, { kind: 'key', tier: 'readwrite' }, 'and reads Authorization only')
+  t.equal(groupFor('/v1/messagesx')?.prefix, '/v1')
+  const doc = buildOpenApi({ title: 't', version: '1' }, publicRoutes)
+  const create = doc.paths['/v1/messages']?.post as { security: unknown; responses: Record<string, { content: Record<string, { schema: { $id?: string } }> }> }
+  t.same(create.security, [{ apiKey: ['readwrite'] }, { xApiKey: ['readwrite'] }], 'either header')
+  t.same(Object.keys(create.responses['200']!.content).sort(), ['application/json', 'text/event-stream'])
+  t.equal(create.responses['400']!.content['application/json']!.schema.$id, 'AnthropicError')
 })

@@ -2,7 +2,7 @@ import { apiKeyPattern, hashApiKey, tierAllows } from '@ats/contracts'
 import { createError, Forbidden, Unauthorized, Unavailable } from '@ats/service-kit'
 import type { FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify'
 import type { PaymentGuard } from '../payments/paymentGuard.ts'
-import type { RouteAuth } from '../routing/routeTable.ts'
+import type { KeyHeader, RouteAuth } from '../routing/routeTable.ts'
 import type { AuthFailureLimiter } from './authFailures.ts'
 import type { KeyResolver, ResolvedKey } from './keyResolver.ts'
 import type { ConcurrencyLimiter } from './concurrency.ts'
@@ -17,13 +17,20 @@ const TooManyFailures = createError<[number]>(
 
 const bearer = /^Bearer\s+(\S+)\s*$/i
 
-/** The raw key of the Authorization header; a missing or malformed one is a 401 before any lookup. */
-function rawKey(request: FastifyRequest): string {
+/**
+ * The raw key of the request: Authorization: Bearer, or x-api-key where the group reads it too
+ * (`keyHeaders`); a missing or malformed one is a 401 before any lookup.
+ */
+function rawKey(request: FastifyRequest, keyHeaders: readonly KeyHeader[]): string {
+  const readsApiKey = keyHeaders.includes('x-api-key')
   const header = request.headers.authorization
-  if (!header) throw new Unauthorized('missing API key: send Authorization: Bearer <key>')
-  const key = bearer.exec(header)?.[1]
-  if (!key) throw new Unauthorized('malformed Authorization header: expected Bearer <key>')
-  if (!apiKeyPattern.test(key)) throw new Unauthorized('malformed API key: keys are atsk_ followed by 32 characters')
+  const apiKey = readsApiKey ? request.headers['x-api-key'] : undefined
+  if (!header && apiKey === undefined) {
+    throw new Unauthorized(`missing API key: send ${readsApiKey ? 'x-api-key: <key> or ' : ''}Authorization: Bearer <key>`)
+  }
+  const key = header ? bearer.exec(header)?.[1] : apiKey
+  if (header && !key) throw new Unauthorized('malformed Authorization header: expected Bearer <key>')
+  if (typeof key !== 'string' || !apiKeyPattern.test(key)) throw new Unauthorized('malformed API key: keys are atsk_ followed by 32 characters')
   return key
 }
 
@@ -45,11 +52,12 @@ export function authHook(auth: RouteAuth, { keys, limit, pay, failures, paid, co
   if (auth.kind === 'none') return async () => {}
   if (auth.kind === 'payment') return paidHook({ pay, failures, paid })
   const need = auth.tier
+  const keyHeaders = auth.keyHeaders ?? ['authorization']
 
   async function resolve(request: FastifyRequest, reply: FastifyReply): Promise<ResolvedKey> {
     let hash: string
     try {
-      hash = hashApiKey(rawKey(request))
+      hash = hashApiKey(rawKey(request, keyHeaders))
     } catch (error) {
       refuseIfFlooding(failures, request, reply)
       await failures.failed(request.ip)

@@ -24,7 +24,7 @@ export interface ProxyOptions {
  * Credentials and identity claims never pass the gateway as the client sent them. Nor does
  * `expect`: the gateway answered the 100-continue itself (bodyLimit.ts), and undici refuses it.
  */
-const droppedHeaders = ['authorization', 'x-payment', 'payment-signature', 'cookie', 'expect']
+const droppedHeaders = ['authorization', 'x-api-key', 'x-payment', 'payment-signature', 'cookie', 'expect']
 
 function forwardedHeaders(request: FastifyRequest<any, RawServerBase>, headers: IncomingHttpHeaders, token: string): IncomingHttpHeaders {
   const out: IncomingHttpHeaders = {}

@@ -11,7 +11,7 @@ interface OpenApiInfo {
 type JsonSchema = Record<string, unknown>
 
 /** TypeBox schemas are JSON Schema; strip the symbol-keyed metadata by a JSON round trip. */
-const plain = (schema: TSchema): JsonSchema => JSON.parse(JSON.stringify(schema)) as JsonSchema
+export const plain = (schema: TSchema): JsonSchema => JSON.parse(JSON.stringify(schema)) as JsonSchema
 
 function parameters(schema: TSchema | undefined, where: 'path' | 'query' | 'header') {
   if (!schema) return []
@@ -30,14 +30,15 @@ const tagOf = (url: string) => groupFor(url)?.prefix ?? 'gateway'
 function security(auth: RouteAuth | undefined) {
   if (!auth || auth.kind === 'none') return []
   if (auth.kind === 'payment') return [{ x402: [] }]
-  return [{ apiKey: [auth.tier] }]
+  return [{ apiKey: [auth.tier] }, ...(auth.keyHeaders?.includes('x-api-key') ? [{ xApiKey: [auth.tier] }] : [])]
 }
 
 function describeAuth(auth: RouteAuth | undefined): string {
   if (!auth || auth.kind === 'none') return 'No authentication.'
   if (auth.kind === 'payment')
     return 'Paid per request with x402 (X-PAYMENT or PAYMENT-SIGNATURE). A v2 payment may carry a payment id (extension payment-identifier): the same request sent again with it is answered again and not charged; another request with it answers 409.'
-  return `API key of tier ${auth.tier} or higher.`
+  const where = auth.keyHeaders?.includes('x-api-key') ? ' (Authorization: Bearer <key>, or x-api-key: <key> as Anthropic\'s SDKs send it)' : ''
+  return `API key of tier ${auth.tier} or higher${where}.`
 }
 
 /** The OpenAPI 3.1 document of the public API, built from the routes' own schemas. */
@@ -85,6 +86,7 @@ export function buildOpenApi(info: OpenApiInfo, routes: readonly ApiRoute[]) {
     components: {
       securitySchemes: {
         apiKey: { type: 'http', scheme: 'bearer', description: 'Authorization: Bearer <API key>' },
+        xApiKey: { type: 'apiKey', in: 'header', name: 'x-api-key', description: 'x-api-key: <API key>, on POST /v1/messages only' },
         x402: { type: 'apiKey', in: 'header', name: 'X-PAYMENT', description: 'x402 payment (v1 X-PAYMENT or v2 PAYMENT-SIGNATURE)' },
       },
     },

@@ -1,8 +1,13 @@
-import { openAiErrorBody, type Failure, type Tier } from '@ats/contracts'
+import { anthropicErrorBody, openAiErrorBody, type Failure, type Tier } from '@ats/contracts'
 
 /** The services the gateway forwards to (each has its *_URL setting). */
 export type UpstreamName = 'agent' | 'trading' | 'market-data' | 'automation' | 'admin'
-export type RouteAuth = { kind: 'none' } | { kind: 'payment' } | { kind: 'key'; tier: Tier }
+/**
+ * The headers an API key is read from: Authorization (Bearer) everywhere; x-api-key as well where
+ * a group's clients send it there (Anthropic's SDKs on /v1/messages), nowhere else.
+ */
+export type KeyHeader = 'authorization' | 'x-api-key'
+export type RouteAuth = { kind: 'none' } | { kind: 'payment' } | { kind: 'key'; tier: Tier; keyHeaders?: readonly KeyHeader[] }
 
 export interface RouteGroup {
   /** path prefix as the client sends it; the proxy keeps it when forwarding */
@@ -23,7 +28,7 @@ export interface RouteGroup {
   spending?: true
 }
 
-const key = (tier: Tier): RouteAuth => ({ kind: 'key', tier })
+const key = (tier: Tier, keyHeaders?: readonly KeyHeader[]): RouteAuth => ({ kind: 'key', tier, ...(keyHeaders ? { keyHeaders } : {}) })
 
 /**
  * The gateway's route table (spec section 5, ARCHITECTURE.md "Request flow").
@@ -41,6 +46,7 @@ export const routeTable: readonly RouteGroup[] = [
   { prefix: '/swap/execute', service: 'trading', auth: key('readwrite'), owner: 'key', spending: true },
   { prefix: '/launchpad', service: 'trading', auth: key('readwrite'), owner: 'key', spending: true },
   { prefix: '/v1', service: 'agent', auth: key('readwrite'), owner: 'key', errors: openAiErrorBody, longRunning: true },
+  { prefix: '/v1/messages', service: 'agent', auth: key('readwrite', ['authorization', 'x-api-key']), owner: 'key', errors: anthropicErrorBody, longRunning: true },
   { prefix: '/automations', service: 'automation', auth: key('readwrite'), owner: 'key' },
   { prefix: '/admin', service: 'admin', auth: key('admin'), owner: 'key' },
 ]

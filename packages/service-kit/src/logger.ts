@@ -1,7 +1,7 @@
 import { pino, type LevelWithSilent, type LogFn, type LoggerOptions } from 'pino'
 
 /** Header values that are credentials: never written to a log. */
-export const redactedHeaders = ['authorization', 'x-payment', 'payment-signature', 'x-ats-internal-token', 'cookie']
+export const redactedHeaders = ['authorization', 'x-api-key', 'x-payment', 'payment-signature', 'x-ats-internal-token', 'cookie']
 
 /**
  * The kit's logger type: what NATS endpoints, consumers and worker loops log through. Fastify's

@@ -9,6 +9,7 @@ import { StartupError, baseSettings, databaseSettings, loadConfig, redisUrlSetti
 import { createDatabase, type DatabaseClient, type DatabaseOptions } from './database.ts'
 import { installErrorHandler } from './errors.ts'
 import { installIdentity, operationalRoutes } from './identity.ts'
+import { trackConnections } from './connections.ts'
 import { createLogger, type Logger } from './logger.ts'
 import { installMetrics } from './metrics.ts'
 import { hardenRouteSchema, kitKeywords } from './validation.ts'
@@ -184,6 +185,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
       : { requestIdHeader: identityHeaders.requestId, genReqId: () => randomUUID() }),
     ...(typeof definition.fastify === 'function' ? definition.fastify(config) : definition.fastify),
   })
+  const connections = trackConnections(app.server)
   // the edge keeps /ready and /metrics off its public port
   const ops: FastifyInstance = definition.edge
     ? (Fastify({ loggerInstance: logger, logController: new LogController({ disableRequestLogging: true }) }) as unknown as FastifyInstance)
@@ -228,7 +230,10 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     (closing ??= (async () => {
       // keep-alive connections become idle as their answers in flight finish:
       // close them as they do, so closing does not wait for clients to hang up
-      const idle = setInterval(() => app.server.closeIdleConnections(), 50)
+      const idle = setInterval(() => {
+        app.server.closeIdleConnections()
+        connections.closeIdle()
+      }, 50)
       await app.close().finally(() => clearInterval(idle))
       if (ops !== app) await ops.close()
       for (const hook of closeHooks.reverse()) await hook()

@@ -156,7 +156,7 @@ t.test('credentials in logged headers are redacted', async (t) => {
     },
   })
   const log = pino(loggerOptions('probe', 'info'), sink)
-  log.info({ req: { headers: { authorization: 'Bearer atsk_secret', 'x-payment': 'sig', accept: 'json' } } }, 'in')
-  t.notMatch(lines.join(''), /atsk_secret|"sig"/)
+  log.info({ req: { headers: { authorization: 'Bearer atsk_secret', 'x-api-key': 'atsk_other', 'x-payment': 'sig', accept: 'json' } } }, 'in')
+  t.notMatch(lines.join(''), /atsk_secret|atsk_other|"sig"/)
   t.match(lines.join(''), /"accept":"json"/)
 })

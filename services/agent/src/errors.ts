@@ -19,6 +19,7 @@ export const UnknownModel = createError<[string, string]>('ATS_ERR_MODEL_NOT_FOU
 export const JobFailed = createError<[string]>('ATS_ERR_JOB_FAILED', '%s', 500)
 export const ChatTimedOut = createError<[number]>('ATS_ERR_TIMEOUT', 'the agent did not answer within %d s (AGENT_CHAT_WAIT_MS); the job was cancelled', 504)
 export const ChatInterrupted = createError<[]>('ATS_ERR_UNAVAILABLE', 'the agent service is restarting; the job was cancelled, send the request again', 503)
+export const ResponseNotFound = createError<[string]>('ATS_ERR_RESPONSE_NOT_FOUND', 'no response %s of this API key', 404)
 
 /** An error about one field of a /v1 request: its `param` goes into OpenAI's error shape. */
 export function atParam<E extends Error>(param: string, error: E): E & { param: string } {

@@ -8,8 +8,11 @@ import { createJobQueue } from './jobs/queue.ts'
 import { createJobStore } from './jobs/store.ts'
 import { startJobWorkers } from './jobs/worker.ts'
 import { agentRoutesPlugin } from './routes/agent.ts'
+import { createAnswers } from './routes/answers.ts'
 import { chatRoutesPlugin } from './routes/chat.ts'
+import { messagesRoutesPlugin } from './routes/messages.ts'
 import { portfolioRoutes } from './routes/portfolio.ts'
+import { responsesRoutesPlugin } from './routes/responses.ts'
 import { skillRoutes } from './routes/skills.ts'
 import { createLlmRunner } from './runner/llm.ts'
 import { createPlanner } from './runner/planner.ts'
@@ -84,15 +87,13 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
       if (config.LLM_BASE_URL && !config.LLM_MODEL) throw new StartupError('LLM_MODEL is required with LLM_BASE_URL')
       let runner: Runner = createPlanner()
       if (config.LLM_BASE_URL) {
-        const llm = createLlmRunner({
+        runner = createLlmRunner({
           baseUrl: config.LLM_BASE_URL,
           apiKey: config.LLM_API_KEY,
           model: config.LLM_MODEL!,
           maxSteps: config.LLM_MAX_STEPS,
           timeoutMs: config.LLM_TIMEOUT_MS,
         })
-        onClose(llm.close)
-        runner = llm
       }
       const tools = createTools({ nc, channels, timeoutMs: config.AGENT_TOOL_TIMEOUT_MS, swapTimeoutMs: config.AGENT_SWAP_TIMEOUT_MS })
       const workers = await startJobWorkers({
@@ -128,7 +129,10 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
       const paymentsOf = createJobPaymentLookup({ nc, endpoint: channels.admin.paymentsOfJobs, log })
       await app.register(agentRoutesPlugin, { store, queue, events, cancelled, idempotency, paymentsOf })
       await app.register(portfolioRoutes, { store, paymentsOf })
-      await app.register(chatRoutesPlugin, { prefix: '/v1', store, queue, events, cancelled, waitMs: config.AGENT_CHAT_WAIT_MS })
+      const answers = createAnswers({ store, queue, events, cancelled, waitMs: config.AGENT_CHAT_WAIT_MS })
+      await app.register(chatRoutesPlugin, { prefix: '/v1', answers })
+      await app.register(responsesRoutesPlugin, { prefix: '/v1/responses', answers })
+      await app.register(messagesRoutesPlugin, { prefix: '/v1/messages', answers })
     }
   },
 }

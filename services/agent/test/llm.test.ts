@@ -1,63 +1,56 @@
-import { createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
-import t, { type Test } from 'tap'
+import t from 'tap'
+import { startStandInModel, type StandInRequest } from '../src/testing/model.ts'
 import { keyHeaders, payerHeaders, startStack, waitForJob } from './helpers.ts'
 
-interface ChatRequest {
-  model: string
-  messages: Array<{ role: string; content: string | null; tool_calls?: unknown[]; tool_call_id?: string }>
-  tools: Array<{ type: string; function: { name: string; description: string; parameters: { type: string } } }>
+interface SseFrame {
+  id?: string
+  event: string
+  data: any
+  /** when the client read it (Date.now()) */
+  at: number
 }
 
-/**
- * A local OpenAI-compatible chat-completions server that scripts tool calls: for a fresh user
- * message it asks for the tool calls `plan` gives; once the tools have answered it replies with
- * text built from their outputs (so the text proves the tools ran).
- */
-async function startScriptedModel(t: Test, plan: (prompt: string) => Array<{ name: string; arguments: string }>) {
-  const requests: Array<{ body: ChatRequest; authorization: string | undefined }> = []
-  const server = createServer((req, res) => {
-    let raw = ''
-    req.on('data', (chunk) => (raw += chunk))
-    req.on('end', () => {
-      if (req.url !== '/v1/chat/completions' || req.method !== 'POST') {
-        res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'not found', type: 'invalid_request_error' } }))
-        return
-      }
-      const body = JSON.parse(raw) as ChatRequest
-      requests.push({ body, authorization: req.headers.authorization })
-      const last = body.messages.at(-1)!
-      const prompt = [...body.messages].reverse().find((m) => m.role === 'user')?.content ?? ''
-      // "forever": the model never stops asking for tools (the step limit ends it)
-      const asks = last.role === 'user' || prompt.includes('forever')
-      const message =
-        asks
-          ? {
-              role: 'assistant',
-              content: null,
-              tool_calls: plan(prompt).map((c, i) => ({ id: `call_${requests.length}_${i}`, type: 'function', function: c })),
-            }
-          : { role: 'assistant', content: `From the tools: ${body.messages.filter((m) => m.role === 'tool').map((m) => m.content).join(' | ')}` }
-      res.writeHead(200, { 'content-type': 'application/json' })
-      // usage as a provider reports it: a number the test can recognise in the sums
-      const usage = { prompt_tokens: 1000 + body.messages.length, completion_tokens: 7 }
-      res.end(JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion', created: 1, model: body.model, usage, choices: [{ index: 0, message, finish_reason: asks ? 'tool_calls' : 'stop' }] }))
-    })
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise((resolve) => server.close(resolve)))
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, requests }
+/** Reads a server-sent event stream to its end, noting when each frame arrived. */
+async function readFrames(res: Response, onFrame: (frame: SseFrame) => void = () => undefined) {
+  const frames: SseFrame[] = []
+  const decoder = new TextDecoder()
+  let buffer = ''
+  for await (const part of res.body as unknown as AsyncIterable<Uint8Array>) {
+    buffer += decoder.decode(part, { stream: true })
+    for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
+      const block = buffer.slice(0, end)
+      buffer = buffer.slice(end + 2)
+      const field = (name: string) => block.split('\n').find((line) => line.startsWith(`${name}: `))?.slice(name.length + 2)
+      const data = field('data')
+      if (data === undefined) continue
+      const id = field('id')
+      const frame: SseFrame = { ...(id === undefined ? {} : { id }), event: field('event') ?? 'message', data: data === '[DONE]' ? data : JSON.parse(data), at: Date.now() }
+      frames.push(frame)
+      onFrame(frame)
+    }
+  }
+  return frames
 }
+
+/** The model's tools: "unknown" asks for one that does not exist, "forever" never stops asking, "quietly" asks for none. */
+const plan = (prompt: string, round: number) => {
+  if (prompt.includes('quietly') || (round > 0 && !prompt.includes('forever'))) return []
+  if (prompt.includes('unknown')) return [{ name: 'launch_rocket', arguments: '{}' }]
+  const calls = [
+    { name: 'get_prices', arguments: JSON.stringify({ symbols: ['ETH'] }) },
+    { name: 'quote_swap', arguments: JSON.stringify({ tokenIn: 'USDC', tokenOut: 'ARB', amount: '1' }) },
+  ]
+  return prompt.includes('narrate') ? { text: 'Let me look at the price and a quote first.', calls } : calls
+}
+/** The answer: the tools' outputs (the text proves they ran), or a text of many words for "quietly". */
+const answer = (prompt: string, outputs: string[]) =>
+  prompt.includes('quietly') ? 'Markets are calm today and nothing needs doing: the prices are steady, your positions are safe, and no automation is due.' : `From the tools: ${outputs.join(' | ')}`
 
 t.test('with an LLM configured, the tool-calling loop runs the tools the model asks for and returns its text', async (t) => {
-  const model = await startScriptedModel(t, (prompt) =>
-    prompt.includes('unknown')
-      ? [{ name: 'launch_rocket', arguments: '{}' }]
-      : [
-          { name: 'get_prices', arguments: JSON.stringify({ symbols: ['ETH'] }) },
-          { name: 'quote_swap', arguments: JSON.stringify({ tokenIn: 'USDC', tokenOut: 'ARB', amount: '1' }) },
-        ],
-  )
+  // the stand-in holds an answer while `held` is pending, and streams a token every 15 ms
+  let held: Promise<void> | undefined
+  const model = await startStandInModel({ plan, answer, tokenDelayMs: 15, gate: () => held })
+  t.teardown(model.close)
   const stack = await startStack(t, { agentEnv: { LLM_BASE_URL: model.url, LLM_API_KEY: 'sk-test-key', LLM_MODEL: 'scripted-1', LLM_MAX_STEPS: '3' } })
   const payer = stack.devnet.accounts[1]!.address
   const prompt = (body: unknown) => stack.call('/agent/prompt', { body, headers: payerHeaders(payer) })
@@ -118,5 +111,91 @@ t.test('with an LLM configured, the tool-calling loop runs the tools the model a
     t.same(failed.body, {
       error: { message: 'the agent could not answer: the model did not reach an answer within 3 steps (LLM_MAX_STEPS)', type: 'server_error', param: null, code: 'job_failed' },
     })
+  })
+
+  const key = keyHeaders('key_v1stream', 'readwrite')
+  const streamChat = async (content: string) => {
+    const res = await fetch(`${stack.agent!.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { ...key, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'ats-agent', stream: true, messages: [{ role: 'user', content }] }),
+    })
+    t.equal(res.status, 200)
+    const frames = (await readFrames(res)).filter((f) => f.data !== '[DONE]')
+    const texts = frames.filter((f) => f.data.choices[0]?.delta?.content)
+    const jobId = frames[0]!.data.id.slice('chatcmpl-'.length)
+    const { body } = await stack.call('/portfolio/jobs?limit=100', { headers: key })
+    const job = body.jobs.find((j: any) => j.id === jobId)
+    return { frames, texts, text: texts.map((f) => f.data.choices[0].delta.content).join(''), job }
+  }
+  const lastTokenAt = (request: StandInRequest) => request.sent.last!
+
+  t.test('/v1 stream: the first words reach the client before the model has written its last, and add up to the answer', async (t) => {
+    const before = model.requests.length
+    const { texts, text, job } = await streamChat('quietly: anything to do today?')
+    const [turn] = model.requests.slice(before)
+    t.equal(model.requests.length, before + 1)
+    t.ok(turn!.stream, 'the model was asked to stream')
+    t.ok(texts.length > 10, `the text came in pieces (${texts.length})`)
+    t.ok(texts[0]!.at < lastTokenAt(turn!), 'the first piece reached the client before the model sent its last token')
+    t.equal(job.status, 'complete')
+    t.equal(text, job.result.text, "joined, the pieces are the job's text")
+    t.match(text, /^Markets are calm today/)
+  })
+
+  t.test('/v1 stream: tool calls streamed as deltas still run; the text of the turn before them is part of the answer', async (t) => {
+    const { frames, text, job } = await streamChat('narrate: how much is ETH?')
+    t.same(job.result.toolCalls, ['get_prices', 'quote_swap'])
+    t.match(text, /^Let me look at the price and a quote first\.\n\nFrom the tools: \{"prices":\{"ETH":/)
+    t.equal(text, job.result.text)
+    const steps = frames.filter((f) => f.data.agent?.step).map((f) => `${f.data.agent.step.tool}:${f.data.agent.step.phase}`)
+    t.same(steps, ['get_prices:started', 'get_prices:finished', 'quote_swap:started', 'quote_swap:finished'])
+    const firstStep = frames.findIndex((f) => f.data.agent?.step)
+    t.ok(frames.slice(0, firstStep).some((f) => f.data.choices[0]?.delta?.content), 'the first turn\'s text came before the tools ran')
+  })
+
+  t.test('events stream: text deltas live, without ids; a stream resumed with Last-Event-ID replays only stored events', async (t) => {
+    let release!: () => void
+    held = new Promise((resolve) => (release = resolve))
+    t.teardown(() => {
+      release()
+      held = undefined
+    })
+    const accepted = await prompt({ prompt: 'quietly: anything to do?' })
+    const url = `${stack.agent!.url}/agent/job/${accepted.body.jobId}/events`
+    let lastId = '0'
+    let resumedAfter = ''
+    let resumed: Promise<SseFrame[]> | undefined
+    const frames = await readFrames(await fetch(url, { headers: payerHeaders(payer) }), (frame) => {
+      if (frame.id) lastId = frame.id
+      // the stream is open: the model may answer
+      release()
+      // a stream resumed in the middle of the text, from the last stored event seen
+      if (frame.event === 'delta' && !resumed) {
+        resumedAfter = lastId
+        resumed = fetch(url, { headers: { ...payerHeaders(payer), 'last-event-id': resumedAfter } }).then((res) => readFrames(res))
+      }
+    })
+    const deltas = frames.filter((f) => f.event === 'delta')
+    const complete = frames.at(-1)!
+    t.match(complete, { event: 'status', data: { status: 'complete' } })
+    t.ok(deltas.length > 10, `the text came as deltas (${deltas.length})`)
+    t.ok(deltas.every((f) => f.id === undefined), 'deltas have no id')
+    t.ok(frames.filter((f) => f.event !== 'delta').every((f) => f.id !== undefined), 'stored events do')
+    t.same(deltas.map((f) => f.data.offset), deltas.map((f) => f.data.offset).sort((a, b) => a - b), 'in order')
+    t.equal(deltas.map((f) => f.data.text).join(''), complete.data.result.text, "joined, the deltas are the job's text")
+    t.ok(deltas[0]!.data.offset === 0 && deltas.every((f, i) => i === 0 || f.data.offset === deltas[i - 1]!.data.offset + deltas[i - 1]!.data.text.length), 'each starts where the one before ended')
+
+    const again = await resumed!
+    t.ok(again.length > 0 && again.every((f) => f.event !== 'delta' && f.id !== undefined), 'the resumed stream has stored events only')
+    t.equal(again.at(-1)!.data.result.text, complete.data.result.text, 'and the text in its complete event')
+    t.ok(again.every((f) => Number(f.id) > Number(resumedAfter)), 'after the id it gave')
+
+    const replay = await fetch(url, { headers: payerHeaders(payer) }).then((res) => readFrames(res))
+    t.same(
+      replay.map((f) => f.event),
+      frames.filter((f) => f.event !== 'delta').map((f) => f.event),
+      'read again later: the same stored events, no deltas',
+    )
   })
 })

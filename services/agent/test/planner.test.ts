@@ -1,5 +1,5 @@
 import t from 'tap'
-import { cannotDo, createPlanner, formatUsd, planOf } from '../src/runner/planner.ts'
+import { cannotDo, createPlanner, formatUsd, helpText, planOf } from '../src/runner/planner.ts'
 import type { Toolbox } from '../src/runner/toolbox.ts'
 
 const callsOf = (prompt: string, history: Array<{ role: string; content: string }> = []) => {
@@ -59,6 +59,18 @@ t.test("anything else gets \"I can't do that yet\" with what it can do", async (
   for (const example of ['price of ETH', 'trending pools', 'quote 1 USDC for ARB', 'swap 1 USDC for ARB', 'my positions', 'NFTs of 0x', 'prediction markets about bitcoin', 'bridge 100 USDC to Base', 'buy 1 USDC of ARB every day', 'pause my automations']) {
     t.ok(cannotDo.includes(example), example)
   }
+})
+
+t.test('a help question gets the list of what it can do, without a tool call', async (t) => {
+  for (const prompt of ['What can you do?', 'help', 'what are your skills', 'What tools do you have?', 'how can you help me?', 'what are your tools?']) {
+    t.same(planOf(prompt), { intent: null, text: helpText }, prompt)
+  }
+  t.match(helpText, /^I can answer:\n- the price of a token: "what is the price of ETH\?"\n/)
+  t.notOk(helpText.includes("can't"), 'not a refusal')
+  t.same(callsOf('help me swap 1 USDC for ARB'), [{ tool: 'swap', args: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1' } }], 'a request that asks for help with something is that request')
+  const toolbox = { call: async () => t.fail('no tool is called'), toolCalls: [], transactions: [], definitions: [] } as unknown as Toolbox
+  const answer = await createPlanner().run({ jobId: 'job_1', prompt: 'what can you do?', history: [], owner: { kind: 'payer', address: '0x1' } }, toolbox, new AbortController().signal)
+  t.equal(answer.text, helpText)
 })
 
 t.test('formatUsd: two decimals with separators from $1, four significant digits below', async (t) => {

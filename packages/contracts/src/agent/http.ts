@@ -153,7 +153,7 @@ export const agentRoutes = {
     url: '/agent/job/:id/events',
     produces: 'text/event-stream',
     summary:
-      'Server-sent events of a job of yours: `status` (pending, running, then complete with the result, failed with the error, or cancelled) and `step` (each tool call, started and finished). Every event has an id; reconnect with Last-Event-ID to get only what you missed. The stream ends with the job (an id past its last event: at once once the job is finished). At most AGENT_MAX_STREAMS_PER_OWNER (5) open streams per payer: one more is 429, not charged',
+      'Server-sent events of a job of yours: `status` (pending, running, then complete with the result, failed with the error, or cancelled) and `step` (each tool call, started and finished), each with an id; with a language model also `delta` ({text, offset}: the answer text as it is produced), without an id and not replayed. Reconnect with Last-Event-ID to get the stored events you missed (the complete status carries the whole text). The stream ends with the job (an id past its last event: at once once the job is finished). At most AGENT_MAX_STREAMS_PER_OWNER (5) open streams per payer: one more is 429, not charged',
     schema: {
       params: IdParams,
       headers: EventsHeaders,

@@ -31,6 +31,26 @@ export const JobEvent = Type.Object({
 })
 export type JobEvent = Static<typeof JobEvent>
 
+/**
+ * A piece of a running job's answer text, broadcast as the model produces it: never stored, so
+ * it has no seq. `offset` is where `text` starts in the job's result text, so a follower that
+ * missed a piece sees the gap (and takes the rest from the complete event).
+ */
+export const JobDelta = Type.Object({
+  jobId: Type.String(),
+  type: Type.Literal('delta'),
+  at: EpochMs(),
+  data: Type.Object({
+    text: Type.String({ minLength: 1 }),
+    offset: Type.Integer({ minimum: 0, description: 'the character offset of text in the answer text' }),
+  }),
+})
+export type JobDelta = Static<typeof JobDelta>
+
+/** What a job's event subject carries: its stored events and the live deltas of its text. */
+export const JobBroadcast = Type.Union([JobEvent, JobDelta])
+export type JobBroadcast = Static<typeof JobBroadcast>
+
 export interface AgentChannels {
   /** the work queue of jobs (JetStream, work-queue retention): POST /agent/prompt publishes, workers pull */
   jobs: Topic<JobQueued>
@@ -39,8 +59,8 @@ export interface AgentChannels {
   workers: string
   /** broadcast: a job was cancelled; the worker running it aborts */
   cancelled: Topic<JobQueued>
-  /** broadcast of each stored event, per job: SSE streams forward them */
-  events(jobId: string): Topic<JobEvent>
+  /** broadcast of each stored event and each text delta, per job: SSE streams forward them */
+  events(jobId: string): Topic<JobBroadcast>
 }
 
 const day = 86_400_000
@@ -53,6 +73,6 @@ export function agentChannels(namespace: string): AgentChannels {
     jobsStream: { name: `${namespace}_agent_jobs`, subjects: [jobs.subject], maxAgeMs: 7 * day, duplicateWindowMs: 600_000, retention: 'workqueue' },
     workers: 'agent-workers',
     cancelled: topic(subjectOf(namespace, 'agent', 'jobs.cancelled'), JobQueued),
-    events: (jobId) => topic(subjectOf(namespace, 'agent', `events.${jobId}`), JobEvent),
+    events: (jobId) => topic(subjectOf(namespace, 'agent', `events.${jobId}`), JobBroadcast),
   }
 }

@@ -1,6 +1,7 @@
 // Job events: every stored event is broadcast on NATS; GET /agent/job/:id/events replays the
-// stored ones after Last-Event-ID, then forwards the live ones, and ends with the job.
-import { identityHeaders, type AgentChannels, type JobEvent } from '@ats/contracts'
+// stored ones after Last-Event-ID, then forwards the live ones, and ends with the job. The
+// answer's text deltas travel on the same subject but are never stored: live only, no id.
+import { identityHeaders, type AgentChannels, type JobBroadcast, type JobDelta, type JobEvent } from '@ats/contracts'
 import type { Logger } from '@ats/service-kit'
 import type { ServerResponse } from 'node:http'
 import type { FastifyReply } from 'fastify'
@@ -11,8 +12,12 @@ import type { JobStore } from './store.ts'
 const terminal = new Set(['complete', 'failed', 'cancelled'])
 const isTerminal = (e: JobEvent) => e.type === 'status' && terminal.has((e.data as { status: string }).status)
 
-/** One SSE frame: the event's sequence number is its id. */
-export const sseFrame = (e: JobEvent) => `id: ${e.seq}\nevent: ${e.type}\ndata: ${JSON.stringify({ ...e.data, at: e.at })}\n\n`
+/**
+ * One SSE frame: a stored event's sequence number is its id; a delta has none, so the client's
+ * Last-Event-ID stays the last stored event and a resumed stream replays only stored events.
+ */
+export const sseFrame = (e: JobBroadcast) =>
+  `${e.type === 'delta' ? '' : `id: ${e.seq}\n`}event: ${e.type}\ndata: ${JSON.stringify({ ...e.data, at: e.at })}\n\n`
 
 export interface JobEventsOptions {
   nc: NatsConnection
@@ -82,6 +87,16 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
     }
   }
 
+  /** Broadcasts a piece of a running job's text; one that is lost reaches followers with the complete event. */
+  function emitDelta(jobId: string, text: string, offset: number) {
+    try {
+      const topic = channels.events(jobId)
+      nc.publish(topic.subject, topic.message.encode({ jobId, type: 'delta', at: Date.now(), data: { text, offset } }))
+    } catch (error) {
+      log.warn({ err: error, jobId, offset }, 'job text delta not broadcast')
+    }
+  }
+
   /**
    * Follows a job's events after `afterSeq`, in order and each once: the stored ones, then the
    * live ones, re-reading the store in case a broadcast was missed. It ends after the job's last
@@ -89,9 +104,15 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
    * `stop()`. `ended` says which: true when the job ended. A job found finished ends it too,
    * whatever `afterSeq` says: a client that claims to have seen more than the job has (a
    * Last-Event-ID beyond its last event) gets what remains after it, nothing, and the end.
+   * Text deltas are forwarded live, in order, while each starts where the text delivered so far
+   * ends; after a gap (a follower that joined late or missed one) none is: the complete event
+   * carries the whole text.
    */
-  function watch(jobId: string, afterSeq: number, finished: boolean, onEvent: (event: JobEvent) => void) {
+  function watch(jobId: string, afterSeq: number, finished: boolean, onEvent: (event: JobBroadcast) => void) {
     let last = afterSeq
+    /** characters of the answer's text delivered, and whether a delta was missed */
+    let textAt = 0
+    let textGap = false
     let done = false
     let endedWithJob = false
     let resolveEnded!: (jobEnded: boolean) => void
@@ -120,6 +141,15 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
         stop()
       }
     }
+    const sendDelta = (d: JobDelta) => {
+      if (done || textGap) return
+      if (d.data.offset !== textAt) {
+        textGap = true
+        return
+      }
+      textAt += d.data.text.length
+      onEvent(d)
+    }
     // one catch-up at a time, in order
     let chain = Promise.resolve()
     const catchUp = () => {
@@ -147,13 +177,15 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
     })
     void (async () => {
       for await (const m of sub) {
-        let e: JobEvent
+        let e: JobBroadcast
         try {
           e = topic.message.decode(m.data)
         } catch {
           continue
         }
-        if (e.seq === last + 1) chain = chain.then(() => send(e))
+        // behind the stored events before it: a catch-up in progress delivers those first
+        if (e.type === 'delta') chain = chain.then(() => sendDelta(e))
+        else if (e.seq === last + 1) chain = chain.then(() => send(e))
         else if (e.seq > last + 1 || isTerminal(e)) void catchUp() // a gap, or the end of a job the client is past
       }
     })()
@@ -174,6 +206,7 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
 
   return {
     emit,
+    emitDelta,
     watch,
     stream,
     takeStreamSlot,

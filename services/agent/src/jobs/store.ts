@@ -49,6 +49,8 @@ export interface PromptInput {
   instructions?: string | undefined
   /** paid jobs: the payment that bought it, `<payer>:<nonce>` lower-case (x-ats-payment) */
   payment?: string | undefined
+  /** what a /v1 API keeps of its request to answer it again later (responses: metadata…), with the prompt message */
+  apiRequest?: Record<string, unknown>
 }
 
 const finished = new Set(['complete', 'failed', 'cancelled'])
@@ -134,7 +136,8 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
             data: history.map((m, i) => ({ id: newId('msg'), threadId, role: m.role, content: m.content, createdAt: new Date(at - history.length + i) })),
           })
         }
-        await t.message.create({ data: { id: newId('msg'), threadId, role: 'user', content: input.prompt, metadata: { jobId }, createdAt: new Date(at) } })
+        const metadata = { jobId, ...(input.apiRequest ? { apiRequest: input.apiRequest as Prisma.InputJsonObject } : {}) }
+        await t.message.create({ data: { id: newId('msg'), threadId, role: 'user', content: input.prompt, metadata, createdAt: new Date(at) } })
         const event = await appendEvent(t, jobId, 'status', { status: 'pending' })
         return { jobId, threadId, event }
       })
@@ -147,6 +150,15 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       db.job.findMany({ where: { status: 'pending', enqueuedAt: null, createdAt: { lt: olderThan } }, select: { id: true }, take: limit, orderBy: { createdAt: 'asc' } }),
 
     getJob: (owner: Owner, id: string) => db.job.findFirst({ where: { id, ownerId: owner.ownerId } }),
+
+    /** what createPrompt kept of a job's /v1 request (`apiRequest`), or null */
+    async apiRequestOf(job: Pick<Job, 'id' | 'threadId'>): Promise<Record<string, unknown> | null> {
+      const prompt = await db.message.findFirst({
+        where: { threadId: job.threadId, role: 'user', metadata: { path: ['jobId'], equals: job.id } },
+        select: { metadata: true },
+      })
+      return ((prompt?.metadata ?? null) as { apiRequest?: Record<string, unknown> } | null)?.apiRequest ?? null
+    },
 
     /** pending or running -> cancelled; null when the job is not the owner's or already finished. */
     async cancel(owner: Owner, id: string): Promise<JobEvent | null> {

@@ -64,9 +64,18 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
 
   async function run(job: Job, signal: AbortSignal): Promise<JobResult> {
     const owner = ownerOfJob(job)
-    const toolbox = await createToolbox({ tools, store, emit: events.emit, log, jobId: job.id, owner, signal })
-    const history = await store.history(job.threadId, job.id, settings.historyMessages)
-    const input = { jobId: job.id, prompt: job.prompt, history, context: job.context ?? undefined, instructions: job.instructions ?? undefined, owner }
+    // both read the database: at once, since the model's first token waits on them
+    const [toolbox, history] = await Promise.all([
+      createToolbox({ tools, store, emit: events.emit, log, jobId: job.id, owner, signal }),
+      store.history(job.threadId, job.id, settings.historyMessages),
+    ])
+    // the text as the model writes it: broadcast only (never stored), each piece with its offset in the answer
+    let offset = 0
+    const onText = (text: string) => {
+      events.emitDelta(job.id, text, offset)
+      offset += text.length
+    }
+    const input = { jobId: job.id, prompt: job.prompt, history, context: job.context ?? undefined, instructions: job.instructions ?? undefined, owner, onText }
     const { text, modelTurns, usage } = await runnerFor(job).run(input, toolbox, signal)
     return { text, steps: toolbox.toolCalls.length + modelTurns, toolCalls: toolbox.toolCalls, transactions: toolbox.transactions, usage }
   }

@@ -1,34 +1,50 @@
 // The runner with a language model: any OpenAI-compatible chat-completions API, in a
-// tool-calling loop bounded by a step limit.
-import { createHttpClient } from '@ats/service-kit'
+// tool-calling loop bounded by a step limit. The model's text streams out through `onText` as
+// it is produced; the run's text is every turn's text, joined by a blank line.
+import { createCompletions, type ChatMessage, type Turn } from './completions.ts'
 import type { Runner, RunInput } from './runner.ts'
 import { RunnerError } from './runner.ts'
 import type { Toolbox } from './toolbox.ts'
 import { addUsage, countUsage, type Usage } from './usage.ts'
-import { aborted, ownerWallet } from './tools.ts'
-
-interface ChatMessage {
-  role: 'system' | 'user' | 'assistant' | 'tool'
-  content: string | null
-  tool_calls?: ToolCall[]
-  tool_call_id?: string
-}
-interface ToolCall {
-  id: string
-  type: 'function'
-  function: { name: string; arguments: string }
-}
-interface Completion {
-  choices?: Array<{ message?: { content?: string | null; tool_calls?: ToolCall[] }; finish_reason?: string }>
-  usage?: { prompt_tokens?: number; completion_tokens?: number }
-}
+import { ownerWallet } from './tools.ts'
 
 /** The tokens of one turn: as the model reported them, else counted over what was sent and answered. */
-function turnUsage(completion: Completion, messages: ChatMessage[], answer: { content?: string | null; tool_calls?: ToolCall[] }): Usage {
-  const { prompt_tokens: prompt, completion_tokens: done } = completion.usage ?? {}
+function turnUsage(turn: Turn, messages: ChatMessage[]): Usage {
+  const { prompt_tokens: prompt, completion_tokens: done } = turn.usage ?? {}
   if (Number.isInteger(prompt) && Number.isInteger(done)) return { promptTokens: prompt!, completionTokens: done! }
-  const calls = (answer.tool_calls ?? []).map((c) => `${c.function.name}(${c.function.arguments})`).join('\n')
-  return countUsage(messages, [answer.content ?? '', calls].filter(Boolean).join('\n'))
+  const calls = turn.toolCalls.map((c) => `${c.function.name}(${c.function.arguments})`).join('\n')
+  return countUsage(messages, [turn.content, calls].filter(Boolean).join('\n'))
+}
+
+/**
+ * The answer's text over a run's turns, as it streams: each turn's text trimmed, the turns'
+ * texts joined by a blank line (a turn that ends in tool calls may say something first).
+ * Whitespace is held back until text follows it, so what `emit` got, joined, is always `text`.
+ */
+export function answerText(emit: (text: string) => void = () => undefined) {
+  let text = ''
+  let held = ''
+  let turnStarted = false
+  return {
+    add(delta: string) {
+      let s = held + delta
+      if (!turnStarted) s = s.trimStart()
+      const body = s.trimEnd()
+      held = s.slice(body.length)
+      if (body === '') return
+      const piece = `${!turnStarted && text !== '' ? '\n\n' : ''}${body}`
+      turnStarted = true
+      text += piece
+      emit(piece)
+    },
+    endTurn() {
+      held = ''
+      turnStarted = false
+    },
+    get text() {
+      return text
+    },
+  }
 }
 
 export interface LlmSettings {
@@ -51,14 +67,8 @@ export function systemPrompt(input: RunInput): string {
   ].join(' ')
 }
 
-export function createLlmRunner(settings: LlmSettings): Runner & { close(): Promise<void> } {
-  const client = createHttpClient({
-    name: 'the language model',
-    baseUrl: settings.baseUrl.replace(/\/+$/, ''),
-    timeoutMs: settings.timeoutMs,
-    retries: 2,
-    ...(settings.apiKey ? { headers: { authorization: `Bearer ${settings.apiKey}` } } : {}),
-  })
+export function createLlmRunner(settings: LlmSettings): Runner {
+  const completions = createCompletions({ baseUrl: settings.baseUrl, apiKey: settings.apiKey, timeoutMs: settings.timeoutMs })
 
   return {
     name: `llm:${settings.model}`,
@@ -71,21 +81,16 @@ export function createLlmRunner(settings: LlmSettings): Runner & { close(): Prom
         ...input.history.map((m) => ({ role: m.role, content: m.content })),
         { role: 'user', content: input.prompt },
       ]
+      const answer = answerText(input.onText)
       let usage: Usage = { promptTokens: 0, completionTokens: 0 }
-      for (let turn = 1; turn <= settings.maxSteps; turn++) {
-        const completion = await Promise.race([
-          // a completion is not idempotent on the model's side, but repeating one changes nothing of ours
-          // the signal ends the request too: a stopping worker does not wait for the model to answer
-          client.postJson<Completion>('/chat/completions', { model: settings.model, messages, tools, tool_choice: 'auto' }, { retry: true, signal }),
-          aborted(signal),
-        ])
-        const message = completion?.choices?.[0]?.message
-        if (!message) throw new RunnerError('the language model answered without a message')
-        usage = addUsage(usage, turnUsage(completion, messages, message))
-        const calls = message.tool_calls ?? []
-        if (calls.length === 0) return { text: (message.content ?? '').trim(), modelTurns: turn, usage }
-        messages.push({ role: 'assistant', content: message.content ?? null, tool_calls: calls })
-        for (const call of calls) {
+      for (let step = 1; step <= settings.maxSteps; step++) {
+        // the signal ends the request too: a stopping worker does not wait for the model to answer
+        const turn = await completions.complete({ model: settings.model, messages, tools, tool_choice: 'auto' }, signal, (delta) => answer.add(delta))
+        answer.endTurn()
+        usage = addUsage(usage, turnUsage(turn, messages))
+        if (turn.toolCalls.length === 0) return { text: answer.text, modelTurns: step, usage }
+        messages.push({ role: 'assistant', content: turn.content || null, tool_calls: turn.toolCalls })
+        for (const call of turn.toolCalls) {
           let args: unknown
           try {
             args = call.function.arguments ? JSON.parse(call.function.arguments) : {}
@@ -99,6 +104,5 @@ export function createLlmRunner(settings: LlmSettings): Runner & { close(): Prom
       }
       throw new RunnerError(`the model did not reach an answer within ${settings.maxSteps} steps (LLM_MAX_STEPS)`)
     },
-    close: () => client.close(),
   }
 }

@@ -288,7 +288,12 @@ export const capabilities = [
   'a recurring buy: "buy 1 USDC of ARB every day"',
   'your automations: "list my automations", "pause my automations"',
 ]
-export const cannotDo = `I can't do that yet. I can answer:\n${capabilities.map((c) => `- ${c}`).join('\n')}`
+const canAnswer = `I can answer:\n${capabilities.map((c) => `- ${c}`).join('\n')}`
+export const cannotDo = `I can't do that yet. ${canAnswer}`
+/** The answer to "what can you do?": the same list as when it cannot. */
+export const helpText = `${canAnswer}\nAsk in plain words, like the examples.`
+const helpAsked =
+  /\b(?:help|what can you do|what do you do|what can i ask|what (?:are|is) your (?:skills?|tools?|capabilities|abilities)|what (?:skills|tools|capabilities) do you have|how do i use you)\b/i
 
 export type Plan = { intent: string; slots: Slots; calls: ToolCall[] } | { intent: null; text: string }
 
@@ -300,6 +305,7 @@ export function planOf(prompt: string, history: ReadonlyArray<{ role: string; co
     const slots = intent.match(prompt)
     if (slots) return { intent: intent.name, slots, calls: intent.calls(slots) }
   }
+  if (helpAsked.test(prompt)) return { intent: null, text: helpText }
   const rest = followUp.exec(prompt)?.[1]
   if (rest !== undefined) {
     // the latest earlier request of the thread that had an intent, re-planned with what changed

@@ -12,6 +12,11 @@ export interface RunInput {
   /** the caller's instructions (/v1 system and developer messages), for a language model */
   instructions?: string | undefined
   owner: JobOwner
+  /**
+   * The answer's text as the model produces it, in order: joined, the pieces are exactly the
+   * text the run returns. A runner without a model (the planner) never calls it.
+   */
+  onText?: ((text: string) => void) | undefined
 }
 
 export interface Runner {

@@ -1,0 +1,192 @@
+// POST /mcp: the Model Context Protocol server of the gateway (docs/mcp.md). Stateless: each POST
+// gets its own MCP server and transport, so any replica answers any request. Each tool call runs
+// its route through this gateway (app.inject): the same auth, tiers, limits, payments and proxy.
+import { gatewayRoutes, tierAllows, type Tier } from '@ats/contracts'
+import type { Token } from '@ats/chain'
+import { createError, type TypeBoxTypeProvider } from '@ats/service-kit'
+import { Server } from '@modelcontextprotocol/sdk/server/index.js'
+import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
+import { CallToolRequestSchema, ListToolsRequestSchema, McpError, ErrorCode, type CallToolResult } from '@modelcontextprotocol/sdk/types.js'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { authHook, type AuthDeps } from '../auth/authHook.ts'
+import { paymentHeaders, paymentRequiredResult, paymentResponseMeta, paymentResponseMetaKey, type PaidJobFollower, type RouteAnswer } from './paid.ts'
+import { mcpPrompts, mcpResources } from './resources.ts'
+import { mcpTools, requestOf, type McpTool } from './tools.ts'
+
+export interface McpOptions {
+  name: string
+  version: string
+  /** PAYMENT_PRICE, named in the paid tools' descriptions */
+  price: number
+  /** the chain's tokens (the address book), the ats://tokens resource */
+  tokens: () => readonly Token[]
+  auth: AuthDeps
+  /** waits for the job a paid prompt bought (its answer is the tool's result) */
+  followJob: PaidJobFollower
+}
+
+const MethodNotAllowed = createError<[string]>('ATS_ERR_METHOD_NOT_ALLOWED', '%s /mcp is not served: this MCP server is stateless (no sessions, no server-sent stream); POST each message', 405)
+
+/** Who calls: a key's tier, or nobody (the paid tools only). */
+type Caller = { tier: Tier } | { tier: undefined }
+
+const toolError = (text: string): CallToolResult => ({ isError: true, content: [{ type: 'text', text }] })
+
+/** The `{error}` message of a route's answer (the /v1 group's `{error: {message}}` too), else its text. */
+function messageOf(body: string): string {
+  try {
+    const { error } = JSON.parse(body) as { error?: string | { message?: string } }
+    const message = typeof error === 'string' ? error : error?.message
+    if (message) return message
+  } catch {}
+  return body || 'no answer body'
+}
+
+/** The result of a route's answer: its JSON on success, its error as a tool error otherwise. */
+function resultOf(tool: McpTool, answer: RouteAnswer): CallToolResult {
+  if (answer.statusCode === 402 && tool.access.kind === 'paid') {
+    const asked = paymentRequiredResult(tool, answer)
+    if (asked) return asked
+  }
+  if (answer.statusCode >= 300) return toolError(`${tool.name} failed (${answer.statusCode}): ${messageOf(answer.body)}`)
+  const json: unknown = answer.body ? JSON.parse(answer.body) : {}
+  const structured = json !== null && typeof json === 'object' && !Array.isArray(json) ? (json as Record<string, unknown>) : { result: json }
+  const meta = tool.access.kind === 'paid' ? paymentResponseMeta(answer) : undefined
+  return { content: [{ type: 'text', text: JSON.stringify(json) }], structuredContent: structured, ...(meta ? { _meta: meta } : {}) }
+}
+
+/** The payer a paid answer names (its PAYMENT-RESPONSE), for reading the job it bought. */
+function payerOf(answer: RouteAnswer): string | undefined {
+  const payer = (paymentResponseMeta(answer)?.[paymentResponseMetaKey] as { payer?: unknown } | undefined)?.payer
+  return typeof payer === 'string' ? payer : undefined
+}
+
+export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
+  const tools = mcpTools({ price: options.price })
+  const resources = mcpResources({ tokens: options.tokens })
+  const prompts = mcpPrompts()
+  // the key, when one is sent, is resolved as every keyed route resolves it (401 when invalid);
+  // the limiter runs in the handler, where the message says whether a route will count it
+  const identify = authHook({ kind: 'key', tier: 'readonly' }, { ...options.auth, limit: async () => {} })
+
+  const visible = (caller: Caller) =>
+    tools.filter((tool) => (caller.tier ? tool.access.kind === 'key' && tierAllows(caller.tier, tool.access.tier) : tool.access.kind === 'paid'))
+
+  async function callTool(request: FastifyRequest, caller: Caller, name: string, args: Record<string, unknown>, meta: Record<string, unknown> | undefined): Promise<CallToolResult> {
+    const tool = visible(caller).find((t) => t.name === name)
+    if (!tool) {
+      const needs = tools.find((t) => t.name === name && t.access.kind === 'key')?.access
+      if (needs?.kind !== 'key') throw new McpError(ErrorCode.InvalidParams, `unknown tool ${name}`)
+      return toolError(
+        caller.tier
+          ? `${name} needs an API key of tier ${needs.tier} or higher; this key is ${caller.tier}`
+          : `${name} needs an API key of tier ${needs.tier} or higher: send Authorization: Bearer <key> with the /mcp request`,
+      )
+    }
+    const made = requestOf(tool, args)
+    if ('problem' in made) return toolError(`${name}: ${made.problem}`)
+    let payment: Record<string, string> = {}
+    if (tool.access.kind === 'paid') {
+      try {
+        payment = paymentHeaders(meta)
+      } catch (error) {
+        return toolError(`${name}: ${(error as Error).message}`)
+      }
+    }
+    const answered = await app.inject({
+      method: tool.method,
+      url: made.url,
+      remoteAddress: request.ip,
+      headers: {
+        accept: 'application/json',
+        ...(request.headers.authorization ? { authorization: request.headers.authorization } : {}),
+        ...(request.headers['user-agent'] ? { 'user-agent': request.headers['user-agent'] } : {}),
+        ...payment,
+        ...(made.body ? { 'content-type': 'application/json' } : {}),
+        ...(made.idempotencyKey ? { 'idempotency-key': made.idempotencyKey } : {}),
+      },
+      ...(made.body ? { payload: JSON.stringify(made.body) } : {}),
+    })
+    let answer: RouteAnswer = { statusCode: answered.statusCode, headers: answered.headers, body: answered.body }
+    // a paid prompt bought its job: the tool answers the job as it ends (or as it stands when the wait runs out)
+    if (tool.access.kind === 'paid' && tool.method === 'POST' && answer.statusCode === 202) {
+      const { jobId } = JSON.parse(answer.body) as { jobId: string }
+      const payer = payerOf(answer)
+      const job = payer ? await options.followJob(jobId, payer, request.id) : undefined
+      if (job) answer = { ...answer, statusCode: 200, body: JSON.stringify(job) }
+    }
+    return resultOf(tool, answer)
+  }
+
+  function serverFor(request: FastifyRequest, caller: Caller): Server {
+    const server = new Server({ name: options.name, version: options.version }, { capabilities: { tools: {}, resources: {}, prompts: {} } })
+    server.setRequestHandler(ListToolsRequestSchema, async () => ({
+      tools: visible(caller).map((tool) => ({
+        name: tool.name,
+        description: tool.description,
+        inputSchema: tool.inputSchema as { type: 'object' },
+        ...(tool.outputSchema ? { outputSchema: tool.outputSchema as { type: 'object' } } : {}),
+        annotations: { readOnlyHint: tool.readOnly, openWorldHint: true },
+      })),
+    }))
+    server.setRequestHandler(CallToolRequestSchema, async ({ params }) => callTool(request, caller, params.name, params.arguments ?? {}, params._meta))
+    resources.register(server)
+    prompts.register(server)
+    return server
+  }
+
+  /**
+   * Every /mcp request counts once: a call of a tool the caller has as the route it runs, any
+   * other message here (by key, or by address without one).
+   */
+  async function count(request: FastifyRequest<{ Body: { method: string; params?: { name?: unknown } } }>, reply: FastifyReply, caller: Caller) {
+    const { method, params } = request.body
+    if (method === 'tools/call' && visible(caller).some((tool) => tool.name === params?.name)) return
+    if (caller.tier) await options.auth.limit(request, reply)
+    else await options.auth.paid.address(request, reply)
+  }
+
+  const api = app.withTypeProvider<TypeBoxTypeProvider>()
+  api.route({
+    ...gatewayRoutes.mcp,
+    onRequest: async function (request, reply) {
+      if (request.headers.authorization !== undefined) await (identify as (request: FastifyRequest, reply: FastifyReply) => Promise<void>).call(this, request, reply)
+    },
+    handler: async (request, typedReply) => {
+      // the transport's answer is sent as it wrote it (JSON text), not through the route's serializer
+      const reply = typedReply as FastifyReply
+      const caller: Caller = { tier: request.identity?.tier }
+      await count(request, reply, caller)
+      const server = serverFor(request, caller)
+      const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
+      await server.connect(transport)
+      try {
+        const response = await transport.handleRequest(webRequestOf(request), { parsedBody: request.body })
+        reply.code(response.status).headers(Object.fromEntries(response.headers))
+        return reply.send(await response.text())
+      } finally {
+        await server.close()
+      }
+    },
+  })
+  for (const method of ['GET', 'DELETE'] as const) {
+    app.route({
+      method,
+      url: gatewayRoutes.mcp.url,
+      handler: async (_request, reply) => {
+        reply.header('allow', 'POST')
+        throw new MethodNotAllowed(method)
+      },
+    })
+  }
+}
+
+/** The request as the transport reads it: the method, the headers (Accept, Content-Type, MCP-Protocol-Version); the body is passed parsed. */
+function webRequestOf(request: FastifyRequest): Request {
+  const headers = new Headers()
+  for (const [name, value] of Object.entries(request.headers)) {
+    if (value === undefined || name === 'authorization') continue
+    headers.set(name, Array.isArray(value) ? value.join(', ') : value)
+  }
+  return new Request(`http://gateway${request.url}`, { method: 'POST', headers })
+}

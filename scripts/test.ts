@@ -1,0 +1,79 @@
+import { spawn } from 'node:child_process'
+import { readdirSync, readFileSync, existsSync } from 'node:fs'
+import { join } from 'node:path'
+
+/**
+ * pnpm test: every workspace package's tests, TEST_CONCURRENCY packages at a time (2 by
+ * default), the longest first, so the suite takes about as long as its longest part rather
+ * than the sum of all. Each package's output is printed whole when it ends (never
+ * interleaved), every package runs even when one fails, and the end lists each package's
+ * time and outcome. `pnpm test <dir>…` runs only those packages.
+ */
+const root = join(import.meta.dirname, '..')
+
+/** the slowest first (seconds seen on a 2-core machine); unknown packages go last */
+const expectedSeconds: Record<string, number> = {
+  e2e: 200,
+  'services/agent': 150,
+  gateway: 120,
+  'services/admin': 90,
+  'packages/deploy-check': 60,
+  'services/trading': 60,
+  'services/automation': 50,
+  'services/market-data': 40,
+  'packages/service-kit': 30,
+  'packages/devnet': 20,
+  'packages/chain': 10,
+  'packages/contracts': 5,
+}
+
+function packagesWithTests(): string[] {
+  const dirs = ['gateway', 'e2e', ...['services', 'packages'].flatMap((group) => readdirSync(join(root, group)).map((name) => `${group}/${name}`))]
+  return dirs.filter((dir) => {
+    const manifest = join(root, dir, 'package.json')
+    return existsSync(manifest) && Boolean(JSON.parse(readFileSync(manifest, 'utf8')).scripts?.test)
+  })
+}
+
+interface Outcome {
+  dir: string
+  code: number
+  seconds: number
+}
+
+function run(dir: string): Promise<Outcome> {
+  const started = Date.now()
+  const chunks: Buffer[] = []
+  return new Promise((resolve) => {
+    const child = spawn('pnpm', ['test'], { cwd: join(root, dir), env: process.env, stdio: ['ignore', 'pipe', 'pipe'] })
+    child.stdout.on('data', (chunk: Buffer) => chunks.push(chunk))
+    child.stderr.on('data', (chunk: Buffer) => chunks.push(chunk))
+    child.on('close', (code, signal) => {
+      const seconds = Math.round((Date.now() - started) / 1000)
+      process.stdout.write(`\n== ${dir} (${seconds} s)\n`)
+      process.stdout.write(Buffer.concat(chunks))
+      resolve({ dir, code: code ?? (signal ? 1 : 0), seconds })
+    })
+  })
+}
+
+const only = process.argv.slice(2)
+const all = packagesWithTests()
+const unknown = only.filter((dir) => !all.includes(dir))
+if (unknown.length > 0) {
+  process.stderr.write(`no tests in ${unknown.join(', ')}; packages with tests: ${all.join(', ')}\n`)
+  process.exit(2)
+}
+const queue = (only.length > 0 ? only : all).sort((a, b) => (expectedSeconds[b] ?? 0) - (expectedSeconds[a] ?? 0))
+const concurrency = Math.max(1, Number.parseInt(process.env.TEST_CONCURRENCY ?? '2', 10) || 1)
+const outcomes: Outcome[] = []
+const started = Date.now()
+await Promise.all(
+  Array.from({ length: Math.min(concurrency, queue.length) }, async () => {
+    for (let dir = queue.shift(); dir !== undefined; dir = queue.shift()) outcomes.push(await run(dir))
+  }),
+)
+const failed = outcomes.filter((o) => o.code !== 0)
+process.stdout.write(`\n== test summary (${Math.round((Date.now() - started) / 1000)} s, ${concurrency} at a time)\n`)
+for (const o of outcomes) process.stdout.write(`${o.code === 0 ? 'ok  ' : 'FAIL'} ${o.dir} (${o.seconds} s)\n`)
+process.exit(failed.length > 0 ? 1 : 0)

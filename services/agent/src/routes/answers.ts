@@ -1,0 +1,206 @@
+// What the /v1 APIs (chat completions, responses, messages) share: a conversation becomes an
+// agent job of the API key, followed until it ends; each API only writes the answer in its own
+// shape. A followed job's text arrives through `onText`: the model's tokens as they are produced
+// (job `delta` events), then whatever of the final text was not streamed; joined, the pieces are
+// always the job's result text.
+import type { AgentToolCall, AgentTrace, ApiRoute, JobEvent, JobResult } from '@ats/contracts'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { atParam, ChatInterrupted, ChatTimedOut, InvalidChat, JobFailed, NoKey } from '../errors.ts'
+import type { JobEvents } from '../jobs/events.ts'
+import type { JobQueue } from '../jobs/queue.ts'
+import type { JobStore, Owner } from '../jobs/store.ts'
+import type { ToolOutput } from '../runner/tools.ts'
+
+export interface AnswerDeps {
+  store: JobStore
+  queue: JobQueue
+  events: JobEvents
+  /** broadcast that a job was cancelled, for the worker running it */
+  cancelled(jobId: string): void
+  /** how long a waiting answer waits for its job before it is cancelled (504) */
+  waitMs: number
+}
+
+/** The job a /v1 request asks for. */
+export interface Conversation {
+  prompt: string
+  history: Array<{ role: 'user' | 'assistant'; content: string }>
+  instructions: string | undefined
+}
+
+/** A /v1 route of the contracts, for a plugin registered under the /v1 prefix. */
+export const atV1 = <R extends ApiRoute>(r: R): R => ({ ...r, url: r.url.slice('/v1'.length) })
+
+/** The whole conversation's text, at most: a runner reads only the recent part anyway. */
+export const maxConversationChars = 65_536
+
+/** The owner of /v1 jobs: the API key (the gateway forwards its id and bound wallet). */
+export function keyOwner(request: FastifyRequest): Owner {
+  const { keyId, wallet } = request.identity
+  if (!keyId) throw new NoKey()
+  return { ownerId: keyId, keyId, wallet }
+}
+
+/** The answer's text in pieces, each a word with the space after it: joined, they are the text. */
+export const piecesOf = (text: string): string[] => text.match(/\S+\s*|\s+/g) ?? []
+
+/** The text of a content (at: its path): a string, or its text parts (of `partTypes`) joined; other parts are refused. */
+export function textOf(content: unknown, at: string, partTypes: readonly string[] = ['text']): string {
+  if (content === undefined || content === null) return ''
+  if (typeof content === 'string') return content
+  if (!Array.isArray(content)) throw atParam(at, new InvalidChat(`${at} must be a string or an array of text parts`))
+  return content
+    .map((part: unknown, j) => {
+      const { type, text } = (part && typeof part === 'object' ? part : {}) as { type?: unknown; text?: unknown }
+      if (typeof type !== 'string' || !partTypes.includes(type) || typeof text !== 'string') {
+        const what = typeof type === 'string' ? `a ${type} part` : 'not a {type, text} part'
+        const supported = partTypes.map((p) => `{type: "${p}", text}`).join(' or ')
+        throw atParam(`${at}[${j}]`, new InvalidChat(`${at}[${j}] is ${what}: only text parts (${supported}) are supported`))
+      }
+      return text
+    })
+    .join('\n')
+}
+
+export type Terminal = { status: 'complete'; result: JobResult } | { status: 'failed'; error: string } | { status: 'cancelled' }
+
+export const terminalOf = (e: JobEvent): Terminal | undefined => {
+  if (e.type !== 'status') return undefined
+  const data = e.data as { status: string; result?: JobResult; error?: string }
+  if (data.status === 'complete') return { status: 'complete', result: data.result! }
+  if (data.status === 'failed') return { status: 'failed', error: data.error ?? 'the job failed' }
+  if (data.status === 'cancelled') return { status: 'cancelled' }
+  return undefined
+}
+
+/** Why a job gave no answer, as the error the client gets. */
+export const failureOf = (end: Exclude<Terminal, { status: 'complete' }>) =>
+  new JobFailed(end.status === 'failed' ? `the agent could not answer: ${end.error}` : 'the job was cancelled before it answered')
+
+/** One tool step of a running job, as its `step` event says. */
+export interface StepView {
+  step: number
+  tool: string
+  phase: 'started' | 'finished' | 'failed'
+  input?: unknown
+  error?: string
+}
+
+/** A step as the /v1 streams show it (`agent.step`): its input as JSON text, as tool-call arguments are. */
+export const streamedStep = (jobId: string, step: StepView) => ({
+  jobId,
+  step: {
+    step: step.step,
+    tool: step.tool,
+    phase: step.phase,
+    ...(step.input === undefined ? {} : { arguments: JSON.stringify(step.input) }),
+    ...(step.error === undefined ? {} : { error: step.error }),
+  },
+})
+
+export interface FollowHandlers {
+  onStep?(step: StepView): void
+  /** the answer's text as it comes; joined, every call's text is the job's result text */
+  onText?(delta: string): void
+}
+
+export function createAnswers({ store, queue, events, cancelled, waitMs }: AnswerDeps) {
+  async function cancel(owner: Owner, jobId: string) {
+    const event = await store.cancel(owner, jobId)
+    if (!event) return false
+    events.emit(event)
+    cancelled(jobId)
+    return true
+  }
+
+  /** Creates and queues the job; `stream` takes one of the owner's stream slots first (429 when none is left). */
+  async function start(reply: FastifyReply, owner: Owner, conversation: Conversation & { model: string; threadId?: string | undefined; apiRequest?: Record<string, unknown> }, stream: boolean) {
+    if (stream) events.takeStreamSlot(owner.ownerId, reply.raw)
+    const created = await store.createPrompt(owner, conversation)
+    events.emit(created.event)
+    await queue.enqueue(created.jobId)
+    return { jobId: created.jobId, threadId: created.threadId, at: created.event.at, seq: created.event.seq }
+  }
+
+  /**
+   * Follows the job until it ends, the client leaves (the job is cancelled), the wait runs out
+   * (cancelled, 504) or the service stops (cancelled, 503). A complete job's text has gone
+   * through `onText` in full before this returns.
+   */
+  async function follow(reply: FastifyReply, owner: Owner, jobId: string, afterSeq: number, handlers: FollowHandlers = {}): Promise<Terminal | 'left'> {
+    let end: Terminal | undefined
+    /** the text that went through `onText` so far */
+    let delivered = ''
+    const following = events.watch(jobId, afterSeq, false, (e) => {
+      if (e.type === 'delta') {
+        if (!handlers.onText) return
+        delivered += e.data.text
+        handlers.onText(e.data.text)
+        return
+      }
+      if (e.type === 'step') handlers.onStep?.(e.data as StepView)
+      end ??= terminalOf(e)
+    })
+    let left = false
+    const leave = () => {
+      if (reply.raw.writableEnded) return
+      left = true
+      following.stop()
+    }
+    reply.raw.on('close', leave)
+    let timedOut = false
+    const timer = setTimeout(() => {
+      timedOut = true
+      following.stop()
+    }, waitMs)
+    await following.ended
+    clearTimeout(timer)
+    reply.raw.off('close', leave)
+    if (end) {
+      if (end.status === 'complete' && handlers.onText) {
+        const { text } = end.result
+        // a run taken over by another worker may have written other text than what was streamed
+        if (!text.startsWith(delivered)) reply.request.log.warn({ jobId, delivered: delivered.length }, 'the streamed text is not the start of the answer')
+        for (const piece of piecesOf(text.slice(delivered.length))) handlers.onText(piece)
+      }
+      return end
+    }
+    await cancel(owner, jobId)
+    if (left) {
+      reply.request.log.info({ jobId }, 'client left: job cancelled')
+      return 'left'
+    }
+    throw timedOut ? new ChatTimedOut(Math.round(waitMs / 1000)) : new ChatInterrupted()
+  }
+
+  /** The agent's own tool calls of a finished job, for the answer's `agent` field. */
+  async function traceOf(jobId: string, threadId: string, result: JobResult): Promise<AgentTrace> {
+    const steps = (await store.stepsOf(jobId)).filter((s) => s.step <= result.toolCalls.length)
+    const toolCalls = steps.map(
+      (s): AgentToolCall => ({
+        id: `call_${jobId}_${s.step}`,
+        type: 'function',
+        function: { name: s.tool, arguments: JSON.stringify(s.input ?? {}) },
+        ...(s.error === null ? { status: 'ok', output: (s.output as unknown as ToolOutput | null)?.output } : { status: 'error', error: s.error }),
+      }),
+    )
+    return { jobId, threadId, steps: result.steps, tool_calls: toolCalls, transactions: result.transactions }
+  }
+
+  const usageOf = (result: JobResult) => {
+    const { promptTokens = 0, completionTokens = 0 } = result.usage ?? {}
+    return { input: promptTokens, output: completionTokens }
+  }
+
+  return {
+    start,
+    follow,
+    cancel,
+    traceOf,
+    usageOf,
+    /** takes the reply over for server-sent events (the service's keep-alive) */
+    openStream: (reply: FastifyReply) => events.openStream(reply),
+    store,
+  }
+}
+export type Answers = ReturnType<typeof createAnswers>

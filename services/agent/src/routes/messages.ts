@@ -1,0 +1,109 @@
+// POST /v1/messages: Anthropic's Messages API over the agent's job pipeline. A message is a job
+// of the API key, like a chat completion; the answer is written as Anthropic's message, or as its
+// server-sent events. Errors are Anthropic's shape here (this plugin's own error handler), since
+// Anthropic clients parse it; the plugin has its own prefix so that unknown paths under it are too.
+import {
+  anthropicErrorBody,
+  chatModels,
+  messagesRoutes,
+  type JobResult,
+  type MessageAnswer,
+  type MessagesRequest,
+} from '@ats/contracts'
+import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
+import type { FastifyError, FastifyInstance } from 'fastify'
+import { atParam, InvalidChat, UnknownModel } from '../errors.ts'
+import { failureOf, keyOwner, maxConversationChars, streamedStep, textOf, type Answers, type Conversation } from './answers.ts'
+import { conversationOf } from './chat.ts'
+
+const modelIds = chatModels.map((m) => m.id).join(', ')
+
+/**
+ * The job a request asks for: its messages read as a chat's (the last one the prompt, a user's),
+ * its system text the instructions. Client tools are refused: the agent runs its own.
+ */
+export function readMessages(body: MessagesRequest): Conversation {
+  const { tools } = body as { tools?: unknown }
+  if (Array.isArray(tools) ? tools.length > 0 : tools !== undefined && tools !== null) {
+    throw atParam('tools', new InvalidChat(`tools is not supported: the agent runs its own tools and shows them in the answer's "agent" field`))
+  }
+  const system = textOf(body.system, 'system')
+  if (system.length > maxConversationChars) throw atParam('system', new InvalidChat(`system is ${system.length} characters; at most ${maxConversationChars} are accepted`))
+  // user and assistant messages only (the schema)
+  return { ...conversationOf(body.messages, 'messages'), instructions: system.trim() ? system : undefined }
+}
+
+export async function messagesRoutesPlugin(app: FastifyInstance, { answers }: { answers: Answers }) {
+  installErrorHandler(app, anthropicErrorBody)
+  const api = app.withTypeProvider<TypeBoxTypeProvider>()
+
+  api.route({
+    ...messagesRoutes.messages,
+    // registered under the /v1/messages prefix: the route is the prefix itself
+    url: '/',
+    handler: async (request, reply) => {
+      const owner = keyOwner(request)
+      const body = request.body
+      const stream = body.stream === true
+      if (!chatModels.some((m) => m.id === body.model)) throw atParam('model', new UnknownModel(body.model, modelIds))
+      const conversation = readMessages(body)
+      const created = await answers.start(reply, owner, { ...conversation, model: body.model }, stream)
+      const { jobId, threadId } = created
+      request.log.info({ jobId, threadId, model: body.model, stream, user: body.metadata?.user_id ?? undefined }, 'message accepted')
+      const usageOf = (result: JobResult) => {
+        const { input, output } = answers.usageOf(result)
+        return { input_tokens: input, output_tokens: output }
+      }
+      const head = { id: `msg_${jobId}`, type: 'message' as const, role: 'assistant' as const, model: body.model }
+
+      if (!stream) {
+        const end = await answers.follow(reply, owner, jobId, created.seq)
+        if (end === 'left') return reply
+        if (end.status !== 'complete') {
+          // the same request would fail the same way: Anthropic clients obey x-should-retry
+          reply.header('x-should-retry', 'false')
+          throw failureOf(end)
+        }
+        const message: MessageAnswer = {
+          ...head,
+          content: [{ type: 'text', text: end.result.text }],
+          stop_reason: 'end_turn',
+          stop_sequence: null,
+          usage: usageOf(end.result),
+          agent: await answers.traceOf(jobId, threadId, end.result),
+        }
+        return message
+      }
+
+      const raw = answers.openStream(reply)
+      const send = (type: string, data: Record<string, unknown>) => raw.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`)
+      send('message_start', { message: { ...head, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 0, output_tokens: 0 } } })
+      send('content_block_start', { index: 0, content_block: { type: 'text', text: '' } })
+      send('ping', {})
+      try {
+        const end = await answers.follow(reply, owner, jobId, created.seq, {
+          onStep: (step) => send('agent_step', streamedStep(jobId, step)),
+          onText: (text) => send('content_block_delta', { index: 0, delta: { type: 'text_delta', text } }),
+        })
+        if (end === 'left') return reply
+        if (end.status !== 'complete') {
+          const { internal: _, ...failure } = publicFailure(failureOf(end))
+          send('error', anthropicErrorBody(failure))
+          return reply
+        }
+        send('content_block_stop', { index: 0 })
+        const agent = await answers.traceOf(jobId, threadId, end.result)
+        send('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: usageOf(end.result), agent })
+        send('message_stop', {})
+      } catch (error) {
+        // the headers are sent: the failure goes into the stream, in Anthropic's shape
+        const { internal, ...failure } = publicFailure(error as FastifyError)
+        if (internal) request.log.error({ err: error, jobId }, 'message stream failed')
+        send('error', anthropicErrorBody(failure))
+      } finally {
+        raw.end()
+      }
+      return reply
+    },
+  })
+}

@@ -1,0 +1,302 @@
+// POST /v1/responses: OpenAI's Responses API over the agent's job pipeline. A response is a job of
+// the API key, `resp_<job id>`: waited for, streamed as response.* events, or left to run in the
+// background and retrieved or cancelled by id; previous_response_id continues that job's thread.
+// Errors are OpenAI's shape here (the plugin's own error handler), since OpenAI clients parse it.
+import {
+  maxChatMessages,
+  maxPromptLength,
+  openAiErrorBody,
+  responseInputRoles,
+  responsesRoutes,
+  type ApiRoute,
+  type JobResult,
+  type ResponseObject,
+  type ResponseRequest,
+  type ResponseStatus,
+} from '@ats/contracts'
+import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
+import type { FastifyError, FastifyInstance } from 'fastify'
+import { atParam, InvalidChat, ResponseNotFound } from '../errors.ts'
+import type { Job } from '../generated/prisma/client.ts'
+import type { Owner } from '../jobs/store.ts'
+import { failureOf, keyOwner, type Answers, type Conversation } from './answers.ts'
+import { checkModel, conversationOf } from './chat.ts'
+
+/** A route of the contracts, for this plugin registered under the /v1/responses prefix (its own not-found handler's). */
+const atPrefix = <R extends ApiRoute>(r: R): R => ({ ...r, url: r.url.slice('/v1/responses'.length) || '/' })
+
+const jobIdOf = (responseId: string) => (responseId.startsWith('resp_') ? responseId.slice('resp_'.length) : responseId)
+
+const statusOf: Record<Job['status'], ResponseStatus> = {
+  pending: 'queued',
+  running: 'in_progress',
+  complete: 'completed',
+  failed: 'failed',
+  cancelled: 'cancelled',
+}
+
+/** What a response keeps of its request, to answer it the same way when retrieved (stored with the job's prompt). */
+interface Kept {
+  previous_response_id: string | null
+  metadata: Record<string, string>
+  background: boolean
+}
+
+/** An error as a response's `error`: OpenAI's code and the message the client may see. */
+function errorOf(error: FastifyError) {
+  const { internal: _, ...failure } = publicFailure(error)
+  const { code, message } = openAiErrorBody(failure).error
+  return { code: code ?? 'server_error', message }
+}
+
+/** The most messages a runner reads of a thread (AGENT_HISTORY_MESSAGES' maximum): what a branch copies. */
+const maxBranchMessages = 200
+
+/** The request's input as a job; OpenAI features the agent does not have are refused, naming the field. */
+export function readInput(body: ResponseRequest): Conversation {
+  const extra = body as Record<string, unknown>
+  const refuse = (param: string, why: string) => {
+    throw atParam(param, new InvalidChat(why))
+  }
+  if (Array.isArray(extra.tools) ? extra.tools.length > 0 : extra.tools != null) {
+    refuse('tools', `tools is not supported: the agent runs its own tools and shows them in the response's "agent" field`)
+  }
+  if (extra.tool_choice != null && extra.tool_choice !== 'auto' && extra.tool_choice !== 'none') {
+    refuse('tool_choice', 'tool_choice must be auto or none: the agent chooses its own tools')
+  }
+  const format = (extra.text as { format?: { type?: unknown } } | undefined)?.format?.type
+  if (format !== undefined && format !== 'text') refuse('text.format', `text.format ${String(format)} is not supported: the agent answers in text`)
+  for (const field of ['conversation', 'prompt'] as const) {
+    if (extra[field] != null) refuse(field, `${field} is not supported: continue a conversation with previous_response_id`)
+  }
+  const instructions = body.instructions?.trim() ? body.instructions : undefined
+
+  const { input } = body
+  if (typeof input === 'string') {
+    if (!input.trim()) refuse('input', 'input is empty: it needs the prompt')
+    if (input.length > maxPromptLength) refuse('input', `input is ${input.length} characters; a prompt is at most ${maxPromptLength}`)
+    return { prompt: input, history: [], instructions }
+  }
+  if (!Array.isArray(input)) return refuse('input', 'input must be a string or an array of message items')
+  if (input.length === 0) refuse('input', 'input is empty: it needs at least one user message')
+  if (input.length > maxChatMessages) refuse('input', `input has ${input.length} items; at most ${maxChatMessages} are accepted`)
+  const messages = input.map((item: unknown, i) => {
+    const { type, role, content } = (item && typeof item === 'object' ? item : {}) as { type?: unknown; role?: unknown; content?: unknown }
+    if (type !== undefined && type !== 'message') {
+      refuse(`input[${i}].type`, `input[${i}] is a ${String(type)} item: only message items ({role, content}) are supported, since the agent runs its own tools`)
+    }
+    if (!responseInputRoles.includes(role as (typeof responseInputRoles)[number])) {
+      refuse(`input[${i}].role`, `input[${i}].role must be one of ${responseInputRoles.join(', ')}`)
+    }
+    return { role: role as string, content }
+  })
+  const conversation = conversationOf(messages, 'input', ['input_text', 'output_text'])
+  const joined = [instructions, conversation.instructions].filter((text) => text !== undefined).join('\n\n')
+  return { ...conversation, instructions: joined || undefined }
+}
+
+export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: { answers: Answers }) {
+  installErrorHandler(app, openAiErrorBody)
+  const api = app.withTypeProvider<TypeBoxTypeProvider>()
+  const { store } = answers
+
+  /**
+   * Where a follow-up of `previousId` goes: that job's thread when its answer is the thread's
+   * last message; else (a branch from an earlier response) a new thread with the messages up to it.
+   */
+  async function continuation(owner: Owner, previousId: string) {
+    const previous = await store.getJob(owner, jobIdOf(previousId))
+    if (!previous) throw atParam('previous_response_id', new InvalidChat(`previous_response_id: no response ${previousId} of this API key`))
+    if (previous.status !== 'complete') {
+      throw atParam('previous_response_id', new InvalidChat(`previous_response_id: ${previousId} is ${statusOf[previous.status]}; only a completed response can be continued`))
+    }
+    const id = `resp_${previous.id}`
+    const thread = (await store.thread(owner, previous.threadId))!
+    const answer = thread.messages.map((m) => (m.role === 'assistant' ? m.metadata.jobId : undefined)).lastIndexOf(previous.id)
+    if (answer === thread.messages.length - 1) return { id, threadId: previous.threadId, history: [] }
+    const history = thread.messages.slice(0, answer + 1).slice(-maxBranchMessages).map((m) => ({ role: m.role, content: m.content }))
+    return { id, threadId: undefined, history }
+  }
+
+  const keptOf = (raw: Record<string, unknown> | null): Kept => ({
+    previous_response_id: typeof raw?.previous_response_id === 'string' ? raw.previous_response_id : null,
+    metadata: (raw?.metadata ?? {}) as Record<string, string>,
+    background: raw?.background === true,
+  })
+
+  interface View {
+    jobId: string
+    createdAt: number
+    model: string
+    status: ResponseStatus
+    instructions: string | null
+    kept: Kept
+    /** once complete */
+    done?: { result: JobResult; threadId: string; at: number }
+    error?: { code: string; message: string } | null
+  }
+
+  async function responseOf({ jobId, createdAt, model, status, instructions, kept, done, error = null }: View): Promise<ResponseObject> {
+    const usage = done && answers.usageOf(done.result)
+    return {
+      id: `resp_${jobId}`,
+      object: 'response',
+      created_at: Math.floor(createdAt / 1000),
+      completed_at: done ? Math.floor(done.at / 1000) : null,
+      status,
+      model,
+      output: done
+        ? [{ type: 'message', id: `msg_${jobId}`, status: 'completed', role: 'assistant', content: [{ type: 'output_text', text: done.result.text, annotations: [] }] }]
+        : [],
+      usage: usage
+        ? {
+            input_tokens: usage.input,
+            output_tokens: usage.output,
+            total_tokens: usage.input + usage.output,
+            input_tokens_details: { cached_tokens: 0 },
+            output_tokens_details: { reasoning_tokens: 0 },
+          }
+        : null,
+      instructions,
+      ...kept,
+      error,
+      incomplete_details: null,
+      store: true,
+      parallel_tool_calls: false,
+      tool_choice: 'auto',
+      tools: [],
+      temperature: null,
+      top_p: null,
+      max_output_tokens: null,
+      text: { format: { type: 'text' } },
+      truncation: 'disabled',
+      ...(done ? { agent: await answers.traceOf(jobId, done.threadId, done.result) } : {}),
+    }
+  }
+
+  /** A job as a response, as it is now. */
+  async function responseOfJob(job: Job, kept?: Kept) {
+    const result = job.status === 'complete' ? (job.result as unknown as JobResult) : undefined
+    return responseOf({
+      jobId: job.id,
+      createdAt: job.createdAt.getTime(),
+      model: job.model ?? 'ats-agent',
+      status: statusOf[job.status],
+      instructions: job.instructions,
+      kept: kept ?? keptOf(await store.apiRequestOf(job)),
+      ...(result ? { done: { result, threadId: job.threadId, at: job.updatedAt.getTime() } } : {}),
+      error: job.status === 'failed' ? errorOf(failureOf({ status: 'failed', error: job.error ?? 'the job failed' })) : null,
+    })
+  }
+
+  const jobOf = async (owner: Owner, id: string) => {
+    const job = await store.getJob(owner, jobIdOf(id))
+    if (!job) throw new ResponseNotFound(id)
+    return job
+  }
+
+  api.route({
+    ...atPrefix(responsesRoutes.createResponse),
+    handler: async (request, reply) => {
+      const owner = keyOwner(request)
+      const { body } = request
+      checkModel(body.model)
+      const stream = body.stream === true
+      const background = body.background === true
+      if (stream && background) {
+        throw atParam('stream', new InvalidChat('stream with background is not supported: create it in the background, then GET /v1/responses/{id} until it ends'))
+      }
+      const conversation = readInput(body)
+      const previous = body.previous_response_id ? await continuation(owner, body.previous_response_id) : undefined
+      const kept: Kept = { previous_response_id: previous?.id ?? null, metadata: body.metadata ?? {}, background }
+      const created = await answers.start(
+        reply,
+        owner,
+        { ...conversation, history: [...(previous?.history ?? []), ...conversation.history], model: body.model, threadId: previous?.threadId, apiRequest: { ...kept } },
+        stream,
+      )
+      const { jobId, threadId } = created
+      request.log.info({ jobId, threadId, model: body.model, stream, background, user: body.user }, 'response accepted')
+      const pending: View = { jobId, createdAt: created.at, model: body.model, status: 'queued', instructions: conversation.instructions ?? null, kept }
+      if (background) return responseOf(pending)
+
+      const ended = async () => responseOfJob((await store.getJob(owner, jobId))!, kept)
+      if (!stream) {
+        const end = await answers.follow(reply, owner, jobId, created.seq)
+        if (end === 'left') return reply
+        return ended()
+      }
+
+      const raw = answers.openStream(reply)
+      let sequence = 0
+      const send = (type: string, fields: Record<string, unknown>) =>
+        raw.write(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: sequence++, ...fields })}\n\n`)
+      const started = await responseOf({ ...pending, status: 'in_progress' })
+      send('response.created', { response: started })
+      send('response.in_progress', { response: started })
+      const at = { item_id: `msg_${jobId}`, output_index: 0, content_index: 0 }
+      let opened = false
+      const open = () => {
+        if (opened) return
+        opened = true
+        send('response.output_item.added', { output_index: 0, item: { type: 'message', id: at.item_id, status: 'in_progress', role: 'assistant', content: [] } })
+        send('response.content_part.added', { ...at, part: { type: 'output_text', text: '', annotations: [] } })
+      }
+      try {
+        // agent steps are not sent: OpenAI's SDKs reject event types they do not know
+        const end = await answers.follow(reply, owner, jobId, created.seq, {
+          onText: (delta) => {
+            open()
+            send('response.output_text.delta', { ...at, delta, logprobs: [] })
+          },
+        })
+        if (end === 'left') return reply
+        const response = await ended()
+        if (end.status !== 'complete') {
+          send('response.failed', { response })
+          return reply
+        }
+        open()
+        const part = response.output[0]!.content[0]!
+        send('response.output_text.done', { ...at, text: part.text, logprobs: [] })
+        send('response.content_part.done', { ...at, part })
+        send('response.output_item.done', { output_index: 0, item: response.output[0] })
+        send('response.completed', { response })
+      } catch (error) {
+        // the headers are sent: the failure ends the stream as a failed response (the job was cancelled)
+        if (publicFailure(error as FastifyError).internal) request.log.error({ err: error, jobId }, 'response stream failed')
+        send('response.failed', { response: { ...started, status: 'cancelled', error: errorOf(error as FastifyError) } })
+      } finally {
+        raw.end()
+      }
+      return reply
+    },
+  })
+
+  api.route({
+    ...atPrefix(responsesRoutes.retrieveResponse),
+    handler: async (request) => {
+      const owner = keyOwner(request)
+      if (request.query.stream === true) {
+        throw atParam('stream', new InvalidChat('stream is not supported when retrieving: retrieve the response as JSON until it ends'))
+      }
+      return responseOfJob(await jobOf(owner, request.params.id))
+    },
+  })
+
+  api.route({
+    ...atPrefix(responsesRoutes.cancelResponse),
+    handler: async (request) => {
+      const owner = keyOwner(request)
+      const { id } = request.params
+      const job = await jobOf(owner, id)
+      // cancelling a cancelled response answers it again (OpenAI: idempotent); a finished one stays as it is
+      if (job.status === 'pending' || job.status === 'running') await answers.cancel(owner, job.id)
+      const now = await jobOf(owner, id)
+      if (now.status !== 'cancelled') {
+        throw atParam('response_id', new InvalidChat(`response ${id} is already ${statusOf[now.status]}: only a queued or in-progress response can be cancelled`))
+      }
+      return responseOfJob(now)
+    },
+  })
+}
