@@ -45,7 +45,8 @@ t.test('an unpaid call of a paid tool answers the payment requirements as a tool
     accepts: [{ scheme: 'exact', network, amount: '10000', asset: usdc, payTo }],
   })
   t.match(required.extensions?.bazaar, { info: { input: { type: 'mcp', toolName: 'agent_prompt', inputSchema: { type: 'object', properties: { prompt: {} } } } } }, 'bazaar lists the MCP tool')
-  t.match(wrapped(unpaid), { code: 402, message: String, data: { x402Version: 2, accepts: [{ payTo }] } })
+  t.match(required.error, /PaymentPayload in _meta\["x402\/payment"\]/, 'the words say where an MCP client puts the payment')
+  t.match(wrapped(unpaid), { code: 402, message: required.error, data: { x402Version: 2, accepts: [{ payTo }] } })
 
   const bad = await call('agent_prompt', { prompt: 'price of ETH' }, { 'x402/payment': 'not a payload' })
   t.equal(bad.isError, true)

@@ -75,19 +75,21 @@ export function toolDiscovery(tool: PaidTool) {
  * A route's 402 as the tool result the x402 MCP transport specifies: PaymentRequired (v2, from
  * the PAYMENT-REQUIRED header) with the tool as its resource and the tool's bazaar discovery,
  * in `structuredContent` and wrapped as `x402/error` in content[0].text. Undefined when
- * `answer` is not a 402.
+ * `answer` is not a 402. `sentPayment`: the call carried one (refused: its reason is kept).
  */
-export function paymentRequiredResult(tool: PaidTool, answer: RouteAnswer): CallToolResult | undefined {
+export function paymentRequiredResult(tool: PaidTool, answer: RouteAnswer, sentPayment: boolean): CallToolResult | undefined {
   if (answer.statusCode !== 402) return undefined
   const required = decoded(header(answer, 'payment-required'))
   if (!required) return { isError: true, content: [{ type: 'text', text: 'payment required, but the payment terms could not be read; try again' }] }
   const extensions = { ...(required.extensions as Record<string, unknown> | undefined), ...toolDiscovery(tool) }
   const paymentRequired = {
     ...required,
+    // the route's words name its HTTP headers; over MCP the payment goes in _meta (a refused one keeps its reason)
+    ...(sentPayment ? {} : { error: `payment required: call again with an x402 PaymentPayload in _meta["${paymentMetaKey}"]` }),
     resource: { url: toolResource(tool.name), description: tool.description, mimeType: 'application/json' },
     extensions,
   }
-  const message = typeof required.error === 'string' ? required.error : 'payment required'
+  const message = typeof paymentRequired.error === 'string' ? paymentRequired.error : 'payment required'
   return {
     isError: true,
     structuredContent: paymentRequired,

@@ -43,9 +43,9 @@ function messageOf(body: string): string {
 }
 
 /** The result of a route's answer: its JSON on success, its error as a tool error otherwise. */
-function resultOf(tool: McpTool, answer: RouteAnswer): CallToolResult {
+function resultOf(tool: McpTool, answer: RouteAnswer, sentPayment: boolean): CallToolResult {
   if (answer.statusCode === 402 && tool.access.kind === 'paid') {
-    const asked = paymentRequiredResult(tool, answer)
+    const asked = paymentRequiredResult(tool, answer, sentPayment)
     if (asked) return asked
   }
   if (answer.statusCode >= 300) return toolError(`${tool.name} failed (${answer.statusCode}): ${messageOf(answer.body)}`)
@@ -115,7 +115,7 @@ export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
       const job = payer ? await options.followJob(jobId, payer, request.id) : undefined
       if (job) answer = { ...answer, statusCode: 200, body: JSON.stringify(job) }
     }
-    return resultOf(tool, answer)
+    return resultOf(tool, answer, Object.keys(payment).length > 0)
   }
 
   function serverFor(request: FastifyRequest, caller: Caller): Server {
