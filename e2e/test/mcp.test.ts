@@ -24,7 +24,7 @@ const readTools = [
   'list_jobs',
 ]
 const writeTools = ['get_swap_quote', 'prepare_swap', 'execute_swap', 'list_swap_executions', 'create_automation', 'list_automations', 'pause_automation', 'resume_automation', 'agent_prompt', 'agent_get_job', 'agent_cancel_job']
-const paidTools = ['agent_prompt', 'agent_get_job', 'agent_cancel_job']
+const paidTools = ['agent_prompt', 'agent_get_job', 'agent_cancel_job', 'agent_skills']
 
 /** An MCP client connected to the gateway, with `key` as its bearer token when given. */
 async function connect(t: Test, key?: string) {

@@ -88,4 +88,7 @@ t.test('a paid prompt (a real EIP-3009 payment in _meta) runs its job, answers i
   t.equal(look.isError, true, 'agent_get_job without a payment asks for one')
   const lookPaid = await call('agent_get_job', { id: job.id }, { 'x402/payment': await payments.createPaymentPayload(look.structuredContent as unknown as PaymentRequired) })
   t.match(lookPaid.structuredContent, { id: job.id, status: 'complete' })
+  const skillsAsked = await call('agent_skills', {})
+  const skills = await call('agent_skills', {}, { 'x402/payment': await payments.createPaymentPayload(skillsAsked.structuredContent as unknown as PaymentRequired) })
+  t.match(skills.structuredContent, { skills: [{ name: String, url: String }] }, "the agent's skills, paid like GET /agent/skills")
 })

@@ -158,6 +158,7 @@ export function mcpTools({ price }: { price: number }): readonly McpTool[] {
     }),
     tool({ name: 'agent_get_job', description: `${agentRoutes.job.summary}. ${paidNote}`, route: agentRoutes.job }),
     tool({ name: 'agent_cancel_job', description: `${agentRoutes.cancelJob.summary}. ${paidNote}`, route: agentRoutes.cancelJob }),
+    tool({ name: 'agent_skills', description: `What the agent can do: its skills, each with the route that serves it. ${paidNote}`, route: agentRoutes.skills }),
   ]
 }
 
