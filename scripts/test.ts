@@ -3,11 +3,11 @@ import { readdirSync, readFileSync, existsSync } from 'node:fs'
 import { join } from 'node:path'
 
 /**
- * pnpm test: every workspace package's tests, TEST_CONCURRENCY packages at a time (2 by
- * default), the longest first, so the suite takes about as long as its longest part rather
- * than the sum of all. Each package's output is printed whole when it ends (never
- * interleaved), every package runs even when one fails, and the end lists each package's
- * time and outcome. `pnpm test <dir>…` runs only those packages.
+ * pnpm test: every workspace package's tests, the longest first, TEST_CONCURRENCY packages at a
+ * time (1 by default: on 2 cores the tests are CPU-bound, and two packages at once, each with
+ * tap's two jobs, took longer than one after another). Each package's output is printed whole
+ * when it ends (never interleaved), every package runs even when one fails, and the end lists
+ * each package's time and outcome. `pnpm test <dir>…` runs only those packages.
  */
 const root = join(import.meta.dirname, '..')
 
@@ -65,7 +65,7 @@ if (unknown.length > 0) {
   process.exit(2)
 }
 const queue = (only.length > 0 ? only : all).sort((a, b) => (expectedSeconds[b] ?? 0) - (expectedSeconds[a] ?? 0))
-const concurrency = Math.max(1, Number.parseInt(process.env.TEST_CONCURRENCY ?? '2', 10) || 1)
+const concurrency = Math.max(1, Number.parseInt(process.env.TEST_CONCURRENCY ?? '1', 10) || 1)
 const outcomes: Outcome[] = []
 const started = Date.now()
 await Promise.all(
