@@ -42,23 +42,16 @@ function messageOf(body: string): string {
   return body || 'no answer body'
 }
 
-/** The result of a route's answer: its JSON on success, its error as a tool error otherwise. */
-function resultOf(tool: McpTool, answer: RouteAnswer, sentPayment: boolean): CallToolResult {
+/** The result of a route's answer: its JSON on success (with the paid tools' payment response), its error as a tool error otherwise. */
+function resultOf(tool: McpTool, answer: RouteAnswer, payment: { sent: boolean; meta: Record<string, unknown> | undefined }): CallToolResult {
   if (answer.statusCode === 402 && tool.access.kind === 'paid') {
-    const asked = paymentRequiredResult(tool, answer, sentPayment)
+    const asked = paymentRequiredResult(tool, answer, payment.sent)
     if (asked) return asked
   }
   if (answer.statusCode >= 300) return toolError(`${tool.name} failed (${answer.statusCode}): ${messageOf(answer.body)}`)
   const json: unknown = answer.body ? JSON.parse(answer.body) : {}
   const structured = json !== null && typeof json === 'object' && !Array.isArray(json) ? (json as Record<string, unknown>) : { result: json }
-  const meta = tool.access.kind === 'paid' ? paymentResponseMeta(answer) : undefined
-  return { content: [{ type: 'text', text: JSON.stringify(json) }], structuredContent: structured, ...(meta ? { _meta: meta } : {}) }
-}
-
-/** The payer a paid answer names (its PAYMENT-RESPONSE), for reading the job it bought. */
-function payerOf(answer: RouteAnswer): string | undefined {
-  const payer = (paymentResponseMeta(answer)?.[paymentResponseMetaKey] as { payer?: unknown } | undefined)?.payer
-  return typeof payer === 'string' ? payer : undefined
+  return { content: [{ type: 'text', text: JSON.stringify(json) }], structuredContent: structured, ...(payment.meta ? { _meta: payment.meta } : {}) }
 }
 
 export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
@@ -108,14 +101,15 @@ export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
       ...(made.body ? { payload: JSON.stringify(made.body) } : {}),
     })
     let answer: RouteAnswer = { statusCode: answered.statusCode, headers: answered.headers, body: answered.body }
+    const paid = tool.access.kind === 'paid' ? paymentResponseMeta(answer) : undefined
     // a paid prompt bought its job: the tool answers the job as it ends (or as it stands when the wait runs out)
-    if (tool.access.kind === 'paid' && tool.method === 'POST' && answer.statusCode === 202) {
+    if (tool.answersJob && answer.statusCode === 202) {
+      const payer = (paid?.[paymentResponseMetaKey] as { payer?: unknown } | undefined)?.payer
       const { jobId } = JSON.parse(answer.body) as { jobId: string }
-      const payer = payerOf(answer)
-      const job = payer ? await options.followJob(jobId, payer, request.id) : undefined
+      const job = typeof payer === 'string' ? await options.followJob(jobId, payer, request.id) : undefined
       if (job) answer = { ...answer, statusCode: 200, body: JSON.stringify(job) }
     }
-    return resultOf(tool, answer, Object.keys(payment).length > 0)
+    return resultOf(tool, answer, { sent: Object.keys(payment).length > 0, meta: paid })
   }
 
   function serverFor(request: FastifyRequest, caller: Caller): Server {

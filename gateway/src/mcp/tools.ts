@@ -23,6 +23,8 @@ export interface McpTool {
   bodyOf?: (args: Record<string, unknown>) => Record<string, unknown>
   /** an `idempotencyKey` argument, sent as the Idempotency-Key header */
   idempotencyKey?: true
+  /** the route answers 202 with a paid job: the tool waits for the job and answers it */
+  answersJob?: true
   /** the route only reads */
   readOnly: boolean
   inputSchema: JsonSchema
@@ -155,6 +157,7 @@ export function mcpTools({ price }: { price: number }): readonly McpTool[] {
       name: 'agent_prompt',
       description: `Ask the agent (it quotes, reads markets and answers in words) and wait for its answer: the job as it ends, or as it stands if it runs longer than the gateway's CHAT_TIMEOUT_MS (then follow it with agent_get_job). Charged only when the job completes. ${paidNote}`,
       route: agentRoutes.prompt,
+      answersJob: true,
     }),
     tool({ name: 'agent_get_job', description: `${agentRoutes.job.summary}. ${paidNote}`, route: agentRoutes.job }),
     tool({ name: 'agent_cancel_job', description: `${agentRoutes.cancelJob.summary}. ${paidNote}`, route: agentRoutes.cancelJob }),

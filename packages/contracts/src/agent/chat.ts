@@ -170,7 +170,9 @@ export const ChatModel = Type.Object({
   description: Type.String(),
 })
 
-const errors = { 401: OpenAiError, 403: OpenAiError, 429: OpenAiError, 503: OpenAiError }
+/** The failures every /v1 route in OpenAI's shape may answer (key, tier, rate limit, a service down). */
+export const openAiRouteErrors = { 401: OpenAiError, 403: OpenAiError, 429: OpenAiError, 503: OpenAiError }
+const errors = openAiRouteErrors
 
 export const chatRoutes = {
   models: route({

@@ -4,7 +4,7 @@
 // stream events and errors are OpenAI's shapes, so the official SDKs work unmodified (docs/v1.md).
 import { Type, type Static } from 'typebox'
 import { route } from '../common/route.ts'
-import { AgentTrace, chatModels, OpenAiError } from './chat.ts'
+import { AgentTrace, chatModels, OpenAiError, openAiRouteErrors } from './chat.ts'
 
 export const responseStatuses = ['queued', 'in_progress', 'completed', 'failed', 'cancelled', 'incomplete'] as const
 export type ResponseStatus = (typeof responseStatuses)[number]
@@ -108,7 +108,7 @@ export const ResponseStreamEvent = Type.Object(
 )
 
 const ResponseId = Type.Object({ id: Type.String({ minLength: 1, maxLength: 128, description: 'resp_<job id>, or the job id' }) })
-const errors = { 401: OpenAiError, 403: OpenAiError, 429: OpenAiError, 503: OpenAiError }
+const errors = openAiRouteErrors
 
 export const responsesRoutes = {
   createResponse: route({

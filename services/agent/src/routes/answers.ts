@@ -3,9 +3,9 @@
 // shape. A followed job's text arrives through `onText`: the model's tokens as they are produced
 // (job `delta` events), then whatever of the final text was not streamed; joined, the pieces are
 // always the job's result text.
-import type { AgentToolCall, AgentTrace, ApiRoute, JobEvent, JobResult } from '@ats/contracts'
+import { chatModels, type AgentToolCall, type AgentTrace, type ApiRoute, type JobEvent, type JobResult } from '@ats/contracts'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { atParam, ChatInterrupted, ChatTimedOut, InvalidChat, JobFailed, NoKey } from '../errors.ts'
+import { atParam, ChatInterrupted, ChatTimedOut, InvalidChat, JobFailed, ModelNotFound, NoKey, type UnknownModel } from '../errors.ts'
 import type { JobEvents } from '../jobs/events.ts'
 import type { JobQueue } from '../jobs/queue.ts'
 import type { JobStore, Owner } from '../jobs/store.ts'
@@ -30,6 +30,14 @@ export interface Conversation {
 
 /** A /v1 route of the contracts, for a plugin registered under the /v1 prefix. */
 export const atV1 = <R extends ApiRoute>(r: R): R => ({ ...r, url: r.url.slice('/v1'.length) })
+
+/** the models of /v1, as error messages list them */
+export const modelIds = chatModels.map((m) => m.id).join(', ')
+
+/** Refuses a model that is not one of ours: 400 by default (OpenAI's answer), or `NotFound` (Anthropic answers 404). */
+export function checkModel(model: string, NotFound: typeof ModelNotFound | typeof UnknownModel = ModelNotFound) {
+  if (!chatModels.some((m) => m.id === model)) throw atParam('model', new NotFound(model, modelIds))
+}
 
 /** The whole conversation's text, at most: a runner reads only the recent part anyway. */
 export const maxConversationChars = 65_536

@@ -15,10 +15,9 @@ import {
 } from '@ats/contracts'
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
-import { atParam, InvalidChat, ModelNotFound, UnknownModel } from '../errors.ts'
-import { atV1, failureOf, keyOwner, maxConversationChars, streamedStep, textOf, type Answers, type Conversation } from './answers.ts'
+import { atParam, InvalidChat, UnknownModel } from '../errors.ts'
+import { atV1, checkModel, failureOf, keyOwner, maxConversationChars, modelIds, streamedStep, textOf, type Answers, type Conversation } from './answers.ts'
 
-const modelIds = chatModels.map((m) => m.id).join(', ')
 const modelView = (m: (typeof chatModels)[number]) => ({
   id: m.id,
   object: 'model' as const,
@@ -28,10 +27,6 @@ const modelView = (m: (typeof chatModels)[number]) => ({
 })
 
 /** A /v1 request's model must be one of GET /v1/models: else 400 naming `model`. */
-export function checkModel(model: string) {
-  if (!chatModels.some((m) => m.id === model)) throw atParam('model', new ModelNotFound(model, modelIds))
-}
-
 /**
  * The job a request asks for: the last message is the prompt (a user's), the earlier user and
  * assistant messages its history, system and developer messages the instructions.

@@ -4,7 +4,6 @@
 // Anthropic clients parse it; the plugin has its own prefix so that unknown paths under it are too.
 import {
   anthropicErrorBody,
-  chatModels,
   messagesRoutes,
   type JobResult,
   type MessageAnswer,
@@ -13,10 +12,8 @@ import {
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
 import { atParam, InvalidChat, UnknownModel } from '../errors.ts'
-import { failureOf, keyOwner, maxConversationChars, streamedStep, textOf, type Answers, type Conversation } from './answers.ts'
+import { checkModel, failureOf, keyOwner, maxConversationChars, streamedStep, textOf, type Answers, type Conversation } from './answers.ts'
 import { conversationOf } from './chat.ts'
-
-const modelIds = chatModels.map((m) => m.id).join(', ')
 
 /**
  * The job a request asks for: its messages read as a chat's (the last one the prompt, a user's),
@@ -45,7 +42,7 @@ export async function messagesRoutesPlugin(app: FastifyInstance, { answers }: { 
       const owner = keyOwner(request)
       const body = request.body
       const stream = body.stream === true
-      if (!chatModels.some((m) => m.id === body.model)) throw atParam('model', new UnknownModel(body.model, modelIds))
+      checkModel(body.model, UnknownModel)
       const conversation = readMessages(body)
       const created = await answers.start(reply, owner, { ...conversation, model: body.model }, stream)
       const { jobId, threadId } = created

@@ -19,8 +19,8 @@ import type { FastifyError, FastifyInstance } from 'fastify'
 import { atParam, InvalidChat, ResponseNotFound } from '../errors.ts'
 import type { Job } from '../generated/prisma/client.ts'
 import type { Owner } from '../jobs/store.ts'
-import { failureOf, keyOwner, type Answers, type Conversation } from './answers.ts'
-import { checkModel, conversationOf } from './chat.ts'
+import { checkModel, failureOf, keyOwner, type Answers, type Conversation } from './answers.ts'
+import { conversationOf } from './chat.ts'
 
 /** A route of the contracts, for this plugin registered under the /v1/responses prefix (its own not-found handler's). */
 const atPrefix = <R extends ApiRoute>(r: R): R => ({ ...r, url: r.url.slice('/v1/responses'.length) || '/' })
