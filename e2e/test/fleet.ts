@@ -7,6 +7,9 @@ export { eventually } from '@ats/service-kit/testing'
 import { toHex, type Address } from 'viem'
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
 import Fastify from 'fastify'
+import { once } from 'node:events'
+import { createServer, type IncomingHttpHeaders } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import type { Test } from 'tap'
 import { adminService } from '@ats/admin/service'
 import { gatewayService } from '@ats/gateway/service'
@@ -32,6 +35,25 @@ export async function startEcho(t: Test) {
   })
   t.teardown(() => app.close())
   return app.listen({ port: 0, host: '127.0.0.1' })
+}
+
+/** A local webhook receiver (admin needs WEBHOOK_ALLOW_HTTP and WEBHOOK_ALLOW_PRIVATE_ADDRESSES for it): every request it got, in order. */
+export async function startReceiver(t: Test, answer: () => number = () => 204) {
+  const received: Array<{ headers: IncomingHttpHeaders; body: string }> = []
+  const server = createServer(async (req, res) => {
+    const chunks: Buffer[] = []
+    for await (const chunk of req) chunks.push(chunk as Buffer)
+    received.push({ headers: req.headers, body: Buffer.concat(chunks).toString() })
+    res.statusCode = answer()
+    res.end()
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => {
+    server.closeAllConnections()
+    server.close()
+  })
+  return { received, url: (path: string) => `http://127.0.0.1:${(server.address() as AddressInfo).port}${path}` }
 }
 
 export interface FleetOptions {
@@ -81,8 +103,8 @@ export async function startFleet(t: Test, options: FleetOptions = {}) {
     return { status: res.status, headers: res.headers, body: text ? (JSON.parse(text) as any) : undefined }
   }
 
-  const createKey = async (tier: string, label = `${tier} key`) => {
-    const res = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier, label } })
+  const createKey = async (tier: string, label = `${tier} key`, policy?: Record<string, unknown>) => {
+    const res = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier, label, ...(policy ? { policy } : {}) } })
     if (res.status !== 201) throw new Error(`could not create a key: ${res.status} ${JSON.stringify(res.body)}`)
     return res.body as { id: string; key: string; tier: string }
   }

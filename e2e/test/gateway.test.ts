@@ -62,6 +62,8 @@ t.test('each tier reaches exactly the route groups the spec allows', async (t) =
     ['/launchpad/tokens', 'readwrite'],
     ['/v1/chat/completions', 'readwrite'],
     ['/automations', 'readwrite'],
+    ['/approvals', 'readwrite'],
+    ['/webhooks', 'readwrite'],
     ['/admin/keys', 'admin'],
   ]
   const rank = { readonly: 0, readwrite: 1, admin: 2 }

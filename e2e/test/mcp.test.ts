@@ -23,7 +23,23 @@ const readTools = [
   'get_bridge_chains',
   'list_jobs',
 ]
-const writeTools = ['get_swap_quote', 'prepare_swap', 'execute_swap', 'list_swap_executions', 'create_automation', 'list_automations', 'pause_automation', 'resume_automation', 'agent_prompt', 'agent_get_job', 'agent_cancel_job']
+const writeTools = [
+  'get_swap_quote',
+  'prepare_swap',
+  'execute_swap',
+  'list_swap_executions',
+  'list_approvals',
+  'get_approval',
+  'approve_swap',
+  'reject_swap',
+  'create_automation',
+  'list_automations',
+  'pause_automation',
+  'resume_automation',
+  'agent_prompt',
+  'agent_get_job',
+  'agent_cancel_job',
+]
 const paidTools = ['agent_prompt', 'agent_get_job', 'agent_cancel_job', 'agent_skills']
 
 /** An MCP client connected to the gateway, with `key` as its bearer token when given. */

@@ -45,7 +45,11 @@ t.test('input schemas: the route\'s properties, required unless the route gives 
 })
 
 t.test("output schemas: the route's success answer for keyed tools; none for paid ones, whose result the x402 helpers shape", async (t) => {
-  t.match(byName('execute_swap').outputSchema, { type: 'object', properties: { hash: { pattern: String }, executionId: { type: 'string' } } })
+  t.match(byName('execute_swap').outputSchema, {
+    type: 'object',
+    anyOf: [{ type: 'object', properties: { hash: { pattern: String }, executionId: { type: 'string' } } }, { type: 'object', properties: { status: { const: 'awaiting_approval' } } }],
+  }, 'the swap, or (202) the approval it waits for')
+  t.match(byName('approve_swap').outputSchema, { type: 'object', properties: { id: { type: 'string' }, status: { enum: ['pending', 'approved', 'rejected', 'expired'] } } })
   t.match(byName('create_automation').outputSchema, { type: 'object', properties: { automation: { type: 'object' } } }, 'a 201 answer')
   t.equal(byName('agent_prompt', 'paid').outputSchema, undefined)
 })

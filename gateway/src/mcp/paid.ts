@@ -111,13 +111,15 @@ export interface PaidJobFollowerOptions {
   log: Logger
 }
 
-const terminal = new Set(['complete', 'failed', 'cancelled'])
+/** where a paid prompt's tool call stops waiting: the job ended, or a swap of it waits for a person's approval */
+const answered = new Set(['complete', 'failed', 'cancelled', 'awaiting_approval'])
 
 /**
  * A paid prompt buys its job; the tool call waits for the job's answer, as an MCP client
  * expects, by reading the job from the agent as its payer (through the paid route every look
- * would be charged). Past `waitMs`, the job as it stands (pending or running): the client
- * follows it with the paid get-job tool.
+ * would be charged). A job whose swap waits for a person's approval is answered at once (its
+ * `approval` and `notice` say what waits and where to decide it); past `waitMs`, the job as it
+ * stands (pending or running): the client follows it with the paid get-job tool.
  */
 export function createPaidJobFollower({ agentUrl, internalToken, waitMs, log }: PaidJobFollowerOptions) {
   const base = agentUrl.replace(/\/+$/, '')
@@ -143,7 +145,7 @@ export function createPaidJobFollower({ agentUrl, internalToken, waitMs, log }: 
       } catch (error) {
         log.warn({ err: error, jobId }, 'paid job could not be read')
       }
-      if ((last && terminal.has(last.status)) || Date.now() + pause > deadline) return last
+      if ((last && answered.has(last.status)) || Date.now() + pause > deadline) return last
       await new Promise((resolve) => setTimeout(resolve, pause))
       pause = Math.min(pause * 2, 1_000)
     }

@@ -1,6 +1,6 @@
 // The MCP tool table: each tool is one route of the public API, called as that route with the
 // caller's key (or payment); its input schema is the route's own (params, query and body merged).
-import { agentRoutes, automationRoutes, marketRoutes, maxPromptLength, responsesRoutes, tradingRoutes, FreeText, type ApiRoute, type HttpMethod, type Tier } from '@ats/contracts'
+import { agentRoutes, approvalRoutes, automationRoutes, marketRoutes, maxPromptLength, responsesRoutes, tradingRoutes, FreeText, type ApiRoute, type HttpMethod, type Tier } from '@ats/contracts'
 import { Type, type TSchema } from 'typebox'
 import { plain } from '../routing/openapi.ts'
 import { groupFor } from '../routing/routeTable.ts'
@@ -68,11 +68,16 @@ function accessOf(url: string): ToolAccess {
   throw new Error(`MCP tool route ${url} is in no keyed or paid route group`)
 }
 
-/** The schema of a route's success answer, when it is an object (MCP's outputSchema must be). */
+/**
+ * The schema of a route's success answer, when it is an object (MCP's outputSchema must be).
+ * A route that also answers 202 with another object (a swap held for approval) has either.
+ */
 function outputSchemaOf(response: Record<number, TSchema> | undefined): JsonSchema | undefined {
   const success = response?.[200] ?? response?.[201]
   const schema = success && plain(success)
-  return schema?.type === 'object' ? schema : undefined
+  if (schema?.type !== 'object') return undefined
+  const accepted = response?.[202] && plain(response[202])
+  return accepted?.type === 'object' ? { type: 'object', anyOf: [schema, accepted] } : schema
 }
 
 function tool(spec: ToolSpec): McpTool {
@@ -128,8 +133,12 @@ export function mcpTools({ price }: { price: number }): readonly McpTool[] {
     tool({ name: 'list_jobs', route: agentRoutes.portfolioJobs }),
 
     tool({ name: 'prepare_swap', route: tradingRoutes.prepare }),
-    tool({ name: 'execute_swap', route: tradingRoutes.execute, idempotencyKey: true }),
+    tool({ name: 'execute_swap', route: approvalRoutes.execute, idempotencyKey: true }),
     tool({ name: 'list_swap_executions', route: tradingRoutes.executions }),
+    tool({ name: 'list_approvals', route: approvalRoutes.approvals }),
+    tool({ name: 'get_approval', route: approvalRoutes.approval }),
+    tool({ name: 'approve_swap', route: approvalRoutes.approve }),
+    tool({ name: 'reject_swap', route: approvalRoutes.reject }),
     tool({ name: 'create_automation', route: automationRoutes.create }),
     tool({ name: 'list_automations', route: automationRoutes.list }),
     tool({
@@ -146,7 +155,8 @@ export function mcpTools({ price }: { price: number }): readonly McpTool[] {
     }),
     tool({
       name: 'agent_prompt',
-      description: 'Ask the agent (it quotes, swaps under this key\'s spend policy, reads markets) and wait for its answer; the answer\'s id continues the conversation (previousResponseId)',
+      description:
+        "Ask the agent (it quotes, swaps under this key's spend policy, reads markets) and wait for its answer; the answer's id continues the conversation (previousResponseId). A swap over the policy's approvalAboveUsd answers at once, in_progress, saying what waits and where to decide it (approve_swap, reject_swap): agent_get_job later has the answer",
       route: responses.create,
       bodyOf: (args) => ({ model: 'ats-agent', input: args.prompt, ...(args.previousResponseId ? { previous_response_id: args.previousResponseId } : {}) }),
     }),
@@ -155,7 +165,7 @@ export function mcpTools({ price }: { price: number }): readonly McpTool[] {
 
     tool({
       name: 'agent_prompt',
-      description: `Ask the agent (it quotes, reads markets and answers in words) and wait for its answer: the job as it ends, or as it stands if it runs longer than the gateway's CHAT_TIMEOUT_MS (then follow it with agent_get_job). Charged only when the job completes. ${paidNote}`,
+      description: `Ask the agent (it quotes, reads markets and answers in words) and wait for its answer: the job as it ends, as it stands when a swap of it waits for a person's approval (status awaiting_approval, with the approval and a notice saying where to decide it), or as it stands if it runs longer than the gateway's CHAT_TIMEOUT_MS (then follow it with agent_get_job). Charged only when the job completes. ${paidNote}`,
       route: agentRoutes.prompt,
       answersJob: true,
     }),

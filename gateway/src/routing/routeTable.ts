@@ -48,6 +48,8 @@ export const routeTable: readonly RouteGroup[] = [
   { prefix: '/v1', service: 'agent', auth: key('readwrite'), owner: 'key', errors: openAiErrorBody, longRunning: true },
   { prefix: '/v1/messages', service: 'agent', auth: key('readwrite', ['authorization', 'x-api-key']), owner: 'key', errors: anthropicErrorBody, longRunning: true },
   { prefix: '/automations', service: 'automation', auth: key('readwrite'), owner: 'key' },
+  { prefix: '/approvals', service: 'trading', auth: key('readwrite'), owner: 'key', spending: true },
+  { prefix: '/webhooks', service: 'admin', auth: key('readwrite'), owner: 'key' },
   { prefix: '/admin', service: 'admin', auth: key('admin'), owner: 'key' },
 ]
 

@@ -7,6 +7,7 @@ import { marketContract } from './market/index.ts'
 import { tradingContract } from './trading/index.ts'
 
 export * from './common/errors.ts'
+export * from './common/events.ts'
 export * from './common/identity.ts'
 export * from './common/messages.ts'
 export * from './common/namespace.ts'

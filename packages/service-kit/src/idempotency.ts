@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { clientErrorStatus, createError } from './errors.ts'
 import type { Logger } from './logger.ts'
-import { migrationLock, quoteIdent } from './migrator.ts'
+import { ensureKitTables, quoteIdent } from './migrator.ts'
 import { startWorkerLoop, type WorkerLoop } from './workers.ts'
 
 export const IdempotencyMismatch = createError<[string]>(
@@ -262,13 +262,9 @@ export function startIdempotencyPurge(store: IdempotencyStore, log: Logger, olde
 }
 
 /** Creates the table once; the migrator's lock keeps replicas (and a migration) from racing on the DDL. */
-async function createTable(pool: pg.Pool, schema: string, table: string): Promise<void> {
-  const client = await pool.connect()
-  try {
-    await client.query('BEGIN')
-    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [migrationLock(schema)])
-    await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)}`)
-    await client.query(`CREATE TABLE IF NOT EXISTS ${table} (
+function createTable(pool: pg.Pool, schema: string, table: string): Promise<void> {
+  return ensureKitTables(pool, schema, [
+    `CREATE TABLE IF NOT EXISTS ${table} (
       scope text NOT NULL,
       key text NOT NULL,
       fingerprint text NOT NULL,
@@ -280,14 +276,8 @@ async function createTable(pool: pg.Pool, schema: string, table: string): Promis
       created_at timestamptz NOT NULL DEFAULT now(),
       completed_at timestamptz,
       PRIMARY KEY (scope, key)
-    )`)
-    await client.query('COMMIT')
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {})
-    throw error
-  } finally {
-    client.release()
-  }
+    )`,
+  ])
 }
 
 /** Canonical JSON: object keys sorted, so equal requests fingerprint alike whatever their key order. */

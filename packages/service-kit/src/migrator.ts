@@ -112,3 +112,23 @@ export function unreachable(databaseUrl: string, error: unknown): StartupError {
 }
 
 /** The URL without its password, for messages and logs. */
+
+/**
+ * Creates tables the kit keeps in a service's schema (idempotency keys, the event outbox) when
+ * missing, under the schema's migration lock, so replicas starting together do not race.
+ */
+export async function ensureKitTables(pool: pg.Pool, schema: string, statements: string[]): Promise<void> {
+  const client = await pool.connect()
+  try {
+    await client.query('BEGIN')
+    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [migrationLock(schema)])
+    await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)}`)
+    for (const statement of statements) await client.query(statement)
+    await client.query('COMMIT')
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {})
+    throw error
+  } finally {
+    client.release()
+  }
+}

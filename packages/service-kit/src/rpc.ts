@@ -87,15 +87,18 @@ export function serveEndpoint<Req, Rep>(
         return
       }
       const context = contextOf(msg.headers) as Required<Pick<CallContext, 'identity'>> & CallContext
-      handler(request, context).then(
-        (reply) => msg.respond(endpoint.reply.encode(reply)),
-        (handlerError) => {
-          const status = forwardedErrorStatus(handlerError)
-          if (status) return msg.respondError(status, (handlerError as Error).message)
-          log.error({ err: handlerError, endpoint: name, requestId: context.requestId }, 'endpoint handler failed')
-          msg.respondError(500, 'internal error')
-        },
-      )
+      // the reply is encoded (and checked) inside the chain: a reply that breaks its schema is a 500, not a crash
+      handler(request, context)
+        .then((reply) => endpoint.reply.encode(reply))
+        .then(
+          (encoded) => msg.respond(encoded),
+          (handlerError) => {
+            const status = forwardedErrorStatus(handlerError)
+            if (status) return msg.respondError(status, (handlerError as Error).message)
+            log.error({ err: handlerError, endpoint: name, requestId: context.requestId }, 'endpoint handler failed')
+            msg.respondError(500, 'internal error')
+          },
+        )
     },
   })
 }

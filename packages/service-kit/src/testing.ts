@@ -134,8 +134,8 @@ export async function freshNamespace(t: Teardown): Promise<string> {
   t.teardown(async () => {
     const nc = await connect({ servers: natsUrl })
     const jsm = await nc.jetstreamManager()
-    const { stream, blockedPayers } = natsChannels(namespace).admin.payments
-    for (const name of [stream, `KV_${blockedPayers}`]) await jsm.streams.delete(name).catch(() => false)
+    const { payments, events } = natsChannels(namespace).admin
+    for (const name of [payments.stream, `KV_${payments.blockedPayers}`, events.streamSpec.name]) await jsm.streams.delete(name).catch(() => false)
     await nc.close()
   })
   return namespace

@@ -1,6 +1,17 @@
 import { fileURLToPath } from 'node:url'
 import { adminContract, apiKeyPattern } from '@ats/contracts'
-import { addNatsService, httpUrlSetting, openBucket, paymentSettings, publish, serveEndpoint, type ChainContext, type ServiceDefinition } from '@ats/service-kit'
+import {
+  addNatsService,
+  httpUrlSetting,
+  openBucket,
+  paymentSettings,
+  publish,
+  serveEndpoint,
+  startEventOutbox,
+  StartupError,
+  type ChainContext,
+  type ServiceDefinition,
+} from '@ats/service-kit'
 import { Type } from 'typebox'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createAgentPayers } from './agentPayers/agentPayers.ts'
@@ -15,6 +26,11 @@ import { keyRoutes } from './routes/keys.ts'
 import { payerRoutes } from './routes/payers.ts'
 import { revenueRoutes } from './routes/revenue.ts'
 import { walletRoutes } from './routes/wallet.ts'
+import { webhookSubscriptionRoutes } from './routes/webhooks.ts'
+import { startDeliveryWorker } from './webhooks/deliveryWorker.ts'
+import { startWebhookFanout } from './webhooks/fanout.ts'
+import { parseRetrySchedule, retrySchedulePattern } from './webhooks/retrySchedule.ts'
+import { createSubscriptions } from './webhooks/subscriptions.ts'
 
 const schema = 'admin'
 
@@ -40,6 +56,31 @@ const settings = {
     description:
       'how long a settler holds a claimed payment; after it, another replica (or a restarted admin) takes it up and checks its kept transaction. Each attempt waits for a receipt at most a third of it (60 s at most)',
   }),
+  WEBHOOK_MAX_PER_KEY: Type.Integer({ minimum: 1, maximum: 1000, default: 20, description: 'webhook subscriptions one API key may have (409 past it)' }),
+  WEBHOOK_SECRET_GRACE_MS: Type.Integer({
+    minimum: 0,
+    maximum: 30 * 86_400_000,
+    default: 86_400_000,
+    description: 'how long the old secret of a rotated webhook stays valid; meanwhile deliveries are signed with both',
+  }),
+  WEBHOOK_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 200, default: 10, description: 'webhook deliveries one admin replica sends at once' }),
+  WEBHOOK_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 60_000, default: 10_000, description: 'how long one webhook delivery attempt may take before it counts as failed' }),
+  WEBHOOK_RETRY_SCHEDULE: Type.String({
+    pattern: retrySchedulePattern,
+    default: '5s,5m,30m,2h,5h,10h,10h',
+    hint: 'must be durations like 100ms, 5s, 5m or 2h, comma-separated',
+    description: 'delays between tries of a failed webhook delivery (each ±20% jitter); past the last one the delivery is marked failed. The default spans about a day',
+  }),
+  WEBHOOK_DISABLE_AFTER_MS: Type.Integer({
+    minimum: 1,
+    default: 5 * 86_400_000,
+    description: 'a webhook subscription whose deliveries have all failed for this long is disabled (with the reason) when one more fails for good',
+  }),
+  WEBHOOK_ALLOW_HTTP: Type.Boolean({ default: false, description: 'development only: allow http:// webhook URLs (otherwise https only)' }),
+  WEBHOOK_ALLOW_PRIVATE_ADDRESSES: Type.Boolean({
+    default: false,
+    description: 'development only: allow webhook URLs that resolve to loopback, private, link-local or metadata addresses (otherwise refused, also at delivery time)',
+  }),
 }
 
 export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
@@ -57,6 +98,9 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
   async register(app, { db, nc, channels, config, version, onClose, chain, log }) {
     const { keyVerify, keyPolicy, keyRevoked, payments, agentPayer } = channels.admin
     const keys = createKeyStore(db)
+    // payment.settled and payment.voided are recorded with their state change, published from here
+    const events = await startEventOutbox({ nc, channels: channels.admin.events, databaseUrl: config.DATABASE_URL!, schema, log })
+    onClose(events.stop)
     const agentPayers = createAgentPayers(db)
 
     if (config.ADMIN_API_KEY) {
@@ -82,11 +126,11 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
           : 'SETTLEMENT_ENABLED=false: payments are recorded as skipped, never settled',
       )
     }
-    const ledger = createLedger(db, { settle: config.SETTLEMENT_ENABLED })
+    const ledger = createLedger(db, { settle: config.SETTLEMENT_ENABLED, events })
     const consumer = await startLedgerConsumer(nc, payments, ledger, log)
     onClose(consumer.stop)
     // payments of agent jobs: held until the agent says how the job ended, then due or voided
-    const jobPayments = createJobPayments(db, { settle: config.SETTLEMENT_ENABLED })
+    const jobPayments = createJobPayments(db, { settle: config.SETTLEMENT_ENABLED, events })
     const outcomes = await startJobOutcomes({ nc, channels: payments, jobPayments, log, intervalMs: config.SETTLEMENT_INTERVAL_MS })
     onClose(outcomes.stop)
     serveEndpoint(nats, 'payments-of-jobs', channels.admin.paymentsOfJobs, log, async ({ jobIds }) => ({ payments: await jobPayments.ofJobs(jobIds) }))
@@ -108,11 +152,47 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     await app.register(payerRoutes, { blockedPayers, log })
     await app.register(agentPayerRoutes, { payers: agentPayers })
     await app.register(walletRoutes, { bucket: await openBucket(nc, channels.admin.walletControl) })
+    await startWebhooks(app, { db, nc, channels: channels.admin, config, log, onClose })
     await app.register(revenueRoutes, { ledger, price: BigInt(config.PAYMENT_PRICE), storage: `postgres (schema ${schema}, table payments)` })
   },
 }
 
-type AdminConfig = Parameters<typeof adminService.register>[1]['config']
+type AdminContext = Parameters<typeof adminService.register>[1]
+type AdminConfig = AdminContext['config']
+
+/**
+ * Webhooks: the routes, the fan-out of events to subscriptions, and the sender. The fan-out
+ * starts after the sender so that its first deliveries wake it.
+ */
+async function startWebhooks(
+  app: Parameters<typeof adminService.register>[0],
+  { db, nc, channels, config, log, onClose }: Pick<AdminContext, 'db' | 'nc' | 'config' | 'log' | 'onClose'> & { channels: AdminContext['channels']['admin'] },
+) {
+  let retrySchedule: number[]
+  try {
+    retrySchedule = parseRetrySchedule(config.WEBHOOK_RETRY_SCHEDULE)
+  } catch (error) {
+    throw new StartupError(`WEBHOOK_RETRY_SCHEDULE: ${(error as Error).message}`)
+  }
+  const rules = { allowHttp: config.WEBHOOK_ALLOW_HTTP, allowPrivate: config.WEBHOOK_ALLOW_PRIVATE_ADDRESSES }
+  if (rules.allowHttp || rules.allowPrivate) {
+    log.warn(rules, 'webhook development settings are on (WEBHOOK_ALLOW_HTTP / WEBHOOK_ALLOW_PRIVATE_ADDRESSES): never in production')
+  }
+  const sender = startDeliveryWorker({
+    db,
+    log,
+    rules,
+    concurrency: config.WEBHOOK_CONCURRENCY,
+    timeoutMs: config.WEBHOOK_TIMEOUT_MS,
+    retrySchedule,
+    disableAfterMs: config.WEBHOOK_DISABLE_AFTER_MS,
+  })
+  onClose(sender.stop)
+  const fanout = await startWebhookFanout({ nc, channels, db, log, onQueued: sender.wake })
+  onClose(fanout.stop)
+  const subscriptions = createSubscriptions(db, { maxPerKey: config.WEBHOOK_MAX_PER_KEY, secretGraceMs: config.WEBHOOK_SECRET_GRACE_MS })
+  await app.register(webhookSubscriptionRoutes, { subscriptions, rules, onQueued: sender.wake })
+}
 
 function chooseSettlement(config: AdminConfig, chain: ChainContext): Settlement | undefined {
   if (!config.SETTLEMENT_ENABLED) return undefined

@@ -1,11 +1,12 @@
 import { fileURLToPath } from 'node:url'
-import { createIdempotencyStore, httpUrlSetting, isHttpUrl, startIdempotencyPurge, StartupError, type ServiceDefinition } from '@ats/service-kit'
+import { createIdempotencyStore, httpUrlSetting, isHttpUrl, startEventOutbox, startIdempotencyPurge, StartupError, type EventOutbox, type ServiceDefinition } from '@ats/service-kit'
 import { Type } from 'typebox'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createJobEvents } from './jobs/events.ts'
 import { createJobPaymentLookup, startPaymentOutcomes, type PaymentOutcomes } from './jobs/paymentOutcomes.ts'
 import { createJobQueue } from './jobs/queue.ts'
-import { createJobStore } from './jobs/store.ts'
+import { createApprovalWithdrawal } from './jobs/approvals.ts'
+import { createJobStore, type Owner } from './jobs/store.ts'
 import { startJobWorkers } from './jobs/worker.ts'
 import { agentRoutesPlugin } from './routes/agent.ts'
 import { createAnswers } from './routes/answers.ts'
@@ -45,6 +46,7 @@ const settings = {
   AGENT_JOB_MAX_RUN_MS: ms('a run longer than this is stopped and the job fails', 120_000, 1_000),
   AGENT_TOOL_TIMEOUT_MS: ms('how long a tool waits for trading, market-data or automation', 10_000),
   AGENT_SWAP_TIMEOUT_MS: ms('how long the swap tool waits for a swap to be mined', 90_000, 1_000),
+  APPROVAL_POLL_MS: ms("how often a job whose swap waits for a person's approval asks trading whether it was decided", 1_000),
   AGENT_CHAT_WAIT_MS: ms('how long a /v1 completion waits for its job; then the job is cancelled and the answer is 504 (keep it under the gateway\'s CHAT_TIMEOUT_MS)', 150_000, 1_000),
   AGENT_MAX_STREAMS_PER_OWNER: Type.Integer({
     minimum: 1,
@@ -75,9 +77,14 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
   async register(app, { config, db, nc, channels, log, onClose }) {
     // a paid job's final status carries its payment's outcome, published to admin's ledger
     let outcomes: PaymentOutcomes | undefined
-    const store = createJobStore(db, { paidJobFinished: (jobId) => outcomes?.published(jobId) })
+    // and every final status (and a wait for approval) a webhook event, written in the same transaction
+    let outbox: EventOutbox | undefined
+    const store = createJobStore(db, { paidJobFinished: (jobId) => outcomes?.published(jobId), eventsRecorded: (ids) => outbox?.send(...ids) })
     outcomes = await startPaymentOutcomes({ nc, channels: channels.admin.payments, store, log })
     onClose(outcomes.stop)
+    const withdraw = createApprovalWithdrawal({ nc, endpoint: channels.trading.approvalWithdraw, log, timeoutMs: config.AGENT_TOOL_TIMEOUT_MS })
+    outbox = await startEventOutbox({ nc, channels: channels.admin.events, databaseUrl: config.DATABASE_URL!, schema: 'agent', log })
+    onClose(outbox.stop)
     const events = createJobEvents({ nc, channels: channels.agent, store, log, maxStreamsPerOwner: config.AGENT_MAX_STREAMS_PER_OWNER })
     // at shutdown, before the server waits for requests in flight: an open stream would hold it
     // until the client leaves; ended, clients reconnect with Last-Event-ID to another replica
@@ -95,7 +102,7 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
           timeoutMs: config.LLM_TIMEOUT_MS,
         })
       }
-      const tools = createTools({ nc, channels, timeoutMs: config.AGENT_TOOL_TIMEOUT_MS, swapTimeoutMs: config.AGENT_SWAP_TIMEOUT_MS })
+      const tools = createTools({ nc, channels, timeoutMs: config.AGENT_TOOL_TIMEOUT_MS, swapTimeoutMs: config.AGENT_SWAP_TIMEOUT_MS, approvalPollMs: config.APPROVAL_POLL_MS })
       const workers = await startJobWorkers({
         nc,
         channels: channels.agent,
@@ -103,6 +110,7 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
         events,
         tools,
         runner,
+        withdraw,
         log,
         settings: {
           concurrency: config.AGENT_WORKER_CONCURRENCY,
@@ -118,7 +126,10 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
     if (config.AGENT_ROLE !== 'worker') {
       const queue = await createJobQueue({ nc, channels: channels.agent, store, log })
       onClose(queue.stop)
-      const cancelled = (jobId: string) => nc.publish(channels.agent.cancelled.subject, channels.agent.cancelled.message.encode({ jobId }))
+      const cancelled = (jobId: string, owner: Owner, approvalId?: string) => {
+        nc.publish(channels.agent.cancelled.subject, channels.agent.cancelled.message.encode({ jobId }))
+        if (approvalId) void withdraw(owner, approvalId, 'the job was cancelled')
+      }
       // paid requests sent again with their payment id; kept longer than the gateway's longest
       // PAYMENT_ID_TTL_SECONDS (24 h), so a repeat the gateway lets through always finds its job
       const idempotency = await createIdempotencyStore(config.DATABASE_URL!, { schema: 'agent', log })

@@ -3,7 +3,7 @@ import { startService, startServiceProcess } from '@ats/service-kit/testing'
 import t from 'tap'
 import { getAddress, type Address } from 'viem'
 import { agentService } from '../src/service.ts'
-import { eventually, payerHeaders, startStack } from './helpers.ts'
+import { eventually, payerCall, payerHeaders, startStack } from './helpers.ts'
 
 const workerEntry = fileURLToPath(new URL('../src/server.ts', import.meta.url))
 
@@ -21,14 +21,7 @@ t.test('kill -9 of the worker mid-swap: the job completes once, with one swap on
   const api = await startService(t, agentService, { ...stack.agentEnv, AGENT_ROLE: 'api' })
   const workerEnv = { ...stack.agentEnv, AGENT_ROLE: 'worker', AGENT_ACK_WAIT_MS: '1500', LOG_LEVEL: 'warn' }
   const firstWorker = await startServiceProcess(t, workerEntry, workerEnv)
-  const call = async (path: string, body?: unknown) => {
-    const res = await fetch(`${api.url}${path}`, {
-      method: body === undefined ? 'GET' : 'POST',
-      headers: { ...payerHeaders(payer), ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    })
-    return (await res.json()) as any
-  }
+  const call = payerCall(api.url, payer)
 
   // blocks are mined only when the test says so: the swap waits in the mempool while the worker dies
   // cacheTime 0: viem otherwise answers a block number up to its polling interval old

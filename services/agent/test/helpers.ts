@@ -22,9 +22,20 @@ export const keyHeaders = (keyId: string, tier = 'readonly', wallet?: string) =>
   ...(wallet ? { 'x-ats-key-wallet': wallet } : {}),
 })
 
+/** Calls an agent API process as `payer` (through no gateway): JSON in, JSON out. */
+export const payerCall = (url: string, payer: string) => async (path: string, body?: unknown) => {
+  const res = await fetch(`${url}${path}`, {
+    method: body === undefined ? 'GET' : 'POST',
+    headers: { ...payerHeaders(payer), ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  })
+  return (await res.json()) as any
+}
+
 export interface StackOptions {
   agentEnv?: NodeJS.ProcessEnv
   marketEnv?: NodeJS.ProcessEnv
+  tradingEnv?: NodeJS.ProcessEnv
   /** start no agent (a test starts its own, e.g. as a child process) */
   noAgent?: boolean
 }
@@ -39,7 +50,7 @@ export async function startStack(t: Test, options: StackOptions = {}) {
   const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ...chainEnv }
   const upstreams = await startUpstreams(t)
   const admin = await startService(t, adminService, { ...env, ADMIN_API_KEY: adminKey, SETTLEMENT_ENABLED: 'false' })
-  await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey })
+  const trading = await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey, ...options.tradingEnv })
   await startService(t, marketDataService, {
     ...env,
     REDIS_URL: (await testInfra()).redisUrl,
@@ -68,7 +79,16 @@ export async function startStack(t: Test, options: StackOptions = {}) {
     })
     return { status: res.status, body: (await res.json()) as any }
   }
-  return { devnet, publicClient, env, agentEnv, upstreams, agent, call, adminCall, serverWallet: devnet.accounts[0]!.address }
+  /** trading's approvals as an admin key decides them (POST /approvals/:id/approve or reject) */
+  const decide = async (approvalId: string, decision: 'approve' | 'reject', body?: unknown) => {
+    const res = await fetch(`${trading.url}/approvals/${approvalId}/${decision}`, {
+      method: 'POST',
+      headers: { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.keyId]: 'key_admin', [identityHeaders.tier]: 'admin', ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    })
+    return { status: res.status, body: (await res.json()) as any }
+  }
+  return { devnet, publicClient, env, agentEnv, upstreams, agent, call, adminCall, decide, serverWallet: devnet.accounts[0]!.address }
 }
 
 /** Polls a job of `payer` until it is finished (or `status`), and returns it. */

@@ -3,12 +3,14 @@
 // idempotency key `automation-run:<runId>`, so a run resumed after its scheduler died, or
 // repeated after a timeout, never swaps twice. While an admin has paused the server wallet (the kill
 // switch, watched into memory) due runs are recorded as skipped and nothing is asked of trading.
+// A swap over the key's approvalAboveUsd is not sent: the run waits for the approval (approvals.ts).
 import { formatUnits } from 'viem'
-import type { NatsChannels } from '@ats/contracts'
+import { isAwaitingApproval, type Approval, type NatsChannels } from '@ats/contracts'
 import { callEndpoint, pauseMessage, ServiceCallError, startWorkerLoop, type Logger, type TradingTokens, type WalletControlWatch } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import type { Automation, AutomationRun } from './generated/prisma/client.ts'
-import type { Claimed, Store } from './store.ts'
+import { withdrawApproval } from './approvals.ts'
+import { identityOf, type Claimed, type Store } from './store.ts'
 import type { Config, LimitOrder } from './types.ts'
 
 export interface SchedulerSettings {
@@ -22,6 +24,8 @@ export interface SchedulerSettings {
   /** runs a swap may be tried (resumed after timeouts) before it fails */
   maxAttempts: number
   executeTimeoutMs: number
+  /** when a waiting run's approval is first asked after */
+  approvalPollMs: number
 }
 
 export interface SchedulerDeps {
@@ -35,10 +39,6 @@ export interface SchedulerDeps {
   walletControl: Pick<WalletControlWatch, 'state'>
 }
 
-/** The identity a run trades as: the automation's API key (its spend policy), or its payer. */
-const identityOf = (automation: Automation) =>
-  automation.keyId ? { ownerId: automation.keyId, keyId: automation.keyId } : { ownerId: automation.ownerId }
-
 export function startScheduler({ nc, channels, store, log, settings, tokens, walletControl }: SchedulerDeps) {
   const inFlight = new Set<Promise<void>>()
 
@@ -51,6 +51,18 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
   async function skip(run: AutomationRun, automation: Automation, reason: string) {
     await store.skipRun(run, `skipped: ${reason}`)
     log.warn({ automationId: automation.id, runId: run.id }, 'automation run skipped: the server wallet is paused')
+  }
+
+  /** trading holds the swap for a person: the run waits; if the run is gone (automation deleted meanwhile), the approval is given up. */
+  async function wait(run: AutomationRun, automation: Automation, approval: Approval) {
+    const context = { automationId: automation.id, runId: run.id, approvalId: approval.id }
+    if (await store.awaitApproval(run, approval, Date.now() + settings.approvalPollMs)) {
+      log.info(context, 'automation run waits for approval')
+      return
+    }
+    await withdrawApproval({ nc, channels }, automation, approval.id, 'automation deleted', settings.executeTimeoutMs).catch((error) =>
+      log.warn({ ...context, err: error }, 'approval of a deleted automation not withdrawn; it stays pending until it expires'),
+    )
   }
 
   async function execute(run: AutomationRun, automation: Automation) {
@@ -73,6 +85,7 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
         },
         { identity: identityOf(automation), requestId: run.id, timeoutMs: settings.executeTimeoutMs },
       )
+      if (isAwaitingApproval(result)) return wait(run, automation, result.approval)
       const outcome = result.success
         ? { ok: true as const, txHash: result.hash, amountOut: result.amountOut, executionId: result.executionId }
         : { ok: false as const, error: 'the swap reverted on chain', txHash: result.hash, executionId: result.executionId }

@@ -8,6 +8,7 @@ import {
   Forbidden,
   NotFound,
   serveEndpoint,
+  startEventOutbox,
   tradingTokens,
   Unauthorized,
   Unavailable,
@@ -19,6 +20,7 @@ import type { FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
 import { getAddress, isAddress } from 'viem'
 import { PrismaClient } from './generated/prisma/client.ts'
+import { startApprovalWatch, withdrawApproval } from './approvals.ts'
 import { startScheduler } from './scheduler.ts'
 import { automationView, createStore, runView, type Owner } from './store.ts'
 import { checkConfig } from './types.ts'
@@ -40,6 +42,7 @@ const settings = {
     default: 10,
     description: 'active or paused automations one API key (or agent payer) may have; creating or resuming one more answers 409',
   }),
+  APPROVAL_POLL_MS: ms("how often the scheduler asks trading whether the approval a run waits for was decided", 2_000),
 }
 
 /** The owner of a request: the API key (HTTP through the gateway), or the key or payer of an agent job (NATS). */
@@ -60,7 +63,10 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
     client: (adapter) => new PrismaClient({ adapter }),
   },
   async register(app, { db, nc, channels, config, version, onClose, log }) {
-    const store = createStore(db, { maxPerOwner: config.AUTOMATION_MAX_PER_KEY })
+    // the webhook events of runs and automations, written in the transaction that ends them
+    const events = await startEventOutbox({ nc, channels: channels.admin.events, databaseUrl: config.DATABASE_URL!, schema: 'automation', log })
+    onClose(events.stop)
+    const store = createStore(db, { maxPerOwner: config.AUTOMATION_MAX_PER_KEY, events })
 
     /**
      * The server wallet pays every run and the run sends what it buys to walletAddress: that must be
@@ -143,6 +149,14 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
     api.route({
       ...automationRoutes.remove,
       handler: async (request) => {
+        const row = await store.get(keyOwner(request), request.params.id)
+        if (!row) throw new NotFound(`automation ${request.params.id}`)
+        // a run waiting for approval: nobody may approve its swap once the automation is gone
+        for (const approvalId of await store.waitingApprovals(row.id)) {
+          await withdrawApproval({ nc, channels }, row, approvalId, 'automation deleted', 5_000).catch((error: Error) => {
+            throw new Unavailable(`automation ${row.id} has a run waiting for approval ${approvalId}, which trading could not withdraw (${error.message}); try again`)
+          })
+        }
         if (!(await store.remove(keyOwner(request), request.params.id))) throw new NotFound(`automation ${request.params.id}`)
         log.info({ automationId: request.params.id }, 'automation deleted')
         return { ok: true as const }
@@ -174,9 +188,18 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
           maxFailures: config.AUTOMATION_MAX_FAILURES,
           maxAttempts: config.AUTOMATION_MAX_ATTEMPTS,
           executeTimeoutMs: config.AUTOMATION_EXECUTE_TIMEOUT_MS,
+          approvalPollMs: config.APPROVAL_POLL_MS,
         },
       })
       onClose(scheduler.stop)
+      const approvalWatch = startApprovalWatch({
+        nc,
+        channels,
+        store,
+        log,
+        settings: { pollMs: config.APPROVAL_POLL_MS, batch: config.AUTOMATION_BATCH, maxFailures: config.AUTOMATION_MAX_FAILURES, timeoutMs: 10_000 },
+      })
+      onClose(approvalWatch.stop)
       log.info({ tickMs: config.AUTOMATION_TICK_MS, minIntervalMs: config.AUTOMATION_MIN_INTERVAL_MS }, 'automation scheduler started')
     }
   },

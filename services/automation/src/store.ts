@@ -3,7 +3,7 @@
 // time moved in the same transaction.
 import { randomBytes } from 'node:crypto'
 import type { Automation as AutomationView, AutomationRun as RunView, AutomationStatus } from '@ats/contracts'
-import { BadRequest, createError } from '@ats/service-kit'
+import { BadRequest, createError, recordEvent, type EventOutbox, type EventToRecord } from '@ats/service-kit'
 import type { Automation, AutomationRun, Prisma, PrismaClient } from './generated/prisma/client.ts'
 import { firstRunAt, nextRunAt, overReason, resumeRunAt, type Config, type LimitOrder, type RecurringBuy } from './types.ts'
 
@@ -21,6 +21,10 @@ export interface Owner {
   ownerId: string
   keyId?: string | undefined
 }
+
+/** The identity a run trades as: the automation's API key (its spend policy), or its payer. */
+export const identityOf = (automation: Automation) =>
+  automation.keyId ? { ownerId: automation.keyId, keyId: automation.keyId } : { ownerId: automation.ownerId }
 
 export function automationView(row: Automation): AutomationView {
   return {
@@ -51,15 +55,51 @@ export function runView(row: AutomationRun): RunView {
     amountOut: row.amountOut,
     executionId: row.executionId,
     error: row.error,
+    approval: row.approvalId && row.approvalExpiresAt ? { id: row.approvalId, url: `/approvals/${row.approvalId}`, expiresAt: row.approvalExpiresAt.getTime() } : null,
   }
 }
+
+/** The statuses of a run that holds its automation: no other run of it starts meanwhile. */
+const underWay = ['running', 'awaiting_approval'] as const
+
+/** How a run ended: what finishRun records. */
+export type RunOutcome =
+  | { ok: true; txHash: string; amountOut: string; executionId: string }
+  | { ok: false; error: string; txHash?: string | undefined; executionId?: string | undefined }
+
+/**
+ * Whose webhook subscriptions hear of an automation: its key (and the wallet it buys for), or,
+ * for an agent payer's automation, the payer.
+ */
+const eventOwner = (automation: Automation): EventToRecord['owner'] =>
+  automation.keyId ? { keyId: automation.keyId, wallet: automation.walletAddress } : { wallet: automation.ownerId }
+
+const completedEvent = (automation: Automation, statusReason: string): EventToRecord => ({
+  type: 'automation.completed',
+  owner: eventOwner(automation),
+  data: { automationId: automation.id, status: 'completed', statusReason },
+})
+
+const runEvent = (automation: Automation, run: Pick<AutomationRun, 'id' | 'status' | 'txHash' | 'error'>): EventToRecord => ({
+  type: run.status === 'success' ? 'automation.run.succeeded' : 'automation.run.failed',
+  owner: eventOwner(automation),
+  data: { automationId: automation.id, runId: run.id, status: run.status, ...(run.txHash ? { txHash: run.txHash } : {}), ...(run.error ? { error: run.error } : {}) },
+})
 
 /** Work a scheduler claimed: a run to execute (new or resumed), or a limit order's price check. */
 export type Claimed =
   | { kind: 'run'; run: AutomationRun; automation: Automation }
   | { kind: 'check'; automation: Automation; scheduledFor: Date }
 
-export function createStore(db: PrismaClient, { maxPerOwner }: { maxPerOwner: number }) {
+export function createStore(db: PrismaClient, { maxPerOwner, events }: { maxPerOwner: number; events: Pick<EventOutbox, 'send'> }) {
+  /** Runs `work` in a transaction; the events it records are published once it commits. */
+  async function withEvents<T>(work: (t: Prisma.TransactionClient, record: (event: EventToRecord) => Promise<void>) => Promise<T>): Promise<T> {
+    const ids: string[] = []
+    const result = await db.$transaction((t) => work(t, async (event) => void ids.push(await recordEvent(t, event))))
+    if (ids.length > 0) events.send(...ids)
+    return result
+  }
+
   /**
    * Refuses (409) one more counted automation for the owner. Under a per-owner lock held to the end
    * of the transaction, so concurrent creates count each other.
@@ -108,7 +148,7 @@ export function createStore(db: PrismaClient, { maxPerOwner }: { maxPerOwner: nu
      * schedule. Completed or failed back to active or paused counts toward the limit again.
      */
     async setStatus(owner: Owner, id: string, status: AutomationStatus, now = Date.now()) {
-      return db.$transaction(async (t) => {
+      return withEvents(async (t, record) => {
         const row = await t.automation.findFirst({ where: { id, ownerId: owner.ownerId } })
         if (!row) return null
         if (row.status === status) return row
@@ -121,7 +161,7 @@ export function createStore(db: PrismaClient, { maxPerOwner }: { maxPerOwner: nu
         }
         if (isCounted(status) && !isCounted(row.status)) await checkRoom(t, owner)
         const nextRunAt = resumed ? new Date(resumeRunAt(config, row.nextRunAt?.getTime() ?? null, now)) : status === 'paused' ? row.nextRunAt : null
-        return t.automation.update({
+        const updated = await t.automation.update({
           where: { id },
           data: {
             status,
@@ -129,8 +169,14 @@ export function createStore(db: PrismaClient, { maxPerOwner }: { maxPerOwner: nu
             ...(resumed ? { failures: 0, statusReason: null } : { statusReason: status === 'paused' ? null : `set to ${status} by its owner` }),
           },
         })
+        if (status === 'completed') await record(completedEvent(updated, updated.statusReason!))
+        return updated
       })
     },
+
+    /** The approvals this automation's runs wait for (withdrawn before it is deleted). */
+    waitingApprovals: async (automationId: string) =>
+      (await db.automationRun.findMany({ where: { automationId, status: 'awaiting_approval' }, select: { approvalId: true } })).flatMap((r) => (r.approvalId ? [r.approvalId] : [])),
 
     async remove(owner: Owner, id: string) {
       const { count } = await db.automation.deleteMany({ where: { id, ownerId: owner.ownerId } })
@@ -146,14 +192,15 @@ export function createStore(db: PrismaClient, { maxPerOwner }: { maxPerOwner: nu
      * next due time before the lock is released) and runs whose scheduler died (lease expired).
      */
     async claim(limit: number, leaseMs: number, now = Date.now()): Promise<Claimed[]> {
-      return db.$transaction(async (t) => {
+      return withEvents(async (t, record) => {
         const claimed: Claimed[] = []
         const lease = new Date(now + leaseMs)
         // never two runs of one automation at once: a run still under way (slower than the
-        // interval) holds the next until it ends; the next is then due at once, not skipped
+        // interval, or waiting for approval) holds the next until it ends; the next is then due
+        // at once, not skipped
         const locked = await t.$queryRaw<Array<{ id: string }>>`
           SELECT a.id FROM automations a WHERE a.status = 'active' AND a.next_run_at <= ${new Date(now)}
-            AND NOT EXISTS (SELECT 1 FROM automation_runs r WHERE r.automation_id = a.id AND r.status = 'running')
+            AND NOT EXISTS (SELECT 1 FROM automation_runs r WHERE r.automation_id = a.id AND r.status IN ('running', 'awaiting_approval'))
           ORDER BY a.next_run_at LIMIT ${limit} FOR UPDATE OF a SKIP LOCKED`
         const due = await t.automation.findMany({ where: { id: { in: locked.map((r) => r.id) } }, orderBy: { nextRunAt: 'asc' } })
         for (const automation of due) {
@@ -163,6 +210,7 @@ export function createStore(db: PrismaClient, { maxPerOwner }: { maxPerOwner: nu
           const over = overReason(config, 0, now)
           if (over) {
             await t.automation.update({ where: { id }, data: { status: 'completed', nextRunAt: null, statusReason: over } })
+            await record(completedEvent(automation, over))
             continue
           }
           if ('minAmountOut' in config) {
@@ -174,7 +222,7 @@ export function createStore(db: PrismaClient, { maxPerOwner }: { maxPerOwner: nu
           const recurring = config as RecurringBuy
           const next = new Date(nextRunAt(recurring, now))
           if (recurring.maxRuns !== undefined) {
-            const started = await t.automationRun.count({ where: { automationId: id, status: { in: ['running', 'success'] } } })
+            const started = await t.automationRun.count({ where: { automationId: id, status: { in: [...underWay, 'success'] } } })
             if (started >= recurring.maxRuns) {
               // the last runs are still under way: they complete it
               await t.automation.update({ where: { id }, data: { nextRunAt: next } })
@@ -210,7 +258,7 @@ export function createStore(db: PrismaClient, { maxPerOwner }: { maxPerOwner: nu
         const rows = await t.$queryRaw<Array<{ id: string }>>`
           SELECT id FROM automations WHERE id = ${automation.id} AND status = 'active' FOR UPDATE`
         if (rows.length === 0) return null
-        const earlier = await t.automationRun.count({ where: { automationId: automation.id, status: { in: ['running', 'success'] } } })
+        const earlier = await t.automationRun.count({ where: { automationId: automation.id, status: { in: [...underWay, 'success'] } } })
         if (earlier > 0) return null
         const order = automation.config as unknown as LimitOrder
         return t.automationRun.create({
@@ -226,33 +274,84 @@ export function createStore(db: PrismaClient, { maxPerOwner }: { maxPerOwner: nu
         data: { nextRunAt: new Date(nextRunAt(automation.config as unknown as LimitOrder, now)), statusReason: reason },
       }),
 
-    /** A run not made because the server wallet is paused: recorded as skipped; the automation's counts do not move. */
-    skipRun: (run: AutomationRun, reason: string) =>
-      db.automationRun.updateMany({
+    /**
+     * trading holds the run's swap for a person's approval: the run waits (awaiting_approval) and
+     * the approval watch asks after it from `checkAt`. False when the run is gone (its automation
+     * was deleted meanwhile): nobody waits for the approval then.
+     */
+    async awaitApproval(run: AutomationRun, approval: { id: string; expiresAt: number }, checkAt: number) {
+      await db.automationRun.updateMany({
         where: { id: run.id, status: 'running' },
-        data: { status: 'skipped', error: reason, finishedAt: new Date(), leaseUntil: null },
+        data: { status: 'awaiting_approval', approvalId: approval.id, approvalExpiresAt: new Date(approval.expiresAt), leaseUntil: new Date(checkAt) },
+      })
+      // not running any more: a resumed copy of the run recorded the wait first (fine), or the run is gone
+      return (await db.automationRun.count({ where: { id: run.id } })) > 0
+    },
+
+    /**
+     * Takes up to `limit` waiting runs whose check is due for one replica (SKIP LOCKED; held for
+     * `holdMs` meanwhile, so replicas do not ask about the same run at once), with their automation.
+     */
+    async claimWaiting(limit: number, holdMs: number, now = Date.now()) {
+      return db.$transaction(async (t) => {
+        const rows = await t.$queryRaw<Array<{ id: string }>>`
+          SELECT id FROM automation_runs WHERE status = 'awaiting_approval' AND (lease_until IS NULL OR lease_until <= ${new Date(now)})
+          ORDER BY lease_until NULLS FIRST LIMIT ${limit} FOR UPDATE SKIP LOCKED`
+        if (rows.length === 0) return []
+        const ids = rows.map((r) => r.id)
+        await t.automationRun.updateMany({ where: { id: { in: ids } }, data: { leaseUntil: new Date(now + holdMs) } })
+        return t.automationRun.findMany({ where: { id: { in: ids } }, include: { automation: true } })
+      })
+    },
+
+    /** A waiting run's approval is still undecided: ask again from `checkAt`. */
+    stillWaiting: (run: AutomationRun, checkAt: number) =>
+      db.automationRun.updateMany({ where: { id: run.id, status: 'awaiting_approval' }, data: { leaseUntil: new Date(checkAt) } }),
+
+    /**
+     * A run not made, counting neither as a run nor as a failure: the server wallet was paused, or
+     * its approval was rejected, expired or withdrawn. From running or awaiting_approval only, so a
+     * repeat is harmless.
+     */
+    skipRun: (run: AutomationRun, reason: string) =>
+      withEvents(async (t, record) => {
+        const { count } = await t.automationRun.updateMany({
+          where: { id: run.id, status: { in: [...underWay] } },
+          data: { status: 'skipped', error: reason, finishedAt: new Date(), leaseUntil: null },
+        })
+        if (count === 0) return
+        const automation = await t.automation.findUnique({ where: { id: run.automationId } })
+        if (automation) await record(runEvent(automation, { id: run.id, status: 'skipped', txHash: null, error: reason }))
       }),
 
-    /** A run's swap was mined (or reverted): record it; count it, and complete the automation when it is done. */
-    async finishRun(run: AutomationRun, outcome: { ok: true; txHash: string; amountOut: string; executionId: string } | { ok: false; error: string; txHash?: string; executionId?: string }, maxFailures: number) {
-      return db.$transaction(async (t) => {
+    /**
+     * A run's swap was mined (or reverted, or could not be made): record it; count it, and
+     * complete the automation when it is done. From running or awaiting_approval only, so a
+     * repeat (two replicas, a resumed run) changes nothing.
+     */
+    async finishRun(run: AutomationRun, outcome: RunOutcome, maxFailures: number) {
+      return withEvents(async (t, record) => {
+        const data = outcome.ok
+          ? { status: 'success' as const, txHash: outcome.txHash, amountOut: outcome.amountOut, executionId: outcome.executionId, error: null }
+          : { status: 'failed' as const, error: outcome.error, txHash: outcome.txHash ?? null, executionId: outcome.executionId ?? null }
         const updated = await t.automationRun.updateMany({
-          where: { id: run.id, status: 'running' },
-          data: outcome.ok
-            ? { status: 'success', txHash: outcome.txHash, amountOut: outcome.amountOut, executionId: outcome.executionId, finishedAt: new Date(), leaseUntil: null }
-            : { status: 'failed', error: outcome.error, txHash: outcome.txHash ?? null, executionId: outcome.executionId ?? null, finishedAt: new Date(), leaseUntil: null },
+          where: { id: run.id, status: { in: [...underWay] } },
+          data: { ...data, finishedAt: new Date(), leaseUntil: null },
         })
         if (updated.count === 0) return
         const automation = await t.automation.findUnique({ where: { id: run.automationId } })
         if (!automation) return
+        await record(runEvent(automation, { id: run.id, ...data }))
         const config = automation.config as unknown as Config
         if (outcome.ok) {
           const runs = automation.runs + 1
           const done = 'minAmountOut' in config ? 'the limit order filled' : config.maxRuns !== undefined && runs >= config.maxRuns ? `it made its ${runs} runs (maxRuns)` : null
+          const completes = done !== null && automation.status === 'active'
           await t.automation.update({
             where: { id: automation.id },
-            data: { runs, failures: 0, ...(done && automation.status === 'active' ? { status: 'completed', nextRunAt: null, statusReason: done } : {}) },
+            data: { runs, failures: 0, ...(completes ? { status: 'completed', nextRunAt: null, statusReason: done } : {}) },
           })
+          if (completes) await record(completedEvent(automation, done))
           return
         }
         const failures = automation.failures + 1

@@ -27,11 +27,11 @@ export const keyHeaders = (keyId: string, wallet?: string) => ({
  * wallet: devnet account 0) on a devnet, one database and NATS namespace. `schedulers` automation
  * replicas share them: the first in this process (`url`), the others as child processes.
  */
-export async function startAutomationStack(t: Test, options: { schedulers?: number; env?: NodeJS.ProcessEnv } = {}) {
+export async function startAutomationStack(t: Test, options: { schedulers?: number; env?: NodeJS.ProcessEnv; tradingEnv?: NodeJS.ProcessEnv } = {}) {
   const { devnet, chainEnv, publicClient } = await startTestDevnet(t)
   const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ...chainEnv }
   const admin = await startService(t, adminService, { ...env, ADMIN_API_KEY: adminKey, SETTLEMENT_ENABLED: 'false' })
-  await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey })
+  const trading = await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey, ...options.tradingEnv })
   const automationEnv = { ...env, AUTOMATION_MIN_INTERVAL_MS: '1000', AUTOMATION_TICK_MS: '100', ...options.env }
   const schedulers: Array<{ url: string }> = [await startService(t, automationService, automationEnv)]
   // the others as processes of their own, as replicas run: each its own connections, clock and event loop
@@ -74,5 +74,5 @@ export async function startAutomationStack(t: Test, options: { schedulers?: numb
     return hashes
   }
 
-  return { devnet, publicClient, env, automationEnv, schedulers, url: schedulers[0]!.url, call, createKey, token, balanceOf, swapsSince }
+  return { devnet, publicClient, env, automationEnv, schedulers, url: schedulers[0]!.url, tradingUrl: trading.url, call, createKey, token, balanceOf, swapsSince }
 }

@@ -6,18 +6,22 @@ import {
   callEndpoint,
   createIdempotencyStore,
   serveEndpoint,
+  startEventOutbox,
   startIdempotencyPurge,
   watchWalletControl,
   type ServiceDefinition,
 } from '@ats/service-kit'
 import { Type } from 'typebox'
 import { getAddress } from 'viem'
+import { createApprovalStore } from './approvals/approvals.ts'
+import { createDecisions } from './approvals/decisions.ts'
 import { chainTx } from './chainTx.ts'
 import { camelotDex } from './dex/camelot.ts'
 import { uniswapDex } from './dex/uniswap.ts'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createLaunchpad } from './launchpad/launchpad.ts'
 import { createPositions } from './positions/positions.ts'
+import { approvalsRoutes } from './routes/approvals.ts'
 import { launchpadRoutes } from './routes/launchpad.ts'
 import { portfolioRoutes } from './routes/portfolio.ts'
 import { swapRoutes } from './routes/swap.ts'
@@ -64,6 +68,11 @@ const settings = {
     default: 1500,
     description: 'price-impact ceiling of swaps whose spend policy sets no maxPriceImpactBps, in basis points (1500 = 15%); above it execute answers 422',
   }),
+  APPROVAL_TTL_MS: Type.Integer({
+    minimum: 1000,
+    default: 900_000,
+    description: "how long a swap held by a spend policy's approvalAboveUsd waits for a person's decision before it expires and is abandoned (nothing sent), in ms",
+  }),
 }
 
 export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = {
@@ -92,6 +101,10 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     const idempotency = await createIdempotencyStore(config.DATABASE_URL!, { schema, log, leaseMs: Math.max(60_000, config.RECEIPT_TIMEOUT_MS * 2) })
     onClose(() => idempotency.close())
     onClose(startIdempotencyPurge(idempotency, log, 24 * 3600_000).stop)
+    // swap.confirmed is written with the mined swap, published from here (docs/webhooks.md)
+    const events = await startEventOutbox({ nc, channels: channels.admin.events, databaseUrl: config.DATABASE_URL!, schema, log })
+    onClose(() => events.stop())
+    const approvals = createApprovalStore({ db, ttlMs: config.APPROVAL_TTL_MS, log })
 
     const walletLimits: SpendLimits | undefined =
       config.SPEND_MAX_USD_PER_SWAP !== undefined || config.SPEND_MAX_USD_PER_DAY !== undefined
@@ -121,6 +134,8 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
       defaults,
       walletControl,
       deadlineSeconds: config.SWAP_DEADLINE_SECONDS,
+      approvals,
+      events,
       log,
       // fail closed: without admin's answer no swap is made for a key
       keyPolicy: async (keyId) => {
@@ -133,6 +148,9 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
         return payer?.policy ?? null
       },
     })
+    const decisions = createDecisions({ db, store: approvals, executor, walletControl, log })
+    // a crash between an approval and its swap is picked up within ~30 s; expiries within a second or so
+    onClose(decisions.startSweeps({ everyMs: Math.min(5_000, Math.max(250, Math.floor(config.APPROVAL_TTL_MS / 4))), staleMs: 30_000 }).stop)
     const prepare = createPreparer({ client, quoter, chainId: chain.chainId, deadlineSeconds: config.SWAP_DEADLINE_SECONDS })
     // a read needs the wallet's address only, not its sender
     const wallet = () => chain.wallet().account.address
@@ -152,13 +170,17 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     onClose(async () => {
       await nats.stop()
     })
-    const { quote, execute, prepare: prepareChannel, positions: positionsChannel, tokens: tokensChannel } = channels.trading
+    const { quote, execute, approval, approvalWithdraw, prepare: prepareChannel, positions: positionsChannel, tokens: tokensChannel } = channels.trading
     const impactCeilingBps = config.SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS
     serveEndpoint(nats, 'quote', quote, log, async (request) => quoteAnswer(await quoter.quote(request), impactCeilingBps))
     serveEndpoint(nats, 'execute', execute, log, async ({ idempotencyKey, jobId, automationRunId, ...request }, { identity }) => {
       const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId }
       return (await executor.execute(request, caller, idempotencyKey)).result
     })
+    serveEndpoint(nats, 'approval', approval, log, async ({ id }, { identity }) => ({ approval: await decisions.forRequester(id, identity) }))
+    serveEndpoint(nats, 'approvalWithdraw', approvalWithdraw, log, async ({ id, reason }, { identity }) => ({
+      approval: await decisions.withdraw(id, identity, reason),
+    }))
     serveEndpoint(nats, 'prepare', prepareChannel, log, async (request) => prepare(request))
     serveEndpoint(nats, 'positions', positionsChannel, log, async ({ address }) => positions(address))
     serveEndpoint(nats, 'tokens', tokensChannel, log, async () => ({
@@ -167,6 +189,7 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     }))
 
     await app.register(swapRoutes, { quoter, executor, prepare, impactCeilingBps })
+    await app.register(approvalsRoutes, { store: approvals, decisions })
     await app.register(portfolioRoutes, { positions })
     await app.register(launchpadRoutes, { launchpad })
   },

@@ -6,7 +6,7 @@ import t from 'tap'
 import { createWalletClient, http, parseUnits, type Hex } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { tradingService } from '../src/service.ts'
-import { keyHeaders, startTrading } from './helpers.ts'
+import { keyHeaders, startTrading, swapOf } from './helpers.ts'
 
 /** Swaps from the server wallet (devnet account 0) on one devnet: executions, idempotency, nonces, spend policies, the launchpad. */
 const fleet = await startTrading(t)
@@ -100,8 +100,8 @@ t.test('over NATS an execute carries an idempotency key and the job that asked',
   const identity = { keyId: agentKey, ownerId: agentKey }
   const before = await nonceOf()
   const [first, second] = await Promise.all([
-    callEndpoint(nc, execute, request, { identity, timeoutMs: 30_000 }),
-    callEndpoint(nc, execute, request, { identity, timeoutMs: 30_000 }),
+    callEndpoint(nc, execute, request, { identity, timeoutMs: 30_000 }).then(swapOf),
+    callEndpoint(nc, execute, request, { identity, timeoutMs: 30_000 }).then(swapOf),
   ])
   t.equal(first.success, true)
   t.equal(second.hash, first.hash, 'the retried step does not swap twice')
@@ -129,7 +129,7 @@ t.test('over NATS without an API key, only a payer on the agent allowlist swaps,
   })
   t.equal(allow.status, 200)
   const before = await nonceOf()
-  const swapped = await callEndpoint(nc, execute, request('p:3', '4000000'), { identity: { ownerId: payer }, timeoutMs: 30_000 })
+  const swapped = swapOf(await callEndpoint(nc, execute, request('p:3', '4000000'), { identity: { ownerId: payer }, timeoutMs: 30_000 }))
   t.equal(swapped.success, true)
   t.equal((await nonceOf()) - before, 1, 'one swap (the router was approved before)')
   await t.rejects(callEndpoint(nc, execute, request('p:4', '6000000'), { identity: { ownerId: payer }, timeoutMs: 30_000 }), {
@@ -158,7 +158,7 @@ t.test("over NATS a recipient must be the owner's own wallet or on its allowedRe
   })
   t.equal(await nonceOf(), before, 'nothing sent')
   const arbBefore = await fleet.balanceOf('ARB', allowed)
-  const paid = await callEndpoint(nc, execute, request('r:2', allowed.toLowerCase()), { identity, timeoutMs: 30_000 })
+  const paid = swapOf(await callEndpoint(nc, execute, request('r:2', allowed.toLowerCase()), { identity, timeoutMs: 30_000 }))
   t.equal(paid.success, true)
   t.equal((await fleet.balanceOf('ARB', allowed)) - arbBefore, BigInt(paid.amountOut), 'the allowed recipient received what it bought')
 })

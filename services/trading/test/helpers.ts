@@ -1,6 +1,6 @@
 import { adminService } from '@ats/admin/service'
 import { erc20Abi } from '@ats/chain'
-import { identityHeaders } from '@ats/contracts'
+import { identityHeaders, isAwaitingApproval, type AwaitingApproval, type SwapResult } from '@ats/contracts'
 import { startTestDevnet } from '@ats/devnet'
 import { baseTestEnv, startService, testInternalToken } from '@ats/service-kit/testing'
 import type { Test } from 'tap'
@@ -8,6 +8,12 @@ import type { Address } from 'viem'
 import { tradingService } from '../src/service.ts'
 
 export { eventually } from '@ats/service-kit/testing'
+
+/** The swap an execute over NATS answered; throws when it was held for approval instead. */
+export function swapOf(answer: SwapResult | AwaitingApproval): SwapResult {
+  if (isAwaitingApproval(answer)) throw new Error(`the swap was held for approval ${answer.approval.id}`)
+  return answer
+}
 
 /** What the gateway adds to a request of an API key. */
 export const keyHeaders = (keyId: string, tier = 'readwrite') => ({

@@ -34,6 +34,11 @@ export const SpendPolicy = Type.Object(
         description: "the most tokens this key may launch in one UTC day (0: none); unset: the trading service's LAUNCH_DEFAULT_PER_DAY (3). A launch's gas counts against the USD caps as well",
       }),
     ),
+    approvalAboveUsd: Type.Optional(
+      UsdCap(
+        'a swap worth more than this, in US dollars, is not sent until a person approves it (POST /approvals/:id/approve): POST /swap/execute answers 202 with the approval, an agent job waits in awaiting_approval, an automation run waits; unset: no approval step',
+      ),
+    ),
     allowedRecipients: Type.Optional(
       Type.Array(Address({ description: 'a wallet swaps of this key may pay out to' }), {
         minItems: 1,

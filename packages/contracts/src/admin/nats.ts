@@ -2,6 +2,7 @@ import { Type, type Static } from 'typebox'
 import { TierSchema } from '../common/identity.ts'
 import { endpoint, topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
+import { eventChannels } from '../common/events.ts'
 import { Address, Sha256Hex } from '../common/primitives.ts'
 import { AgentPayer, SpendPolicy } from './http.ts'
 import { PaymentsOfJobsReply, PaymentsOfJobsRequest, paymentChannels } from './payments.ts'
@@ -50,6 +51,8 @@ export function adminChannels(namespace: string) {
     walletControl: `${namespace}-wallet-control`,
     /** charged payments (gateway -> JetStream -> admin's ledger) and the blocked payers */
     payments: paymentChannels(namespace),
+    /** the events stream: every service's outbox publishes there, admin delivers them to webhook subscriptions */
+    events: eventChannels(namespace),
   }
 }
 export type AdminChannels = ReturnType<typeof adminChannels>

@@ -4,7 +4,7 @@
 // of the rest of the API, because those SDKs parse that shape (docs/v1.md).
 import { Type, type Static } from 'typebox'
 import { route } from '../common/route.ts'
-import { JobTransaction } from './http.ts'
+import { JobAwaitingApproval, JobTransaction } from './http.ts'
 
 /** The models of /v1/models: each runs the agent; they differ in the runner that answers. */
 export const chatModels = [
@@ -134,6 +134,7 @@ export const ChatCompletion = Type.Object({
   ),
   usage: Usage,
   agent: AgentTrace,
+  ats: Type.Optional(JobAwaitingApproval),
 })
 export type ChatCompletion = Static<typeof ChatCompletion>
 
@@ -154,10 +155,11 @@ export const ChatCompletionChunk = Type.Object(
     ),
     usage: Type.Optional(Type.Union([Usage, Type.Null()])),
     agent: Type.Optional(Type.Union([AgentStep, AgentTrace])),
+    ats: Type.Optional(JobAwaitingApproval),
   },
   {
     description:
-      'One server-sent event `data: <chunk>`: first the role, then one chunk per agent step (empty delta, `agent.step`), then the answer\'s text in pieces, then finish_reason stop with `agent` (the full trace), then usage (with stream_options.include_usage), then `data: [DONE]`',
+      'One server-sent event `data: <chunk>`: first the role, then one chunk per agent step (empty delta, `agent.step`), then the answer\'s text in pieces, then finish_reason stop with `agent` (the full trace), then usage (with stream_options.include_usage), then `data: [DONE]`. A job that waits for a person to approve a swap ends the stream early: the text says what to approve and where, and the finish chunk carries `ats`',
   },
 )
 export type ChatCompletionChunk = Static<typeof ChatCompletionChunk>

@@ -3,6 +3,7 @@ import { ErrorBody } from '../common/errors.ts'
 import { Bytes32, EpochMs, FreeText, IntegerString } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
 import { JobPayment } from '../admin/payments.ts'
+import { Approval } from '../trading/approvals.ts'
 import { UnsignedTransaction } from '../trading/http.ts'
 import { PaymentRequiredSchema } from '../x402/requirements.ts'
 
@@ -15,13 +16,26 @@ export type Skill = Static<typeof Skill>
 
 export const maxPromptLength = 4000
 
-export const jobStatuses = ['pending', 'running', 'complete', 'failed', 'cancelled'] as const
+export const jobStatuses = ['pending', 'running', 'awaiting_approval', 'complete', 'failed', 'cancelled'] as const
 export type JobStatus = (typeof jobStatuses)[number]
 export const JobStatusSchema = Type.Unsafe<JobStatus>({
   type: 'string',
   enum: [...jobStatuses],
-  description: 'pending: queued; running: a worker runs it; complete: result is set; failed: error says why; cancelled: by DELETE /agent/job/:id',
+  description:
+    'pending: queued; running: a worker runs it; awaiting_approval: a swap of it waits for a person (POST /approvals/:id/approve or reject; `approval` says what), then it runs on; complete: result is set; failed: error says why; cancelled: by DELETE /agent/job/:id',
 })
+
+/** What a job waiting for a person's decision shows (/v1 answers' `ats` field): the approval and where to decide it. */
+export const JobAwaitingApproval = Type.Object(
+  {
+    jobId: Type.String(),
+    status: Type.Literal('awaiting_approval'),
+    approval: Approval,
+    notice: Type.String({ description: 'what waits and where to approve or reject it, in plain words' }),
+  },
+  { description: 'ours: the job waits for a person to approve a swap (the text says where); it goes on after the decision' },
+)
+export type JobAwaitingApproval = Static<typeof JobAwaitingApproval>
 
 export const PromptBody = Type.Object(
   {
@@ -88,6 +102,8 @@ export const Job = Type.Object({
   result: Type.Optional(JobResult),
   error: Type.Optional(Type.String({ description: 'failed jobs: what went wrong, for a person to read (never internals)' })),
   payment: Type.Optional(JobPayment),
+  approval: Type.Optional(Approval),
+  notice: Type.Optional(Type.String({ description: 'awaiting_approval: what waits and where to approve or reject it (`approval`), in plain words' })),
 })
 export type Job = Static<typeof Job>
 
@@ -145,7 +161,7 @@ export const agentRoutes = {
   cancelJob: route({
     method: 'DELETE',
     url: '/agent/job/:id',
-    summary: 'Cancel a pending or running job of yours; a running one stops within a second',
+    summary: 'Cancel a pending, running or awaiting_approval job of yours; a running one stops within a second, and the approval a waiting one asked for is withdrawn (it can no longer be approved)',
     schema: { params: IdParams, response: { 200: Type.Object({ success: Type.Literal(true), jobId: Type.String() }), 404: ErrorBody, ...errors } },
   }),
   jobEvents: route({
@@ -153,7 +169,7 @@ export const agentRoutes = {
     url: '/agent/job/:id/events',
     produces: 'text/event-stream',
     summary:
-      'Server-sent events of a job of yours: `status` (pending, running, then complete with the result, failed with the error, or cancelled) and `step` (each tool call, started and finished), each with an id; with a language model also `delta` ({text, offset}: the answer text as it is produced), without an id and not replayed. Reconnect with Last-Event-ID to get the stored events you missed (the complete status carries the whole text). The stream ends with the job (an id past its last event: at once once the job is finished). At most AGENT_MAX_STREAMS_PER_OWNER (5) open streams per payer: one more is 429, not charged',
+      'Server-sent events of a job of yours: `status` (pending, running, awaiting_approval with the `approval` while a swap waits for a person, then complete with the result, failed with the error, or cancelled) and `step` (each tool call, started and finished), each with an id; with a language model also `delta` ({text, offset}: the answer text as it is produced), without an id and not replayed. Reconnect with Last-Event-ID to get the stored events you missed (the complete status carries the whole text). The stream ends with the job (an id past its last event: at once once the job is finished). At most AGENT_MAX_STREAMS_PER_OWNER (5) open streams per payer: one more is 429, not charged',
     schema: {
       params: IdParams,
       headers: EventsHeaders,

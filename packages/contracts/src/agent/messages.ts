@@ -4,6 +4,7 @@
 import { Type, type Static } from 'typebox'
 import { route } from '../common/route.ts'
 import { AgentStep, AgentTrace, chatModels, maxChatMessages, type Failure } from './chat.ts'
+import { JobAwaitingApproval } from './http.ts'
 
 export const anthropicErrorTypes = [
   'invalid_request_error',
@@ -93,10 +94,13 @@ export const MessageAnswer = Type.Object({
   role: Type.Literal('assistant'),
   model: Type.String(),
   content: Type.Array(Type.Object({ type: Type.Literal('text'), text: Type.String() }), { description: 'one text block: the answer' }),
-  stop_reason: Type.Literal('end_turn'),
+  stop_reason: Type.Union([Type.Literal('end_turn'), Type.Literal('pause_turn')], {
+    description: 'end_turn: the answer; pause_turn: the job waits for a person to approve a swap (the text says where; `ats` has the approval)',
+  }),
   stop_sequence: Type.Null(),
   usage: Usage,
   agent: AgentTrace,
+  ats: Type.Optional(JobAwaitingApproval),
 })
 export type MessageAnswer = Static<typeof MessageAnswer>
 
@@ -113,10 +117,11 @@ export const MessageStreamEvent = Type.Object(
     usage: Type.Optional(Usage),
     step: Type.Optional(AgentStep.properties.step),
     agent: Type.Optional(AgentTrace),
+    ats: Type.Optional(JobAwaitingApproval),
   },
   {
     description:
-      "One server-sent event, `event: <type>` then `data: <json>`: message_start, content_block_start (index 0, text), ping, then one content_block_delta (text_delta) per piece of the answer as it comes, with agent_step events (one tool step of the agent: ours, which Anthropic clients skip as unknown) between them, then content_block_stop, message_delta (end_turn, usage, and the full `agent` trace), message_stop. A failure after the start is an `error` event with Anthropic's error body",
+      "One server-sent event, `event: <type>` then `data: <json>`: message_start, content_block_start (index 0, text), ping, then one content_block_delta (text_delta) per piece of the answer as it comes, with agent_step events (one tool step of the agent: ours, which Anthropic clients skip as unknown) between them, then content_block_stop, message_delta (end_turn, usage, and the full `agent` trace), message_stop. A job that waits for a person to approve a swap ends the stream with message_delta stop_reason pause_turn (the text says where; `ats` has the approval). A failure after the start is an `error` event with Anthropic's error body",
   },
 )
 

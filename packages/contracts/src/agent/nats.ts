@@ -2,6 +2,7 @@ import { Type, type Static } from 'typebox'
 import { topic, type Topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { EpochMs } from '../common/primitives.ts'
+import { Approval } from '../trading/approvals.ts'
 import { JobResult, JobStatusSchema } from './http.ts'
 
 /** A job to run: the work queue holds ids only; the job itself is in the agent's database. */
@@ -19,6 +20,8 @@ export const JobEvent = Type.Object({
       status: JobStatusSchema,
       result: Type.Optional(JobResult),
       error: Type.Optional(Type.String()),
+      approval: Type.Optional(Approval),
+      notice: Type.Optional(Type.String({ description: 'awaiting_approval: what waits and where to decide it, in plain words' })),
     }),
     Type.Object({
       step: Type.Integer({ minimum: 1 }),

@@ -5,6 +5,7 @@
 import { Type, type Static } from 'typebox'
 import { route } from '../common/route.ts'
 import { AgentTrace, chatModels, OpenAiError, openAiRouteErrors } from './chat.ts'
+import { JobAwaitingApproval } from './http.ts'
 
 export const responseStatuses = ['queued', 'in_progress', 'completed', 'failed', 'cancelled', 'incomplete'] as const
 export type ResponseStatus = (typeof responseStatuses)[number]
@@ -70,7 +71,7 @@ export const ResponseObject = Type.Object(
     object: Type.Literal('response'),
     created_at: Type.Integer({ description: 'seconds since the Unix epoch' }),
     completed_at: Type.Union([Type.Integer(), Type.Null()]),
-    status: Type.Unsafe<ResponseStatus>({ type: 'string', enum: [...responseStatuses], description: 'the job\'s: pending is queued, running in_progress, complete completed' }),
+    status: Type.Unsafe<ResponseStatus>({ type: 'string', enum: [...responseStatuses], description: 'the job\'s: pending is queued, running and awaiting_approval in_progress, complete completed' }),
     model: Type.String(),
     output: Type.Array(ResponseMessage, { description: "the answer as one assistant message, once completed" }),
     usage: Type.Union([ResponseUsage, Type.Null()]),
@@ -90,6 +91,7 @@ export const ResponseObject = Type.Object(
     text: Type.Object({ format: Type.Object({ type: Type.Literal('text') }) }),
     truncation: Type.Literal('disabled'),
     agent: Type.Optional(AgentTrace),
+    ats: Type.Optional(JobAwaitingApproval),
   },
   { description: "OpenAI's Response object for a job; `agent` (once completed) holds the agent's own tool calls and transactions" },
 )

@@ -34,18 +34,32 @@ export const Automation = Type.Object({
 })
 export type Automation = Static<typeof Automation>
 
+export const runStatuses = ['running', 'awaiting_approval', 'success', 'failed', 'skipped'] as const
+export type RunStatus = (typeof runStatuses)[number]
+
 export const AutomationRun = Type.Object({
   id: Type.String(),
   automationId: Type.String(),
   scheduledFor: EpochMs('the due time the run was for'),
   startedAt: EpochMs(),
   finishedAt: Type.Union([EpochMs(), Type.Null()]),
-  status: Type.Unsafe<'running' | 'success' | 'failed' | 'skipped'>({
+  status: Type.Unsafe<RunStatus>({
     type: 'string',
-    enum: ['running', 'success', 'failed', 'skipped'],
+    enum: [...runStatuses],
     description:
-      'running: the swap is under way; success: mined (txHash); failed: error says why (a reverted swap has its txHash too); skipped: not made because the server wallet was paused (error says by whom and since when); it counts neither as a run nor as a failure',
+      "running: the swap is under way; awaiting_approval: the swap is over the key's approvalAboveUsd and waits for a person (approval says where to decide; the automation starts no other run meanwhile); success: mined (txHash); failed: error says why (a reverted swap has its txHash too, an approved swap that could not be made says so); skipped: not made, counting neither as a run nor as a failure: the server wallet was paused (error says by whom and since when), or the approval was rejected, expired or withdrawn (its automation paused or ended meanwhile)",
   }),
+  approval: Type.Union(
+    [
+      Type.Object({
+        id: Type.String({ description: 'apr_…' }),
+        url: Type.String({ description: 'where to see it (through the gateway); POST <url>/approve or <url>/reject decides it' }),
+        expiresAt: EpochMs('when it expires undecided (the run is then skipped)'),
+      }),
+      Type.Null(),
+    ],
+    { description: 'the approval the run waits (or waited) for; null when none was needed' },
+  ),
   txHash: Type.Union([Bytes32(), Type.Null()]),
   amountIn: IntegerString({ description: 'tokenIn base units' }),
   amountOut: Type.Union([IntegerString({ description: 'tokenOut base units received by the wallet' }), Type.Null()]),

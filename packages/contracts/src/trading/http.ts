@@ -215,7 +215,7 @@ export type LaunchedToken = Static<typeof LaunchedToken>
 const LimitQuery = Type.Object({ limit: Type.Integer({ minimum: 1, maximum: 100, default: 50 }) })
 
 const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody }
-const writeErrors = { ...errors, 409: ErrorBody, 422: ErrorBody }
+export const writeErrors = { ...errors, 409: ErrorBody, 422: ErrorBody }
 
 export const tradingRoutes = {
   quote: route({
@@ -224,13 +224,6 @@ export const tradingRoutes = {
     summary:
       'Quote a swap on Uniswap V3 or Camelot (routed through WETH when there is no direct pool); 422 when no pool has liquidity, or when the pools cannot absorb amountIn (the error names the largest amount that fills)',
     schema: { querystring: QuoteQuery, response: { 200: Quote, ...errors, 422: ErrorBody } },
-  }),
-  execute: route({
-    method: 'POST',
-    url: '/swap/execute',
-    summary:
-      "Swap from the server wallet and wait for the receipt. Retries are safe with an Idempotency-Key: send one, or repeat with the one the answer carries (header idempotency-key, generated when none was sent; also on a 504). 403 over the key's spend limits or for a token outside the address book, 422 over its price-impact ceiling, 423 while the server wallet is paused",
-    schema: { body: SwapBody, response: { 200: SwapResult, ...writeErrors, 423: ErrorBody } },
   }),
   prepare: route({
     method: 'POST',

@@ -1,8 +1,10 @@
 import { serviceContract } from '../common/service.ts'
+import { approvalRoutes } from './approvals.ts'
 import { tradingRoutes } from './http.ts'
 import { tradingChannels } from './nats.ts'
 
+export * from './approvals.ts'
 export * from './http.ts'
 export * from './nats.ts'
 
-export const tradingContract = serviceContract({ name: 'trading', routes: tradingRoutes, channels: tradingChannels })
+export const tradingContract = serviceContract({ name: 'trading', routes: { ...tradingRoutes, ...approvalRoutes }, channels: tradingChannels })

@@ -2,6 +2,7 @@ import { Type, type Static } from 'typebox'
 import { endpoint } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { Address } from '../common/primitives.ts'
+import { Approval, AwaitingApproval } from './approvals.ts'
 import { Positions, PreparedSwap, PrepareBody, Quote, QuoteQuery, SwapBody, SwapResult } from './http.ts'
 
 /**
@@ -35,7 +36,20 @@ export const PositionsRequest = Type.Object({ address: Type.Optional(Address()) 
 export function tradingChannels(namespace: string) {
   return {
     quote: endpoint(subjectOf(namespace, 'trading', 'swap.quote'), QuoteQuery, Quote),
-    execute: endpoint(subjectOf(namespace, 'trading', 'swap.execute'), ExecuteRequest, SwapResult),
+    /** a swap, or (a spend policy's approvalAboveUsd) the approval it waits for: nothing was sent then */
+    execute: endpoint(subjectOf(namespace, 'trading', 'swap.execute'), ExecuteRequest, Type.Union([SwapResult, AwaitingApproval])),
+    /** one approval by id, as its requester sees it (a job or run waiting for it asks every APPROVAL_POLL_MS); null when unknown */
+    approval: endpoint(subjectOf(namespace, 'trading', 'approvals.get'), Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }), Type.Object({ approval: Type.Union([Approval, Type.Null()]) })),
+    /**
+     * the requester gives a pending approval up (its job was cancelled, its automation paused or
+     * deleted): it becomes rejected with decidedBy "requester" and can no longer be approved; an
+     * approval already decided is answered as it is
+     */
+    approvalWithdraw: endpoint(
+      subjectOf(namespace, 'trading', 'approvals.withdraw'),
+      Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }), reason: Type.String({ minLength: 1, maxLength: 500 }) }),
+      Type.Object({ approval: Type.Union([Approval, Type.Null()]) }),
+    ),
     prepare: endpoint(subjectOf(namespace, 'trading', 'swap.prepare'), PrepareBody, PreparedSwap),
     positions: endpoint(subjectOf(namespace, 'trading', 'positions'), PositionsRequest, Positions),
     /** the tokens known by symbol, with their decimals (the agent turns "1.5 WETH" into base units) */

@@ -1,9 +1,10 @@
 // Payments of agent jobs: held until the agent says how the job ended, then due for settlement
 // (charge) or voided (the job failed, or was cancelled before it started).
 import type { JobPayment, JobPaymentOutcome, PaymentChannels } from '@ats/contracts'
-import { startDurableConsumer, startWorkerLoop, type Logger, type WorkerLoop } from '@ats/service-kit'
+import { recordEvent, startDurableConsumer, startWorkerLoop, type EventOutbox, type Logger, type WorkerLoop } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
-import type { PrismaClient, SettlementState } from '../generated/prisma/client.ts'
+import { Prisma, type Payment, type PrismaClient, type SettlementState } from '../generated/prisma/client.ts'
+import { paymentEventData } from './ledger.ts'
 
 export const expiredBeforeJobFinished = 'authorization expired before the job finished'
 
@@ -18,7 +19,12 @@ const shown: Record<SettlementState, JobPayment['state']> = {
   failed: 'failed',
 }
 
-export function createJobPayments(db: PrismaClient, { settle }: { settle: boolean }) {
+/** A payment moved by applyOutcomes, with what its payment.voided event says. */
+type Moved = Pick<Payment, 'payer' | 'nonce' | 'amount' | 'asset' | 'network' | 'chainId' | 'jobId' | 'route' | 'state' | 'voidReason'>
+const movedColumns = (table: string) =>
+  Prisma.raw(['payer', 'nonce', 'amount', 'asset', 'network', 'chain_id AS "chainId"', 'job_id AS "jobId"', 'route', 'state', 'void_reason AS "voidReason"'].map((c) => `${table}.${c}`).join(', '))
+
+export function createJobPayments(db: PrismaClient, { settle, events }: { settle: boolean; events: Pick<EventOutbox, 'send'> }) {
   return {
     /** Keeps each job's first outcome; a repeat (a redelivery, a republish) changes nothing. */
     async recordOutcomes(outcomes: JobPaymentOutcome[]): Promise<number> {
@@ -42,17 +48,29 @@ export function createJobPayments(db: PrismaClient, { settle }: { settle: boolea
      */
     async applyOutcomes(): Promise<{ charged: number; voided: number; expired: number }> {
       const due: SettlementState = settle ? 'pending' : 'skipped'
-      const moved = await db.$queryRaw<Array<{ state: SettlementState }>>`
-        UPDATE payments p
-        SET state = (CASE WHEN o.outcome = 'charge' THEN ${due} ELSE 'voided' END)::"SettlementState",
-          void_reason = CASE WHEN o.outcome = 'charge' THEN NULL ELSE coalesce(o.reason, 'the job did not complete') END,
-          next_attempt_at = now()
-        FROM job_outcomes o
-        WHERE p.state = 'held' AND p.job_id = o.job_id
-        RETURNING p.state`
-      const expired = await db.$executeRaw`
-        UPDATE payments SET state = 'voided', void_reason = ${expiredBeforeJobFinished}
-        WHERE state = 'held' AND valid_before <= floor(extract(epoch FROM now()))::bigint`
+      // each voided payment's payment.voided event is recorded in the transaction that voids it
+      const { moved, expired, eventIds } = await db.$transaction(async (tx) => {
+        const moved = await tx.$queryRaw<Moved[]>`
+          UPDATE payments p
+          SET state = (CASE WHEN o.outcome = 'charge' THEN ${due} ELSE 'voided' END)::"SettlementState",
+            void_reason = CASE WHEN o.outcome = 'charge' THEN NULL ELSE coalesce(o.reason, 'the job did not complete') END,
+            next_attempt_at = now()
+          FROM job_outcomes o
+          WHERE p.state = 'held' AND p.job_id = o.job_id
+          RETURNING ${movedColumns('p')}`
+        const expired = await tx.$queryRaw<Moved[]>`
+          UPDATE payments SET state = 'voided', void_reason = ${expiredBeforeJobFinished}
+          WHERE state = 'held' AND valid_before <= floor(extract(epoch FROM now()))::bigint
+          RETURNING ${movedColumns('payments')}`
+        const eventIds: string[] = []
+        for (const p of [...moved, ...expired].filter((m) => m.state === 'voided')) {
+          eventIds.push(
+            await recordEvent(tx, { type: 'payment.voided', owner: { wallet: p.payer }, data: { ...paymentEventData(p), reason: p.voidReason ?? 'voided' } }),
+          )
+        }
+        return { moved, expired: expired.length, eventIds }
+      })
+      events.send(...eventIds)
       const voided = moved.filter((m) => m.state === 'voided').length
       return { charged: moved.length - voided, voided, expired }
     },

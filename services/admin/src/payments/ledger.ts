@@ -1,4 +1,5 @@
 import { settleOnJobComplete, type PaymentCharged } from '@ats/contracts'
+import { recordEvent, type EventOutbox } from '@ats/service-kit'
 import type { Payment, PrismaClient, SettlementState } from '../generated/prisma/client.ts'
 
 export type PaymentRow = Payment
@@ -27,12 +28,24 @@ const dayMs = 86_400_000
 const stateOf = (e: PaymentCharged, settle: boolean): SettlementState =>
   e.settle === settleOnJobComplete && e.jobId ? 'held' : settle ? 'pending' : 'skipped'
 
+/** What the payment.* webhook events say of a payment (docs/webhooks.md). */
+export const paymentEventData = (p: Pick<Payment, 'payer' | 'nonce' | 'amount' | 'asset' | 'network' | 'chainId' | 'jobId' | 'route'>) => ({
+  payer: p.payer.toLowerCase(),
+  nonce: p.nonce,
+  amount: String(p.amount),
+  asset: p.asset,
+  network: p.network,
+  chainId: p.chainId,
+  route: p.route,
+  ...(p.jobId ? { jobId: p.jobId } : {}),
+})
+
 /**
  * The payments ledger: every charged payment once (unique payer + nonce), its settlement
  * state, and the revenue figures. Revenue counts every payment that has not failed to
  * settle and was not voided (its job failed): those earned nothing.
  */
-export function createLedger(db: PrismaClient, { settle }: { settle: boolean }) {
+export function createLedger(db: PrismaClient, { settle, events }: { settle: boolean; events: Pick<EventOutbox, 'send'> }) {
   const earning = { state: { notIn: ['failed', 'voided'] as SettlementState[] } }
   return {
     /**
@@ -124,8 +137,17 @@ export function createLedger(db: PrismaClient, { settle }: { settle: boolean }) 
       await db.payment.update({ where: { id }, data: { state: 'settling', txHash: tx.hash, rawTx: tx.raw } })
     },
 
+    /** Settled, and `payment.settled` for the payer's webhooks recorded in the same transaction. */
     async settled(id: bigint, txHash: string): Promise<void> {
-      await db.payment.update({ where: { id }, data: { state: 'settled', txHash, settledAt: new Date(), settleError: null } })
+      const eventId = await db.$transaction(async (tx) => {
+        const p = await tx.payment.update({ where: { id }, data: { state: 'settled', txHash, settledAt: new Date(), settleError: null } })
+        return recordEvent(tx, {
+          type: 'payment.settled',
+          owner: { wallet: p.payer },
+          data: { ...paymentEventData(p), txHash },
+        })
+      })
+      events.send(eventId)
     },
 
     async failed(id: bigint, reason: string): Promise<void> {

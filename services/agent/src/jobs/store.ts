@@ -1,8 +1,8 @@
 // The agent's jobs, threads, messages, job events and job steps in Postgres (schema "agent").
 import { randomBytes } from 'node:crypto'
-import type { Job as JobView, JobEvent, JobResult, Message as MessageView, Thread as ThreadView } from '@ats/contracts'
-import { NotFound } from '@ats/service-kit'
-import type { Job, Message, Prisma, PrismaClient } from '../generated/prisma/client.ts'
+import type { Approval, Job as JobView, JobEvent, JobResult, Message as MessageView, Thread as ThreadView, WebhookEventType } from '@ats/contracts'
+import { NotFound, recordEvent } from '@ats/service-kit'
+import { Prisma, type Job, type Message, type PrismaClient } from '../generated/prisma/client.ts'
 
 const newId = (prefix: string) => `${prefix}_${randomBytes(12).toString('base64url')}`
 type Tx = Prisma.TransactionClient
@@ -22,6 +22,11 @@ export interface JobStoreHooks {
    * happens is made by the sweep (`unpublishedOutcomes`).
    */
   paidJobFinished?(jobId: string): void
+  /**
+   * Webhook events were recorded in a committed transaction (the event outbox): called after the
+   * commit, to publish them at once. A publish that never happens is made by the outbox's sweep.
+   */
+  eventsRecorded?(ids: string[]): void
 }
 
 /** What the payment of a finished paid job comes to, stored in the same UPDATE as the final status. */
@@ -57,7 +62,12 @@ const finished = new Set(['complete', 'failed', 'cancelled'])
 export const isFinished = (status: string) => finished.has(status)
 
 export function jobView(job: Job, full = isFinished(job.status)): JobView {
-  const short = { id: job.id, status: job.status, createdAt: job.createdAt.getTime() }
+  const short = {
+    id: job.id,
+    status: job.status,
+    createdAt: job.createdAt.getTime(),
+    ...(job.status === 'awaiting_approval' && job.approval ? { approval: job.approval as unknown as Approval, notice: job.approvalNotice ?? '' } : {}),
+  }
   if (!full) return short
   return {
     ...short,
@@ -90,12 +100,48 @@ async function appendEvent(t: Tx, jobId: string, type: JobEvent['type'], data: J
   return { jobId, seq, type, at: row.createdAt.getTime(), data }
 }
 
+/** What a job's webhook events need of it, returned by the statements that change its status. */
+interface EventRow {
+  id: string
+  paid: boolean
+  owner_id: string
+  key_id: string | null
+  wallet: string | null
+  prompt: string
+  thread_id: string
+  /** the approval the job asked for last, when it was not decided before the job went on (to withdraw) */
+  approval_id: string | null
+}
+const eventColumns = Prisma.sql`id, payment IS NOT NULL AS paid, owner_id, key_id, wallet, prompt, thread_id, approval->>'id' AS approval_id`
+
+/**
+ * Records a job's webhook event in the transaction of its status change. The owner is the key
+ * (/v1) with its bound wallet, or the payer's wallet (paid jobs): nothing crosses owners.
+ */
+function recordJobEvent(t: Tx, type: WebhookEventType, job: EventRow, data: { status: string; result?: JobResult; error?: string; approval?: Approval; notice?: string }) {
+  return recordEvent(t, {
+    type,
+    owner: { keyId: job.key_id, wallet: job.wallet ?? (job.key_id ? null : job.owner_id) },
+    data: { jobId: job.id, prompt: job.prompt, threadId: job.thread_id, ...data },
+  })
+}
+
+/** A job ended by cancel or fail: its status event, and the approval it waited for, if any, to withdraw. */
+export interface Ended {
+  event: JobEvent
+  approvalId?: string | undefined
+  owner: Pick<Owner, 'ownerId' | 'keyId'>
+}
+
 export type ClaimOutcome = { claimed: Job; event: JobEvent } | { finished: true } | { busyForMs: number } | { missing: true }
 
 export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
   /** after the commit of a final status: paid jobs have an outcome to publish */
   const outcomeStored = (rows: Array<{ paid: boolean }>, jobId: string) => {
     if (rows[0]?.paid) hooks.paidJobFinished?.(jobId)
+  }
+  const recorded = (ids: string[]) => {
+    if (ids.length > 0) hooks.eventsRecorded?.(ids)
   }
   return {
     /**
@@ -160,21 +206,28 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       return ((prompt?.metadata ?? null) as { apiRequest?: Record<string, unknown> } | null)?.apiRequest ?? null
     },
 
-    /** pending or running -> cancelled; null when the job is not the owner's or already finished. */
-    async cancel(owner: Owner, id: string): Promise<JobEvent | null> {
-      // a paid job cancelled while running is charged (work was done), one cancelled before a
-      // worker started it is voided: decided from the status it had, in the same statement
-      const { rows, event } = await db.$transaction(async (t) => {
-        const rows = await t.$queryRaw<Array<{ id: string; paid: boolean }>>`
+    /**
+     * pending, running or awaiting_approval -> cancelled; null when the job is not the owner's or
+     * already finished. `approvalId`: the approval a waiting job asked for, to withdraw.
+     */
+    async cancel(owner: Owner, id: string): Promise<Ended | null> {
+      // a paid job cancelled while running (or waiting) is charged (work was done), one cancelled
+      // before a worker started it is voided: decided from the status it had, in the same statement;
+      // `approval` is kept from a wait that was not decided, so that the caller withdraws it
+      const { rows, event, eventId } = await db.$transaction(async (t) => {
+        const rows = await t.$queryRaw<EventRow[]>`
           UPDATE jobs SET status = 'cancelled', worker_id = NULL, lease_until = NULL, updated_at = now(),
-            payment_outcome = CASE WHEN payment IS NULL THEN NULL WHEN status = 'running' THEN 'charge' ELSE 'void' END,
-            payment_reason = CASE WHEN payment IS NULL OR status = 'running' THEN NULL ELSE ${cancelledBeforeStart} END
-          WHERE id = ${id} AND owner_id = ${owner.ownerId} AND status IN ('pending', 'running') RETURNING id, payment IS NOT NULL AS paid`
-        if (rows.length === 0) return { rows, event: null }
-        return { rows, event: await appendEvent(t, id, 'status', { status: 'cancelled' }) }
+            payment_outcome = CASE WHEN payment IS NULL THEN NULL WHEN status IN ('running', 'awaiting_approval') THEN 'charge' ELSE 'void' END,
+            payment_reason = CASE WHEN payment IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE ${cancelledBeforeStart} END
+          WHERE id = ${id} AND owner_id = ${owner.ownerId} AND status IN ('pending', 'running', 'awaiting_approval') RETURNING ${eventColumns}`
+        if (rows.length === 0) return { rows, event: null, eventId: null }
+        const eventId = await recordJobEvent(t, 'job.cancelled', rows[0]!, { status: 'cancelled' })
+        return { rows, event: await appendEvent(t, id, 'status', { status: 'cancelled' }), eventId }
       })
       outcomeStored(rows, id)
-      return event
+      if (eventId) recorded([eventId])
+      const row = rows[0]
+      return event && row ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } } : null
     },
 
     async thread(owner: Owner, id: string): Promise<ThreadView | null> {
@@ -203,7 +256,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
         const rows = await t.$queryRaw<Job[]>`
           UPDATE jobs SET status = 'running', worker_id = ${workerId}, attempts = attempts + 1, updated_at = now(),
             lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8)
-          WHERE id = ${jobId} AND (status = 'pending' OR (status = 'running' AND (lease_until < now() OR worker_id = ${workerId})))
+          WHERE id = ${jobId} AND (status = 'pending' OR (status IN ('running', 'awaiting_approval') AND (lease_until < now() OR worker_id = ${workerId})))
           RETURNING id`
         if (rows.length === 0) {
           const job = await t.job.findUnique({ where: { id: jobId }, select: { status: true, leaseUntil: true } })
@@ -217,12 +270,41 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       })
     },
 
-    /** Extends a running job's lease; false when the job is no longer this worker's (cancelled). */
+    /** Extends a running (or waiting) job's lease; false when the job is no longer this worker's (cancelled). */
     async renew(jobId: string, workerId: string, leaseMs: number): Promise<boolean> {
       const rows = await db.$queryRaw<Array<{ id: string }>>`
         UPDATE jobs SET lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8)
-        WHERE id = ${jobId} AND worker_id = ${workerId} AND status = 'running' RETURNING id`
+        WHERE id = ${jobId} AND worker_id = ${workerId} AND status IN ('running', 'awaiting_approval') RETURNING id`
       return rows.length > 0
+    },
+
+    /**
+     * running -> awaiting_approval: a swap of the job waits for a person's decision. The approval,
+     * the status event that carries it and the job.awaiting_approval webhook event, in one
+     * transaction; null when the job is no longer this worker's.
+     */
+    async awaitApproval(jobId: string, workerId: string, approval: Approval, notice: string): Promise<JobEvent | null> {
+      const { event, eventId } = await db.$transaction(async (t) => {
+        const rows = await t.$queryRaw<EventRow[]>`
+          UPDATE jobs SET status = 'awaiting_approval', approval = ${JSON.stringify(approval)}::jsonb, approval_notice = ${notice}, updated_at = now()
+          WHERE id = ${jobId} AND worker_id = ${workerId} AND status = 'running' RETURNING ${eventColumns}`
+        if (rows.length === 0) return { event: null, eventId: null }
+        const eventId = await recordJobEvent(t, 'job.awaiting_approval', rows[0]!, { status: 'awaiting_approval', approval, notice })
+        return { event: await appendEvent(t, jobId, 'status', { status: 'awaiting_approval', approval, notice }), eventId }
+      })
+      if (eventId) recorded([eventId])
+      return event
+    },
+
+    /** awaiting_approval -> running: the approval was decided; null when the job is no longer this worker's. */
+    async resume(jobId: string, workerId: string): Promise<JobEvent | null> {
+      return db.$transaction(async (t) => {
+        const rows = await t.$queryRaw<Array<{ id: string }>>`
+          UPDATE jobs SET status = 'running', approval = NULL, approval_notice = NULL, updated_at = now()
+          WHERE id = ${jobId} AND worker_id = ${workerId} AND status = 'awaiting_approval' RETURNING id`
+        if (rows.length === 0) return null
+        return appendEvent(t, jobId, 'status', { status: 'running' })
+      })
     },
 
     /** The thread's messages before this job's prompt, oldest first: the runner's context. */
@@ -233,42 +315,55 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       return (own === -1 ? ordered : ordered.slice(0, own)).slice(-limit).map((m) => ({ role: m.role, content: m.content }))
     },
 
-    /** running -> complete, with the assistant's message; null when the job was cancelled meanwhile. */
-    async complete(job: Job, workerId: string, result: JobResult): Promise<JobEvent | null> {
-      const { rows, event } = await db.$transaction(async (t) => {
-        const rows = await t.$queryRaw<Array<{ id: string; paid: boolean }>>`
+    /**
+     * running -> complete, with the assistant's message; null when the job was cancelled meanwhile.
+     * `approvalId`: an approval an earlier run of the job waited for and this one did not (a
+     * re-run that planned otherwise), to withdraw.
+     */
+    async complete(job: Job, workerId: string, result: JobResult): Promise<Ended | null> {
+      const { rows, event, eventId } = await db.$transaction(async (t) => {
+        const rows = await t.$queryRaw<EventRow[]>`
           UPDATE jobs SET status = 'complete', result = ${JSON.stringify(result)}::jsonb, worker_id = NULL, lease_until = NULL, updated_at = now(),
             payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'charge' END
-          WHERE id = ${job.id} AND status = 'running' AND worker_id = ${workerId} RETURNING id, payment IS NOT NULL AS paid`
-        if (rows.length === 0) return { rows, event: null }
+          WHERE id = ${job.id} AND status = 'running' AND worker_id = ${workerId} RETURNING ${eventColumns}`
+        if (rows.length === 0) return { rows, event: null, eventId: null }
+        const eventId = await recordJobEvent(t, 'job.completed', rows[0]!, { status: 'complete', result })
         await t.message.create({
           data: { id: newId('msg'), threadId: job.threadId, role: 'assistant', content: result.text, toolCalls: result.toolCalls, metadata: { jobId: job.id } },
         })
         await t.thread.update({ where: { id: job.threadId }, data: { updatedAt: new Date() } })
-        return { rows, event: await appendEvent(t, job.id, 'status', { status: 'complete', result }) }
+        return { rows, event: await appendEvent(t, job.id, 'status', { status: 'complete', result }), eventId }
       })
       outcomeStored(rows, job.id)
-      return event
+      if (eventId) recorded([eventId])
+      const row = rows[0]
+      return event && row ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } } : null
     },
 
-    /** -> failed with a message for the client; by its worker, or by anyone when `workerId` is null. */
-    async fail(jobId: string, workerId: string | null, error: string): Promise<JobEvent | null> {
+    /**
+     * -> failed with a message for the client; by its worker, or by anyone when `workerId` is null.
+     * `approvalId`: the approval a waiting job asked for, to withdraw.
+     */
+    async fail(jobId: string, workerId: string | null, error: string): Promise<Ended | null> {
       // a failed paid job voids its payment, with the job's error as the reason
-      const { rows, event } = await db.$transaction(async (t) => {
+      const { rows, event, eventId } = await db.$transaction(async (t) => {
         const rows = workerId
-          ? await t.$queryRaw<Array<{ id: string; paid: boolean }>>`
+          ? await t.$queryRaw<EventRow[]>`
               UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now(),
                 payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'void' END, payment_reason = CASE WHEN payment IS NULL THEN NULL ELSE ${error} END
-              WHERE id = ${jobId} AND status = 'running' AND worker_id = ${workerId} RETURNING id, payment IS NOT NULL AS paid`
-          : await t.$queryRaw<Array<{ id: string; paid: boolean }>>`
+              WHERE id = ${jobId} AND status IN ('running', 'awaiting_approval') AND worker_id = ${workerId} RETURNING ${eventColumns}`
+          : await t.$queryRaw<EventRow[]>`
               UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now(),
                 payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'void' END, payment_reason = CASE WHEN payment IS NULL THEN NULL ELSE ${error} END
-              WHERE id = ${jobId} AND status IN ('pending', 'running') RETURNING id, payment IS NOT NULL AS paid`
-        if (rows.length === 0) return { rows, event: null }
-        return { rows, event: await appendEvent(t, jobId, 'status', { status: 'failed', error }) }
+              WHERE id = ${jobId} AND status IN ('pending', 'running', 'awaiting_approval') RETURNING ${eventColumns}`
+        if (rows.length === 0) return { rows, event: null, eventId: null }
+        const eventId = await recordJobEvent(t, 'job.failed', rows[0]!, { status: 'failed', error })
+        return { rows, event: await appendEvent(t, jobId, 'status', { status: 'failed', error }), eventId }
       })
       outcomeStored(rows, jobId)
-      return event
+      if (eventId) recorded([eventId])
+      const row = rows[0]
+      return event && row ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } } : null
     },
 
     /** The outcome of a finished paid job, to publish; null when it has none (unpaid, or not finished). */
@@ -292,9 +387,9 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
         take: limit,
       }),
 
-    /** Gives a running job back to the queue (its worker is stopping). */
+    /** Gives a running (or waiting) job back to the queue (its worker is stopping). */
     release: (jobId: string, workerId: string) =>
-      db.$executeRaw`UPDATE jobs SET lease_until = now() WHERE id = ${jobId} AND worker_id = ${workerId} AND status = 'running'`,
+      db.$executeRaw`UPDATE jobs SET lease_until = now() WHERE id = ${jobId} AND worker_id = ${workerId} AND status IN ('running', 'awaiting_approval')`,
 
     appendStepEvent: (jobId: string, data: JobEvent['data']) => db.$transaction((t) => appendEvent(t, jobId, 'step', data)),
 

@@ -9,7 +9,9 @@ import type { Job } from '../generated/prisma/client.ts'
 import { createPlanner } from '../runner/planner.ts'
 import { RunnerError, type Runner } from '../runner/runner.ts'
 import { createToolbox } from '../runner/toolbox.ts'
+import type { ApprovalWaits } from '../runner/approvals.ts'
 import type { JobOwner, Tools } from '../runner/tools.ts'
+import type { ApprovalWithdrawal } from './approvals.ts'
 import type { JobEvents } from './events.ts'
 import type { JobStore } from './store.ts'
 
@@ -30,6 +32,8 @@ export interface WorkerDeps {
   events: JobEvents
   tools: Tools
   runner: Runner
+  /** gives up the approval of a job that failed while it waited */
+  withdraw: ApprovalWithdrawal
   log: Logger
   settings: WorkerSettings
 }
@@ -42,7 +46,31 @@ class Stopping extends Error {}
 export const ownerOfJob = (job: Job): JobOwner =>
   job.keyId ? { kind: 'key', keyId: job.keyId, wallet: job.wallet ?? undefined } : { kind: 'payer', address: job.ownerId }
 
-export async function startJobWorkers({ nc, channels, store, events, tools, runner, log, settings }: WorkerDeps) {
+/**
+ * The run-time limit of a job: it aborts the run after `limitMs` of running, a wait for approval
+ * not counted (a person may take minutes to decide).
+ */
+function runClock(limitMs: number, onLimit: () => void) {
+  let left = limitMs
+  let since = Date.now()
+  let timer: NodeJS.Timeout | undefined = setTimeout(onLimit, left)
+  return {
+    pause() {
+      if (!timer) return
+      clearTimeout(timer)
+      timer = undefined
+      left -= Date.now() - since
+    },
+    resume() {
+      if (timer) return
+      since = Date.now()
+      timer = setTimeout(onLimit, Math.max(0, left))
+    },
+    stop: () => clearTimeout(timer),
+  }
+}
+
+export async function startJobWorkers({ nc, channels, store, events, tools, runner, withdraw, log, settings }: WorkerDeps) {
   const workerId = `wrk_${randomBytes(8).toString('base64url')}`
   // /v1's ats-planner asks for the offline planner whatever the deployment's runner is
   const planner = runner.name === 'offline-planner' ? runner : createPlanner()
@@ -62,11 +90,11 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     },
   })
 
-  async function run(job: Job, signal: AbortSignal): Promise<JobResult> {
+  async function run(job: Job, signal: AbortSignal, approvals: ApprovalWaits): Promise<JobResult> {
     const owner = ownerOfJob(job)
     // both read the database: at once, since the model's first token waits on them
     const [toolbox, history] = await Promise.all([
-      createToolbox({ tools, store, emit: events.emit, log, jobId: job.id, owner, signal }),
+      createToolbox({ tools, store, emit: events.emit, log, jobId: job.id, owner, signal, approvals }),
       store.history(job.threadId, job.id, settings.historyMessages),
     ])
     // the text as the model writes it: broadcast only (never stored), each piece with its offset in the answer
@@ -91,7 +119,29 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     const stop = () => controller.abort(new Stopping())
     shutdown.addEventListener('abort', stop, { once: true })
     if (shutdown.aborted) stop() // the process began to stop while the job was being claimed
-    const timer = setTimeout(() => controller.abort(new TimedOut()), settings.maxRunMs)
+    const clock = runClock(settings.maxRunMs, () => controller.abort(new TimedOut()))
+    // a swap waiting for a person: the job shows it (status, SSE, /v1), and its time limit waits too
+    const approvals: ApprovalWaits = {
+      async begin(approval, notice) {
+        const event = await store.awaitApproval(jobId, workerId, approval, notice)
+        if (!event) {
+          controller.abort(new Cancelled())
+          throw controller.signal.reason
+        }
+        events.emit(event)
+        clock.pause()
+        log.info({ jobId, approvalId: approval.id }, 'job awaiting approval')
+      },
+      async end() {
+        const event = await store.resume(jobId, workerId)
+        if (!event) {
+          controller.abort(new Cancelled())
+          throw controller.signal.reason
+        }
+        events.emit(event)
+        clock.resume()
+      },
+    }
     const renewal = setInterval(async () => {
       try {
         if (!(await store.renew(jobId, workerId, settings.ackWaitMs))) controller.abort(new Cancelled())
@@ -102,10 +152,11 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     const started = Date.now()
     log.info({ jobId, deliveries, runner: runnerFor(job).name }, 'job running')
     try {
-      const result = await run(job, controller.signal)
-      const event = await store.complete(job, workerId, result)
-      if (event) events.emit(event)
-      log.info({ jobId, ms: Date.now() - started, steps: result.steps, toolCalls: result.toolCalls, cancelled: !event }, 'job finished')
+      const result = await run(job, controller.signal, approvals)
+      const ended = await store.complete(job, workerId, result)
+      if (ended) events.emit(ended.event)
+      if (ended?.approvalId) await withdraw(ended.owner, ended.approvalId, 'the job finished without this swap')
+      log.info({ jobId, ms: Date.now() - started, steps: result.steps, toolCalls: result.toolCalls, cancelled: !ended }, 'job finished')
       return 'done'
     } catch (error) {
       const reason = controller.signal.aborted ? controller.signal.reason : error
@@ -130,12 +181,13 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
         await store.release(jobId, workerId).catch(() => undefined)
         throw error
       }
-      const event = await store.fail(jobId, workerId, message)
-      if (event) events.emit(event)
+      const ended = await store.fail(jobId, workerId, message)
+      if (ended) events.emit(ended.event)
+      if (ended?.approvalId) await withdraw(ended.owner, ended.approvalId, 'the job failed')
       log.warn({ jobId, ms: Date.now() - started, error: message }, 'job failed')
       return 'done'
     } finally {
-      clearTimeout(timer)
+      clock.stop()
       clearInterval(renewal)
       shutdown.removeEventListener('abort', stop)
       running.delete(jobId)
@@ -154,8 +206,9 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     handle: ({ message, deliveries, shutdown }) => handle(message.jobId, deliveries, shutdown),
     exhausted: async ({ jobId }, deliveries) => {
       const message = `the job could not be completed: it was started ${deliveries - 1} times and its worker stopped or failed each time`
-      const event = await store.fail(jobId, null, message)
-      if (event) events.emit(event)
+      const ended = await store.fail(jobId, null, message)
+      if (ended) events.emit(ended.event)
+      if (ended?.approvalId) await withdraw(ended.owner, ended.approvalId, 'the job failed')
       log.error({ jobId, deliveries }, 'job failed: out of attempts')
     },
   })

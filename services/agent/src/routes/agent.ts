@@ -22,8 +22,8 @@ export interface AgentRouteDeps {
   store: JobStore
   queue: JobQueue
   events: JobEvents
-  /** broadcast that a job was cancelled, for the worker running it */
-  cancelled(jobId: string): void
+  /** broadcast that a job was cancelled, for the worker running it; withdraws the approval it waited for */
+  cancelled(jobId: string, owner: Owner, approvalId?: string): void
   /** runs a paid request sent again with its payment id once (the gateway's x-ats-idempotency-key) */
   idempotency: IdempotencyStore
   /** the payments of paid jobs, from admin's ledger */
@@ -96,10 +96,11 @@ export async function agentRoutesPlugin(app: FastifyInstance, { store, queue, ev
     ...agentRoutes.cancelJob,
     handler: async (request) =>
       once(request, 'agent.cancel', { id: request.params.id }, async () => {
-        const event = await store.cancel(payerOf(request), request.params.id)
-        if (!event) throw new JobNotCancellable(request.params.id)
-        events.emit(event)
-        cancelled(request.params.id)
+        const owner = payerOf(request)
+        const ended = await store.cancel(owner, request.params.id)
+        if (!ended) throw new JobNotCancellable(request.params.id)
+        events.emit(ended.event)
+        cancelled(request.params.id, owner, ended.approvalId)
         request.log.info({ jobId: request.params.id }, 'job cancelled')
         return { success: true as const, jobId: request.params.id }
       }),

@@ -3,7 +3,7 @@
 // shape. A followed job's text arrives through `onText`: the model's tokens as they are produced
 // (job `delta` events), then whatever of the final text was not streamed; joined, the pieces are
 // always the job's result text.
-import { chatModels, type AgentToolCall, type AgentTrace, type ApiRoute, type JobEvent, type JobResult } from '@ats/contracts'
+import { chatModels, type AgentToolCall, type AgentTrace, type ApiRoute, type Approval, type JobAwaitingApproval, type JobEvent, type JobResult } from '@ats/contracts'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { atParam, ChatInterrupted, ChatTimedOut, InvalidChat, JobFailed, ModelNotFound, NoKey, type UnknownModel } from '../errors.ts'
 import type { JobEvents } from '../jobs/events.ts'
@@ -15,8 +15,8 @@ export interface AnswerDeps {
   store: JobStore
   queue: JobQueue
   events: JobEvents
-  /** broadcast that a job was cancelled, for the worker running it */
-  cancelled(jobId: string): void
+  /** broadcast that a job was cancelled, for the worker running it; withdraws the approval it waited for */
+  cancelled(jobId: string, owner: Owner, approvalId?: string): void
   /** how long a waiting answer waits for its job before it is cancelled (504) */
   waitMs: number
 }
@@ -81,6 +81,22 @@ export const terminalOf = (e: JobEvent): Terminal | undefined => {
   return undefined
 }
 
+/** A job that waits for a person to approve a swap: a /v1 answer says so at once, and where to decide. */
+export type Waiting = { status: 'awaiting_approval'; approval: Approval; notice: string }
+
+export const waitingOf = (e: JobEvent): Waiting | undefined => {
+  if (e.type !== 'status') return undefined
+  const data = e.data as { status: string; approval?: Approval; notice?: string }
+  if (data.status !== 'awaiting_approval' || !data.approval) return undefined
+  return { status: 'awaiting_approval', approval: data.approval, notice: data.notice ?? `Approval needed: POST ${data.approval.links.approve} or ${data.approval.links.reject}.` }
+}
+
+/** A waiting job's answer text: what waits, where to decide it, and where the job's answer will be (`followUp`). */
+export const waitingText = (w: Waiting, followUp: string) => `${w.notice} This answer's job goes on after the decision: ${followUp}`
+
+/** The `ats` field of a waiting job's answer. */
+export const waitingField = (jobId: string, w: Waiting): JobAwaitingApproval => ({ jobId, status: 'awaiting_approval', approval: w.approval, notice: w.notice })
+
 /** Why a job gave no answer, as the error the client gets. */
 export const failureOf = (end: Exclude<Terminal, { status: 'complete' }>) =>
   new JobFailed(end.status === 'failed' ? `the agent could not answer: ${end.error}` : 'the job was cancelled before it answered')
@@ -114,10 +130,10 @@ export interface FollowHandlers {
 
 export function createAnswers({ store, queue, events, cancelled, waitMs }: AnswerDeps) {
   async function cancel(owner: Owner, jobId: string) {
-    const event = await store.cancel(owner, jobId)
-    if (!event) return false
-    events.emit(event)
-    cancelled(jobId)
+    const ended = await store.cancel(owner, jobId)
+    if (!ended) return false
+    events.emit(ended.event)
+    cancelled(jobId, owner, ended.approvalId)
     return true
   }
 
@@ -131,12 +147,13 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
   }
 
   /**
-   * Follows the job until it ends, the client leaves (the job is cancelled), the wait runs out
+   * Follows the job until it ends, starts waiting for a person's approval (the answer says so
+   * at once; the job goes on), the client leaves (the job is cancelled), the wait runs out
    * (cancelled, 504) or the service stops (cancelled, 503). A complete job's text has gone
    * through `onText` in full before this returns.
    */
-  async function follow(reply: FastifyReply, owner: Owner, jobId: string, afterSeq: number, handlers: FollowHandlers = {}): Promise<Terminal | 'left'> {
-    let end: Terminal | undefined
+  async function follow(reply: FastifyReply, owner: Owner, jobId: string, afterSeq: number, handlers: FollowHandlers = {}): Promise<Terminal | Waiting | 'left'> {
+    let end: Terminal | Waiting | undefined
     /** the text that went through `onText` so far */
     let delivered = ''
     const following = events.watch(jobId, afterSeq, false, (e) => {
@@ -147,7 +164,8 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
         return
       }
       if (e.type === 'step') handlers.onStep?.(e.data as StepView)
-      end ??= terminalOf(e)
+      end ??= terminalOf(e) ?? waitingOf(e)
+      if (end?.status === 'awaiting_approval') following.stop()
     })
     let left = false
     const leave = () => {
@@ -195,6 +213,12 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
     return { jobId, threadId, steps: result.steps, tool_calls: toolCalls, transactions: result.transactions }
   }
 
+  /** The agent's tool calls so far of a job that waits for approval. */
+  async function traceSoFar(jobId: string, threadId: string): Promise<AgentTrace> {
+    const steps = await store.stepsOf(jobId)
+    return traceOf(jobId, threadId, { text: '', steps: steps.length, toolCalls: steps.map((s) => s.tool), transactions: [] })
+  }
+
   const usageOf = (result: JobResult) => {
     const { promptTokens = 0, completionTokens = 0 } = result.usage ?? {}
     return { input: promptTokens, output: completionTokens }
@@ -205,6 +229,7 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
     follow,
     cancel,
     traceOf,
+    traceSoFar,
     usageOf,
     /** takes the reply over for server-sent events (the service's keep-alive) */
     openStream: (reply: FastifyReply) => events.openStream(reply),

@@ -16,7 +16,23 @@ import {
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
 import { atParam, InvalidChat, UnknownModel } from '../errors.ts'
-import { atV1, checkModel, failureOf, keyOwner, maxConversationChars, modelIds, streamedStep, textOf, type Answers, type Conversation } from './answers.ts'
+import {
+  atV1,
+  checkModel,
+  failureOf,
+  keyOwner,
+  maxConversationChars,
+  modelIds,
+  streamedStep,
+  textOf,
+  waitingField,
+  waitingText,
+  type Answers,
+  type Conversation,
+} from './answers.ts'
+
+/** Where the answer of a chat job that waits for approval will be. */
+export const jobFollowUp = (jobId: string) => `job ${jobId}, in GET /portfolio/jobs`
 
 const modelView = (m: (typeof chatModels)[number]) => ({
   id: m.id,
@@ -128,6 +144,24 @@ export async function chatRoutesPlugin(app: FastifyInstance, { answers }: { answ
       if (body.stream !== true) {
         const end = await answers.follow(reply, owner, jobId, created.seq)
         if (end === 'left') return reply
+        if (end.status === 'awaiting_approval') {
+          // answered at once: a person decides, the job goes on (`ats` says what waits)
+          const waiting: ChatCompletion = {
+            ...head('chat.completion' as const),
+            choices: [
+              {
+                index: 0,
+                message: { role: 'assistant', content: waitingText(end, jobFollowUp(jobId)), refusal: null, annotations: [] },
+                logprobs: null,
+                finish_reason: 'stop',
+              },
+            ],
+            usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+            agent: await answers.traceSoFar(jobId, threadId),
+            ats: waitingField(jobId, end),
+          }
+          return waiting
+        }
         if (end.status !== 'complete') {
           // the same request would fail the same way: OpenAI clients obey x-should-retry
           reply.header('x-should-retry', 'false')
@@ -163,6 +197,13 @@ export async function chatRoutesPlugin(app: FastifyInstance, { answers }: { answ
           onText: (text) => chunk({ delta: { content: text }, ...usageNull }),
         })
         if (end === 'left') return reply
+        if (end.status === 'awaiting_approval') {
+          chunk({ delta: { content: waitingText(end, jobFollowUp(jobId)) }, ...usageNull })
+          chunk({ delta: {}, finish: 'stop', ...usageNull, agent: await answers.traceSoFar(jobId, threadId), ats: waitingField(jobId, end) })
+          if (withUsage) chunk({ usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } })
+          raw.write('data: [DONE]\n\n')
+          return reply
+        }
         if (end.status !== 'complete') {
           const { internal: _, ...failure } = publicFailure(failureOf(end))
           raw.write(`data: ${JSON.stringify(openAiErrorBody(failure))}\n\n`)

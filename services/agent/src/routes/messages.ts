@@ -12,8 +12,8 @@ import {
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
 import { atParam, InvalidChat, UnknownModel } from '../errors.ts'
-import { checkModel, failureOf, keyOwner, maxConversationChars, streamedStep, textOf, type Answers, type Conversation } from './answers.ts'
-import { conversationOf } from './chat.ts'
+import { checkModel, failureOf, keyOwner, maxConversationChars, streamedStep, textOf, waitingField, waitingText, type Answers, type Conversation } from './answers.ts'
+import { conversationOf, jobFollowUp } from './chat.ts'
 
 /**
  * The job a request asks for: its messages read as a chat's (the last one the prompt, a user's),
@@ -56,6 +56,19 @@ export async function messagesRoutesPlugin(app: FastifyInstance, { answers }: { 
       if (!stream) {
         const end = await answers.follow(reply, owner, jobId, created.seq)
         if (end === 'left') return reply
+        if (end.status === 'awaiting_approval') {
+          // answered at once, paused: a person decides, the job goes on (`ats` says what waits)
+          const paused: MessageAnswer = {
+            ...head,
+            content: [{ type: 'text', text: waitingText(end, jobFollowUp(jobId)) }],
+            stop_reason: 'pause_turn',
+            stop_sequence: null,
+            usage: { input_tokens: 0, output_tokens: 0 },
+            agent: await answers.traceSoFar(jobId, threadId),
+            ats: waitingField(jobId, end),
+          }
+          return paused
+        }
         if (end.status !== 'complete') {
           // the same request would fail the same way: Anthropic clients obey x-should-retry
           reply.header('x-should-retry', 'false')
@@ -83,6 +96,14 @@ export async function messagesRoutesPlugin(app: FastifyInstance, { answers }: { 
           onText: (text) => send('content_block_delta', { index: 0, delta: { type: 'text_delta', text } }),
         })
         if (end === 'left') return reply
+        if (end.status === 'awaiting_approval') {
+          send('content_block_delta', { index: 0, delta: { type: 'text_delta', text: waitingText(end, jobFollowUp(jobId)) } })
+          send('content_block_stop', { index: 0 })
+          const agent = await answers.traceSoFar(jobId, threadId)
+          send('message_delta', { delta: { stop_reason: 'pause_turn', stop_sequence: null }, usage: { input_tokens: 0, output_tokens: 0 }, agent, ats: waitingField(jobId, end) })
+          send('message_stop', {})
+          return reply
+        }
         if (end.status !== 'complete') {
           const { internal: _, ...failure } = publicFailure(failureOf(end))
           send('error', anthropicErrorBody(failure))

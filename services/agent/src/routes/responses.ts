@@ -17,9 +17,10 @@ import {
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
 import { atParam, InvalidChat, ResponseNotFound } from '../errors.ts'
+import type { Approval } from '@ats/contracts'
 import type { Job } from '../generated/prisma/client.ts'
 import type { Owner } from '../jobs/store.ts'
-import { checkModel, failureOf, keyOwner, type Answers, type Conversation } from './answers.ts'
+import { checkModel, failureOf, keyOwner, waitingField, waitingText, type Answers, type Conversation, type Waiting } from './answers.ts'
 import { conversationOf } from './chat.ts'
 
 /** A route of the contracts, for this plugin registered under the /v1/responses prefix (its own not-found handler's). */
@@ -30,6 +31,7 @@ const jobIdOf = (responseId: string) => (responseId.startsWith('resp_') ? respon
 const statusOf: Record<Job['status'], ResponseStatus> = {
   pending: 'queued',
   running: 'in_progress',
+  awaiting_approval: 'in_progress',
   complete: 'completed',
   failed: 'failed',
   cancelled: 'cancelled',
@@ -133,10 +135,26 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
     kept: Kept
     /** once complete */
     done?: { result: JobResult; threadId: string; at: number }
+    /** while a swap of it waits for a person's approval: the answer says so, and where to decide */
+    waiting?: { waiting: Waiting; threadId: string } | undefined
     error?: { code: string; message: string } | null
   }
 
-  async function responseOf({ jobId, createdAt, model, status, instructions, kept, done, error = null }: View): Promise<ResponseObject> {
+  /** The message of a response: the answer once completed; what waits while a swap waits for approval. */
+  const outputOf = (jobId: string, done: View['done'], waiting: View['waiting']): ResponseObject['output'] => {
+    const message = (status: 'completed' | 'in_progress', text: string) => ({
+      type: 'message' as const,
+      id: `msg_${jobId}`,
+      status,
+      role: 'assistant' as const,
+      content: [{ type: 'output_text' as const, text, annotations: [] }],
+    })
+    if (done) return [message('completed', done.result.text)]
+    if (waiting) return [message('in_progress', waitingText(waiting.waiting, `GET /v1/responses/resp_${jobId}`))]
+    return []
+  }
+
+  async function responseOf({ jobId, createdAt, model, status, instructions, kept, done, waiting, error = null }: View): Promise<ResponseObject> {
     const usage = done && answers.usageOf(done.result)
     return {
       id: `resp_${jobId}`,
@@ -145,9 +163,7 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
       completed_at: done ? Math.floor(done.at / 1000) : null,
       status,
       model,
-      output: done
-        ? [{ type: 'message', id: `msg_${jobId}`, status: 'completed', role: 'assistant', content: [{ type: 'output_text', text: done.result.text, annotations: [] }] }]
-        : [],
+      output: outputOf(jobId, done, waiting),
       usage: usage
         ? {
             input_tokens: usage.input,
@@ -171,12 +187,17 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
       text: { format: { type: 'text' } },
       truncation: 'disabled',
       ...(done ? { agent: await answers.traceOf(jobId, done.threadId, done.result) } : {}),
+      ...(waiting ? { agent: await answers.traceSoFar(jobId, waiting.threadId), ats: waitingField(jobId, waiting.waiting) } : {}),
     }
   }
 
   /** A job as a response, as it is now. */
   async function responseOfJob(job: Job, kept?: Kept) {
     const result = job.status === 'complete' ? (job.result as unknown as JobResult) : undefined
+    const waiting: Waiting | undefined =
+      job.status === 'awaiting_approval' && job.approval
+        ? { status: 'awaiting_approval', approval: job.approval as unknown as Approval, notice: job.approvalNotice ?? '' }
+        : undefined
     return responseOf({
       jobId: job.id,
       createdAt: job.createdAt.getTime(),
@@ -185,6 +206,7 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
       instructions: job.instructions,
       kept: kept ?? keptOf(await store.apiRequestOf(job)),
       ...(result ? { done: { result, threadId: job.threadId, at: job.updatedAt.getTime() } } : {}),
+      ...(waiting ? { waiting: { waiting, threadId: job.threadId } } : {}),
       error: job.status === 'failed' ? errorOf(failureOf({ status: 'failed', error: job.error ?? 'the job failed' })) : null,
     })
   }
@@ -224,6 +246,8 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
       if (!stream) {
         const end = await answers.follow(reply, owner, jobId, created.seq)
         if (end === 'left') return reply
+        // a swap waits for a person: in_progress at once, saying what waits and where (GET it later for the answer)
+        if (end.status === 'awaiting_approval') return responseOf({ ...pending, status: 'in_progress', waiting: { waiting: end, threadId } })
         return ended()
       }
 
@@ -251,6 +275,18 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
           },
         })
         if (end === 'left') return reply
+        if (end.status === 'awaiting_approval') {
+          // the notice as the text, then the stream ends in progress: GET /v1/responses/{id} later has the answer
+          const response = await responseOf({ ...pending, status: 'in_progress', waiting: { waiting: end, threadId } })
+          const part = response.output[0]!.content[0]!
+          open()
+          send('response.output_text.delta', { ...at, delta: part.text, logprobs: [] })
+          send('response.output_text.done', { ...at, text: part.text, logprobs: [] })
+          send('response.content_part.done', { ...at, part })
+          send('response.output_item.done', { output_index: 0, item: response.output[0] })
+          send('response.in_progress', { response })
+          return reply
+        }
         const response = await ended()
         if (end.status !== 'complete') {
           send('response.failed', { response })
@@ -291,7 +327,7 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
       const { id } = request.params
       const job = await jobOf(owner, id)
       // cancelling a cancelled response answers it again (OpenAI: idempotent); a finished one stays as it is
-      if (job.status === 'pending' || job.status === 'running') await answers.cancel(owner, job.id)
+      if (job.status === 'pending' || job.status === 'running' || job.status === 'awaiting_approval') await answers.cancel(owner, job.id)
       const now = await jobOf(owner, id)
       if (now.status !== 'cancelled') {
         throw atParam('response_id', new InvalidChat(`response ${id} is already ${statusOf[now.status]}: only a queued or in-progress response can be cancelled`))

@@ -125,7 +125,12 @@ const swap: Intent = {
   calls: (slots) => [{ tool: 'swap', args: swapArgs(slots) }],
   answer(slots, [outcome]) {
     if (!outcome!.ok) return failed(`swap ${slots.amount} ${slots.tokenIn} for ${slots.tokenOut}`, outcome!)
-    const out = outcome!.output as (SwapResult & { mode: 'executed'; amountOutFormatted: string }) | (PreparedSwap & { mode: 'prepared'; expectedAmountOutFormatted: string })
+    const out = outcome!.output as
+      | (SwapResult & { mode: 'executed'; amountOutFormatted: string })
+      | (PreparedSwap & { mode: 'prepared'; expectedAmountOutFormatted: string })
+      | { mode: 'not_swapped'; reason: string }
+    // a swap that waited for a person's approval and did not get it (rejected, expired, refused)
+    if (out.mode === 'not_swapped') return `I did not swap ${slots.amount} ${slots.tokenIn} for ${slots.tokenOut}: ${out.reason.replace(/^not swapped: /, '')}.`
     if (out.mode === 'executed') {
       const r = out
       return r.success

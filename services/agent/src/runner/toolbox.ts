@@ -3,6 +3,7 @@
 import type { JobEvent, JobTransaction } from '@ats/contracts'
 import { fingerprintOf, type Logger } from '@ats/service-kit'
 import type { JobStore } from '../jobs/store.ts'
+import { noApprovalWaits, type ApprovalWaits } from './approvals.ts'
 import { ToolError, checkArguments, type JobOwner, type ToolOutput, type Tools } from './tools.ts'
 
 /** `serviceFault`: the tool failed through a fault of the fleet (a service failing or down), not the asker's */
@@ -28,9 +29,11 @@ export interface ToolboxOptions {
   jobId: string
   owner: JobOwner
   signal: AbortSignal
+  /** what the job does while a swap waits for approval (the worker's); by default nothing */
+  approvals?: ApprovalWaits
 }
 
-export async function createToolbox({ tools, store, emit, log, jobId, owner, signal }: ToolboxOptions) {
+export async function createToolbox({ tools, store, emit, log, jobId, owner, signal, approvals = noApprovalWaits }: ToolboxOptions) {
   const earlier = new Map((await store.stepsOf(jobId)).map((s) => [s.step, s]))
   let step = 0
   const toolCalls: string[] = []
@@ -59,7 +62,7 @@ export async function createToolbox({ tools, store, emit, log, jobId, owner, sig
     try {
       if (!tool) throw new ToolError(`there is no tool named ${name}; tools: ${tools.all.map((t) => t.name).join(', ')}`)
       checkArguments(tool, input)
-      const done = await tool.run(input as never, { jobId, step: n, key: stepKey(jobId, n, name, input), owner, signal })
+      const done = await tool.run(input as never, { jobId, step: n, key: stepKey(jobId, n, name, input), owner, signal, approvals })
       await store.finishStep(jobId, n, { output: done })
       await event({ step: n, tool: name, phase: 'finished' })
       transactions.push(...(done.transactions ?? []))

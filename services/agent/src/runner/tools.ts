@@ -1,12 +1,13 @@
 // The agent's tools: each declared once (name, description, JSON Schema of its arguments) and
 // run over NATS against the service that owns the data. The LLM runner offers them as
 // function tools; the offline planner calls them by name.
-import { Address, type Endpoint, type JobTransaction, type NatsChannels, type PreparedSwap, type SwapResult } from '@ats/contracts'
+import { Address, isAwaitingApproval, type Approval, type Endpoint, type JobTransaction, type NatsChannels, type PreparedSwap, type SwapResult } from '@ats/contracts'
 import { ServiceCallError, callEndpoint, tradingTokens, type CallContext } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import { Type, type Static, type TSchema } from 'typebox'
 import { Compile } from 'typebox/compile'
 import { formatUnits, getAddress, parseUnits } from 'viem'
+import { approvalNotice, notSwappedReason, undecided, type ApprovalWaits } from './approvals.ts'
 
 /** Whose job it is: a payer (x402) or an API key (/v1), with the wallet "my" means. */
 export type JobOwner = { kind: 'payer'; address: string } | { kind: 'key'; keyId: string; wallet?: string | undefined }
@@ -26,6 +27,8 @@ export interface ToolRun {
   key: string
   owner: JobOwner
   signal: AbortSignal
+  /** the job's side of a swap that waits for a person's decision */
+  approvals: ApprovalWaits
 }
 
 export interface ToolOutput {
@@ -58,29 +61,52 @@ export interface ToolDeps {
   /** how long a tool waits for a service (a swap waits for its receipt: swapTimeoutMs) */
   timeoutMs: number
   swapTimeoutMs: number
+  /** how often a swap waiting for approval asks trading whether it was decided (APPROVAL_POLL_MS) */
+  approvalPollMs?: number
 }
 
 const tool = <S extends TSchema>(definition: Tool<S>): Tool<S> => definition
 
-/** Rejects when the job is aborted: a wait raced against it is abandoned (the NATS call or HTTP request itself is not). */
-export const aborted = (signal: AbortSignal) =>
-  new Promise<never>((_, reject) => {
-    const fail = () => reject(signal.reason ?? new Error('aborted'))
-    if (signal.aborted) fail()
-    else signal.addEventListener('abort', fail, { once: true })
+/**
+ * `work`, or a rejection when the job is aborted first: the wait is abandoned (the NATS call or
+ * HTTP request itself is not). Its abort listener goes with it, so a job that waits long (an
+ * approval polled every second) does not gather listeners.
+ */
+export async function unlessAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  let fail!: () => void
+  const stopped = new Promise<never>((_, reject) => {
+    fail = () => reject(signal.reason ?? new Error('aborted'))
   })
+  if (signal.aborted) fail()
+  else signal.addEventListener('abort', fail, { once: true })
+  try {
+    return await Promise.race([work, stopped])
+  } finally {
+    signal.removeEventListener('abort', fail)
+  }
+}
 
 const serviceNames: Record<string, string> = { market: 'market-data', trading: 'trading', automation: 'automation', admin: 'admin' }
 
-export function createTools({ nc, channels, timeoutMs, swapTimeoutMs }: ToolDeps) {
+/** Waits `ms`, or rejects when the job is aborted first. */
+async function pause(ms: number, signal: AbortSignal) {
+  let timer: NodeJS.Timeout | undefined
+  try {
+    await unlessAborted(new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))), signal)
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPollMs = 1_000 }: ToolDeps) {
   /** One NATS call, given up on when the job is aborted; a service's error becomes a ToolError. */
   async function call<Req, Rep>(endpoint: Endpoint<Req, Rep>, request: Req, run: ToolRun, options: { timeoutMs?: number } = {}): Promise<Rep> {
     const identity: CallContext['identity'] = run.owner.kind === 'payer' ? { ownerId: run.owner.address } : { ownerId: run.owner.keyId, keyId: run.owner.keyId }
     try {
-      return await Promise.race([
+      return await unlessAborted(
         callEndpoint(nc, endpoint, request, { identity, requestId: `${run.jobId}:${run.step}`, timeoutMs: options.timeoutMs ?? timeoutMs }),
-        aborted(run.signal),
-      ])
+        run.signal,
+      )
     } catch (error) {
       if (run.signal.aborted) throw error
       if (error instanceof ServiceCallError) {
@@ -194,6 +220,29 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs }: ToolDeps
       amountOutMinimum: p.amountOutMinimum,
     }))
 
+  /**
+   * A swap that waits for a person: the job waits (awaiting_approval) and asks trading every
+   * `approvalPollMs` until the approval is decided; then the job runs on with the swap made, or
+   * with why it was not (rejected, expired, refused when approved).
+   */
+  async function decisionOn(approval: Approval, notice: string, run: ToolRun): Promise<SwapResult | { notSwapped: string; approval: Approval }> {
+    await run.approvals.begin(approval, notice)
+    let now = approval
+    while (undecided(now)) {
+      await pause(approvalPollMs, run.signal)
+      const { approval: current } = await call(channels.trading.approval, { id: approval.id }, run).catch((error: unknown) => {
+        // trading out of reach for a moment: ask again at the next poll
+        if (error instanceof ToolError && error.serviceFault) return { approval: now }
+        throw error
+      })
+      if (!current) throw new ToolError(`approval ${approval.id} is no longer known to the trading service: not swapped`)
+      now = current
+    }
+    await run.approvals.end()
+    const reason = notSwappedReason(now)
+    return reason === null ? now.result! : { notSwapped: `not swapped: ${reason}`, approval: now }
+  }
+
   const swap = tool({
     name: 'swap',
     description:
@@ -209,7 +258,10 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs }: ToolDeps
       }
       if (execute) {
         const idempotencyKey = run.key
-        const result = await call(channels.trading.execute, { ...body, idempotencyKey, jobId: run.jobId }, run, { timeoutMs: swapTimeoutMs })
+        const answer = await call(channels.trading.execute, { ...body, idempotencyKey, jobId: run.jobId }, run, { timeoutMs: swapTimeoutMs })
+        const asked = { amount, tokenIn: token.symbol, tokenOut: (await tokenOf(tokenOut)).symbol }
+        const result = isAwaitingApproval(answer) ? await decisionOn(answer.approval, approvalNotice(answer.approval, asked), run) : answer
+        if ('notSwapped' in result) return { output: { mode: 'not_swapped', reason: result.notSwapped, approval: result.approval } }
         return { output: { mode: 'executed', ...result, amountOutFormatted: await human(result.tokenOut, result.amountOut) }, transactions: [sent(run, result)] }
       }
       const from = walletOf(run, undefined, 'preparing a swap')

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { tradingRoutes } from '@ats/contracts'
+import { approvalRoutes, isAwaitingApproval, tradingRoutes } from '@ats/contracts'
 import { NotFound, idempotencyKeyOf, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Executor, Caller } from '../swaps/executor.ts'
@@ -31,11 +31,13 @@ export async function swapRoutes(
   api.route({ ...tradingRoutes.quote, handler: async (request) => quoteAnswer(await quoter.quote(request.query), impactCeilingBps) })
 
   api.route({
-    ...tradingRoutes.execute,
+    ...approvalRoutes.execute,
     handler: async (request, reply) => {
       const idempotencyKey = spendKeyOf(request, reply)
       const { result, replayed } = await executor.execute(request.body, callerOf(request), idempotencyKey)
       if (replayed) reply.header('idempotent-replayed', 'true')
+      // held for a person's approval: nothing was sent
+      if (isAwaitingApproval(result)) return reply.code(202).send({ ...result, idempotencyKey })
       return { ...result, idempotencyKey }
     },
   })

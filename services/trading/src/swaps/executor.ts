@@ -1,13 +1,24 @@
 import { randomBytes } from 'node:crypto'
 import { erc20Abi } from '@ats/chain'
-import type { Execution as ExecutionView, SpendPolicy, SwapBody, SwapResult } from '@ats/contracts'
-import { Forbidden, WalletPaused, checkRecipient, fingerprintOf, type IdempotencyStore, type Logger, type WalletControlWatch } from '@ats/service-kit'
+import type { AwaitingApproval, Execution as ExecutionView, SpendPolicy, SwapBody, SwapResult } from '@ats/contracts'
+import {
+  Forbidden,
+  WalletPaused,
+  checkRecipient,
+  fingerprintOf,
+  recordEvent,
+  type EventOutbox,
+  type IdempotencyStore,
+  type Logger,
+  type WalletControlWatch,
+} from '@ats/service-kit'
 import { getAddress, isAddress, parseEventLogs, type Address, type Hex, type TransactionReceipt } from 'viem'
+import type { ApprovalStore } from '../approvals/approvals.ts'
 import type { ChainTx } from '../chainTx.ts'
 import { WouldRevert } from '../chainTx.ts'
-import type { Execution, PrismaClient } from '../generated/prisma/client.ts'
+import type { Execution, Prisma, PrismaClient } from '../generated/prisma/client.ts'
 import { lockSpends, spentToday, startOfUtcDay } from '../spend.ts'
-import { checkImpact, checkSpend, limitsOfKey, limitsOfPayer, type SpendDefaults, type SpendLimits } from './policy.ts'
+import { approvalAsked, checkImpact, checkSpend, limitsOfKey, limitsOfPayer, type SpendDefaults, type SpendLimits } from './policy.ts'
 import type { Quoter, RoutedQuote } from './quotes.ts'
 import { impactOf, routeOf } from './quotes.ts'
 import type { TokenResolver } from './tokens.ts'
@@ -46,11 +57,32 @@ export interface ExecutorOptions {
   /** the kill switch: nothing is sent while an admin has paused the server wallet */
   walletControl: Pick<WalletControlWatch, 'assertSpendable'>
   deadlineSeconds: number
+  /** where swaps over a policy's approvalAboveUsd wait for a person */
+  approvals: Pick<ApprovalStore, 'hold'>
+  /** publishes the swap.confirmed events written with a mined swap */
+  events: Pick<EventOutbox, 'send'>
   log: Logger
   now?: () => number
 }
 
 const newId = () => `exe_${randomBytes(12).toString('base64url')}`
+
+/** Who asked, as an execution or approval row keeps it (a payer lower-case), with the idempotency key of the execute. */
+export const requesterColumns = (caller: Caller, payer: string | undefined, idem: { scope: string; key: string } | undefined) => ({
+  keyId: caller.keyId ?? null,
+  ownerId: payer ?? caller.ownerId ?? null,
+  jobId: caller.jobId ?? null,
+  automationRunId: caller.automationRunId ?? null,
+  idempotencyScope: idem?.scope ?? null,
+  idempotencyKey: idem?.key ?? null,
+})
+
+/** A caller's limits: the payer (lower case) of a swap made for a payer, and the wallet its events concern. */
+interface Limits {
+  limits: SpendLimits[]
+  payer?: string
+  wallet?: string | undefined
+}
 
 /** The amount of `token` the receipt's Transfer logs moved to `to`. */
 export function receivedFromLogs(receipt: TransactionReceipt, token: Address, to: Address): bigint {
@@ -120,13 +152,13 @@ export function createExecutor(options: ExecutorOptions) {
    * must be the owner's own wallet or one an admin allowed it (checked here, where the money moves,
    * whoever the caller over NATS claims to be).
    */
-  async function limitsFor(caller: Caller, recipient: string | undefined): Promise<{ limits: SpendLimits[]; payer?: string }> {
+  async function limitsFor(caller: Caller, recipient: string | undefined): Promise<Limits> {
     const limits: SpendLimits[] = options.walletLimits ? [options.walletLimits] : []
     if (caller.keyId) {
       const { policy, wallet } = await options.keyPolicy(caller.keyId)
       if (recipient) checkRecipient({ owner: `key ${caller.keyId}`, own: wallet, allowed: policy?.allowedRecipients }, recipient)
       limits.push(limitsOfKey(caller.keyId, policy, options.defaults, find))
-      return { limits }
+      return { limits, wallet: wallet ?? undefined }
     }
     if (!caller.ownerId || !isAddress(caller.ownerId, { strict: false })) {
       throw new Forbidden('a swap from the server wallet needs an API key or an allowlisted payer')
@@ -139,38 +171,38 @@ export function createExecutor(options: ExecutorOptions) {
     if (recipient) checkRecipient({ owner: `payer ${payer}`, own: payer, allowed: policy.allowedRecipients }, recipient)
     limits.push(limitsOfPayer(payer, policy, options.defaults, find))
     // executions keep the payer lower-case: its daily sum counts them whatever case the caller sent
-    return { limits, payer: payer.toLowerCase() }
+    return { limits, payer: payer.toLowerCase(), wallet: payer }
+  }
+
+  /** Refuses (403) a swap over the USD caps of the limits, counting what their owners spent today. */
+  async function checkCaps(t: Prisma.TransactionClient, q: RoutedQuote, usdValue: number | undefined, caller: Caller, { limits, payer }: Limits) {
+    const since = startOfUtcDay(now())
+    for (const limit of limits) {
+      const owner = limit.walletWide ? 'everyone' : payer ? { payer } : { keyId: caller.keyId ?? '-' }
+      checkSpend(limit, { tokenIn: q.tokenIn, tokenOut: q.tokenOut, usdValue, listed }, await spentToday(t, owner, since))
+    }
   }
 
   /** Checks the limits and records the pending execution in one transaction, under a lock, so concurrent swaps count each other. */
   async function reserve(
     q: RoutedQuote,
     minOut: bigint,
+    usdValue: number | undefined,
     request: SwapRequest,
     caller: Caller,
     idem: { scope: string; key: string } | undefined,
-    { limits, payer }: { limits: SpendLimits[]; payer?: string },
+    limits: Limits,
   ) {
-    // tokenIn at its reference value (docs/trading.md "Valuing a swap"), not at the pool it trades in
-    const usdValue = await usdValueOf(q, quoter, tokens)
+    const { payer } = limits
     return db.$transaction(async (t) => {
-      if (limits.length > 0) {
+      if (limits.limits.length > 0) {
         await lockSpends(t)
-        const since = startOfUtcDay(now())
-        for (const limit of limits) {
-          const owner = limit.walletWide ? 'everyone' : payer ? { payer } : { keyId: caller.keyId ?? '-' }
-          checkSpend(limit, { tokenIn: q.tokenIn, tokenOut: q.tokenOut, usdValue, listed }, await spentToday(t, owner, since))
-        }
+        await checkCaps(t, q, usdValue, caller, limits)
       }
       return t.execution.create({
         data: {
           id: newId(),
-          keyId: caller.keyId ?? null,
-          ownerId: payer ?? caller.ownerId ?? null,
-          jobId: caller.jobId ?? null,
-          automationRunId: caller.automationRunId ?? null,
-          idempotencyScope: idem?.scope ?? null,
-          idempotencyKey: idem?.key ?? null,
+          ...requesterColumns(caller, payer, idem),
           dex: q.dex.name,
           tokenIn: q.tokenIn.address,
           tokenOut: q.tokenOut.address,
@@ -189,24 +221,50 @@ export function createExecutor(options: ExecutorOptions) {
   /** Who gets tokenOut: the execution's recipient, else the server wallet. */
   const receiverOf = (row: Execution) => (row.recipient as Address | null) ?? tx.sender().address
 
-  async function finish(row: Execution, receipt: TransactionReceipt): Promise<SwapResult> {
+  /**
+   * Records the receipt; a success writes swap.confirmed in the same transaction (the outbox),
+   * for the key and the wallet it concerns (the payer's, or the key's bound one when known).
+   */
+  async function finish(row: Execution, receipt: TransactionReceipt, wallet?: string): Promise<SwapResult> {
     const receiver = receiverOf(row)
     const success = receipt.status === 'success'
     const amountOut = success ? receivedFromLogs(receipt, row.tokenOut as Address, receiver) : 0n
-    const done = await db.execution.update({
-      where: { id: row.id },
-      data: {
-        status: success ? 'success' : 'reverted',
-        amountOut: amountOut.toString(),
-        blockNumber: receipt.blockNumber,
-        error: success ? null : 'the swap reverted on chain',
-      },
+    const { done, eventId } = await db.$transaction(async (t) => {
+      const done = await t.execution.update({
+        where: { id: row.id },
+        data: {
+          status: success ? 'success' : 'reverted',
+          amountOut: amountOut.toString(),
+          blockNumber: receipt.blockNumber,
+          error: success ? null : 'the swap reverted on chain',
+        },
+      })
+      if (!success) return { done }
+      const result = resultOf(done)
+      const eventId = await recordEvent(t, {
+        type: 'swap.confirmed',
+        owner: { keyId: done.keyId, wallet: wallet ?? (done.keyId ? undefined : done.ownerId) },
+        data: {
+          executionId: done.id,
+          hash: done.txHash,
+          tokenIn: result.tokenIn,
+          tokenOut: result.tokenOut,
+          amountIn: done.amountIn,
+          amountOut: done.amountOut,
+          usdValue: done.usdValue,
+          jobId: done.jobId,
+          automationRunId: done.automationRunId,
+          blockNumber: String(receipt.blockNumber),
+        },
+      })
+      return { done, eventId }
     })
+    if (eventId) options.events.send(eventId)
     log.info({ executionId: row.id, hash: receipt.transactionHash, status: done.status, amountOut: done.amountOut }, 'swap mined')
     return resultOf(done)
   }
 
-  async function perform(request: SwapRequest, caller: Caller, idem: { scope: string; key: string } | undefined): Promise<SwapResult> {
+  async function perform(request: SwapRequest, caller: Caller, idem: { scope: string; key: string } | undefined, approved: boolean): Promise<SwapResult | AwaitingApproval> {
     let row = idem
       ? await db.execution.findUnique({ where: { idempotencyScope_idempotencyKey: { idempotencyScope: idem.scope, idempotencyKey: idem.key } } })
       : null
@@ -227,13 +285,23 @@ export function createExecutor(options: ExecutorOptions) {
     checkImpact(limits.limits, impactOf(q))
     const slippage = BigInt(request.slippageBps ?? 50)
     const minOut = (q.amountOut * (10_000n - slippage)) / 10_000n
+    // tokenIn at its reference value (docs/trading.md "Valuing a swap"), not at the pool it trades in
+    const usdValue = await usdValueOf(q, quoter, tokens)
+    const asking = row || approved ? undefined : approvalAsked(limits.limits, usdValue)
+    if (asking) {
+      // a swap the caps refuse is refused now, not held for a person to approve in vain
+      await db.$transaction((t) => checkCaps(t, q, usdValue, caller, limits))
+      const approval = await options.approvals.hold({ request, caller, payer: limits.payer, idem, quote: q, minOut, usdValue, asking })
+      log.info({ approvalId: approval.id, keyId: caller.keyId, usdValue, approvalAboveUsd: asking.approvalAboveUsd }, 'swap held for approval')
+      return { status: 'awaiting_approval', approval }
+    }
     if (row) {
       row = await db.execution.update({
         where: { id: row.id },
         data: { status: 'pending', quotedAmountOut: q.amountOut.toString(), amountOutMinimum: minOut.toString(), txHash: null, rawTx: null, nonce: null, error: null },
       })
     } else {
-      row = await reserve(q, minOut, request, caller, idem, limits)
+      row = await reserve(q, minOut, usdValue, request, caller, idem, limits)
     }
     const pending = row
     const receiver = receiverOf(row)
@@ -251,7 +319,7 @@ export function createExecutor(options: ExecutorOptions) {
           data: { status: 'submitted', txHash: signed.hash, rawTx: signed.raw, nonce: signed.nonce },
         })
       })
-      return await finish(pending, receipt)
+      return await finish(pending, receipt, limits.wallet)
     } catch (error) {
       if (error instanceof WouldRevert || error instanceof WalletPaused) {
         await db.execution.update({ where: { id: pending.id }, data: { status: 'failed', error: error.message } })
@@ -264,11 +332,20 @@ export function createExecutor(options: ExecutorOptions) {
     /** The limits a caller's spends are held to (its policy with the defaults, the wallet-wide ones): launches check them too. */
     limitsFor: async (caller: Caller) => (await limitsFor(caller, undefined)).limits,
 
-    /** Executes a swap; with an idempotency key, at most once per caller and key. */
-    async execute(request: SwapRequest, caller: Caller, idempotencyKey?: string): Promise<{ result: SwapResult; replayed: boolean }> {
+    /**
+     * Executes a swap, or holds it for approval (nothing sent) when it is over its policy's
+     * approvalAboveUsd and not itself `approved`; with an idempotency key, at most once per
+     * caller and key (a repeat of a held one answers the same approval).
+     */
+    async execute(
+      request: SwapRequest,
+      caller: Caller,
+      idempotencyKey?: string,
+      { approved = false }: { approved?: boolean } = {},
+    ): Promise<{ result: SwapResult | AwaitingApproval; replayed: boolean }> {
       tx.sender() // 503 at once without a server wallet
       await quoter.check(request) // a bad request is answered, not stored under its idempotency key
-      if (!idempotencyKey) return { result: await perform(request, caller, undefined), replayed: false }
+      if (!idempotencyKey) return { result: await perform(request, caller, undefined, approved), replayed: false }
       const scope = `swap:${caller.keyId ?? caller.ownerId ?? 'anonymous'}`
       const fingerprint = fingerprintOf({
         tokenIn: request.tokenIn,
@@ -278,7 +355,7 @@ export function createExecutor(options: ExecutorOptions) {
         slippageBps: request.slippageBps ?? 50,
         ...(request.recipient ? { recipient: getAddress(request.recipient) } : {}),
       })
-      return idempotency.run(scope, idempotencyKey, fingerprint, () => perform(request, caller, { scope, key: idempotencyKey }))
+      return idempotency.run(scope, idempotencyKey, fingerprint, () => perform(request, caller, { scope, key: idempotencyKey }, approved))
     },
 
     async list(keyId: string, limit: number) {

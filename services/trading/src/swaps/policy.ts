@@ -18,6 +18,8 @@ export interface SpendLimits {
    */
   allowed?: ReadonlySet<string> | undefined
   maxLaunchesPerDay?: number | undefined
+  /** a swap worth more than this (or of unknown worth) waits for a person's approval; no default */
+  approvalAboveUsd?: number | undefined
   /** the wallet-wide limits (settings): they count every caller's spends */
   walletWide?: true
   /** the fields that came from the defaults (the owner's policy sets none), for messages */
@@ -56,6 +58,7 @@ function withDefaults(owner: string, policy: SpendPolicy | null, defaults: Spend
     maxPriceImpactBps: pick('maxPriceImpactBps'),
     maxLaunchesPerDay: pick('maxLaunchesPerDay'),
     allowedTokens: policy?.allowedTokens,
+    approvalAboveUsd: policy?.approvalAboveUsd,
     allowed: policy?.allowedTokens ? allowedAddresses(policy.allowedTokens, find) : undefined,
     defaulted,
   }
@@ -144,4 +147,18 @@ export function checkLaunches(limits: SpendLimits, launchedToday: number): void 
   throw new Forbidden(
     `refused by the spend policy of ${limits.owner}: it has launched ${launchedToday} token${launchedToday === 1 ? '' : 's'} today (UTC), ${limitName(limits, 'maxLaunchesPerDay', `${max} launch${max === 1 ? '' : 'es'} per day`)}`,
   )
+}
+
+/**
+ * The limits whose approvalAboveUsd holds this swap for a person's decision (the lowest such
+ * threshold), or undefined: a swap worth more than it, or with no trusted USD price, waits.
+ */
+export function approvalAsked(limits: SpendLimits[], usdValue: number | undefined): (SpendLimits & { approvalAboveUsd: number }) | undefined {
+  let asking: (SpendLimits & { approvalAboveUsd: number }) | undefined
+  for (const limit of limits) {
+    const above = limit.approvalAboveUsd
+    if (above === undefined || (usdValue !== undefined && usdValue <= above)) continue
+    if (!asking || above < asking.approvalAboveUsd) asking = { ...limit, approvalAboveUsd: above }
+  }
+  return asking
 }

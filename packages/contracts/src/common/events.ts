@@ -1,0 +1,65 @@
+import { Type, type Static } from 'typebox'
+import { topic, type Topic } from './messages.ts'
+import { subjectOf } from './namespace.ts'
+
+/**
+ * The events a webhook subscription can ask for (docs/webhooks.md lists each one's `data`).
+ * Each is written by the service whose state change causes it, in that change's transaction
+ * (its outbox), published to the events stream, and delivered by admin to the subscriptions
+ * of the event's owner.
+ */
+export const webhookEventTypes = [
+  'job.completed',
+  'job.failed',
+  'job.cancelled',
+  'job.awaiting_approval',
+  'automation.run.succeeded',
+  'automation.run.failed',
+  'automation.completed',
+  'swap.confirmed',
+  'payment.settled',
+  'payment.voided',
+] as const
+export type WebhookEventType = (typeof webhookEventTypes)[number]
+export const WebhookEventTypeSchema = Type.Unsafe<WebhookEventType>({ type: 'string', enum: [...webhookEventTypes], description: 'an event type (docs/webhooks.md)' })
+
+/** Whose event it is: the API key that caused it, and/or the wallet it concerns (a payer, a key's bound wallet), lower-case. */
+export const EventOwner = Type.Object(
+  {
+    keyId: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+    wallet: Type.Optional(Type.String({ pattern: '^0x[0-9a-f]{40}$' })),
+  },
+  { additionalProperties: false },
+)
+export type EventOwner = Static<typeof EventOwner>
+
+/** One event as services publish it to the events stream (message id = `id`, so a repeat is stored once). */
+export const DomainEvent = Type.Object({
+  id: Type.String({ pattern: '^evt_[A-Za-z0-9_-]{8,40}$' }),
+  type: WebhookEventTypeSchema,
+  /** when the state change happened, ms since the Unix epoch */
+  at: Type.Integer({ minimum: 0 }),
+  owner: EventOwner,
+  data: Type.Record(Type.String(), Type.Unknown()),
+})
+export type DomainEvent = Static<typeof DomainEvent>
+
+export interface EventChannels {
+  /** the subject of one event type: `<ns>.events.<type>` */
+  subjectOf(type: WebhookEventType): string
+  /** any event, for consumers: `<ns>.events.>` */
+  all: Topic<DomainEvent>
+  /** the durable consumer through which admin fans events out to webhook subscriptions */
+  webhookConsumer: string
+  streamSpec: { name: string; subjects: string[]; maxAgeMs: number; duplicateWindowMs: number }
+}
+
+export function eventChannels(namespace: string): EventChannels {
+  const all = subjectOf(namespace, 'events', '>')
+  return {
+    subjectOf: (type) => subjectOf(namespace, 'events', type),
+    all: topic(all, DomainEvent),
+    webhookConsumer: 'admin-webhook-fanout',
+    streamSpec: { name: `${namespace}_events`, subjects: [all], maxAgeMs: 7 * 24 * 3600_000, duplicateWindowMs: 3600_000 },
+  }
+}

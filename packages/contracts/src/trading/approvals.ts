@@ -1,0 +1,129 @@
+import { Type, type Static } from 'typebox'
+import { ErrorBody } from '../common/errors.ts'
+import { EpochMs, IntegerString } from '../common/primitives.ts'
+import { route } from '../common/route.ts'
+import { SwapBody, SwapResult, writeErrors } from './http.ts'
+
+/**
+ * A swap held for a person's decision (a spend policy's approvalAboveUsd): pending until
+ * approved (the swap then runs once, with a fresh quote under the same slippage and impact
+ * limits), rejected, or expired (APPROVAL_TTL_MS, 15 minutes by default). Nothing is sent
+ * before approval.
+ */
+export const approvalStatuses = ['pending', 'approved', 'rejected', 'expired'] as const
+export type ApprovalStatus = (typeof approvalStatuses)[number]
+export const ApprovalStatusSchema = Type.Unsafe<ApprovalStatus>({
+  type: 'string',
+  enum: [...approvalStatuses],
+  description: 'pending: waiting for a decision; approved: the swap ran (see execution); rejected or expired: nothing was sent',
+})
+
+export const Approval = Type.Object({
+  id: Type.String({ description: 'apr_…' }),
+  status: ApprovalStatusSchema,
+  reason: Type.String({ description: 'why it waits, e.g. "this swap is worth $50.00, over the approval threshold of $10.00 set by the spend policy of key key_abc"' }),
+  swap: Type.Object({
+    tokenIn: Type.String({ description: 'as asked (symbol or address)' }),
+    tokenOut: Type.String(),
+    tokenInAddress: Type.String(),
+    tokenOutAddress: Type.String(),
+    amountIn: IntegerString(),
+    dex: Type.String(),
+    slippageBps: Type.Integer(),
+    recipient: Type.Union([Type.String(), Type.Null()]),
+  }),
+  quote: Type.Object(
+    {
+      amountOut: IntegerString({ description: 'tokenOut the swap would have bought when it was asked' }),
+      amountOutMinimum: IntegerString(),
+      priceImpactBps: Type.Number(),
+      usdValue: Type.Union([Type.Number(), Type.Null()], { description: 'what the swap is worth in USD (null: no trusted price)' }),
+      blockNumber: IntegerString(),
+    },
+    { description: 'the quote when approval was asked; approving quotes afresh' },
+  ),
+  policy: Type.Object({
+    owner: Type.String({ description: 'whose spend policy asked: "key key_abc" or "payer 0x…"' }),
+    approvalAboveUsd: Type.Number(),
+  }),
+  requestedBy: Type.Object({
+    keyId: Type.Union([Type.String(), Type.Null()]),
+    ownerId: Type.Union([Type.String(), Type.Null()], { description: 'the payer, for a paid agent job without a key' }),
+    jobId: Type.Union([Type.String(), Type.Null()]),
+    automationRunId: Type.Union([Type.String(), Type.Null()]),
+  }),
+  createdAt: EpochMs(),
+  expiresAt: EpochMs(),
+  decidedAt: Type.Union([EpochMs(), Type.Null()]),
+  decidedBy: Type.Union([Type.String(), Type.Null()], {
+    description: 'the id of the key that approved or rejected it (an admin key too); "requester" when its job or automation run gave it up; null while pending or when it expired',
+  }),
+  decisionReason: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: 'the reason given with a reject, or by a requester that gave it up' })),
+  result: Type.Union([SwapResult, Type.Null()], { description: 'the swap, once approved and mined' }),
+  error: Type.Union([Type.String(), Type.Null()], { description: 'why the approved swap was not made (refused by the policy at approval time, reverted…), or why it was abandoned' }),
+  links: Type.Object({ approve: Type.String(), reject: Type.String(), self: Type.String() }, { description: 'the routes that decide it (through the gateway)' }),
+})
+export type Approval = Static<typeof Approval>
+
+/** What POST /swap/execute (202) and trading.swap.execute answer when the swap waits for approval. */
+export const AwaitingApproval = Type.Object({
+  status: Type.Literal('awaiting_approval'),
+  approval: Approval,
+  idempotencyKey: Type.Optional(Type.String({ description: 'the Idempotency-Key of the execute: a repeat with it answers this approval again' })),
+})
+export type AwaitingApproval = Static<typeof AwaitingApproval>
+
+export const isAwaitingApproval = (value: unknown): value is AwaitingApproval =>
+  typeof value === 'object' && value !== null && (value as { status?: unknown }).status === 'awaiting_approval'
+
+const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
+const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody }
+
+/** POST /swap/execute and the approvals of the swaps it holds. */
+export const approvalRoutes = {
+  execute: route({
+    method: 'POST',
+    url: '/swap/execute',
+    summary:
+      "Swap from the server wallet and wait for the receipt. Retries are safe with an Idempotency-Key: send one, or repeat with the one the answer carries (header idempotency-key, generated when none was sent; also on a 504). 403 over the key's spend limits or for a token outside the address book, 422 over its price-impact ceiling, 423 while the server wallet is paused; 202 with the approval when the swap is over its policy's approvalAboveUsd (nothing is sent until a person approves it)",
+    schema: { body: SwapBody, response: { 200: SwapResult, 202: AwaitingApproval, ...writeErrors, 423: ErrorBody } },
+  }),
+  approvals: route({
+    method: 'GET',
+    url: '/approvals',
+    summary: "The swaps waiting for a person's decision (and decided ones with ?status=), newest first: this key's, or every key's for an admin key",
+    schema: {
+      querystring: Type.Object(
+        {
+          status: Type.Optional(ApprovalStatusSchema),
+          limit: Type.Integer({ minimum: 1, maximum: 100, default: 20 }),
+        },
+        { additionalProperties: false },
+      ),
+      response: { 200: Type.Object({ approvals: Type.Array(Approval) }), ...errors },
+    },
+  }),
+  approval: route({
+    method: 'GET',
+    url: '/approvals/:id',
+    summary: 'One approval of this key (any, for an admin key)',
+    schema: { params: IdParams, response: { 200: Approval, 404: ErrorBody, ...errors } },
+  }),
+  approve: route({
+    method: 'POST',
+    url: '/approvals/:id/approve',
+    summary:
+      'Approve a waiting swap: it runs now, once (a repeat, or two approvals at once, answer the same swap), with a fresh quote under the same slippage and price-impact limits, and the job or automation run behind it goes on. 409 when it was rejected or expired',
+    schema: { params: IdParams, response: { 200: Approval, 404: ErrorBody, 409: ErrorBody, 423: ErrorBody, ...errors } },
+  }),
+  reject: route({
+    method: 'POST',
+    url: '/approvals/:id/reject',
+    summary: 'Reject a waiting swap: nothing is sent, and the job or automation run behind it goes on without it. 409 when it was approved or expired',
+    schema: {
+      params: IdParams,
+      body: Type.Optional(Type.Object({ reason: Type.Optional(Type.String({ maxLength: 500 })) }, { additionalProperties: false })),
+      response: { 200: Approval, 404: ErrorBody, 409: ErrorBody, ...errors },
+    },
+  }),
+}

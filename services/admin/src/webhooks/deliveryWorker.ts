@@ -1,0 +1,164 @@
+// Sends due webhook deliveries, several at once, from every admin replica: each claims its rows
+// (FOR UPDATE SKIP LOCKED, held until locked_until), so none is sent twice at the same time, and
+// one whose sender died is taken up again once its lock runs out.
+import type { DeliveryAttempt } from '@ats/contracts'
+import { startWorkerLoop, type Logger, type WorkerLoop } from '@ats/service-kit'
+import type { PrismaClient } from '../generated/prisma/client.ts'
+import { nextDelayMs } from './retrySchedule.ts'
+import { sendWebhook, signWebhook, type Attempt, type UrlRules } from './sender.ts'
+
+export interface DeliveryWorkerOptions {
+  db: PrismaClient
+  log: Logger
+  rules: UrlRules
+  concurrency: number
+  timeoutMs: number
+  /** delays between tries (the first after the first failure); past its end a delivery has failed */
+  retrySchedule: number[]
+  /** a subscription whose every delivery has failed for this long is disabled when one fails for good */
+  disableAfterMs: number
+  /** how often to look for due deliveries when not woken */
+  pollMs?: number
+  random?: () => number
+}
+
+/** A claimed delivery with what sending it needs. */
+interface Claimed {
+  id: string
+  subscriptionId: string
+  eventId: string
+  eventType: string
+  body: string
+  attempts: number
+  attemptLog: DeliveryAttempt[]
+  url: string
+  secret: string
+  previousSecret: string | null
+  previousSecretUntil: Date | null
+}
+
+const attemptLogSize = 20
+const maxResponseBytes = 4096
+/** beyond the send's own timeout, for the claim to outlast writing the result */
+const lockMarginMs = 5_000
+
+/** What the log keeps of a try. */
+const logEntryOf = (at: Date, a: Attempt): DeliveryAttempt => ({
+  at: at.getTime(),
+  ...(a.status === undefined ? {} : { status: a.status }),
+  ...(a.error === undefined ? {} : { error: a.error }),
+  durationMs: Math.round(a.durationMs),
+  ...(a.response === undefined ? {} : { response: a.response }),
+})
+
+const failureOf = (a: Attempt) => (a.status === undefined ? (a.error ?? 'no answer') : `HTTP ${a.status}${a.error ? ` (${a.error})` : ''}`)
+
+export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop {
+  const { db, log, rules, concurrency, timeoutMs, retrySchedule, disableAfterMs, pollMs = 500, random = Math.random } = options
+  const inFlight = new Set<Promise<void>>()
+
+  const claim = (limit: number) =>
+    db.$queryRaw<Claimed[]>`
+      UPDATE webhook_deliveries d SET locked_until = now() + ${timeoutMs + lockMarginMs} * interval '1 millisecond'
+      FROM webhook_subscriptions s
+      WHERE s.id = d.subscription_id AND d.id IN (
+        SELECT dd.id FROM webhook_deliveries dd JOIN webhook_subscriptions ss ON ss.id = dd.subscription_id
+        WHERE dd.status = 'pending' AND dd.next_attempt_at <= now() AND (dd.locked_until IS NULL OR dd.locked_until <= now()) AND ss.enabled
+        ORDER BY dd.next_attempt_at LIMIT ${limit}
+        FOR UPDATE OF dd SKIP LOCKED)
+      RETURNING d.id, d.subscription_id AS "subscriptionId", d.event_id AS "eventId", d.event_type AS "eventType", d.body,
+        d.attempts, d.attempt_log AS "attemptLog", s.url, s.secret, s.previous_secret AS "previousSecret",
+        s.previous_secret_until AS "previousSecretUntil"`
+
+  async function succeeded(d: Claimed, attemptLog: DeliveryAttempt[]) {
+    // updateMany: a subscription deleted meanwhile took its deliveries with it, and there is nothing to record
+    await db.$transaction([
+      db.webhookDelivery.updateMany({
+        where: { id: d.id },
+        data: { status: 'succeeded', attempts: d.attempts + 1, attemptLog, deliveredAt: new Date(), nextAttemptAt: null, lockedUntil: null },
+      }),
+      db.webhookSubscription.updateMany({ where: { id: d.subscriptionId, failingSince: { not: null } }, data: { failingSince: null } }),
+    ])
+  }
+
+  async function failed(d: Claimed, attemptLog: DeliveryAttempt[], attempt: Attempt) {
+    const attempts = d.attempts + 1
+    const delay = nextDelayMs(retrySchedule, attempts, random)
+    const now = new Date()
+    await db.webhookDelivery.updateMany({
+      where: { id: d.id },
+      data: {
+        status: delay === undefined ? 'failed' : 'pending',
+        attempts,
+        attemptLog,
+        nextAttemptAt: delay === undefined ? null : new Date(now.getTime() + delay),
+        lockedUntil: null,
+      },
+    })
+    // the first failure after a success starts the streak
+    await db.webhookSubscription.updateMany({ where: { id: d.subscriptionId, failingSince: null }, data: { failingSince: now } })
+    if (delay !== undefined) return
+    const since = new Date(now.getTime() - disableAfterMs)
+    const reason = (failingSince: Date) =>
+      `disabled ${now.toISOString()}: every delivery since ${failingSince.toISOString()} failed; last: ${failureOf(attempt)}`
+    const sub = await db.webhookSubscription.findUnique({ where: { id: d.subscriptionId }, select: { failingSince: true, enabled: true } })
+    if (!sub?.enabled || !sub.failingSince || sub.failingSince > since) return
+    const { count } = await db.webhookSubscription.updateMany({
+      where: { id: d.subscriptionId, enabled: true, failingSince: sub.failingSince },
+      data: { enabled: false, disabledReason: reason(sub.failingSince), updatedAt: now },
+    })
+    if (count > 0) log.warn({ subscriptionId: d.subscriptionId, failingSince: sub.failingSince }, 'webhook subscription disabled: its deliveries have failed for too long')
+  }
+
+  async function deliver(d: Claimed) {
+    const at = new Date()
+    const secrets = [d.secret, ...(d.previousSecret && d.previousSecretUntil && d.previousSecretUntil > at ? [d.previousSecret] : [])]
+    const headers = { ...signWebhook(d.eventId, at, d.body, secrets) }
+    const attempt = await sendWebhook({ url: d.url, headers, body: d.body, timeoutMs, maxResponseBytes, rules })
+    const attemptLog = [...d.attemptLog, logEntryOf(at, attempt)].slice(-attemptLogSize)
+    const fields = {
+      subscriptionId: d.subscriptionId,
+      deliveryId: d.id,
+      eventId: d.eventId,
+      eventType: d.eventType,
+      attempt: d.attempts + 1,
+      status: attempt.status,
+      ms: Math.round(attempt.durationMs),
+    }
+    if (attempt.ok) {
+      await succeeded(d, attemptLog)
+      log.info(fields, 'webhook delivered')
+    } else {
+      await failed(d, attemptLog, attempt)
+      log.warn({ ...fields, error: attempt.error }, 'webhook delivery failed')
+    }
+  }
+
+  const loop = startWorkerLoop({
+    name: 'webhook-sender',
+    log,
+    idleMs: pollMs,
+    round: async () => {
+      const free = concurrency - inFlight.size
+      if (free <= 0) return false
+      const due = await claim(free)
+      for (const d of due) {
+        const task: Promise<void> = deliver(d)
+          .catch((error) => log.error({ err: error, deliveryId: d.id }, 'webhook delivery could not be recorded; it is tried again once its lock ends'))
+          .finally(() => {
+            inFlight.delete(task)
+            loop.wake()
+          })
+        inFlight.add(task)
+      }
+      return due.length === free
+    },
+  })
+  return {
+    wake: loop.wake,
+    async stop() {
+      await loop.stop()
+      await Promise.allSettled([...inFlight])
+    },
+  }
+}

@@ -1,0 +1,134 @@
+// Webhook subscriptions and their delivery log, as their owners see them: a key sees and changes
+// only its own, an admin key everyone's. Secrets leave only through create and rotate.
+import { randomBytes } from 'node:crypto'
+import type { DeliveryAttempt, DeliveryStatus, UpdateWebhookBody, Webhook, WebhookDelivery, WebhookEventType } from '@ats/contracts'
+import { createError, NotFound } from '@ats/service-kit'
+import type { PrismaClient, WebhookDelivery as DeliveryRow, WebhookSubscription } from '../generated/prisma/client.ts'
+import { newWebhookSecret } from './sender.ts'
+
+export const TooManyWebhooks = createError<[number]>('ATS_ERR_ADMIN_TOO_MANY_WEBHOOKS', 'this key has %d webhook subscriptions already (WEBHOOK_MAX_PER_KEY): delete one first', 409)
+
+/** Who asks: the key, and whether it is an admin key (which sees every subscription). */
+export interface Viewer {
+  keyId: string
+  admin: boolean
+}
+
+const newSubscriptionId = () => `whk_${randomBytes(12).toString('base64url')}`
+
+export const webhookOf = (row: WebhookSubscription): Webhook => ({
+  id: row.id,
+  url: row.url,
+  events: row.events as WebhookEventType[],
+  description: row.description,
+  enabled: row.enabled,
+  disabledReason: row.disabledReason,
+  createdAt: row.createdAt.getTime(),
+  keyId: row.keyId,
+})
+
+export const deliveryOf = (row: DeliveryRow): WebhookDelivery => {
+  const log = row.attemptLog as DeliveryAttempt[]
+  return {
+    id: row.id,
+    eventId: row.eventId,
+    eventType: row.eventType as WebhookEventType,
+    status: row.status as DeliveryStatus,
+    attempts: row.attempts,
+    nextAttemptAt: row.status === 'pending' ? (row.nextAttemptAt?.getTime() ?? null) : null,
+    lastAttempt: log.at(-1) ?? null,
+    attemptLog: log,
+    createdAt: row.createdAt.getTime(),
+    deliveredAt: row.deliveredAt?.getTime() ?? null,
+  }
+}
+
+export interface SubscriptionOptions {
+  maxPerKey: number
+  secretGraceMs: number
+}
+
+export function createSubscriptions(db: PrismaClient, { maxPerKey, secretGraceMs }: SubscriptionOptions) {
+  /** the subscription if the viewer may see it; NotFound otherwise (another key's is not said to exist) */
+  async function owned(viewer: Viewer, id: string): Promise<WebhookSubscription> {
+    const row = await db.webhookSubscription.findUnique({ where: { id } })
+    if (!row || (!viewer.admin && row.keyId !== viewer.keyId)) throw new NotFound(`webhook ${id}`)
+    return row
+  }
+
+  return {
+    owned,
+
+    async create(viewer: Viewer, input: { url: string; events: WebhookEventType[]; description?: string | undefined }) {
+      const secret = newWebhookSecret()
+      const row = await db.$transaction(async (tx) => {
+        // one key's creations one after another, so two at once cannot both pass the limit
+        await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtext(${`webhooks:${viewer.keyId}`}))`
+        const count = await tx.webhookSubscription.count({ where: { keyId: viewer.keyId } })
+        if (count >= maxPerKey) throw new TooManyWebhooks(count)
+        return tx.webhookSubscription.create({
+          data: { id: newSubscriptionId(), keyId: viewer.keyId, url: input.url, events: input.events, description: input.description ?? null, secret },
+        })
+      })
+      return { ...webhookOf(row), secret }
+    },
+
+    async list(viewer: Viewer): Promise<Webhook[]> {
+      const rows = await db.webhookSubscription.findMany({ where: viewer.admin ? {} : { keyId: viewer.keyId }, orderBy: { createdAt: 'asc' } })
+      return rows.map(webhookOf)
+    },
+
+    async update(viewer: Viewer, id: string, change: UpdateWebhookBody): Promise<Webhook> {
+      await owned(viewer, id)
+      const row = await db.webhookSubscription.update({
+        where: { id },
+        data: {
+          ...(change.url === undefined ? {} : { url: change.url }),
+          ...(change.events === undefined ? {} : { events: change.events }),
+          ...(change.description === undefined ? {} : { description: change.description }),
+          // enabling starts the failure streak over; disabling by hand gives no reason (its owner knows)
+          ...(change.enabled === undefined ? {} : { enabled: change.enabled, disabledReason: null, ...(change.enabled ? { failingSince: null } : {}) }),
+          updatedAt: new Date(),
+        },
+      })
+      return webhookOf(row)
+    },
+
+    async remove(viewer: Viewer, id: string): Promise<void> {
+      await owned(viewer, id)
+      await db.webhookSubscription.deleteMany({ where: { id } })
+    },
+
+    /** A new secret; the current one signs too until the grace period ends. */
+    async rotate(viewer: Viewer, id: string): Promise<{ secret: string; previousSecretValidUntil: number }> {
+      const current = await owned(viewer, id)
+      const secret = newWebhookSecret()
+      const until = new Date(Date.now() + secretGraceMs)
+      await db.webhookSubscription.update({ where: { id }, data: { secret, previousSecret: current.secret, previousSecretUntil: until, updatedAt: new Date() } })
+      return { secret, previousSecretValidUntil: until.getTime() }
+    },
+
+    async deliveries(viewer: Viewer, id: string, query: { status?: DeliveryStatus | undefined; limit: number }): Promise<WebhookDelivery[]> {
+      await owned(viewer, id)
+      const rows = await db.webhookDelivery.findMany({
+        where: { subscriptionId: id, ...(query.status ? { status: query.status } : {}) },
+        orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+        take: query.limit,
+      })
+      return rows.map(deliveryOf)
+    },
+
+    /** Queues a delivery again now: the same body and webhook-id, its tries counted afresh (the log kept). */
+    async redeliver(viewer: Viewer, id: string, deliveryId: string): Promise<WebhookDelivery> {
+      await owned(viewer, id)
+      const { count } = await db.webhookDelivery.updateMany({
+        where: { id: deliveryId, subscriptionId: id },
+        data: { status: 'pending', attempts: 0, nextAttemptAt: new Date(), lockedUntil: null, deliveredAt: null },
+      })
+      if (count === 0) throw new NotFound(`delivery ${deliveryId}`)
+      return deliveryOf(await db.webhookDelivery.findUniqueOrThrow({ where: { id: deliveryId } }))
+    },
+  }
+}
+
+export type Subscriptions = ReturnType<typeof createSubscriptions>
