@@ -7,7 +7,7 @@ import { freshDatabase } from '@ats/service-kit/testing'
 // by path: @ats/devnet is a dependency of the services' tests, not of the root package
 import { startDevnet, type Devnet } from '../packages/devnet/src/index.ts'
 import { openPaymentsStream } from './jetstream.ts'
-import { start, stopAll, type Started } from './processes.ts'
+import { ready, start, stopAll, type Started } from './processes.ts'
 
 /**
  * What the benches that go through the gateway share: a database, a NATS namespace and a devnet
@@ -135,6 +135,27 @@ export const startMarketData = (base: BenchBase, port: number) => startService(b
 /** The gateway's settings for this bench's fleet: its admin at `adminUrl`, the devnet's address book, plus `extra`. */
 export function gatewayEnv(base: BenchBase, adminUrl: string, extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
   return { ...base.env, ...base.chain, HOST: '127.0.0.1', ADMIN_URL: adminUrl, ADDRESS_BOOK: base.addressBookPath, ...extra }
+}
+
+/**
+ * A gateway in front of the agent at `ports.agent` (readwrite limit out of the way), ready, with a
+ * readwrite key made through it: the /v1 benches' entry.
+ */
+export async function startAgentGateway(base: BenchBase, ports: { gateway: number; ops: number; admin: number; agent: number }, label: string, logLevel = 'warn') {
+  const process = await start(
+    'gateway/src/server.ts',
+    gatewayEnv(base, `http://127.0.0.1:${ports.admin}`, {
+      AGENT_URL: `http://127.0.0.1:${ports.agent}`,
+      PORT: String(ports.gateway),
+      OPS_PORT: String(ports.ops),
+      LOG_LEVEL: logLevel,
+      RATE_LIMIT_READWRITE: '1000000',
+    }),
+    'ignore',
+  )
+  const url = `http://127.0.0.1:${ports.gateway}`
+  await ready([`http://127.0.0.1:${ports.ops}`, url], process)
+  return { process, url, key: await createKey(base, url, 'readwrite', label) }
 }
 
 /** A new API key of `tier`, made through the gateway at `gatewayUrl` with the admin's bootstrap key. */

@@ -1,6 +1,6 @@
 import type autocannon from 'autocannon'
 import { cleanups, createKey, gatewayEnv, runBench, startAdmin, startBase, startMarketData } from './fleet.ts'
-import { autocannonRound, printReport, runInterleaved, summarize, type RoundResult, type Target } from './harness.ts'
+import { autocannonRound, printReport, runInterleaved, summarize, type Ratio, type RoundResult, type Target } from './harness.ts'
 import { openPaymentsStream } from './jetstream.ts'
 import { signPayments } from './payments.ts'
 import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start } from './processes.ts'
@@ -43,6 +43,9 @@ import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start } from './pro
  *   BENCH_PAID_MAX     300000   at most this many payments are signed
  *   BENCH_DEVNET_PORT  8691     the devnet's (anvil's) port
  *   LOG_LEVEL          info     the deployed gateway's and the admin's log level (the "log off" gateway runs at warn)
+ *   BENCH_TARGETS      (all)    the targets to run, comma-separated: bare,keyed,market,log off,paid (ratios need both sides)
+ *   BENCH_GATEWAY_NODE_OPTIONS  NODE_OPTIONS of the deployed gateway only (port 3900: keyed and paid), e.g.
+ *                               '--import ./bench/cpuProfile.mjs' for a CPU profile (PROFILE_DIR), written when the bench ends
  * With the defaults the rounds take about 3 minutes, plus 30-40 s (more on a busy machine) to
  * start the servers and sign the payments.
  */
@@ -52,6 +55,7 @@ const rounds = Number(process.env.BENCH_ROUNDS ?? 9)
 const paidRps = Number(process.env.BENCH_PAID_RPS ?? 6000)
 const maxPayments = Number(process.env.BENCH_PAID_MAX ?? 300_000)
 const devnetPort = Number(process.env.BENCH_DEVNET_PORT ?? 8691)
+const only = process.env.BENCH_TARGETS?.split(',').map((name) => name.trim())
 /** the bare proxy's CPU µs per request on this machine on a quiet day (2026-11-21, docs/benchmarks.md) */
 const QUIET_BARE_CPU = 85
 for (const [name, value] of Object.entries({ BENCH_SECONDS: duration, BENCH_ROUNDS: rounds, BENCH_CONNECTIONS: connections }))
@@ -158,7 +162,8 @@ async function main() {
   })
   // the same gateway twice: as deployed (access log at info) and with the access log off
   // OPS_PORT: where a gateway that keeps /ready and /metrics off its public port answers them
-  const gateway = await start('gateway/src/server.ts', { ...gatewaySettings, PORT: '3900', OPS_PORT: '3910' }, 'ignore')
+  const profiled = process.env.BENCH_GATEWAY_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_GATEWAY_NODE_OPTIONS } : {}
+  const gateway = await start('gateway/src/server.ts', { ...gatewaySettings, ...profiled, PORT: '3900', OPS_PORT: '3910' }, 'ignore')
   const quiet = await start('gateway/src/server.ts', { ...gatewaySettings, PORT: '3902', OPS_PORT: '3912', LOG_LEVEL: 'warn' }, 'ignore')
   // the real market-data service (its devnet sources, Redis cache) behind a gateway of its own
   const marketData = await startMarketData(base, 3906)
@@ -277,25 +282,28 @@ async function main() {
     `a warm-up round, then ${rounds} rounds of bare, keyed, market-data, keyed (log off), paid; ${duration} s each, ${connections} connections; ` +
       'GET /market/prices (bare and keyed: a fixed answer; market-data: the real service, cached), GET /agent/skills (paid, one payment per request)',
   )
-  const report = await runInterleaved({
-    rounds,
-    seconds: duration,
-    targets: [
+  const allTargets = [
       proxied('bare', 'bare @fastify/http-proxy', `${bare.address}/market/prices`, bare.pid),
       proxied('keyed', 'gateway, keyed (readonly key)', 'http://127.0.0.1:3900/market/prices', gateway.pid, keyedHeaders),
       marketTarget(proxied('market', 'gateway, keyed, to market-data (cached)', 'http://127.0.0.1:3903/market/prices', marketGateway.pid, keyedHeaders), marketData.pid),
       proxied('log off', 'gateway, keyed, LOG_LEVEL=warn', 'http://127.0.0.1:3902/market/prices', quiet.pid, keyedHeaders),
       paid,
-    ],
-    ratios: [
+    ]
+  const targets = only ? allTargets.filter((t) => only.includes(t.name)) : allTargets
+  if (only && targets.length !== only.length) throw new Error(`BENCH_TARGETS names unknown targets: ${only.join(',')}; known: ${allTargets.map((t) => t.name).join(',')}`)
+  const report = await runInterleaved({
+    rounds,
+    seconds: duration,
+    targets,
+    ratios: ([
       { name: 'keyed / bare', numerator: 'keyed', denominator: 'bare', aim: 85 },
       { name: 'market-data cached / keyed', numerator: 'market', denominator: 'keyed', aim: 80 },
       { name: 'keyed, log off / bare', numerator: 'log off', denominator: 'bare' },
-      { name: 'paid / keyed', numerator: 'paid', denominator: 'keyed', aim: 40 },
+      { name: 'paid / keyed', numerator: 'paid', denominator: 'keyed', aim: 60 },
       // the same two from CPU per request (bare µs ÷ keyed µs): the servers' own cost, whatever time other processes take from their core
       { name: 'keyed / bare, by CPU µs', numerator: 'keyed', denominator: 'bare', metric: 'cpu' },
       { name: 'paid / keyed, by CPU µs', numerator: 'paid', denominator: 'keyed', metric: 'cpu' },
-    ],
+    ] as Ratio[]).filter((r) => targets.some((t) => t.name === r.numerator) && targets.some((t) => t.name === r.denominator)),
   })
   printReport(report)
   console.log('(CPU µs/req: user + system CPU of the proxy process, bare or gateway, per request; admin CPU: the ledger consumer, same core)')

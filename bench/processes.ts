@@ -134,3 +134,19 @@ export function cpuMicros(pid: number): number {
     return Number.NaN
   }
 }
+
+/** CPU time (user + system, µs) used so far by every process named `name` (as in /proc/<pid>/stat), e.g. all of Postgres's backends. */
+export function cpuMicrosNamed(name: string): number {
+  let ticks = 0
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
+      const close = stat.lastIndexOf(')')
+      if (stat.slice(stat.indexOf('(') + 1, close) !== name) continue
+      const fields = stat.slice(close + 2).split(' ')
+      ticks += Number(fields[11]) + Number(fields[12])
+    } catch {} // gone meanwhile
+  }
+  return (ticks * 1e6) / 100
+}

@@ -1,7 +1,7 @@
 // by path: the stand-in model is the agent's test helper, not a dependency of the root package
 import { startStandInModel } from '../services/agent/src/testing/model.ts'
-import { cleanups, createKey, gatewayEnv, runBench, startAdmin, startBase, startService } from './fleet.ts'
-import { assertPortFree, ready, start } from './processes.ts'
+import { cleanups, runBench, startAgentGateway, startAdmin, startBase, startService } from './fleet.ts'
+import { assertPortFree, ready } from './processes.ts'
 
 /**
  * pnpm bench:ttft (the last part of pnpm bench): time to first token through the gateway. The
@@ -48,21 +48,9 @@ await runBench(async () => {
   cleanups.push(() => model.close())
   const admin = await startAdmin(base, ports.admin)
   const agent = await startService(base, 'agent', ports.agent, { LLM_BASE_URL: model.url, LLM_MODEL: 'stand-in', LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' })
-  const gateway = await start(
-    'gateway/src/server.ts',
-    gatewayEnv(base, `http://127.0.0.1:${ports.admin}`, {
-      AGENT_URL: `http://127.0.0.1:${ports.agent}`,
-      PORT: String(ports.gateway),
-      OPS_PORT: String(ports.ops),
-      LOG_LEVEL: 'warn',
-      RATE_LIMIT_READWRITE: '1000000',
-    }),
-    'ignore',
-  )
   await ready(`http://127.0.0.1:${ports.admin}`, admin)
   await ready(`http://127.0.0.1:${ports.agent}`, agent)
-  await ready([`http://127.0.0.1:${ports.ops}`, `http://127.0.0.1:${ports.gateway}`], gateway)
-  const key = await createKey(base, `http://127.0.0.1:${ports.gateway}`, 'readwrite', 'ttft')
+  const { key } = await startAgentGateway(base, ports, 'ttft')
   const gatewayUrl = `http://127.0.0.1:${ports.gateway}`
   const bearer = { authorization: `Bearer ${key}` }
   const prompt = 'How are ETH and ARB doing?'

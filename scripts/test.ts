@@ -72,7 +72,8 @@ function buildFirst(): NodeJS.ProcessEnv {
     process.exit(1)
   }
   process.stdout.write(`== pnpm build (${Math.round((Date.now() - started) / 1000)} s): the tests load the other packages from dist/\n`)
-  return { ...process.env, NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --conditions=ats-dist`.trim() }
+  // DEPLOY_PACKAGE_BUILT: packages/deploy-check's image test builds no second time
+  return { ...process.env, NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --conditions=ats-dist`.trim(), DEPLOY_PACKAGE_BUILT: '1' }
 }
 
 const only = process.argv.slice(2)

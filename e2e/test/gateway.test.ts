@@ -2,15 +2,23 @@ import { publicRoutes } from '@ats/contracts'
 import t from 'tap'
 import { adminKey, startFleet } from './fleet.ts'
 
+/**
+ * One fleet (two gateways) for the tests that need nothing of their own: each makes its own
+ * keys, so they do not see each other. Its failed authentications add up across the tests, so
+ * the per-address limit is out of the way. Stopping admin and leaving services out get a fleet
+ * of their own below.
+ */
+const shared = await startFleet(t, { gateways: 2, gatewayEnv: { AUTH_FAILURE_LIMIT: '1000' } })
+
 t.test('GET /health answers ok and a timestamp without a key', async (t) => {
-  const { request } = await startFleet(t)
+  const { request } = shared
   const res = await request('/health')
   t.equal(res.status, 200)
   t.match(res.body, { ok: true, ts: Number })
 })
 
 t.test('GET / names the service, version, chain and where the docs are', async (t) => {
-  const { request } = await startFleet(t)
+  const { request } = shared
   const res = await request('/')
   t.same(res.body, { name: 'agent-trading-service', version: '0.1.0', chain: 'arbitrum-one', chainId: 42161, docs: '/docs', openapi: '/openapi.json' })
   const docs = await request(res.body.openapi)
@@ -20,7 +28,7 @@ t.test('GET / names the service, version, chain and where the docs are', async (
 })
 
 t.test('the raw key appears only in the create answer', async (t) => {
-  const { request, createKey } = await startFleet(t)
+  const { request, createKey } = shared
   const created = await createKey('readonly')
   const list = await request('/admin/keys', { key: adminKey })
   t.equal(list.status, 200)
@@ -29,7 +37,7 @@ t.test('the raw key appears only in the create answer', async (t) => {
 })
 
 t.test('a service\'s 400 reaches the client through the gateway as {error}', async (t) => {
-  const { request } = await startFleet(t)
+  const { request } = shared
   const long = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier: 'readonly', label: 'x'.repeat(65) } })
   t.equal(long.status, 400)
   t.same(long.body, { error: 'body/label must NOT have more than 64 characters' })
@@ -45,7 +53,7 @@ t.test('a service\'s 400 reaches the client through the gateway as {error}', asy
 })
 
 t.test('each tier reaches exactly the route groups the spec allows', async (t) => {
-  const { request, createKey } = await startFleet(t)
+  const { request, createKey } = shared
   const keys = {
     readonly: (await createKey('readonly')).key,
     readwrite: (await createKey('readwrite')).key,
@@ -88,14 +96,14 @@ t.test('each tier reaches exactly the route groups the spec allows', async (t) =
 })
 
 t.test('a malformed Authorization header answers 401 saying so', async (t) => {
-  const { request } = await startFleet(t)
+  const { request } = shared
   const res = await request('/market/prices', { headers: { authorization: 'Basic dXNlcjpwYXNz' } })
   t.equal(res.status, 401)
   t.same(res.body, { error: 'malformed Authorization header: expected Bearer <key>' })
 })
 
 t.test('the gateway sets identity headers and strips the client\'s', async (t) => {
-  const { request, createKey } = await startFleet(t)
+  const { request, createKey } = shared
   const { id, key } = await createKey('readwrite')
   const res = await request('/swap/quote?tokenIn=WETH', {
     key,
@@ -116,7 +124,7 @@ t.test('the gateway sets identity headers and strips the client\'s', async (t) =
 })
 
 t.test('a key bound to a wallet carries it to the services as x-ats-key-wallet', async (t) => {
-  const { request } = await startFleet(t)
+  const { request } = shared
   const wallet = '0x70997970C51812dc3A010C7d01b50e0d17dc79C8'
   const created = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier: 'readonly', label: 'bound', wallet } })
   t.equal(created.status, 201)
@@ -125,7 +133,7 @@ t.test('a key bound to a wallet carries it to the services as x-ats-key-wallet',
 })
 
 t.test('a revoked key is refused at once by every running gateway', async (t) => {
-  const { request, createKey } = await startFleet(t, { gateways: 2 })
+  const { request, createKey } = shared
   const { id, key } = await createKey('readonly')
   t.equal((await request('/market/prices', { key, via: 0 })).status, 200, 'cached on gateway 1')
   t.equal((await request('/market/prices', { key, via: 1 })).status, 200, 'cached on gateway 2')
@@ -164,7 +172,7 @@ t.test('routes of services that are not running answer 503 {error}', async (t) =
 })
 
 t.test('an unknown path answers 404 {error}', async (t) => {
-  const { request } = await startFleet(t)
+  const { request } = shared
   const res = await request('/nowhere')
   t.equal(res.status, 404)
   t.match(res.headers.get('x-request-id'), /^[0-9a-f-]{36}$/, 'errors carry the request id too')

@@ -1,10 +1,13 @@
 import { spawn } from 'node:child_process'
 import { createServer } from 'node:net'
 import { fileURLToPath } from 'node:url'
+import { startTestDevnet } from '@ats/devnet'
 import t, { type Test } from 'tap'
 import { startPaidFleet } from './fleet.ts'
 
-const paid = (t: Test, options?: Parameters<typeof startPaidFleet>[1]) => startPaidFleet(t, options)
+// one devnet for the file: each test signs fresh nonces and has its own fleet and ledger
+const chain = await startTestDevnet(t)
+const paid = (t: Test, options?: Parameters<typeof startPaidFleet>[1]) => startPaidFleet(t, { chain, ...options })
 const decode = (header: string | null) => JSON.parse(Buffer.from(header ?? '', 'base64').toString('utf8'))
 
 t.test('a paid route without a payment answers 402 with the requirements in the body and the v2 header', async (t) => {

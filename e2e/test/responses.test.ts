@@ -6,7 +6,8 @@ import { eventually, startAgentFleet } from './fleet.ts'
  * POST /v1/responses as OpenAI's own npm client sees it: pointed at the gateway with an API key,
  * unmodified. Each response is a job of the real pipeline on the devnet.
  */
-const fleet = await startAgentFleet(t)
+// predictions from the Polymarket stand-in, which a test makes hang (the job waits in its tool until cancelled)
+const fleet = await startAgentFleet(t, { marketEnv: { PREDICTION_SOURCE: 'polymarket' } })
 const { request, createKey, gateway, upstreams } = fleet
 const writer = await createKey('readwrite', 'responses client')
 const client = (key = writer.key) => new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1`, maxRetries: 0 })

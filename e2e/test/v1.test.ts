@@ -6,7 +6,8 @@ import { eventually, startAgentFleet } from './fleet.ts'
  * The /v1 group as OpenAI's own npm client sees it: pointed at the gateway with an API key,
  * unmodified. The agent behind it runs the real job pipeline on the devnet.
  */
-const fleet = await startAgentFleet(t)
+// predictions from the Polymarket stand-in, which a test makes hang (the job waits in its tool until cancelled)
+const fleet = await startAgentFleet(t, { marketEnv: { PREDICTION_SOURCE: 'polymarket' } })
 const { request, createKey, gateway, upstreams } = fleet
 const writer = await createKey('readwrite', 'openai client')
 const client = (key = writer.key, options: ConstructorParameters<typeof OpenAI>[0] = {}) =>

@@ -83,8 +83,9 @@ t.test('every image built as its Dockerfile builds it runs the fleet, as compose
   const images = apps.map(([name, service]) => imageOf(name, service))
 
   // ---- build: each Dockerfile's build stage (every package compiled once, then deployed) ----
+  // DEPLOY_PACKAGE_BUILT=1: `pnpm test` has just run `pnpm build` (scripts/test.ts), so not twice
   const buildStarted = Date.now()
-  await run('pnpm', ['build'], { cwd: repo, maxBuffer: 32 * 1024 * 1024 })
+  if (process.env.DEPLOY_PACKAGE_BUILT !== '1') await run('pnpm', ['build'], { cwd: repo, maxBuffer: 32 * 1024 * 1024 })
   const queue = [...images]
   await Promise.all(
     [1, 2].map(async () => {

@@ -33,12 +33,13 @@ const destinations = new Set<Destination>()
 let flushing: NodeJS.Timeout | undefined
 
 /**
- * The process logger. Lines are buffered (4 KiB) and written asynchronously: a
- * write syscall per request line cost the gateway ~15% of its throughput. The
- * buffer is flushed every 250 ms and on exit.
+ * The process logger. Lines are buffered (32 KiB) and written asynchronously: a
+ * write syscall per request line cost the gateway ~15% of its throughput, and one
+ * per 4 KiB still ~4% of the keyed route's CPU (issue 26). The buffer is flushed
+ * every 250 ms and on exit.
  */
 export function createLogger(name: string, level: string): pino.Logger {
-  const destination = pino.destination({ dest: 1, sync: false, minLength: 4096 })
+  const destination = pino.destination({ dest: 1, sync: false, minLength: 32 * 1024, maxWrite: 64 * 1024 })
   destinations.add(destination)
   if (!flushing) {
     flushing = setInterval(() => {

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { hash } from 'node:crypto'
 
 /**
  * The API-key format: `atsk_` + 32 base64url characters (192 random bits). The fixed prefix
@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto'
 export const apiKeyPrefix = 'atsk_'
 export const apiKeyPattern = /^atsk_[A-Za-z0-9_-]{32}$/
 
+/** One-shot (no Hash object): it runs for every keyed request at the gateway. */
 export function hashApiKey(raw: string): string {
-  return createHash('sha256').update(raw).digest('hex')
+  return hash('sha256', raw, 'hex')
 }

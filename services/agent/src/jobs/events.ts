@@ -1,6 +1,7 @@
 // Job events: every stored event is broadcast on NATS; GET /agent/job/:id/events replays the
 // stored ones after Last-Event-ID, then forwards the live ones, and ends with the job. The
-// answer's text deltas travel on the same subject but are never stored: live only, no id.
+// answer's text deltas travel on the same subject but are never stored: live only, no id. A
+// broadcast missed is found by one read of the store for all of the process's streams at once.
 import { identityHeaders, type AgentChannels, type JobBroadcast, type JobDelta, type JobEvent } from '@ats/contracts'
 import type { Logger } from '@ats/service-kit'
 import type { ServerResponse } from 'node:http'
@@ -8,6 +9,9 @@ import type { FastifyReply } from 'fastify'
 import type { NatsConnection } from 'nats'
 import { TooManyStreams } from '../errors.ts'
 import type { JobStore } from './store.ts'
+
+/** What one read of the store found of a followed job: the events after the seq asked for, and whether it has finished. */
+type FollowedEvents = { finished: boolean; events: JobEvent[] }
 
 const terminal = new Set(['complete', 'failed', 'cancelled'])
 const isTerminal = (e: JobEvent) => e.type === 'status' && terminal.has((e.data as { status: string }).status)
@@ -22,9 +26,12 @@ export const sseFrame = (e: JobBroadcast) =>
 export interface JobEventsOptions {
   nc: NatsConnection
   channels: AgentChannels
-  store: JobStore
+  store: Pick<JobStore, 'eventsOfJobs'>
   log: Logger
-  /** how often a stream re-reads the store in case a broadcast was missed */
+  /**
+   * how often the process re-reads the store for every job it follows, in one query, in case a
+   * broadcast was missed (also read at once after NATS reconnects)
+   */
   pollMs?: number
   keepAliveMs?: number
   /** open streams one payer or key may hold in this process (AGENT_MAX_STREAMS_PER_OWNER) */
@@ -56,6 +63,8 @@ function openEventStream(reply: FastifyReply, keepAliveMs: number) {
 
 export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keepAliveMs = 15_000, maxStreamsPerOwner = 5 }: JobEventsOptions) {
   const open = new Set<() => void>()
+  /** what each follower has delivered and how it takes what the store has after that */
+  const followers = new Set<{ jobId: string; last(): number; caughtUp(found: FollowedEvents | undefined): void }>()
   /** open streams per owner (payer address or key id), in this process */
   const streamsOf = new Map<string, number>()
 
@@ -77,12 +86,57 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
     })
   }
 
+  let timer: NodeJS.Timeout | undefined
+  let reading: Promise<void> | undefined
+  let readAgain = false
+  /**
+   * The safety net of every stream in this process: one read of the store for all the jobs
+   * followed, each after the last event delivered (the lowest of its followers'), handed to each
+   * follower in order behind its live events. Runs every `pollMs` while anything is followed, and
+   * at once after NATS reconnects (broadcasts sent meanwhile are lost).
+   */
+  function catchUpAll(): Promise<void> {
+    if (reading) {
+      readAgain = true
+      return reading
+    }
+    clearTimeout(timer)
+    timer = undefined
+    reading = readAll().finally(() => {
+      reading = undefined
+      if (!readAgain) return scheduleCatchUp()
+      readAgain = false
+      void catchUpAll()
+    })
+    return reading
+  }
+  async function readAll() {
+    const now = [...followers]
+    if (now.length === 0) return
+    const after = new Map<string, number>()
+    for (const f of now) after.set(f.jobId, Math.min(f.last(), after.get(f.jobId) ?? Number.POSITIVE_INFINITY))
+    try {
+      const found = await store.eventsOfJobs(after)
+      for (const f of now) f.caughtUp(found.get(f.jobId))
+    } catch (error) {
+      log.warn({ err: error, jobs: after.size }, 'job events could not be read')
+    }
+  }
+  function scheduleCatchUp() {
+    if (timer !== undefined || reading !== undefined || followers.size === 0) return
+    timer = setTimeout(catchUpAll, pollMs)
+    timer.unref()
+  }
+  void (async () => {
+    for await (const status of nc.status()) if (status.type === 'reconnect') void catchUpAll()
+  })()
+
   function emit(event: JobEvent) {
     try {
       const topic = channels.events(event.jobId)
       nc.publish(topic.subject, topic.message.encode(event))
     } catch (error) {
-      // the stream's poll picks the stored event up
+      // the shared catch-up picks the stored event up
       log.warn({ err: error, jobId: event.jobId, seq: event.seq }, 'job event not broadcast')
     }
   }
@@ -99,7 +153,7 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
 
   /**
    * Follows a job's events after `afterSeq`, in order and each once: the stored ones, then the
-   * live ones, re-reading the store in case a broadcast was missed. It ends after the job's last
+   * live ones, with the shared catch-up (`catchUpAll`) in case a broadcast was missed. It ends after the job's last
    * event (at once for a job already `finished`, once what was missed is delivered), or on
    * `stop()`. `ended` says which: true when the job ended. A job found finished ends it too,
    * whatever `afterSeq` says: a client that claims to have seen more than the job has (a
@@ -122,11 +176,16 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
     const topic = channels.events(jobId)
     const sub = nc.subscribe(topic.subject)
 
+    const follower = { jobId, last: () => last, caughtUp: (found: FollowedEvents | undefined) => (chain = chain.then(() => take(found))) }
     const stop = () => {
       if (done) return
       done = true
       sub.unsubscribe()
-      clearInterval(poll)
+      followers.delete(follower)
+      if (followers.size === 0) {
+        clearTimeout(timer)
+        timer = undefined
+      }
       open.delete(stop)
       resolveEnded(endedWithJob)
     }
@@ -150,25 +209,29 @@ export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keep
       textAt += d.data.text.length
       onEvent(d)
     }
-    // one catch-up at a time, in order
+    /** what a read of the store found: the events not yet delivered, and the end when the job finished */
+    const take = (found: FollowedEvents | undefined) => {
+      if (done || !found) return
+      for (const e of found.events) send(e)
+      // finished when read: the same read has every event, the terminal one included
+      if (found.finished && !done) {
+        endedWithJob = true
+        stop()
+      }
+    }
+    // reads and live events are handled one at a time, in order
     let chain = Promise.resolve()
     const catchUp = () => {
       chain = chain
         .then(async () => {
-          if (done) return
-          // finished before the read: the read has every event, the terminal one included
-          const jobFinished = await store.hasFinished(jobId)
-          for (const e of await store.eventsAfter(jobId, last)) send(e)
-          if (jobFinished && !done) {
-            endedWithJob = true
-            stop()
-          }
+          if (!done) take((await store.eventsOfJobs(new Map([[jobId, last]]))).get(jobId))
         })
         .catch((error) => log.warn({ err: error, jobId }, 'job events could not be read'))
       return chain
     }
 
-    const poll = setInterval(catchUp, pollMs)
+    followers.add(follower)
+    scheduleCatchUp()
     void catchUp().then(() => {
       if (finished) {
         endedWithJob = true

@@ -1,7 +1,7 @@
 // The agent's jobs, threads, messages, job events and job steps in Postgres (schema "agent").
 import { randomBytes } from 'node:crypto'
 import type { Approval, Job as JobView, JobEvent, JobResult, Message as MessageView, Thread as ThreadView, WebhookEventType } from '@ats/contracts'
-import { NotFound, recordEvent } from '@ats/service-kit'
+import { eventOwner, newEventId, NotFound, recordEvent } from '@ats/service-kit'
 import { Prisma, type Job, type Message, type PrismaClient } from '../generated/prisma/client.ts'
 
 const newId = (prefix: string) => `${prefix}_${randomBytes(12).toString('base64url')}`
@@ -91,14 +91,24 @@ export function messageView(m: Message): MessageView {
   }
 }
 
-/** Appends one event to a job's stream; the row lock on the job numbers events in commit order. */
-async function appendEvent(t: Tx, jobId: string, type: JobEvent['type'], data: JobEvent['data']): Promise<JobEvent> {
-  const [row0] = await t.$queryRaw<Array<{ event_seq: number }>>`
-    UPDATE jobs SET event_seq = event_seq + 1 WHERE id = ${jobId} RETURNING event_seq`
-  const seq = row0!.event_seq
-  const row = await t.jobEvent.create({ data: { jobId, seq, type, data: data as Prisma.InputJsonValue } })
-  return { jobId, seq, type, at: row.createdAt.getTime(), data }
+/**
+ * Appends one event to a job's stream, in one statement: the row lock of the job's UPDATE numbers
+ * events in commit order. `alongWith`: a statement the event tells of, run in the same one.
+ */
+async function appendEvent(t: Tx | PrismaClient, jobId: string, type: JobEvent['type'], data: JobEvent['data'], alongWith?: Prisma.Sql): Promise<JobEvent> {
+  const [row] = await t.$queryRaw<Array<{ seq: number; created_at: Date }>>`
+    WITH ${alongWith ? Prisma.sql`s AS (${alongWith}), ` : Prisma.empty}j AS (UPDATE jobs SET event_seq = event_seq + 1 WHERE id = ${jobId} RETURNING event_seq)
+    INSERT INTO job_events (job_id, seq, type, data) SELECT ${jobId}, event_seq, ${type}, ${JSON.stringify(data)}::jsonb FROM j
+    RETURNING seq, created_at`
+  if (!row) throw new NotFound(`job ${jobId}`)
+  return { jobId, seq: row.seq, type, at: row.created_at.getTime(), data }
 }
+
+/** A job row as Prisma reads it, for statements that return a whole job (RETURNING ${jobColumns}). */
+const jobColumns = Prisma.sql`id, owner_id AS "ownerId", key_id AS "keyId", wallet, thread_id AS "threadId", status::text AS status, prompt, context,
+  model, instructions, result, error, approval, approval_notice AS "approvalNotice", enqueued_at AS "enqueuedAt", attempts, worker_id AS "workerId",
+  lease_until AS "leaseUntil", event_seq AS "eventSeq", payment, payment_outcome AS "paymentOutcome", payment_reason AS "paymentReason",
+  outcome_published_at AS "outcomePublishedAt", created_at AS "createdAt", updated_at AS "updatedAt"`
 
 /** What a job's webhook events need of it, returned by the statements that change its status. */
 interface EventRow {
@@ -114,17 +124,19 @@ interface EventRow {
 }
 const eventColumns = Prisma.sql`id, payment IS NOT NULL AS paid, owner_id, key_id, wallet, prompt, thread_id, approval->>'id' AS approval_id`
 
+type WebhookData = { status: string; result?: JobResult; error?: string; approval?: Approval; notice?: string }
+
 /**
- * Records a job's webhook event in the transaction of its status change. The owner is the key
- * (/v1) with its bound wallet, or the payer's wallet (paid jobs): nothing crosses owners.
+ * A job's webhook event. The owner is the key (/v1) with its bound wallet, or the payer's wallet
+ * (paid jobs): nothing crosses owners.
  */
-function recordJobEvent(t: Tx, type: WebhookEventType, job: EventRow, data: { status: string; result?: JobResult; error?: string; approval?: Approval; notice?: string }) {
-  return recordEvent(t, {
-    type,
-    owner: { keyId: job.key_id, wallet: job.wallet ?? (job.key_id ? null : job.owner_id) },
-    data: { jobId: job.id, prompt: job.prompt, threadId: job.thread_id, ...data },
-  })
+function jobWebhookEvent(type: WebhookEventType, job: Pick<EventRow, 'id' | 'key_id' | 'wallet' | 'owner_id' | 'prompt' | 'thread_id'>, data: WebhookData) {
+  const owner = { keyId: job.key_id, wallet: job.wallet ?? (job.key_id ? null : job.owner_id) }
+  return { type, owner: eventOwner(owner), data: { jobId: job.id, prompt: job.prompt, threadId: job.thread_id, ...data } }
 }
+
+/** Records a job's webhook event in the transaction of its status change. */
+const recordJobEvent = (t: Tx, type: WebhookEventType, job: EventRow, data: WebhookData) => recordEvent(t, jobWebhookEvent(type, job, data))
 
 /** A job ended by cancel or fail: its status event, and the approval it waited for, if any, to withdraw. */
 export interface Ended {
@@ -133,7 +145,13 @@ export interface Ended {
   owner: Pick<Owner, 'ownerId' | 'keyId'>
 }
 
-export type ClaimOutcome = { claimed: Job; event: JobEvent } | { finished: true } | { busyForMs: number } | { missing: true }
+/** A thread's message, as a runner reads its history. */
+export interface HistoryMessage {
+  role: 'user' | 'assistant'
+  content: string
+}
+
+export type ClaimOutcome = { claimed: Job; event: JobEvent; history: HistoryMessage[] } | { finished: true } | { busyForMs: number } | { missing: true }
 
 export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
   /** after the commit of a final status: paid jobs have an outcome to publish */
@@ -145,48 +163,42 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
   }
   return {
     /**
-     * The thread (new, or the owner's), the user message and the pending job, in one transaction.
+     * The thread (new, or the owner's), the user message, the pending job and its first event, in
+     * one statement (atomic, and one round trip); a thread that is not the owner's answers 404.
      * `history` (a /v1 conversation's earlier messages) goes into the new thread before the prompt.
      */
     async createPrompt(owner: Owner, input: PromptInput) {
-      return db.$transaction(async (t) => {
-        let threadId = input.threadId
-        if (threadId) {
-          const thread = await t.thread.findFirst({ where: { id: threadId, ownerId: owner.ownerId }, select: { id: true } })
-          if (!thread) throw new NotFound(`thread ${threadId}`)
-          await t.thread.update({ where: { id: threadId }, data: { updatedAt: new Date() } })
-        } else {
-          threadId = newId('thr')
-          await t.thread.create({ data: { id: threadId, ownerId: owner.ownerId } })
-        }
-        const jobId = newId('job')
-        await t.job.create({
-          data: {
-            id: jobId,
-            ownerId: owner.ownerId,
-            payment: input.payment ?? null,
-            keyId: owner.keyId ?? null,
-            wallet: owner.wallet ?? null,
-            threadId,
-            prompt: input.prompt,
-            model: input.model ?? null,
-            instructions: input.instructions ?? null,
-            ...(input.context === undefined ? {} : { context: input.context as Prisma.InputJsonValue }),
-          },
-        })
-        // one clock for the lot, a millisecond apart: the thread reads back in this order
-        const at = Date.now()
-        const history = input.history ?? []
-        if (history.length > 0) {
-          await t.message.createMany({
-            data: history.map((m, i) => ({ id: newId('msg'), threadId, role: m.role, content: m.content, createdAt: new Date(at - history.length + i) })),
-          })
-        }
-        const metadata = { jobId, ...(input.apiRequest ? { apiRequest: input.apiRequest as Prisma.InputJsonObject } : {}) }
-        await t.message.create({ data: { id: newId('msg'), threadId, role: 'user', content: input.prompt, metadata, createdAt: new Date(at) } })
-        const event = await appendEvent(t, jobId, 'status', { status: 'pending' })
-        return { jobId, threadId, event }
-      })
+      // no thread (another owner's, or none) inserts nothing
+      const jobId = newId('job')
+      const threadId = input.threadId ?? newId('thr')
+      const thread = input.threadId
+        ? Prisma.sql`UPDATE threads SET updated_at = now() WHERE id = ${threadId} AND owner_id = ${owner.ownerId} RETURNING id`
+        : Prisma.sql`INSERT INTO threads (id, owner_id, updated_at) VALUES (${threadId}, ${owner.ownerId}, now()) RETURNING id`
+      // one clock for the lot, a millisecond apart: the thread reads back in this order
+      const at = Date.now()
+      const history = input.history ?? []
+      const metadata = { jobId, ...(input.apiRequest ? { apiRequest: input.apiRequest } : {}) }
+      const messages = [
+        ...history.map((m, i) => ({ id: newId('msg'), role: m.role, content: m.content, metadata: null, created_at: new Date(at - history.length + i).toISOString() })),
+        { id: newId('msg'), role: 'user', content: input.prompt, metadata, created_at: new Date(at).toISOString() },
+      ]
+      const pending: JobEvent['data'] = { status: 'pending' }
+      const context = input.context === undefined || input.context === null ? null : JSON.stringify(input.context)
+      const [row] = await db.$queryRaw<Array<{ created_at: Date }>>`
+        WITH th AS (${thread}),
+        j AS (
+          INSERT INTO jobs (id, owner_id, payment, key_id, wallet, thread_id, prompt, model, instructions, context, event_seq, updated_at)
+          SELECT ${jobId}, ${owner.ownerId}, ${input.payment ?? null}, ${owner.keyId ?? null}, ${owner.wallet ?? null}, th.id, ${input.prompt},
+            ${input.model ?? null}, ${input.instructions ?? null}, ${context}::jsonb, 1, now() FROM th
+          RETURNING id, thread_id),
+        m AS (
+          INSERT INTO messages (id, thread_id, role, content, metadata, created_at)
+          SELECT x.id, j.thread_id, x.role::"MessageRole", x.content, x.metadata, x.created_at
+          FROM j, jsonb_to_recordset(${JSON.stringify(messages)}::jsonb) AS x(id text, role text, content text, metadata jsonb, created_at timestamptz))
+        INSERT INTO job_events (job_id, seq, type, data) SELECT id, 1, 'status', ${JSON.stringify(pending)}::jsonb FROM j RETURNING created_at`
+      if (!row) throw new NotFound(`thread ${threadId}`)
+      const event: JobEvent = { jobId, seq: 1, type: 'status', at: row.created_at.getTime(), data: pending }
+      return { jobId, threadId, event }
     },
 
     markEnqueued: (jobIds: string[]) => db.job.updateMany({ where: { id: { in: jobIds } }, data: { enqueuedAt: new Date() } }),
@@ -250,24 +262,32 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
     /**
      * Takes a job for a worker: pending, or running under a lease that expired (its worker died)
      * or is this worker's own. A job another live worker holds answers how long its lease lasts.
+     * `history`: the thread's last `historyMessages` messages before the job's prompt, oldest first.
      */
-    async claim(jobId: string, workerId: string, leaseMs: number): Promise<ClaimOutcome> {
-      return db.$transaction(async (t) => {
-        const rows = await t.$queryRaw<Job[]>`
+    async claim(jobId: string, workerId: string, { leaseMs, historyMessages }: { leaseMs: number; historyMessages: number }): Promise<ClaimOutcome> {
+      // the claim, its status event, the job and its thread's recent messages, in one statement
+      const running: JobEvent['data'] = { status: 'running' }
+      const [row] = await db.$queryRaw<Array<Job & { eventSeq: number; eventAt: Date; thread: Array<HistoryMessage & { jobId: string | null }> }>>`
+        WITH c AS (
           UPDATE jobs SET status = 'running', worker_id = ${workerId}, attempts = attempts + 1, updated_at = now(),
-            lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8)
+            lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8), event_seq = event_seq + 1
           WHERE id = ${jobId} AND (status = 'pending' OR (status IN ('running', 'awaiting_approval') AND (lease_until < now() OR worker_id = ${workerId})))
-          RETURNING id`
-        if (rows.length === 0) {
-          const job = await t.job.findUnique({ where: { id: jobId }, select: { status: true, leaseUntil: true } })
-          if (!job) return { missing: true as const }
-          if (isFinished(job.status)) return { finished: true as const }
-          return { busyForMs: Math.max(100, (job.leaseUntil?.getTime() ?? Date.now()) - Date.now()) }
-        }
-        const event = await appendEvent(t, jobId, 'status', { status: 'running' })
-        const claimed = await t.job.findUniqueOrThrow({ where: { id: jobId } })
-        return { claimed, event }
-      })
+          RETURNING ${jobColumns}),
+        e AS (INSERT INTO job_events (job_id, seq, type, data) SELECT id, "eventSeq", 'status', ${JSON.stringify(running)}::jsonb FROM c RETURNING created_at)
+        SELECT c.*, e.created_at AS "eventAt",
+          (SELECT coalesce(json_agg(json_build_object('role', m.role, 'content', m.content, 'jobId', m.metadata->>'jobId') ORDER BY m.created_at, m.id), '[]'::json)
+           FROM (SELECT role, content, metadata, created_at, id FROM messages WHERE thread_id = c."threadId" ORDER BY created_at DESC, id DESC LIMIT ${historyMessages + 20}) m) AS thread
+        FROM c, e`
+      if (!row) {
+        const job = await db.job.findUnique({ where: { id: jobId }, select: { status: true, leaseUntil: true } })
+        if (!job) return { missing: true as const }
+        if (isFinished(job.status)) return { finished: true as const }
+        return { busyForMs: Math.max(100, (job.leaseUntil?.getTime() ?? Date.now()) - Date.now()) }
+      }
+      const { eventAt, thread, ...claimed } = row
+      const own = thread.findIndex((m) => m.jobId === jobId && m.role === 'user')
+      const history = (own === -1 ? thread : thread.slice(0, own)).slice(-historyMessages).map((m) => ({ role: m.role, content: m.content }))
+      return { claimed, event: { jobId, seq: claimed.eventSeq, type: 'status', at: eventAt.getTime(), data: running }, history }
     },
 
     /** Extends a running (or waiting) job's lease; false when the job is no longer this worker's (cancelled). */
@@ -307,37 +327,37 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       })
     },
 
-    /** The thread's messages before this job's prompt, oldest first: the runner's context. */
-    async history(threadId: string, jobId: string, limit: number) {
-      const messages = await db.message.findMany({ where: { threadId }, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }], take: limit + 20 })
-      const ordered = messages.reverse()
-      const own = ordered.findIndex((m) => (m.metadata as { jobId?: string } | null)?.jobId === jobId && m.role === 'user')
-      return (own === -1 ? ordered : ordered.slice(0, own)).slice(-limit).map((m) => ({ role: m.role, content: m.content }))
-    },
-
     /**
      * running -> complete, with the assistant's message; null when the job was cancelled meanwhile.
      * `approvalId`: an approval an earlier run of the job waited for and this one did not (a
      * re-run that planned otherwise), to withdraw.
      */
     async complete(job: Job, workerId: string, result: JobResult): Promise<Ended | null> {
-      const { rows, event, eventId } = await db.$transaction(async (t) => {
-        const rows = await t.$queryRaw<EventRow[]>`
+      // the status, the assistant's message, the thread's time, the job.completed webhook event
+      // and the status event, in one statement (one round trip): all or nothing, as a transaction
+      const data: JobEvent['data'] = { status: 'complete', result }
+      const webhookId = newEventId()
+      const webhook = jobWebhookEvent('job.completed', { id: job.id, key_id: job.keyId, wallet: job.wallet, owner_id: job.ownerId, prompt: job.prompt, thread_id: job.threadId }, data)
+      const rows = await db.$queryRaw<Array<EventRow & { event_seq: number; event_at: Date }>>`
+        WITH u AS (
           UPDATE jobs SET status = 'complete', result = ${JSON.stringify(result)}::jsonb, worker_id = NULL, lease_until = NULL, updated_at = now(),
-            payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'charge' END
-          WHERE id = ${job.id} AND status = 'running' AND worker_id = ${workerId} RETURNING ${eventColumns}`
-        if (rows.length === 0) return { rows, event: null, eventId: null }
-        const eventId = await recordJobEvent(t, 'job.completed', rows[0]!, { status: 'complete', result })
-        await t.message.create({
-          data: { id: newId('msg'), threadId: job.threadId, role: 'assistant', content: result.text, toolCalls: result.toolCalls, metadata: { jobId: job.id } },
-        })
-        await t.thread.update({ where: { id: job.threadId }, data: { updatedAt: new Date() } })
-        return { rows, event: await appendEvent(t, job.id, 'status', { status: 'complete', result }), eventId }
-      })
-      outcomeStored(rows, job.id)
-      if (eventId) recorded([eventId])
+            payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'charge' END, event_seq = event_seq + 1
+          WHERE id = ${job.id} AND status = 'running' AND worker_id = ${workerId} RETURNING ${eventColumns}, event_seq),
+        m AS (
+          INSERT INTO messages (id, thread_id, role, content, tool_calls, metadata)
+          SELECT ${newId('msg')}, thread_id, 'assistant', ${result.text}, ${JSON.stringify(result.toolCalls)}::jsonb, ${JSON.stringify({ jobId: job.id })}::jsonb FROM u),
+        th AS (UPDATE threads SET updated_at = now() WHERE id = (SELECT thread_id FROM u)),
+        o AS (
+          INSERT INTO event_outbox (id, type, owner, data)
+          SELECT ${webhookId}, ${webhook.type}, ${JSON.stringify(webhook.owner)}::jsonb, ${JSON.stringify(webhook.data)}::jsonb FROM u),
+        e AS (INSERT INTO job_events (job_id, seq, type, data) SELECT id, event_seq, 'status', ${JSON.stringify(data)}::jsonb FROM u RETURNING created_at)
+        SELECT u.*, e.created_at AS event_at FROM u, e`
       const row = rows[0]
-      return event && row ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } } : null
+      if (!row) return null
+      outcomeStored(rows, job.id)
+      recorded([webhookId])
+      const event: JobEvent = { jobId: job.id, seq: row.event_seq, type: 'status', at: row.event_at.getTime(), data }
+      return { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } }
     },
 
     /**
@@ -391,31 +411,56 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
     release: (jobId: string, workerId: string) =>
       db.$executeRaw`UPDATE jobs SET lease_until = now() WHERE id = ${jobId} AND worker_id = ${workerId} AND status IN ('running', 'awaiting_approval')`,
 
-    appendStepEvent: (jobId: string, data: JobEvent['data']) => db.$transaction((t) => appendEvent(t, jobId, 'step', data)),
-
-    async eventsAfter(jobId: string, seq: number): Promise<JobEvent[]> {
-      const rows = await db.jobEvent.findMany({ where: { jobId, seq: { gt: seq } }, orderBy: { seq: 'asc' } })
-      return rows.map((r) => ({ jobId, seq: r.seq, type: r.type as JobEvent['type'], at: r.createdAt.getTime(), data: r.data as JobEvent['data'] }))
-    },
-
-    /** whether the job has reached a final status (what ends its event streams) */
-    async hasFinished(jobId: string): Promise<boolean> {
-      const job = await db.job.findUnique({ where: { id: jobId }, select: { status: true } })
-      return job !== null && finished.has(job.status)
-    },
 
     stepsOf: (jobId: string) => db.jobStep.findMany({ where: { jobId }, orderBy: { step: 'asc' } }),
+    /** Records that step `step` starts (again, for a re-run) and its `started` event, in one statement. */
     startStep: (jobId: string, step: number, tool: string, input: unknown) =>
-      db.jobStep.upsert({
-        where: { jobId_step: { jobId, step } },
-        create: { jobId, step, tool, input: input as Prisma.InputJsonValue },
-        update: { tool, input: input as Prisma.InputJsonValue, output: undefined, error: null, startedAt: new Date(), finishedAt: null },
-      }),
-    finishStep: (jobId: string, step: number, outcome: { output: unknown } | { error: string }) =>
-      db.jobStep.update({
-        where: { jobId_step: { jobId, step } },
-        data: 'error' in outcome ? { error: outcome.error, finishedAt: new Date() } : { output: outcome.output as Prisma.InputJsonValue, error: null, finishedAt: new Date() },
-      }),
+      appendEvent(
+        db,
+        jobId,
+        'step',
+        { step, tool, phase: 'started', input },
+        Prisma.sql`INSERT INTO job_steps (job_id, step, tool, input) VALUES (${jobId}, ${step}, ${tool}, ${JSON.stringify(input)}::jsonb)
+          ON CONFLICT (job_id, step) DO UPDATE SET tool = EXCLUDED.tool, input = EXCLUDED.input, error = NULL, started_at = now(), finished_at = NULL`,
+      ),
+    /** Records how step `step` ended and its `finished` or `failed` event, in one statement. */
+    finishStep: (jobId: string, step: number, tool: string, outcome: { output: unknown } | { error: string }) =>
+      'error' in outcome
+        ? appendEvent(
+            db,
+            jobId,
+            'step',
+            { step, tool, phase: 'failed', error: outcome.error },
+            Prisma.sql`UPDATE job_steps SET error = ${outcome.error}, finished_at = now() WHERE job_id = ${jobId} AND step = ${step}`,
+          )
+        : appendEvent(
+            db,
+            jobId,
+            'step',
+            { step, tool, phase: 'finished' },
+            Prisma.sql`UPDATE job_steps SET output = ${JSON.stringify(outcome.output)}::jsonb, error = NULL, finished_at = now() WHERE job_id = ${jobId} AND step = ${step}`,
+          ),
+
+    /**
+     * The events of many jobs, each after its own seq (job id → seq), in one statement: per job
+     * found, its events in order and whether it has finished. One snapshot: a job finished has
+     * its terminal event among them (what the event streams' shared catch-up relies on).
+     */
+    async eventsOfJobs(after: ReadonlyMap<string, number>): Promise<Map<string, { finished: boolean; events: JobEvent[] }>> {
+      const rows = await db.$queryRaw<Array<{ job_id: string; finished: boolean; seq: number | null; type: string; data: unknown; created_at: Date }>>`
+        SELECT w.job_id, j.status IN ('complete', 'failed', 'cancelled') AS finished, e.seq, e.type, e.data, e.created_at
+        FROM unnest(${[...after.keys()]}::text[], ${[...after.values()]}::int[]) AS w(job_id, after_seq)
+        JOIN jobs j ON j.id = w.job_id
+        LEFT JOIN job_events e ON e.job_id = w.job_id AND e.seq > w.after_seq
+        ORDER BY w.job_id, e.seq`
+      const found = new Map<string, { finished: boolean; events: JobEvent[] }>()
+      for (const r of rows) {
+        const job = found.get(r.job_id) ?? { finished: r.finished, events: [] }
+        found.set(r.job_id, job)
+        if (r.seq !== null) job.events.push({ jobId: r.job_id, seq: r.seq, type: r.type as JobEvent['type'], at: r.created_at.getTime(), data: r.data as JobEvent['data'] })
+      }
+      return found
+    },
   }
 }
 export type JobStore = ReturnType<typeof createJobStore>

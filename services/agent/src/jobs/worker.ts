@@ -13,7 +13,7 @@ import type { ApprovalWaits } from '../runner/approvals.ts'
 import type { JobOwner, Tools } from '../runner/tools.ts'
 import type { ApprovalWithdrawal } from './approvals.ts'
 import type { JobEvents } from './events.ts'
-import type { JobStore } from './store.ts'
+import type { HistoryMessage, JobStore } from './store.ts'
 
 export interface WorkerSettings {
   concurrency: number
@@ -90,13 +90,9 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     },
   })
 
-  async function run(job: Job, signal: AbortSignal, approvals: ApprovalWaits): Promise<JobResult> {
+  async function run(job: Job, history: HistoryMessage[], signal: AbortSignal, approvals: ApprovalWaits): Promise<JobResult> {
     const owner = ownerOfJob(job)
-    // both read the database: at once, since the model's first token waits on them
-    const [toolbox, history] = await Promise.all([
-      createToolbox({ tools, store, emit: events.emit, log, jobId: job.id, owner, signal, approvals }),
-      store.history(job.threadId, job.id, settings.historyMessages),
-    ])
+    const toolbox = await createToolbox({ tools, store, emit: events.emit, log, jobId: job.id, owner, signal, approvals, firstRun: job.attempts === 1 })
     // the text as the model writes it: broadcast only (never stored), each piece with its offset in the answer
     let offset = 0
     const onText = (text: string) => {
@@ -109,7 +105,7 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
   }
 
   async function handle(jobId: string, deliveries: number, shutdown: AbortSignal): Promise<WorkOutcome> {
-    const claim = await store.claim(jobId, workerId, settings.ackWaitMs)
+    const claim = await store.claim(jobId, workerId, { leaseMs: settings.ackWaitMs, historyMessages: settings.historyMessages })
     if ('missing' in claim || 'finished' in claim) return 'done'
     if ('busyForMs' in claim) return { retryInMs: claim.busyForMs }
     events.emit(claim.event)
@@ -152,7 +148,7 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     const started = Date.now()
     log.info({ jobId, deliveries, runner: runnerFor(job).name }, 'job running')
     try {
-      const result = await run(job, controller.signal, approvals)
+      const result = await run(job, claim.history, controller.signal, approvals)
       const ended = await store.complete(job, workerId, result)
       if (ended) events.emit(ended.event)
       if (ended?.approvalId) await withdraw(ended.owner, ended.approvalId, 'the job finished without this swap')

@@ -31,15 +31,15 @@ export interface ToolboxOptions {
   signal: AbortSignal
   /** what the job does while a swap waits for approval (the worker's); by default nothing */
   approvals?: ApprovalWaits
+  /** the job's first run: no earlier run left steps to reuse, so none are read */
+  firstRun?: boolean
 }
 
-export async function createToolbox({ tools, store, emit, log, jobId, owner, signal, approvals = noApprovalWaits }: ToolboxOptions) {
-  const earlier = new Map((await store.stepsOf(jobId)).map((s) => [s.step, s]))
+export async function createToolbox({ tools, store, emit, log, jobId, owner, signal, approvals = noApprovalWaits, firstRun = false }: ToolboxOptions) {
+  const earlier = new Map(firstRun ? [] : (await store.stepsOf(jobId)).map((s) => [s.step, s]))
   let step = 0
   const toolCalls: string[] = []
   const transactions: JobTransaction[] = []
-
-  const event = async (data: JobEvent['data']) => emit(await store.appendStepEvent(jobId, data))
 
   async function call(name: string, args: unknown): Promise<ToolCallOutcome> {
     signal.throwIfAborted()
@@ -57,14 +57,12 @@ export async function createToolbox({ tools, store, emit, log, jobId, owner, sig
       transactions.push(...(done.transactions ?? []))
       return { ok: true, output: done.output }
     }
-    await store.startStep(jobId, n, name, input)
-    await event({ step: n, tool: name, phase: 'started', input })
+    emit(await store.startStep(jobId, n, name, input))
     try {
       if (!tool) throw new ToolError(`there is no tool named ${name}; tools: ${tools.all.map((t) => t.name).join(', ')}`)
       checkArguments(tool, input)
       const done = await tool.run(input as never, { jobId, step: n, key: stepKey(jobId, n, name, input), owner, signal, approvals })
-      await store.finishStep(jobId, n, { output: done })
-      await event({ step: n, tool: name, phase: 'finished' })
+      emit(await store.finishStep(jobId, n, name, { output: done }))
       transactions.push(...(done.transactions ?? []))
       return { ok: true, output: done.output }
     } catch (error) {
@@ -73,8 +71,7 @@ export async function createToolbox({ tools, store, emit, log, jobId, owner, sig
         log.error({ err: error, jobId, step: n, tool: name }, 'tool failed')
         throw error
       }
-      await store.finishStep(jobId, n, { error: error.message })
-      await event({ step: n, tool: name, phase: 'failed', error: error.message })
+      emit(await store.finishStep(jobId, n, name, { error: error.message }))
       return { ok: false, error: error.message, ...(error.serviceFault ? { serviceFault: true } : {}) }
     }
   }
