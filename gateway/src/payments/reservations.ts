@@ -6,7 +6,7 @@
 import { eip3009Abi } from '@ats/chain'
 import { cachedLoader, type Logger } from '@ats/service-kit'
 import type { Redis } from 'ioredis'
-import { numberToHex, toFunctionSelector, type Address, type Hex, type PublicClient } from 'viem'
+import { getAbiItem, numberToHex, toFunctionSelector, type Address, type Hex, type PublicClient } from 'viem'
 import { PaymentError, PaymentUnavailableError } from './errors.ts'
 import type { Payment } from './header.ts'
 import { nonceKeyOf, nonceTtlMs, NONCE_MARGIN_MS } from './nonces.ts'
@@ -81,7 +81,7 @@ export function createPayerChain({ publicClient, asset, ttlMs = 5_000, now }: Pa
 
 export type PayerChain = ReturnType<typeof createPayerChain>
 
-const authorizationStateSelector = toFunctionSelector('function authorizationState(address authorizer, bytes32 nonce) view returns (bool)')
+const authorizationStateSelector = toFunctionSelector(getAbiItem({ abi: eip3009Abi, name: 'authorizationState' }))
 
 export const RESERVATION_KEY_PREFIX = 'ats-x402-reserved:'
 

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox'
-import { codec, topic, type Topic } from '../common/messages.ts'
+import { topic, type Topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { EpochMs } from '../common/primitives.ts'
 import { Approval } from '../trading/approvals.ts'
@@ -67,7 +67,6 @@ export interface AgentChannels {
 }
 
 const day = 86_400_000
-const jobBroadcast = codec(JobBroadcast)
 
 export function agentChannels(namespace: string): AgentChannels {
   const jobs = topic(subjectOf(namespace, 'agent', 'jobs.queued'), JobQueued)
@@ -77,7 +76,6 @@ export function agentChannels(namespace: string): AgentChannels {
     jobsStream: { name: `${namespace}_agent_jobs`, subjects: [jobs.subject], maxAgeMs: 7 * day, duplicateWindowMs: 600_000, retention: 'workqueue' },
     workers: 'agent-workers',
     cancelled: topic(subjectOf(namespace, 'agent', 'jobs.cancelled'), JobQueued),
-    // one codec for every job's subject: compiling the schema costs about a millisecond
-    events: (jobId) => ({ subject: subjectOf(namespace, 'agent', `events.${jobId}`), message: jobBroadcast }),
+    events: (jobId) => topic(subjectOf(namespace, 'agent', `events.${jobId}`), JobBroadcast),
   }
 }

@@ -51,15 +51,19 @@ export interface EventChannels {
   all: Topic<DomainEvent>
   /** the durable consumer through which admin fans events out to webhook subscriptions */
   webhookConsumer: string
+  /** where events the fan-out cannot store after bounded tries go (same stream, outside `all`'s subjects) */
+  deadLetters: string
   streamSpec: { name: string; subjects: string[]; maxAgeMs: number; duplicateWindowMs: number }
 }
 
 export function eventChannels(namespace: string): EventChannels {
   const all = subjectOf(namespace, 'events', '>')
+  const deadLetters = subjectOf(namespace, 'webhooks', 'dead-letter')
   return {
     subjectOf: (type) => subjectOf(namespace, 'events', type),
     all: topic(all, DomainEvent),
     webhookConsumer: 'admin-webhook-fanout',
-    streamSpec: { name: `${namespace}_events`, subjects: [all], maxAgeMs: 7 * 24 * 3600_000, duplicateWindowMs: 3600_000 },
+    deadLetters,
+    streamSpec: { name: `${namespace}_events`, subjects: [all, deadLetters], maxAgeMs: 7 * 24 * 3600_000, duplicateWindowMs: 3600_000 },
   }
 }

@@ -38,8 +38,8 @@ export interface FanoutOptions {
 /**
  * The kit's durable consumer on the events stream, shared by admin replicas: a message is acked
  * once its deliveries are stored, so an admin down or restarting loses no event. A message that
- * keeps failing goes to admin's dead letters (the payments stream's, which admin already reads
- * from; its header says where it came from).
+ * keeps failing goes to the events stream's dead letters (a subject the fan-out does not read;
+ * its header says where it came from).
  */
 export function startWebhookFanout({ nc, channels, db, log, onQueued }: FanoutOptions): Promise<WorkerLoop> {
   const { events } = channels
@@ -49,7 +49,7 @@ export function startWebhookFanout({ nc, channels, db, log, onQueued }: FanoutOp
     stream: events.streamSpec,
     durable: events.webhookConsumer,
     topic: events.all,
-    deadLetterSubject: channels.payments.deadLetters,
+    deadLetterSubject: events.deadLetters,
     maxDeliveries: 5,
     // storing a batch takes milliseconds: an event taken by a replica that died comes back soon
     ackWaitMs: 10_000,
