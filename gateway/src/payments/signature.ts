@@ -1,3 +1,4 @@
+import createKeccak from 'keccak'
 import secp from 'secp256k1'
 import { domainSeparator, keccak256, toBytes, type Address, type Hex } from 'viem'
 import { PaymentError } from './errors.ts'
@@ -9,6 +10,10 @@ const typeHash = keccak256(
 )
 // EIP-2: USDC rejects signatures with s in the upper half, so they could never settle.
 const halfN = 0x7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0n
+
+/** keccak-256 in native code (the `keccak` addon): ~7 µs a hash here, where viem's pure-JS one took ~17 µs (issue 26) */
+const keccak = (data: Uint8Array): Buffer =>
+  createKeccak('keccak256').update(Buffer.from(data.buffer, data.byteOffset, data.byteLength)).digest()
 
 const writeHex = (buf: Buffer, offset: number, hex: string) => buf.write(hex, offset, 'hex')
 const writeUint = (buf: Buffer, offset: number, n: bigint) => writeHex(buf, offset, n.toString(16).padStart(64, '0'))
@@ -35,8 +40,8 @@ export function createAuthorizationSigning(domain: { name: string; version: stri
     writeUint(struct, 128, a.validAfter)
     writeUint(struct, 160, a.validBefore)
     writeHex(struct, 192, a.nonce.slice(2))
-    envelope.set(keccak256(struct, 'bytes'), 34)
-    return keccak256(envelope, 'bytes')
+    envelope.set(keccak(struct), 34)
+    return keccak(envelope)
   }
 
   /** The lower-case address that signed `a`, or a PaymentError when the signature is unusable. */
@@ -55,7 +60,7 @@ export function createAuthorizationSigning(domain: { name: string; version: stri
     } catch {
       throw new PaymentError('invalid_signature', 'invalid signature: no public key recovers from it')
     }
-    return `0x${Buffer.from(keccak256(pub.subarray(1), 'bytes').subarray(12)).toString('hex')}`
+    return `0x${keccak(pub.subarray(1)).subarray(12).toString('hex')}`
   }
 
   return { digest, recover }

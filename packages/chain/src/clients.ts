@@ -1,6 +1,5 @@
 import { createPublicClient, defineChain, http, type Chain, type Hex, type PublicClient } from 'viem'
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
-import { arbitrum } from 'viem/chains'
 
 /** A typed 503: services answer it as `{error: "server wallet not configured"}`, not as a 500. */
 export class ServerWalletNotConfigured extends Error {
@@ -30,8 +29,30 @@ export interface ChainClients {
   wallet(): { account: PrivateKeyAccount }
 }
 
+/**
+ * Arbitrum One as viem defines it (`viem/chains`), written here: importing `viem/chains` loads the
+ * definitions of every chain viem knows (742 modules), which every process and test paid at start.
+ */
+export const arbitrumChain: Chain = defineChain({
+  id: 42161,
+  name: 'Arbitrum One',
+  nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
+  blockTime: 250,
+  rpcUrls: { default: { http: ['https://arb1.arbitrum.io/rpc'] } },
+  blockExplorers: { default: { name: 'Arbiscan', url: 'https://arbiscan.io', apiUrl: 'https://api.arbiscan.io/api' } },
+  contracts: { multicall3: { address: '0xca11bde05977b3631167028862be2a173976ca11', blockCreated: 7654707 } },
+})
+
+/** A local anvil (chain id 31337), as `viem/chains` defines it. */
+export const anvilChain: Chain = defineChain({
+  id: 31337,
+  name: 'Anvil',
+  nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
+  rpcUrls: { default: { http: ['http://127.0.0.1:8545'], webSocket: ['ws://127.0.0.1:8545'] } },
+})
+
 function chainFor({ chainId, rpcUrl }: ChainSettings): Chain {
-  if (chainId === arbitrum.id) return { ...arbitrum, rpcUrls: { default: { http: [rpcUrl] } } }
+  if (chainId === arbitrumChain.id) return { ...arbitrumChain, rpcUrls: { default: { http: [rpcUrl] } } }
   return defineChain({
     id: chainId,
     name: chainId === 31337 ? 'devnet' : `chain ${chainId}`,

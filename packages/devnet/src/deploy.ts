@@ -1,8 +1,7 @@
-import type { AddressBook } from '@ats/chain'
+import { anvilChain, type AddressBook } from '@ats/chain'
 import type { Address } from 'viem'
 import { deployCollection } from './collection.ts'
 import { deployPositions } from './positions.ts'
-import { anvil } from 'viem/chains'
 import { deployAlgebra, type AlgebraAddresses } from './algebra.ts'
 import { removeAddressBook, writeAddressBook, DEVNET_ADDRESS_BOOK_PATH } from './addressBook.ts'
 import { startAnvil, type Anvil } from './anvil.ts'
@@ -57,7 +56,7 @@ export async function deployDevnet(rpcUrl: string): Promise<DevnetAddressBook> {
   const collection = await deployCollection(s, [server, second], { name: 'Devnet Apes', symbol: 'DAPE' })
   const spam = await deployCollection(s, [server, second], { name: 'Claim Free ETH', symbol: 'CLAIM' })
   return {
-    chainId: anvil.id,
+    chainId: anvilChain.id,
     name: 'devnet',
     tokens,
     uniswapV3,

@@ -1,8 +1,7 @@
 import { encodeFunctionData, parseAbi, parseUnits, testActions, toHex, type Address, type Hex, type LocalAccount } from 'viem'
 import { pbkdf2Sync } from 'node:crypto'
 import { HDKey, hdKeyToAccount, privateKeyToAccount } from 'viem/accounts'
-import { anvil } from 'viem/chains'
-import type { Token } from '@ats/chain'
+import { anvilChain, type Token } from '@ats/chain'
 import type { DeployerSession } from './session.ts'
 
 /** anvil's default mnemonic: its accounts are public test accounts, each started with 10,000 ETH. */
@@ -93,7 +92,7 @@ export async function sendBatch(s: DeployerSession, txs: BatchTx[]): Promise<voi
           const nonce = nonces.get(from.address)!
           nonces.set(from.address, nonce + 1)
           return from.signTransaction!({
-            chainId: anvil.id,
+            chainId: anvilChain.id,
             type: 'eip1559',
             nonce,
             to: tx.to ?? null,

@@ -8,7 +8,7 @@ import {
   type Hex,
 } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
-import { anvil } from 'viem/chains'
+import { anvilChain } from '@ats/chain'
 import type { Artifact } from './artifacts.ts'
 
 /** First default anvil account (mnemonic "test test … junk"). */
@@ -19,8 +19,8 @@ export function deployerSession(rpcUrl: string) {
   const account = privateKeyToAccount(DEPLOYER_PRIVATE_KEY)
   const transport = http(rpcUrl)
   // anvil mines each transaction at once, so poll receipts quickly.
-  const publicClient = createPublicClient({ chain: anvil, transport, pollingInterval: 20 })
-  const wallet = createWalletClient({ account, chain: anvil, transport, pollingInterval: 20 })
+  const publicClient = createPublicClient({ chain: anvilChain, transport, pollingInterval: 20 })
+  const wallet = createWalletClient({ account, chain: anvilChain, transport, pollingInterval: 20 })
 
   const confirm = async (hash: Hex) => {
     const receipt = await publicClient.waitForTransactionReceipt({ hash, pollingInterval: 20 })

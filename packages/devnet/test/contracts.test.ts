@@ -13,7 +13,7 @@ import {
   type Hex,
 } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
-import { anvil as anvilChain } from 'viem/chains'
+import { anvilChain } from '@ats/chain'
 import { startAnvil } from '../src/anvil.ts'
 import { deployerSession } from '../src/session.ts'
 import { aavePoolAbi, eip3009Abi, gmxReaderAbi, receiveWithAuthorizationTypes, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'

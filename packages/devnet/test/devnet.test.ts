@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createPublicClient, createWalletClient, http, maxUint256, parseAbi, parseUnits, formatUnits, zeroAddress } from 'viem'
 import { mnemonicToAccount, privateKeyToAccount } from 'viem/accounts'
-import { anvil as anvilChain } from 'viem/chains'
+import { anvilChain } from '@ats/chain'
 import {
   addressBookFor,
   algebraQuoterV2Abi,

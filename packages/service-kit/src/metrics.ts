@@ -20,9 +20,18 @@ export function installMetrics(app: FastifyInstance, service: string): (request:
     reply.type(registry.contentType)
     return registry.metrics()
   })
-  return (request, reply) =>
-    duration.observe(
-      { method: request.method, route: request.routeOptions.url ?? 'unmatched', status: reply.statusCode },
-      reply.elapsedTime / 1000,
-    )
+  // one labelled child per (method, route, status), kept: prom-client otherwise sorts and hashes
+  // the label object on every observation, a measurable share of the gateway's hot path (issue 26).
+  // Bounded: routes are the declared ones (anything else is 'unmatched') and statuses are few.
+  const children = new Map<string, { observe(seconds: number): void }>()
+  return (request, reply) => {
+    const route = request.routeOptions.url ?? 'unmatched'
+    const key = `${request.method} ${reply.statusCode} ${route}`
+    let child = children.get(key)
+    if (!child) {
+      child = duration.labels({ method: request.method, route, status: reply.statusCode })
+      children.set(key, child)
+    }
+    child.observe(reply.elapsedTime / 1000)
+  }
 }

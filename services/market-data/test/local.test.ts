@@ -3,7 +3,7 @@ import type { Logger } from '@ats/service-kit'
 import t from 'tap'
 import { createWalletClient, erc20Abi, erc721Abi, http, maxUint256, parseUnits, zeroAddress, type Address, type Hex } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
-import { anvil } from 'viem/chains'
+import { anvilChain } from '@ats/chain'
 import { logNfts } from '../src/local/nfts.ts'
 import { devnetPools } from '../src/local/pools.ts'
 import { poolPrices } from '../src/local/prices.ts'
@@ -123,7 +123,7 @@ t.test('NFTs: what an account holds of each collection, spam flagged, and a tran
     'by collection, then token id',
   )
 
-  const wallet = createWalletClient({ account: privateKeyToAccount(owner.privateKey), chain: anvil, transport: http(devnet.rpcUrl) })
+  const wallet = createWalletClient({ account: privateKeyToAccount(owner.privateKey), chain: anvilChain, transport: http(devnet.rpcUrl) })
   const hash = await wallet.writeContract({ address: apes, abi: erc721Abi, functionName: 'transferFrom', args: [owner.address, receiver, 2n] })
   t.equal((await publicClient.waitForTransactionReceipt({ hash, pollingInterval: 20 })).status, 'success')
   const apesOf = async (address: Address) => (await nfts.nftsOf(address, {})).nfts.filter((nft) => nft.contractAddress === apes).map((nft) => nft.tokenId)
@@ -137,7 +137,7 @@ t.test('NFTs: what an account holds of each collection, spam flagged, and a tran
 })
 
 const trader = devnet.accounts[2]!
-const wallet = createWalletClient({ account: privateKeyToAccount(trader.privateKey), chain: anvil, transport: http(devnet.rpcUrl) })
+const wallet = createWalletClient({ account: privateKeyToAccount(trader.privateKey), chain: anvilChain, transport: http(devnet.rpcUrl) })
 const confirm = async (hash: Hex) => {
   const receipt = await publicClient.waitForTransactionReceipt({ hash, pollingInterval: 20 })
   if (receipt.status !== 'success') throw new Error(`${hash} reverted`)

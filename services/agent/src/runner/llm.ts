@@ -9,9 +9,9 @@ import { addUsage, countUsage, type Usage } from './usage.ts'
 import { ownerWallet } from './tools.ts'
 
 /** The tokens of one turn: as the model reported them, else counted over what was sent and answered. */
-function turnUsage(turn: Turn, messages: ChatMessage[]): Usage {
+function turnUsage(turn: Turn, messages: ChatMessage[]): Promise<Usage> {
   const { prompt_tokens: prompt, completion_tokens: done } = turn.usage ?? {}
-  if (Number.isInteger(prompt) && Number.isInteger(done)) return { promptTokens: prompt!, completionTokens: done! }
+  if (Number.isInteger(prompt) && Number.isInteger(done)) return Promise.resolve({ promptTokens: prompt!, completionTokens: done! })
   const calls = turn.toolCalls.map((c) => `${c.function.name}(${c.function.arguments})`).join('\n')
   return countUsage(messages, [turn.content, calls].filter(Boolean).join('\n'))
 }
@@ -87,7 +87,7 @@ export function createLlmRunner(settings: LlmSettings): Runner {
         // the signal ends the request too: a stopping worker does not wait for the model to answer
         const turn = await completions.complete({ model: settings.model, messages, tools, tool_choice: 'auto' }, signal, (delta) => answer.add(delta))
         answer.endTurn()
-        usage = addUsage(usage, turnUsage(turn, messages))
+        usage = addUsage(usage, await turnUsage(turn, messages))
         if (turn.toolCalls.length === 0) return { text: answer.text, modelTurns: step, usage }
         messages.push({ role: 'assistant', content: turn.content || null, tool_calls: turn.toolCalls })
         for (const call of turn.toolCalls) {

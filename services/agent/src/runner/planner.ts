@@ -332,7 +332,7 @@ export function createPlanner(): Runner {
     name: 'offline-planner',
     async run(input, toolbox, signal) {
       const plan = planOf(input.prompt, input.history)
-      if (plan.intent === null) return { text: plan.text, modelTurns: 1, usage: countRunUsage(input, plan.text) }
+      if (plan.intent === null) return { text: plan.text, modelTurns: 1, usage: await countRunUsage(input, plan.text) }
       const intent = intents.find((i) => i.name === plan.intent)!
       // a tool that fails through a fault of ours (a service failing or down) fails the job: its
       // answer would be an apology, and a failed job's payment is voided, never settled
@@ -345,7 +345,7 @@ export function createPlanner(): Runner {
       const outcomes: ToolCallOutcome[] = []
       for (const c of plan.calls) outcomes.push(await call(c.tool, c.args))
       const text = await intent.answer(plan.slots, outcomes, call)
-      return { text, modelTurns: 1, usage: countRunUsage(input, text) }
+      return { text, modelTurns: 1, usage: await countRunUsage(input, text) }
     },
   }
 }

@@ -26,7 +26,7 @@ export interface Runner {
 }
 
 /** The tokens of a run counted over its conversation and answer (a runner without a model's own count). */
-export const countRunUsage = (input: RunInput, text: string): Usage =>
+export const countRunUsage = (input: RunInput, text: string): Promise<Usage> =>
   countUsage(
     [
       ...(input.instructions ? [{ role: 'system' as const, content: input.instructions }] : []),
