@@ -58,6 +58,8 @@ const devnetPort = Number(process.env.BENCH_DEVNET_PORT ?? 8691)
 const only = process.env.BENCH_TARGETS?.split(',').map((name) => name.trim())
 /** the bare proxy's CPU µs per request on this machine on a quiet day (2026-11-21, docs/benchmarks.md) */
 const QUIET_BARE_CPU = 85
+/** the readwrite tier's limit in the bench's gateways: the check under load exhausts it */
+const LIMITED_KEY_MAX = 40
 for (const [name, value] of Object.entries({ BENCH_SECONDS: duration, BENCH_ROUNDS: rounds, BENCH_CONNECTIONS: connections }))
   if (!(Number.isInteger(value) && value > 0)) throw new Error(`${name} must be a positive whole number, not ${process.env[name]}`)
 
@@ -130,7 +132,7 @@ async function main() {
 
   // how many payments, and how long they must stay valid: signing, then every run of every row
   const rows = 5
-  const wanted = Math.ceil(paidRps * duration * (rounds + 1)) + 2 // + the acceptance check and its replay
+  const wanted = Math.ceil(paidRps * duration * (rounds + 1)) + 3 // + the acceptance check (its replay reuses it) and the check under load
   const count = Math.min(wanted, maxPayments)
   const validFor = Math.ceil(count * 500e-6) + (rounds + 1) * rows * (duration + 3) + 120
   // the gateway accepts validBefore up to PAYMENT_TIMEOUT_SECONDS + 600 s ahead
@@ -148,6 +150,8 @@ async function main() {
     MARKET_DATA_URL: upstream,
     AGENT_URL: upstream,
     RATE_LIMIT_READONLY: '1000000000',
+    // the check under load: a readwrite key is limited as deployed (a small window's worth here)
+    RATE_LIMIT_READWRITE: String(LIMITED_KEY_MAX),
     // one client address and one payer send every paid request of a round
     PAID_RATE_LIMIT_PER_ADDRESS: '1000000000',
     PAID_RATE_LIMIT_PER_PAYER: '1000000000',
@@ -306,6 +310,16 @@ async function main() {
     ] as Ratio[]).filter((r) => targets.some((t) => t.name === r.numerator) && targets.some((t) => t.name === r.denominator)),
   })
   printReport(report)
+  if (targets.some((t) => t.name === 'keyed')) {
+    await checksUnderLoad({
+      keyedUrl: 'http://127.0.0.1:3900/market/prices',
+      keyedHeaders,
+      gatewayPid: gateway.pid,
+      limitedKey: await createKey(base, 'http://127.0.0.1:3900', 'readwrite', 'bench rate-limit check'),
+      paidUrl,
+      nextPayment: () => payments.next(),
+    })
+  }
   console.log('(CPU µs/req: user + system CPU of the proxy process, bare or gateway, per request; admin CPU: the ledger consumer, same core)')
   // how fast the machine is today: the bare proxy's CPU per request was 81-85 µs on a quiet day (docs/benchmarks.md)
   const bareCpu = summarize(report.measurements.filter((m) => m.target === 'bare').map((m) => m.result.cpuMicrosPerRequest ?? Number.NaN)).median
@@ -323,6 +337,70 @@ async function main() {
     )
   else console.log(`${published} stream messages in all (payments are batched while a publish is in flight)`)
   console.log(`${payments.left} of ${payments.size} signed payments left unspent`)
+}
+
+interface UnderLoad {
+  keyedUrl: string
+  keyedHeaders: Record<string, string>
+  gatewayPid: number
+  /** a readwrite key, limited to LIMITED_KEY_MAX requests a window */
+  limitedKey: string
+  paidUrl: string
+  nextPayment: () => string | undefined
+}
+
+/**
+ * What the rounds do not exercise, checked while the deployed gateway is under the keyed load
+ * (50 connections): the rate-limit and request-id headers, a key over its limit refused with 429
+ * and retry-after, a payment accepted and its replay refused. The bench fails when one does not hold.
+ */
+async function checksUnderLoad({ keyedUrl, keyedHeaders, gatewayPid, limitedKey, paidUrl, nextPayment }: UnderLoad) {
+  const seconds = 4
+  const load = autocannonRound({ name: 'load for the checks', url: keyedUrl, seconds, connections, headers: keyedHeaders, pid: gatewayPid })
+  await new Promise((resolve) => setTimeout(resolve, 1000))
+  const failures: string[] = []
+  const check = (ok: boolean, what: string) => {
+    if (!ok) failures.push(what)
+  }
+  // headers of a keyed answer
+  const keyed = await fetch(keyedUrl, { headers: keyedHeaders })
+  await keyed.body?.cancel()
+  check(keyed.status === 200, `a keyed request answered ${keyed.status}`)
+  for (const name of ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'x-request-id'])
+    check(keyed.headers.get(name) !== null, `a keyed answer lacks ${name}`)
+  // a key over its limit
+  const statuses: number[] = []
+  let retryAfter: string | null = null
+  for (let i = 0; i < LIMITED_KEY_MAX + 5; i++) {
+    const res = await fetch(keyedUrl, { headers: { authorization: `Bearer ${limitedKey}` } })
+    const body = await res.text()
+    statuses.push(res.status)
+    if (res.status === 429) {
+      retryAfter = res.headers.get('retry-after')
+      check(body.includes('"error"'), `a 429 has no {error}: ${body.slice(0, 120)}`)
+    }
+  }
+  const served = statuses.filter((s) => s === 200).length
+  check(served === LIMITED_KEY_MAX, `a key limited to ${LIMITED_KEY_MAX} requests was served ${served} times of ${statuses.length}`)
+  check(statuses.slice(LIMITED_KEY_MAX).every((s) => s === 429), `requests over the limit answered ${statuses.slice(LIMITED_KEY_MAX).join(',')}, not 429`)
+  check(retryAfter !== null && Number(retryAfter) > 0, `a 429 over the limit has retry-after ${retryAfter}`)
+  // a payment, then its replay
+  const payment = nextPayment()
+  if (payment === undefined) failures.push('no signed payment left for the replay check')
+  else {
+    const first = await fetch(paidUrl, { headers: { 'x-payment': payment } })
+    await first.body?.cancel()
+    const replay = await fetch(paidUrl, { headers: { 'x-payment': payment } })
+    const body = await replay.text()
+    check(first.status === 200, `a fresh payment answered ${first.status}`)
+    check(replay.status === 402 && body.includes('"error"'), `its replay answered ${replay.status} ${body.slice(0, 120)}`)
+  }
+  const result = await load
+  if (failures.length > 0) throw new Error(`checks under load failed:\n- ${failures.join('\n- ')}`)
+  console.log(
+    `checks under load (${Math.round(result.rps)} keyed req/s meanwhile): rate-limit and request-id headers present; ` +
+      `a key limited to ${LIMITED_KEY_MAX} served ${LIMITED_KEY_MAX}, then 429 with retry-after ${retryAfter} s; a payment accepted, its replay refused with 402`,
+  )
 }
 
 await runBench(main)

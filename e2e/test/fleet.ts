@@ -171,14 +171,17 @@ export async function startPaidFleet(t: Test, options: FleetOptions & { chain?: 
  * The devnet, admin, trading (server wallet: devnet account 0) and a gateway: swaps, positions
  * and the launchpad through the gateway as a client sees them.
  */
-export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.ProcessEnv } = {}) {
+export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.ProcessEnv; marketData?: boolean } = {}) {
   const { devnet, chainEnv: chain, publicClient } = await startTestDevnet(t)
   const env = await baseTestEnv(t)
   // trading's settings without the server wallet, for a second, walletless trading service
   const tradingEnv = { ...env, ...chain, ...options.tradingEnv }
   const trading = await startService(t, tradingService, { ...tradingEnv, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey })
+  // market-data on the same devnet, when a test asks for it (marketData)
+  const market = options.marketData ? await startService(t, marketDataService, { ...env, ...chain, REDIS_URL: (await testInfra()).redisUrl }) : undefined
   // the trading service shares the fleet's database and namespace: admin answers its policy lookups
-  const fleet = await startFleet(t, { env, tradingUrl: trading.url, gatewayEnv: chain, adminEnv: { ...chain, SETTLEMENT_ENABLED: 'false' } })
+  const gatewayEnv = { ...chain, ...(market ? { MARKET_DATA_URL: market.url } : {}) }
+  const fleet = await startFleet(t, { env, tradingUrl: trading.url, gatewayEnv, adminEnv: { ...chain, SETTLEMENT_ENABLED: 'false' } })
   return { ...fleet, devnet, trading, tradingEnv, publicClient, serverWallet: devnet.accounts[0]!.address }
 }
 

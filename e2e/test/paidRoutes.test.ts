@@ -5,13 +5,16 @@ import { startTestDevnet } from '@ats/devnet'
 import t, { type Test } from 'tap'
 import { startPaidFleet } from './fleet.ts'
 
-// one devnet for the file: each test signs fresh nonces and has its own fleet and ledger
+// one devnet for the file: each test signs fresh nonces
 const chain = await startTestDevnet(t)
 const paid = (t: Test, options?: Parameters<typeof startPaidFleet>[1]) => startPaidFleet(t, { chain, ...options })
 const decode = (header: string | null) => JSON.parse(Buffer.from(header ?? '', 'base64').toString('utf8'))
+// one fleet for the tests with the default settings: each signs fresh nonces. The last one sends 49
+// refused payments from one address: above the default limit of failed checks (429 after 30)
+const shared = await paid(t, { gatewayEnv: { AUTH_FAILURE_LIMIT: '100' } })
 
 t.test('a paid route without a payment answers 402 with the requirements in the body and the v2 header', async (t) => {
-  const { request, payTo, usdc } = await paid(t)
+  const { request, payTo, usdc } = shared
   const res = await request('/agent/skills')
   t.equal(res.status, 402)
   t.match(res.body, {
@@ -36,7 +39,7 @@ t.test('a paid route without a payment answers 402 with the requirements in the 
 })
 
 t.test('a hand-signed X-PAYMENT passes once; the payer is the owner the service sees and the answer says it was charged', async (t) => {
-  const { request, pay, payer } = await paid(t)
+  const { request, pay, payer } = shared
   const header = await pay()
   // a client's own x-ats-payment claim is replaced by the payment the gateway verified
   const forged = `${payer.address.toLowerCase()}:0x${'11'.repeat(32)}`
@@ -55,7 +58,7 @@ t.test('a hand-signed X-PAYMENT passes once; the payer is the owner the service 
 })
 
 t.test('each bad payment answers 402 saying what is wrong', async (t) => {
-  const { request, pay, devnet } = await paid(t)
+  const { request, pay, devnet } = shared
   const now = BigInt(Math.floor(Date.now() / 1000))
   const good = JSON.parse(Buffer.from(await pay(), 'base64').toString('utf8'))
   const tampered = structuredClone(good)
@@ -79,7 +82,7 @@ t.test('each bad payment answers 402 saying what is wrong', async (t) => {
 })
 
 t.test('a payment is not charged when the service answers 4xx, and the answer says so', async (t) => {
-  const { request, pay } = await paid(t)
+  const { request, pay } = shared
   const res = await request('/agent/missing', { headers: { 'x-payment': await pay() } })
   t.equal(res.status, 404)
   t.match(decode(res.headers.get('x-payment-response')), { success: false, errorReason: /^not charged: the service answered 404/ })
@@ -125,8 +128,8 @@ async function gatewayProcess(t: Test, env: NodeJS.ProcessEnv) {
 }
 
 t.test('one payment sent 50 times at once to two gateway processes succeeds exactly once', async (t) => {
-  // 49 refused payments from one address: above the default limit of failed checks (429 after 30)
-  const { gatewayEnv, pay } = await paid(t, { gatewayEnv: { AUTH_FAILURE_LIMIT: '100' } })
+  // 49 refused payments from one address: above the default limit of failed checks (AUTH_FAILURE_LIMIT above)
+  const { gatewayEnv, pay } = shared
   const urls = await Promise.all([gatewayProcess(t, gatewayEnv), gatewayProcess(t, gatewayEnv)])
   const header = await pay()
   const answers = await Promise.all(

@@ -6,11 +6,14 @@ import { eip3009Abi, transferWithAuthorizationTypes, usdcDomain } from '@ats/cha
 import { createWalletClient, erc20Abi, http, parseSignature, toHex, type Address, type Hex } from 'viem'
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
 import { adminService } from '@ats/admin/service'
+import { startTestDevnet } from '@ats/devnet'
 import { adminKey, eventually, startPaidFleet } from './fleet.ts'
 
+// one devnet for the file: the tests run one after another, each with its own fleet and ledger
+const chain = await startTestDevnet(t)
 const settling = (t: Test, extra: NodeJS.ProcessEnv = {}) =>
   // probes until a payer is refused (or accepted again) fail many payment checks from one address
-  startPaidFleet(t, { adminEnv: { SETTLEMENT_INTERVAL_MS: '100', ...extra }, gatewayEnv: { AUTH_FAILURE_LIMIT: '1000' } })
+  startPaidFleet(t, { chain, adminEnv: { SETTLEMENT_INTERVAL_MS: '100', ...extra }, gatewayEnv: { AUTH_FAILURE_LIMIT: '1000' } })
 
 type Fleet = Awaited<ReturnType<typeof settling>>
 

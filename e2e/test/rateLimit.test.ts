@@ -2,9 +2,11 @@ import t from 'tap'
 import { startFleet } from './fleet.ts'
 
 const limits = { RATE_LIMIT_READONLY: '5', RATE_LIMIT_READWRITE: '8', RATE_LIMIT_WINDOW_MS: '60000' }
+// one fleet (two gateways on one Redis) for the tests with these limits: each counts fresh keys of its own
+const shared = await startFleet(t, { gateways: 2, gatewayEnv: limits })
 
 t.test('a key over its limit gets 429 {error} with retry-after', async (t) => {
-  const { request, createKey } = await startFleet(t, { gatewayEnv: limits })
+  const { request, createKey } = shared
   const { key } = await createKey('readonly')
   for (let i = 1; i <= 5; i++) {
     const res = await request('/market/prices', { key })
@@ -21,7 +23,7 @@ t.test('a key over its limit gets 429 {error} with retry-after', async (t) => {
 })
 
 t.test('limits follow the tier and are counted per key', async (t) => {
-  const { request, createKey } = await startFleet(t, { gatewayEnv: limits })
+  const { request, createKey } = shared
   const readwrite = (await createKey('readwrite')).key
   const other = (await createKey('readonly')).key
   const statuses = []
@@ -37,7 +39,7 @@ t.test('routes without a key are not rate limited by key', async (t) => {
 })
 
 t.test('two gateways on one Redis share the count', async (t) => {
-  const { request, createKey } = await startFleet(t, { gateways: 2, gatewayEnv: limits })
+  const { request, createKey } = shared
   const { key } = await createKey('readonly')
   const statuses = []
   for (let i = 0; i < 6; i++) statuses.push((await request('/market/prices', { key, via: i % 2 })).status)

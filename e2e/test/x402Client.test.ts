@@ -1,13 +1,14 @@
 import { ExactEvmScheme } from '@x402/evm/exact/client'
 import { wrapFetchWithPayment, x402Client, type x402ClientConfig } from '@x402/fetch'
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { getAddress } from 'viem'
 import type { privateKeyToAccount } from 'viem/accounts'
 import { adminKey, eventually, startPaidFleet } from './fleet.ts'
 
 const network = 'eip155:31337'
 
-const paidFleet = (t: Test) => startPaidFleet(t, { adminEnv: { SETTLEMENT_ENABLED: 'false' } })
+// one fleet for the file: the first test, which reads the ledger, runs before anything else pays
+const fleet = await startPaidFleet(t, { adminEnv: { SETTLEMENT_ENABLED: 'false' } })
 
 /** The real client: @x402/fetch over an inner fetch that records every request it is handed. */
 function payingFetch(payer: ReturnType<typeof privateKeyToAccount>, spendControls: x402ClientConfig['spendControls']) {
@@ -27,7 +28,7 @@ function payingFetch(payer: ReturnType<typeof privateKeyToAccount>, spendControl
 const decode = (header: string) => JSON.parse(Buffer.from(header, 'base64').toString('utf8'))
 
 t.test('a real @x402/fetch client pays, gets past the 402, and the payment appears in /admin/revenue', async (t) => {
-  const { gateway, payer, payTo, usdc, request } = await paidFleet(t)
+  const { gateway, payer, payTo, usdc, request } = fleet
   const url = `${gateway.url}/agent/skills`
 
   const unpaid = await fetch(url)
@@ -66,7 +67,7 @@ t.test('a real @x402/fetch client pays, gets past the 402, and the payment appea
 })
 
 t.test('with spendControls: false the client pays too, and its payment cannot be replayed', async (t) => {
-  const { gateway, payer } = await paidFleet(t)
+  const { gateway, payer } = fleet
   const url = `${gateway.url}/agent/skills`
   const { fetch: pay, sent } = payingFetch(payer, false)
 
@@ -80,7 +81,7 @@ t.test('with spendControls: false the client pays too, and its payment cannot be
 })
 
 t.test('by default the client refuses to pay an asset it does not know, such as the devnet USDC', async (t) => {
-  const { gateway, payer } = await paidFleet(t)
+  const { gateway, payer } = fleet
   const { fetch: pay, sent } = payingFetch(payer, undefined)
   await t.rejects(pay(`${gateway.url}/agent/skills`), /rejected by spendControls/)
   t.equal(sent.length, 1, 'it never retried with a payment')

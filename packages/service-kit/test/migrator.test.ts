@@ -1,3 +1,5 @@
+// Migrations on a real Postgres (order, replicas, edits, failures), and the schema check that
+// compares schema.prisma with the database, its parser included.
 import { fileURLToPath } from 'node:url'
 import { cp, mkdtemp, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -5,8 +7,10 @@ import { join } from 'node:path'
 import pg from 'pg'
 import t from 'tap'
 import { migrate } from '../src/migrator.ts'
+import { parsePrismaSchema } from '../src/schemaCheck.ts'
 import { compareSchemaWithDatabase, freshDatabase } from '../src/testing.ts'
 
+// migrate
 const fixtures = fileURLToPath(new URL('./fixtures/', import.meta.url))
 const dir = join(fixtures, 'migrations')
 
@@ -99,4 +103,42 @@ t.test('the schema check fails on a type or nullability mismatch', async (t) => 
     'model Widget: widgets.size is integer, schema says String',
     'model Widget: widgets.size nullability differs (database NULL)',
   ])
+})
+
+// the schema check's parser of schema.prisma, no database
+const braces = `
+enum Status {
+  open
+  closed
+
+  @@map("status")
+}
+
+model Job {
+  id        String @id
+  context   Json   @default("{}")
+  tags      String @default("{a}")
+  status    Status
+  createdAt DateTime @map("created_at")
+
+  @@map("jobs")
+}
+
+model Step {
+  id    Int    @id
+  jobId String @map("job_id")
+  job   Job    @relation(fields: [jobId], references: [id])
+}
+`
+
+t.test('a } inside a field (@default("{}")) does not hide the fields after it', async (t) => {
+  const { models, enums } = parsePrismaSchema(braces)
+  t.same(
+    models.map((m) => [m.name, m.table, m.fields.map((f) => f.column)]),
+    [
+      ['Job', 'jobs', ['id', 'context', 'tags', 'status', 'created_at']],
+      ['Step', 'Step', ['id', 'job_id']],
+    ],
+  )
+  t.equal(enums.get('Status'), 'status')
 })

@@ -1,14 +1,19 @@
+// A kit service as its callers see it: HTTP answers (health, readiness, identity, errors,
+// metrics, shutdown, logs), the input rules every route gets, and NATS endpoints called over RPC.
 import { Writable } from 'node:stream'
-import { identityHeaders } from '@ats/contracts'
+import { endpoint, FreeText, identityHeaders } from '@ats/contracts'
 import pino from 'pino'
 import t, { type Test } from 'tap'
 import { Type } from 'typebox'
-import { Unavailable } from '../src/errors.ts'
+import { createError, NotFound, Unavailable } from '../src/errors.ts'
+import { callContextOf } from '../src/identity.ts'
 import { loggerOptions } from '../src/logger.ts'
-import type { ServiceDefinition } from '../src/service.ts'
-import { startService, testInfra, testInternalToken } from '../src/testing.ts'
+import { addNatsService, callEndpoint, serveEndpoint } from '../src/rpc.ts'
+import { createService, type ServiceDefinition } from '../src/service.ts'
+import { freshNamespace, startService, testInfra, testInternalToken } from '../src/testing.ts'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 
+// HTTP: a probe service, one started per test
 const probe: ServiceDefinition<{}, never> = {
   name: 'probe',
   version: '1.2.3',
@@ -159,4 +164,208 @@ t.test('credentials in logged headers are redacted', async (t) => {
   log.info({ req: { headers: { authorization: 'Bearer atsk_secret', 'x-api-key': 'atsk_other', 'x-payment': 'sig', accept: 'json' } } }, 'in')
   t.notMatch(lines.join(''), /atsk_secret|atsk_other|"sig"/)
   t.match(lines.join(''), /"accept":"json"/)
+})
+
+// input rules: one service for these tests, started now
+/** A route with every kind of field the kit's rules cover: an id in the path, query values, a label, free text, numbers, a free-form record. */
+const itemSchema = {
+  params: Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }),
+  querystring: Type.Object({ limit: Type.Optional(Type.Integer({ minimum: 1 })), q: Type.Optional(Type.String()) }, { additionalProperties: false }),
+  body: Type.Object(
+    {
+      label: Type.String({ maxLength: 64 }),
+      prompt: Type.Optional(FreeText()),
+      amount: Type.Optional(Type.Number()),
+      config: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+    },
+    { additionalProperties: false },
+  ),
+}
+
+const itemsProbe: ServiceDefinition<{}, never> = {
+  name: 'probe',
+  version: '1.0.0',
+  port: 0,
+  async register(app) {
+    const api = app.withTypeProvider<TypeBoxTypeProvider>()
+    api.post('/items/:id', { schema: itemSchema }, async (request) => ({ id: request.params.id, query: request.query, body: request.body }))
+  },
+}
+
+const { natsUrl } = await testInfra()
+const svc = await startService(t, itemsProbe, { NATS_URL: natsUrl, INTERNAL_TOKEN: testInternalToken, LOG_LEVEL: 'silent', HOST: '127.0.0.1', PORT: '0' })
+
+/** POST /items/:id with a raw path, query and JSON text: the status and the answer. */
+async function post(path: string, body: string) {
+  const res = await fetch(`${svc.url}/items/${path}`, {
+    method: 'POST',
+    headers: { [identityHeaders.internalToken]: testInternalToken, 'content-type': 'application/json' },
+    body,
+  })
+  return { status: res.status, body: (await res.json()) as any }
+}
+
+t.test('a request within the rules passes, tabs and line breaks in free text included', async (t) => {
+  const res = await post('item-1?limit=10&q=swap', JSON.stringify({ label: 'main', prompt: 'buy\tETH\r\nthen sell', amount: 1.5, config: { note: ['x'] } }))
+  t.equal(res.status, 200, JSON.stringify(res.body))
+  t.same(res.body.query, { limit: 10, q: 'swap' })
+  t.equal(res.body.body.prompt, 'buy\tETH\r\nthen sell')
+})
+
+t.test('a control character in a path parameter, a query value or a label answers 400 naming the field', async (t) => {
+  const label = (value: string) => JSON.stringify({ label: value })
+  const cases: Array<[string, string, string]> = [
+    ['a%00b', label('x'), 'params/id must not contain control characters (found U+0000)'],
+    ['x?q=a%00b', label('x'), 'querystring/q must not contain control characters (found U+0000)'],
+    ['x?q=line%0Abreak', label('x'), 'querystring/q must not contain control characters (found U+000A)'],
+    ['x', label('two\nlines'), 'body/label must not contain control characters (found U+000A)'],
+    ['x', label('bell\u0007'), 'body/label must not contain control characters (found U+0007)'],
+    ['x', label('del\u007f'), 'body/label must not contain control characters (found U+007F)'],
+  ]
+  for (const [path, body, error] of cases) {
+    const res = await post(path, body)
+    t.equal(res.status, 400, `${path} ${body}`)
+    t.same(res.body, { error }, `${path} ${body}`)
+  }
+})
+
+t.test('free text refuses NUL and the other control characters, but not tab, CR and LF', async (t) => {
+  for (const [bad, code] of [['\u0000', 'U+0000'], ['\u001b', 'U+001B']]) {
+    const res = await post('x', JSON.stringify({ label: 'x', prompt: `a${bad}b` }))
+    t.equal(res.status, 400)
+    t.same(res.body, { error: `body/prompt must not contain control characters other than tab, line feed and carriage return (found ${code})` })
+  }
+})
+
+t.test('a NUL anywhere inside a free-form record answers 400 naming where', async (t) => {
+  const value = await post('x', JSON.stringify({ label: 'x', config: { note: ['ok', 'a\u0000b'] } }))
+  t.equal(value.status, 400)
+  t.same(value.body, { error: 'body/config/note/1 must not contain NUL characters (U+0000)' })
+  const key = await post('x', JSON.stringify({ label: 'x', config: { 'a\u0000b': 1 } }))
+  t.equal(key.status, 400)
+  t.same(key.body, { error: 'body/config/a\\u0000b must not have NUL characters (U+0000) in its name' })
+})
+
+t.test('1e309, NaN and integers beyond the safe range answer 400 naming the parameter', async (t) => {
+  const label = JSON.stringify({ label: 'x' })
+  const unsafe = 'querystring/limit must be an integer between -9007199254740991 and 9007199254740991'
+  const cases: Array<[string, string, string]> = [
+    ['x?limit=1e309', label, unsafe],
+    ['x?limit=9007199254740993', label, unsafe],
+    ['x?limit=NaN', label, 'querystring/limit must be integer'],
+    // JSON.parse reads 1e309 as Infinity, which Ajv's number type refuses
+    ['x', '{"label":"x","amount":1e309}', 'body/amount must be number'],
+    ['x', '{"label":"x","amount":-1e309}', 'body/amount must be number'],
+    ['x', '{"label":"x","config":{"deep":[1e309]}}', 'body/config/deep/0 must be a finite number'],
+  ]
+  for (const [path, body, error] of cases) {
+    const res = await post(path, body)
+    t.equal(res.status, 400, `${path} ${body}`)
+    t.same(res.body, { error }, `${path} ${body}`)
+  }
+})
+
+t.test("the route's own schema objects are left as they were (contracts are shared)", async (t) => {
+  t.notOk('controlCharacters' in itemSchema.params.properties.id)
+  t.notOk('safeContent' in itemSchema.body)
+  t.notOk('safeNumber' in (itemSchema.querystring.properties.limit as object))
+})
+
+// NATS RPC: endpoints answering over NATS, called from HTTP routes
+const Conflict = createError<[string]>('ATS_ERR_TEST_CONFLICT', '%s', 409)
+const lookup = (namespace: string) =>
+  endpoint(`${namespace}.books.lookup`, Type.Object({ id: Type.String() }), Type.Object({ title: Type.String(), askedBy: Type.String() }))
+
+/** books answers over NATS: 404 for an unknown id, 409 for a taken one, a crash for "boom". */
+const books = (namespace: string): ServiceDefinition<{}, never> => ({
+  name: 'books',
+  version: '1.0.0',
+  port: 0,
+  async register(_app, { nc, log, onClose }) {
+    const service = await addNatsService(nc, `books-${namespace}`, '1.0.0', 'test books')
+    onClose(() => service.stop().then(() => undefined))
+    serveEndpoint(service, 'lookup', lookup(namespace), log, async ({ id }, { identity, requestId }) => {
+      if (id === 'missing') throw new NotFound(`book ${id}`)
+      if (id === 'taken') throw new Conflict('book taken is lent out')
+      if (id === 'boom') throw new Error('secret stack detail')
+      return { title: `title of ${id}`, askedBy: `${identity.keyId ?? '-'} ${requestId ?? '-'}` }
+    })
+  },
+})
+
+/** shelf answers HTTP by asking books over NATS. */
+const shelf = (namespace: string, timeoutMs: number): ServiceDefinition<{}, never> => ({
+  name: 'shelf',
+  version: '1.0.0',
+  port: 0,
+  async register(app, { nc }) {
+    app.get<{ Params: { id: string } }>('/books/:id', async (request) =>
+      callEndpoint(nc, lookup(namespace), { id: request.params.id }, { ...callContextOf(request), timeoutMs }),
+    )
+  },
+})
+
+async function env(t: Parameters<typeof freshNamespace>[0]) {
+  const { natsUrl } = await testInfra()
+  const NATS_NAMESPACE = await freshNamespace(t)
+  return { NATS_URL: natsUrl, NATS_NAMESPACE, INTERNAL_TOKEN: testInternalToken, LOG_LEVEL: 'silent', HOST: '127.0.0.1', PORT: '0' }
+}
+
+/** books answering over NATS, shelf asking it over HTTP; both closed when the test ends. */
+async function booksAndShelf(t: Parameters<typeof freshNamespace>[0], timeoutMs = 2000) {
+  const e = await env(t)
+  const responder = await createService(books(e.NATS_NAMESPACE), e)
+  t.teardown(() => responder.close())
+  const caller = await createService(shelf(e.NATS_NAMESPACE, timeoutMs), e)
+  t.teardown(() => caller.close())
+  return { responder, caller }
+}
+
+const asKey = { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.keyId]: 'key_7', [identityHeaders.requestId]: 'req-42' }
+
+t.test('an endpoint answers its caller, who learns who asked and under which request id', async (t) => {
+  const { caller } = await booksAndShelf(t)
+  const res = await caller.app.inject({ url: '/books/b1', headers: asKey })
+  t.equal(res.statusCode, 200)
+  t.same(res.json(), { title: 'title of b1', askedBy: 'key_7 req-42' })
+})
+
+t.test("an endpoint's 404 and 409 reach the HTTP caller as 404 and 409; a crash as 502 without detail", async (t) => {
+  const { caller } = await booksAndShelf(t)
+  const missing = await caller.app.inject({ url: '/books/missing', headers: asKey })
+  t.equal(missing.statusCode, 404)
+  t.same(missing.json(), { error: 'book missing not found' })
+  const taken = await caller.app.inject({ url: '/books/taken', headers: asKey })
+  t.equal(taken.statusCode, 409)
+  t.same(taken.json(), { error: 'book taken is lent out' })
+  const boom = await caller.app.inject({ url: '/books/boom', headers: asKey })
+  t.equal(boom.statusCode, 502)
+  t.notMatch(boom.body, /secret/)
+  t.match(boom.json(), { error: /books service failed/ })
+})
+
+t.test('a stopped responder gives 503 within the timeout, not a 500', async (t) => {
+  const { responder, caller } = await booksAndShelf(t)
+  t.equal((await caller.app.inject({ url: '/books/b1', headers: asKey })).statusCode, 200)
+  await responder.close()
+  const started = Date.now()
+  const res = await caller.app.inject({ url: '/books/b1', headers: asKey })
+  t.equal(res.statusCode, 503)
+  t.same(res.json(), { error: 'books service unavailable' })
+  t.ok(Date.now() - started < 2000, `answered in ${Date.now() - started} ms, within the 2000 ms timeout`)
+})
+
+t.test('a responder that does not answer in time gives 504 {error}', async (t) => {
+  const e = await env(t)
+  const { connect } = await import('nats')
+  // a bare subscriber that takes the request and never answers
+  const silent = await connect({ servers: e.NATS_URL })
+  t.teardown(() => silent.close())
+  silent.subscribe(lookup(e.NATS_NAMESPACE).subject)
+  await silent.flush()
+  const caller = await createService(shelf(e.NATS_NAMESPACE, 300), e)
+  t.teardown(() => caller.close())
+  const res = await caller.app.inject({ url: '/books/b1', headers: asKey })
+  t.equal(res.statusCode, 504)
+  t.same(res.json(), { error: 'books service did not answer within 300 ms' })
 })

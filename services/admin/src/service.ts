@@ -56,6 +56,18 @@ const settings = {
     description:
       'how long a settler holds a claimed payment; after it, another replica (or a restarted admin) takes it up and checks its kept transaction. Each attempt waits for a receipt at most a third of it (60 s at most)',
   }),
+  SETTLEMENT_RETRY_MS: Type.Integer({
+    minimum: 100,
+    maximum: 60_000,
+    default: 1_000,
+    description: 'how long a settlement that failed transiently waits before its first retry; each next wait doubles, up to 60 s',
+  }),
+  LEDGER_RETRY_MS: Type.Integer({
+    minimum: 100,
+    maximum: 60_000,
+    default: 2_000,
+    description: 'how long a batch of charged payments that could not be recorded waits before it is tried again (3 tries, then the dead letters)',
+  }),
   WEBHOOK_MAX_PER_KEY: Type.Integer({ minimum: 1, maximum: 1000, default: 20, description: 'webhook subscriptions one API key may have (409 past it)' }),
   WEBHOOK_SECRET_GRACE_MS: Type.Integer({
     minimum: 0,
@@ -65,6 +77,18 @@ const settings = {
   }),
   WEBHOOK_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 200, default: 10, description: 'webhook deliveries one admin replica sends at once' }),
   WEBHOOK_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 60_000, default: 10_000, description: 'how long one webhook delivery attempt may take before it counts as failed' }),
+  WEBHOOK_POLL_MS: Type.Integer({
+    minimum: 50,
+    maximum: 60_000,
+    default: 500,
+    description: 'how often an admin replica looks for webhook deliveries that are due (retries); a new event wakes it at once',
+  }),
+  WEBHOOK_FANOUT_ACK_WAIT_MS: Type.Integer({
+    minimum: 1_000,
+    maximum: 300_000,
+    default: 10_000,
+    description: 'how long an event taken by an admin replica for webhook fan-out stays its own; an event of a replica that died is fanned out by another after it',
+  }),
   WEBHOOK_RETRY_SCHEDULE: Type.String({
     pattern: retrySchedulePattern,
     default: '5s,5m,30m,2h,5h,10h,10h',
@@ -127,7 +151,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
       )
     }
     const ledger = createLedger(db, { settle: config.SETTLEMENT_ENABLED, events })
-    const consumer = await startLedgerConsumer(nc, payments, ledger, log)
+    const consumer = await startLedgerConsumer(nc, payments, ledger, log, config.LEDGER_RETRY_MS)
     onClose(consumer.stop)
     // payments of agent jobs: held until the agent says how the job ended, then due or voided
     const jobPayments = createJobPayments(db, { settle: config.SETTLEMENT_ENABLED, events })
@@ -144,6 +168,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
         intervalMs: config.SETTLEMENT_INTERVAL_MS,
         maxAttempts: config.SETTLEMENT_MAX_ATTEMPTS,
         leaseMs: config.SETTLEMENT_LEASE_MS,
+        retryMs: config.SETTLEMENT_RETRY_MS,
       })
       onClose(settler.stop)
     }
@@ -186,9 +211,10 @@ async function startWebhooks(
     timeoutMs: config.WEBHOOK_TIMEOUT_MS,
     retrySchedule,
     disableAfterMs: config.WEBHOOK_DISABLE_AFTER_MS,
+    pollMs: config.WEBHOOK_POLL_MS,
   })
   onClose(sender.stop)
-  const fanout = await startWebhookFanout({ nc, channels, db, log, onQueued: sender.wake })
+  const fanout = await startWebhookFanout({ nc, channels, db, log, onQueued: sender.wake, ackWaitMs: config.WEBHOOK_FANOUT_ACK_WAIT_MS })
   onClose(fanout.stop)
   const subscriptions = createSubscriptions(db, { maxPerKey: config.WEBHOOK_MAX_PER_KEY, secretGraceMs: config.WEBHOOK_SECRET_GRACE_MS })
   await app.register(webhookSubscriptionRoutes, { subscriptions, rules, onQueued: sender.wake })

@@ -26,8 +26,17 @@ async function start(t: Test, extra: NodeJS.ProcessEnv = {}) {
   return { svc, env, call }
 }
 
+let shared: ReturnType<typeof start> | undefined
+
+/**
+ * One admin for the tests that look only at keys they make themselves (starting one takes about
+ * half a second): started by the first of them, stopped when the file ends. A test that reads
+ * the whole key list, or restarts admin, starts its own.
+ */
+const sharedAdmin = () => (shared ??= start(t))
+
 t.test('creating a key answers 201 with the raw key once, and stores only its SHA-256', async (t) => {
-  const { call, env } = await start(t)
+  const { call, env } = await sharedAdmin()
   const created = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'trading bot' })
   t.equal(created.status, 201)
   t.match(created.body, { id: /^key_/, tier: 'readwrite', label: 'trading bot', createdAt: Number })
@@ -56,7 +65,7 @@ t.test('the list shows entries without raw keys or hashes', async (t) => {
 })
 
 t.test('bad input answers 400 with {error} saying what is wrong', async (t) => {
-  const { call } = await start(t)
+  const { call } = await sharedAdmin()
   const cases: Array<[unknown, string]> = [
     [{ tier: 'readonly', label: 'x'.repeat(65) }, 'body/label must NOT have more than 64 characters'],
     [{ tier: 'superuser', label: 'x' }, 'body/tier must be equal to one of the allowed values: readonly, readwrite, admin'],
@@ -76,7 +85,7 @@ t.test('bad input answers 400 with {error} saying what is wrong', async (t) => {
 const policy = { maxUsdPerSwap: 250.5, maxUsdPerDay: 1000, allowedTokens: ['USDC', '0xaf88d065e77c8cC2239327C5EDb3A432268e5831'] }
 
 t.test('a key created with a spend policy shows it in the answer and the list', async (t) => {
-  const { call } = await start(t)
+  const { call } = await sharedAdmin()
   const created = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'capped bot', policy })
   t.equal(created.status, 201)
   t.same(created.body.policy, policy)
@@ -95,7 +104,7 @@ t.test('a readonly key with a spend policy answers 400: it cannot swap', async (
 })
 
 t.test('a bad spend policy answers 400 saying what is wrong', async (t) => {
-  const { call } = await start(t)
+  const { call } = await sharedAdmin()
   const cases: Array<[unknown, string]> = [
     [{ maxUsdPerSwap: -5 }, 'body/policy/maxUsdPerSwap must be > 0'],
     [{ maxUsdPerDay: 0 }, 'body/policy/maxUsdPerDay must be > 0'],
@@ -113,7 +122,7 @@ t.test('a bad spend policy answers 400 saying what is wrong', async (t) => {
 })
 
 t.test('PUT /admin/keys/:id/policy sets and clears the spend policy', async (t) => {
-  const { call } = await start(t)
+  const { call } = await sharedAdmin()
   const created = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'bot' })
   const set = await call('PUT', `/admin/keys/${created.body.id}/policy`, { policy })
   t.equal(set.status, 200)
@@ -127,7 +136,7 @@ t.test('PUT /admin/keys/:id/policy sets and clears the spend policy', async (t) 
 })
 
 t.test('PUT of a policy answers 404 for an unknown or revoked key and 400 for a readonly key or a bad policy', async (t) => {
-  const { call } = await start(t)
+  const { call } = await sharedAdmin()
   const unknown = await call('PUT', '/admin/keys/key_unknown/policy', { policy })
   t.equal(unknown.status, 404)
   t.same(unknown.body, { error: 'active key key_unknown not found' })
@@ -147,7 +156,7 @@ t.test('PUT of a policy answers 404 for an unknown or revoked key and 400 for a 
 })
 
 t.test('the keys.policy endpoint answers an active key with its policy and wallet, null for a revoked or unknown one', async (t) => {
-  const { call, svc } = await start(t)
+  const { call, svc } = await sharedAdmin()
   const { keyPolicy } = svc.ctx.channels.admin
   const wallet = '0x000000000000000000000000000000000000dEaD'
   const capped = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'capped', policy, wallet: wallet.toLowerCase() })
@@ -168,7 +177,7 @@ t.test('the keys.policy endpoint answers an active key with its policy and walle
 })
 
 t.test('revoking is permanent: gone from the list, refused by verify, 404 the second time', async (t) => {
-  const { call, svc } = await start(t)
+  const { call, svc } = await sharedAdmin()
   const created = await call('POST', '/admin/keys', { tier: 'readonly', label: 'temp' })
   const hash = hashApiKey(created.body.key)
   t.same(await callEndpoint(svc.ctx.nc, svc.ctx.channels.admin.keyVerify, { hash }), { key: { id: created.body.id, tier: 'readonly', wallet: null } })
@@ -188,7 +197,7 @@ t.test('revoking is permanent: gone from the list, refused by verify, 404 the se
 })
 
 t.test('a revocation is broadcast with the key id and hash', async (t) => {
-  const { call, svc } = await start(t)
+  const { call, svc } = await sharedAdmin()
   const created = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'watched' })
   const sub = svc.ctx.nc.subscribe(svc.ctx.channels.admin.keyRevoked.subject, { max: 1 })
   const received = (async () => {
@@ -199,7 +208,7 @@ t.test('a revocation is broadcast with the key id and hash', async (t) => {
 })
 
 t.test('verify answers an unknown hash with null and a malformed request with a service error', async (t) => {
-  const { svc } = await start(t)
+  const { svc } = await sharedAdmin()
   t.same(await callEndpoint(svc.ctx.nc, svc.ctx.channels.admin.keyVerify, { hash: 'a'.repeat(64) }), { key: null })
   await t.rejects(callEndpoint(svc.ctx.nc, { ...svc.ctx.channels.admin.keyVerify, request: { ...svc.ctx.channels.admin.keyVerify.request, encode: () => new TextEncoder().encode('{"hash":"nope"}') } }, { hash: '' }), {
     name: 'ServiceCallError',
@@ -243,7 +252,7 @@ t.test('a bootstrap key an admin revoked stays revoked after a restart', async (
 })
 
 t.test('schema.prisma and the migrated database agree', async (t) => {
-  const { env } = await start(t)
+  const { env } = await sharedAdmin()
   const schema = fileURLToPath(new URL('../prisma/schema.prisma', import.meta.url))
   t.same(await compareSchemaWithDatabase(schema, env.DATABASE_URL!, 'admin'), [])
 })

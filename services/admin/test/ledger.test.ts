@@ -3,7 +3,8 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { eventually, freshAddress, signCharge, startAdmin } from './helpers.ts'
 
 t.test('ledger dead letters: a batch whose payment cannot be stored is set aside with its reason, and the batches behind it are recorded', async (t) => {
-  const admin = await startAdmin(t, { SETTLEMENT_ENABLED: 'false' })
+  // a failed batch is tried again LEDGER_RETRY_MS later (2 s by default): sooner here
+  const admin = await startAdmin(t, { SETTLEMENT_ENABLED: 'false', LEDGER_RETRY_MS: '200' })
   const { stream, charged, deadLetters, ledgerConsumer } = admin.payments
   const payer = privateKeyToAccount(generatePrivateKey())
   // no chain here: the USDC address only goes into what the payer signs
@@ -20,7 +21,7 @@ t.test('ledger dead letters: a batch whose payment cannot be stored is set aside
   const dead = await eventually(
     'the unstorable batch in the dead letters',
     () => admin.jsm.streams.getMessage(stream, { last_by_subj: deadLetters }).catch(() => undefined),
-    // two naks of 2 s: ~4 s. Far below the 30 s ack wait, which a redelivery dropped by the
+    // two naks of LEDGER_RETRY_MS: ~0.4 s. Far below the 30 s ack wait, which a redelivery dropped by the
     // client used to wait out about one run in ten (the kit's durable consumer read with fetch:
     // packages/service-kit/test/durableConsumer.test.ts shows how)
     12_000,

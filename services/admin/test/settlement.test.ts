@@ -4,6 +4,11 @@ import t from 'tap'
 import type { Hex } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { devnetUsdc, eventually, freshAddress, signCharge, startAdmin, startSettlingAdmin, type RecentPayment } from './helpers.ts'
+// Settlement when things go wrong, and payments held for their job, run in this process too, on
+// the same devnet (one per process): each test file costs seconds of CPU to start, and its devnet
+// more. Their tests register first (imports run before this module's body).
+import './settlement/faults.ts'
+import './settlement/jobPayments.ts'
 
 const day = 86_400_000
 const inState = (state: RecentPayment['settlement']) => (p: RecentPayment) => p.settlement === state
@@ -152,7 +157,7 @@ t.test('with FACILITATOR_URL payments settle through its /settle, a 503 is retri
   // the facilitator settles: admin needs no server wallet; it reads the chain only to check a
   // refusal (these authorizations are unused there, so refusals stand)
   const { usdc, env } = await devnetUsdc()
-  const admin = await startAdmin(t, { FACILITATOR_URL: url, SETTLEMENT_INTERVAL_MS: '100', RPC_URL: env.RPC_URL, CHAIN_ID: env.CHAIN_ID, ADDRESS_BOOK: env.ADDRESS_BOOK })
+  const admin = await startAdmin(t, { FACILITATOR_URL: url, SETTLEMENT_INTERVAL_MS: '100', SETTLEMENT_RETRY_MS: '100', RPC_URL: env.RPC_URL, CHAIN_ID: env.CHAIN_ID, ADDRESS_BOOK: env.ADDRESS_BOOK })
   const payer = privateKeyToAccount(generatePrivateKey())
   const payTo = freshAddress()
 

@@ -13,7 +13,7 @@ import { adminHeaders, devnetUsdc, eventually, freshAddress, signCharge, startAd
 /**
  * Webhooks in admin: subscriptions through the routes, events published straight to the events
  * stream (as the other services' outboxes do), delivered to a local receiver with the
- * development settings (http, loopback) and a fast retry schedule.
+ * development settings (http, loopback), a fast retry schedule and a fast poll.
  */
 
 const devSettings = {
@@ -21,6 +21,8 @@ const devSettings = {
   WEBHOOK_ALLOW_PRIVATE_ADDRESSES: 'true',
   WEBHOOK_RETRY_SCHEDULE: '100ms,100ms,100ms,100ms',
   WEBHOOK_TIMEOUT_MS: '2000',
+  // retries are due 100 ms after a failure: look for them that often
+  WEBHOOK_POLL_MS: '100',
 }
 
 interface Received {
@@ -271,7 +273,8 @@ t.test('a subscription whose deliveries fail past WEBHOOK_DISABLE_AFTER_MS is di
 })
 
 t.test('an event published just before admin is killed is delivered once after it starts again', async (t) => {
-  const first = await start(t, {}, { process: true })
+  // the event the killed admin took comes back to the next one after the fan-out's ack wait
+  const first = await start(t, { WEBHOOK_FANOUT_ACK_WAIT_MS: '1000' }, { process: true })
   const hook = await receiver(t)
   const key = await first.newKey('readwrite')
   const sub = await first.subscribe(key, hook.url, ['job.completed'])

@@ -5,7 +5,7 @@ import { marketDataService } from '@ats/market-data/service'
 import { startUpstreams } from '@ats/market-data/testing'
 import { baseTestEnv, startService, testInfra, testInternalToken } from '@ats/service-kit/testing'
 import { tradingService } from '@ats/trading/service'
-import type { Test } from 'tap'
+import tap, { type Test } from 'tap'
 import { agentService } from '../src/service.ts'
 
 export { eventually } from '@ats/service-kit/testing'
@@ -32,23 +32,50 @@ export const payerCall = (url: string, payer: string) => async (path: string, bo
   return (await res.json()) as any
 }
 
-export interface StackOptions {
+export interface StackOptions<A = undefined> {
   agentEnv?: NodeJS.ProcessEnv
   marketEnv?: NodeJS.ProcessEnv
   tradingEnv?: NodeJS.ProcessEnv
   /** start no agent (a test starts its own, e.g. as a child process) */
   noAgent?: boolean
+  /**
+   * started with the services, given the agent's settings, and returned as `alongside`: a worker
+   * process takes seconds to load, which need not wait for the services to start
+   */
+  alongside?: (agentEnv: NodeJS.ProcessEnv) => Promise<A>
 }
+
+let fileDevnet: ReturnType<typeof startTestDevnet> | undefined
+
+/**
+ * One devnet for all the stacks of a test file, stopped when the file ends: deploying one
+ * takes seconds. A file's tests run one at a time, so each still has the chain to itself;
+ * its assertions about the chain are relative (nonces, blocks since it started).
+ */
+export const devnetOfFile = () => (fileDevnet ??= startTestDevnet(tap))
 
 /**
  * The agent with what its tools call: admin, trading (server wallet: devnet account 0) and
- * market-data on a devnet, one database and NATS namespace, plus the fake public APIs
+ * market-data on the file's devnet, one database and NATS namespace, plus the fake public APIs
  * market-data can be pointed at (only the internet is replaced). `call` speaks as the gateway.
  */
-export async function startStack(t: Test, options: StackOptions = {}) {
-  const { devnet, chainEnv, publicClient } = await startTestDevnet(t)
+export async function startStack<A = undefined>(t: Test, options: StackOptions<A> = {}) {
+  const { devnet, chainEnv, publicClient } = await devnetOfFile()
   const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ...chainEnv }
-  const upstreams = await startUpstreams(t)
+  const agentEnv = { ...env, AGENT_ACK_WAIT_MS: '2000', ...options.agentEnv }
+  const started = options.alongside?.(agentEnv)
+  // awaited once the services are up; should one of them fail first, it must not go unhandled
+  started?.catch(() => undefined)
+  // the fake APIs are closed before market-data (teardowns run last first): a request they hold
+  // ('hang') ends at once instead of holding market-data's close until SOURCE_TIMEOUT_MS
+  let closeUpstreams: (() => unknown) | undefined
+  const stopUpstreams = async () => {
+    const close = closeUpstreams
+    closeUpstreams = undefined
+    await close?.()
+  }
+  const upstreams = await startUpstreams({ teardown: (fn: () => unknown) => (closeUpstreams = fn) } as unknown as Test)
+  t.teardown(stopUpstreams)
   const admin = await startService(t, adminService, { ...env, ADMIN_API_KEY: adminKey, SETTLEMENT_ENABLED: 'false' })
   const trading = await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey, ...options.tradingEnv })
   await startService(t, marketDataService, {
@@ -59,7 +86,7 @@ export async function startStack(t: Test, options: StackOptions = {}) {
     GECKOTERMINAL_URL: upstreams.base.geckoterminal,
     ...options.marketEnv,
   })
-  const agentEnv = { ...env, AGENT_ACK_WAIT_MS: '2000', ...options.agentEnv }
+  t.teardown(stopUpstreams)
   const agent = options.noAgent ? undefined : await startService(t, agentService, agentEnv)
 
   const call = async (path: string, init: { method?: string; body?: unknown; headers: Record<string, string> }) => {
@@ -88,11 +115,14 @@ export async function startStack(t: Test, options: StackOptions = {}) {
     })
     return { status: res.status, body: (await res.json()) as any }
   }
-  return { devnet, publicClient, env, agentEnv, upstreams, agent, call, adminCall, decide, serverWallet: devnet.accounts[0]!.address }
+  const alongside = (await started) as A
+  return { devnet, publicClient, env, agentEnv, upstreams, agent, call, adminCall, decide, serverWallet: devnet.accounts[0]!.address, alongside }
 }
 
+export type Stack = Awaited<ReturnType<typeof startStack>>
+
 /** Polls a job of `payer` until it is finished (or `status`), and returns it. */
-export async function waitForJob(call: Awaited<ReturnType<typeof startStack>>['call'], payer: string, jobId: string, until = ['complete', 'failed', 'cancelled'], timeoutMs = 20_000) {
+export async function waitForJob(call: Stack['call'], payer: string, jobId: string, until = ['complete', 'failed', 'cancelled'], timeoutMs = 20_000) {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     const res = await call(`/agent/job/${jobId}`, { headers: payerHeaders(payer) })

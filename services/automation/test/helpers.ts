@@ -30,12 +30,16 @@ export const keyHeaders = (keyId: string, wallet?: string) => ({
 export async function startAutomationStack(t: Test, options: { schedulers?: number; env?: NodeJS.ProcessEnv; tradingEnv?: NodeJS.ProcessEnv } = {}) {
   const { devnet, chainEnv, publicClient } = await startTestDevnet(t)
   const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ...chainEnv }
-  const admin = await startService(t, adminService, { ...env, ADMIN_API_KEY: adminKey, SETTLEMENT_ENABLED: 'false' })
-  const trading = await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey, ...options.tradingEnv })
+  // started together: neither needs the other to start, and each waits on its database and NATS
+  const [admin, trading] = await Promise.all([
+    startService(t, adminService, { ...env, ADMIN_API_KEY: adminKey, SETTLEMENT_ENABLED: 'false' }),
+    startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey, ...options.tradingEnv }),
+  ])
   const automationEnv = { ...env, AUTOMATION_MIN_INTERVAL_MS: '1000', AUTOMATION_TICK_MS: '100', ...options.env }
   const schedulers: Array<{ url: string }> = [await startService(t, automationService, automationEnv)]
   // the others as processes of their own, as replicas run: each its own connections, clock and event loop
-  for (let i = 1; i < (options.schedulers ?? 1); i++) schedulers.push(await startServiceProcess(t, serverEntry, { ...automationEnv, LOG_LEVEL: 'warn' }))
+  const replicas = Array.from({ length: (options.schedulers ?? 1) - 1 }, () => startServiceProcess(t, serverEntry, { ...automationEnv, LOG_LEVEL: 'warn' }))
+  schedulers.push(...(await Promise.all(replicas)))
 
   const call = async (path: string, init: { method?: string; body?: unknown; headers: Record<string, string>; via?: number }) => {
     const res = await fetch(`${schedulers[init.via ?? 0]!.url}${path}`, {

@@ -9,9 +9,9 @@ import type { Ledger } from './ledger.ts'
  * restarting loses nothing and catches up from where it stopped. Replicas share the consumer;
  * the ledger's unique (payer, nonce) makes a redelivery harmless. A message whose payments
  * cannot be stored (a value over Postgres' bigint, say) goes to the dead letters after
- * bounded tries instead of blocking the ones behind it.
+ * bounded tries, `retryDelayMs` apart, instead of blocking the ones behind it.
  */
-export function startLedgerConsumer(nc: NatsConnection, channels: PaymentChannels, ledger: Ledger, log: Logger) {
+export function startLedgerConsumer(nc: NatsConnection, channels: PaymentChannels, ledger: Ledger, log: Logger, retryDelayMs: number) {
   return startDurableConsumer({
     nc,
     log,
@@ -20,6 +20,7 @@ export function startLedgerConsumer(nc: NatsConnection, channels: PaymentChannel
     topic: channels.charged,
     deadLetterSubject: channels.deadLetters,
     maxDeliveries: 3,
+    retryDelayMs,
     handle: async (batch) => {
       const events: PaymentCharged[] = batch.flatMap((d) => d.message.charges)
       let recorded: number

@@ -14,9 +14,10 @@ export interface SettlerOptions {
   maxAttempts: number
   /** how long a claimed payment stays with its settler before another (or a restarted one) may take it */
   leaseMs: number
+  /** the delay before the first retry of a transient failure; it doubles with each attempt, up to 60 s */
+  retryMs: number
   batchSize?: number
 }
-const backoffMs = (attempt: number) => Math.min(60_000, 1_000 * 2 ** (attempt - 1))
 
 /** Payments grouped by payer, oldest first within each. */
 function byPayer(payments: PaymentRow[]): Map<string, PaymentRow[]> {
@@ -34,7 +35,9 @@ function byPayer(payments: PaymentRow[]): Map<string, PaymentRow[]> {
  * kept transaction may still be mined (`inFlight`) is never given up: it is checked again (at
  * least once a lease) until it is mined, replaced or its authorization expired.
  */
-export function startSettler({ ledger, settlement, blockedPayers, log, intervalMs, maxAttempts, leaseMs, batchSize = 25 }: SettlerOptions) {
+export function startSettler({ ledger, settlement, blockedPayers, log, intervalMs, maxAttempts, leaseMs, retryMs, batchSize = 25 }: SettlerOptions) {
+  const backoffMs = (attempt: number) => Math.min(60_000, retryMs * 2 ** (attempt - 1))
+
   async function block(p: PaymentRow, reason: string) {
     const entry: BlockedPayer = { reason, since: Date.now() }
     await blockedPayers.put(p.payer.toLowerCase(), blockedPayerCodec.encode(entry))

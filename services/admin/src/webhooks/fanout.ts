@@ -33,6 +33,8 @@ export interface FanoutOptions {
   log: Logger
   /** new deliveries are waiting: the sender need not wait for its next poll */
   onQueued: () => void
+  /** how long an event taken by a replica stays its own before JetStream hands it to another (WEBHOOK_FANOUT_ACK_WAIT_MS) */
+  ackWaitMs: number
 }
 
 /**
@@ -41,7 +43,7 @@ export interface FanoutOptions {
  * keeps failing goes to the events stream's dead letters (a subject the fan-out does not read;
  * its header says where it came from).
  */
-export function startWebhookFanout({ nc, channels, db, log, onQueued }: FanoutOptions): Promise<WorkerLoop> {
+export function startWebhookFanout({ nc, channels, db, log, onQueued, ackWaitMs }: FanoutOptions): Promise<WorkerLoop> {
   const { events } = channels
   return startDurableConsumer({
     nc,
@@ -52,7 +54,7 @@ export function startWebhookFanout({ nc, channels, db, log, onQueued }: FanoutOp
     deadLetterSubject: events.deadLetters,
     maxDeliveries: 5,
     // storing a batch takes milliseconds: an event taken by a replica that died comes back soon
-    ackWaitMs: 10_000,
+    ackWaitMs,
     handle: async (batch) => {
       let queued = 0
       for (const { message } of batch) queued += await enqueueEvent(db, message)

@@ -6,9 +6,9 @@ import pg from 'pg'
 import t from 'tap'
 import { createWalletClient, decodeFunctionData, encodeFunctionData, getAddress, http, keccak256, parseSignature, type Address, type Hex } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
-import type { PaymentRow } from '../src/payments/ledger.ts'
-import { onchainSettlement } from '../src/payments/settlement.ts'
-import { devnetUsdc, eventually, freshAddress, signCharge, startAdmin, startSettlingAdmin, type RecentPayment } from './helpers.ts'
+import type { PaymentRow } from '../../src/payments/ledger.ts'
+import { onchainSettlement } from '../../src/payments/settlement.ts'
+import { devnetUsdc, eventually, freshAddress, signCharge, startAdmin, startSettlingAdmin, type RecentPayment } from '../helpers.ts'
 
 /**
  * Settlement when things go wrong: an admin killed while its transaction waits for a block, an
@@ -250,7 +250,7 @@ t.test("a facilitator's answer lost after it sent the transfer: its refusal of t
   const url = await facilitator.listen({ port: 0, host: '127.0.0.1' })
   t.teardown(() => facilitator.close())
   const { RPC_URL, CHAIN_ID, ADDRESS_BOOK } = chain.env
-  const admin = await startAdmin(t, { FACILITATOR_URL: url, SETTLEMENT_INTERVAL_MS: '100', RPC_URL, CHAIN_ID, ADDRESS_BOOK })
+  const admin = await startAdmin(t, { FACILITATOR_URL: url, SETTLEMENT_INTERVAL_MS: '100', SETTLEMENT_RETRY_MS: '100', RPC_URL, CHAIN_ID, ADDRESS_BOOK })
   const payer = await chain.fundedPayer(1_000_000n)
   const payTo = freshAddress()
 

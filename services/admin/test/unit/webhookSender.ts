@@ -4,7 +4,7 @@ import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Serv
 import type { AddressInfo } from 'node:net'
 import { Webhook } from 'standardwebhooks'
 import t, { type Test } from 'tap'
-import { checkWebhookUrl, forbiddenAddress, newWebhookSecret, sendWebhook, signWebhook, type UrlRules } from '../src/webhooks/sender.ts'
+import { checkWebhookUrl, forbiddenAddress, newWebhookSecret, sendWebhook, signWebhook, type UrlRules } from '../../src/webhooks/sender.ts'
 
 const production: UrlRules = { allowHttp: false, allowPrivate: false }
 const httpOnly: UrlRules = { allowHttp: true, allowPrivate: false }

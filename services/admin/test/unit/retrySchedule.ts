@@ -1,7 +1,7 @@
 import { loadConfig, StartupError } from '@ats/service-kit'
 import t from 'tap'
-import { adminService } from '../src/service.ts'
-import { nextDelayMs, parseDuration, parseRetrySchedule } from '../src/webhooks/retrySchedule.ts'
+import { adminService } from '../../src/service.ts'
+import { nextDelayMs, parseDuration, parseRetrySchedule } from '../../src/webhooks/retrySchedule.ts'
 
 t.test('durations read as 100ms, 5s, 5m and 2h', async (t) => {
   t.same(['100ms', '5s', '5m', '2h', ' 7s '].map(parseDuration), [100, 5_000, 300_000, 7_200_000, 7_000])

@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process'
 import { apiKeyPattern } from '@ats/contracts'
 import { loadConfig, StartupError } from '@ats/service-kit'
 import t from 'tap'
-import { adminService } from '../src/service.ts'
+import { adminService } from '../../src/service.ts'
 
 const settings = { ADMIN_API_KEY: adminService.settings!.ADMIN_API_KEY, FACILITATOR_URL: adminService.settings!.FACILITATOR_URL }
 

@@ -5,7 +5,7 @@ import { callEndpoint } from '@ats/service-kit'
 import t from 'tap'
 import type { Hex } from 'viem'
 import type { PrivateKeyAccount } from 'viem/accounts'
-import { eventually, freshAddress, signCharge, startSettlingAdmin, type RecentPayment } from './helpers.ts'
+import { eventually, freshAddress, signCharge, startSettlingAdmin, type RecentPayment } from '../helpers.ts'
 
 /**
  * Payments of agent jobs (POST /agent/prompt): recorded held, settled only once the agent says

@@ -1,6 +1,6 @@
 import { apiKeyPattern, hashApiKey } from '@ats/contracts'
 import t from 'tap'
-import { generateApiKey, visiblePrefix } from '../src/keys/apiKeys.ts'
+import { generateApiKey, visiblePrefix } from '../../src/keys/apiKeys.ts'
 
 t.test('api keys carry the scannable prefix and 192 random bits', async (t) => {
   const a = generateApiKey()
