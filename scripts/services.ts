@@ -11,12 +11,22 @@ export interface FleetMember {
   definition: ServiceDefinition<any, any>
 }
 
+/** A member's src/service.ts; where no TypeScript loader runs (the compiled tests), its dist/service.js. */
+async function loadService(dir: string): Promise<Record<string, unknown>> {
+  try {
+    return (await import(pathToFileURL(join(dir, 'src', 'service.ts')).href)) as Record<string, unknown>
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ERR_UNKNOWN_FILE_EXTENSION') throw error
+    return (await import(pathToFileURL(join(dir, 'dist', 'service.js')).href)) as Record<string, unknown>
+  }
+}
+
 /** Every service under services/ (those with src/service.ts), then the gateway. */
 export async function fleetMembers(): Promise<FleetMember[]> {
   const dirs = (await readdir(join(root, 'services'), { withFileTypes: true })).filter((d) => d.isDirectory())
   const members: FleetMember[] = []
   for (const dir of [...dirs.map((d) => join(root, 'services', d.name)), join(root, 'gateway')]) {
-    const module = (await import(pathToFileURL(join(dir, 'src', 'service.ts')).href)) as Record<string, unknown>
+    const module = await loadService(dir)
     const definition = Object.values(module).find(
       (v): v is ServiceDefinition<any, any> => typeof v === 'object' && v !== null && 'register' in v && 'name' in v,
     )

@@ -1,99 +1,177 @@
 import { spawn, spawnSync } from 'node:child_process'
-import { readdirSync, readFileSync, existsSync } from 'node:fs'
-import { join } from 'node:path'
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { join, relative } from 'node:path'
+import { compileTests } from './compileTests.ts'
 
 /**
- * pnpm test: every workspace package's tests, the longest first, TEST_CONCURRENCY packages at a
- * time (1 by default: on 2 cores the tests are CPU-bound, and two packages at once, each with
- * tap's two jobs, took longer than one after another). Each package's output is printed whole
- * when it ends (never interleaved), every package runs even when one fails, and the end lists
- * each package's time and outcome. `pnpm test <dir>…` runs only those packages.
+ * pnpm test: every test file of every workspace package, against real Postgres, NATS, Redis and
+ * anvil. A tap test file is a program that prints TAP and exits non-zero when a test fails, so
+ * this runs each one as its own `node` process, TEST_JOBS (3) at a time across all packages, the
+ * longest first (by the times of the last run), each with its package's tap timeout.
+ *
+ * What it runs is JavaScript, with no loader hook: `pnpm build` writes every package's dist/, and
+ * scripts/compileTests.ts compiles the test files next to their source, their imports of `src/`
+ * pointed at `dist/`. Under tap's runner every module load of every test process went through two
+ * off-thread loader hooks on Node 20 (tsx's and tap's processinfo): 3-8 s of CPU per process, a
+ * third of the suite.
+ *
+ * A passing file prints one line, a failing one its whole output; every file runs even when one
+ * fails, and the end lists each package's time and outcome. `pnpm test <dir>…` runs only those
+ * packages. TEST_FROM_SOURCE=1 runs each package's own `pnpm test` (tap, from source, one package
+ * after another) instead. Inside a package, `pnpm test` is tap on the source, for development.
  */
 const root = join(import.meta.dirname, '..')
+const timingsFile = join(root, 'node_modules', '.cache', 'ats-test-times.json')
 
-/** the slowest first (seconds seen on a 2-core machine); unknown packages go last */
-const expectedSeconds: Record<string, number> = {
-  e2e: 200,
-  'services/agent': 150,
-  gateway: 120,
-  'services/admin': 90,
-  'packages/deploy-check': 60,
-  'services/trading': 60,
-  'services/automation': 50,
-  'services/market-data': 40,
-  'packages/service-kit': 30,
-  'packages/devnet': 20,
-  'packages/chain': 10,
-  'packages/contracts': 5,
+interface Package {
+  dir: string
+  timeoutSeconds: number
+  files: string[]
 }
 
-function packagesWithTests(): string[] {
+function packagesWithTests(): Package[] {
   const dirs = ['gateway', 'e2e', ...['services', 'packages'].flatMap((group) => readdirSync(join(root, group)).map((name) => `${group}/${name}`))]
-  return dirs.filter((dir) => {
+  return dirs.flatMap((dir) => {
     const manifest = join(root, dir, 'package.json')
-    return existsSync(manifest) && Boolean(JSON.parse(readFileSync(manifest, 'utf8')).scripts?.test)
+    if (!existsSync(manifest)) return []
+    const pkg = JSON.parse(readFileSync(manifest, 'utf8')) as { scripts?: Record<string, string>; tap?: { timeout?: number } }
+    if (!pkg.scripts?.test) return []
+    const files: string[] = []
+    const walk = (d: string) => {
+      for (const entry of readdirSync(d, { withFileTypes: true })) {
+        if (entry.isDirectory()) walk(join(d, entry.name))
+        else if (entry.name.endsWith('.test.ts')) files.push(relative(join(root, dir), join(d, entry.name)))
+      }
+    }
+    if (existsSync(join(root, dir, 'test'))) walk(join(root, dir, 'test'))
+    return [{ dir, timeoutSeconds: pkg.tap?.timeout ?? 30, files: files.sort() }]
   })
 }
 
 interface Outcome {
-  dir: string
+  file: string
   code: number
   seconds: number
+  assertions: { total: number; pass: number; fail: number }
+  output: string
 }
 
-function run(dir: string, env: NodeJS.ProcessEnv): Promise<Outcome> {
+function run(pkg: Package, file: string, env: NodeJS.ProcessEnv): Promise<Outcome> {
   const started = Date.now()
   const chunks: Buffer[] = []
   return new Promise((resolve) => {
-    const child = spawn('pnpm', ['test'], { cwd: join(root, dir), env, stdio: ['ignore', 'pipe', 'pipe'] })
+    // TAP_TIMEOUT: tap's own timeout for the file, which fails it with the test that hung named
+    const childEnv = { ...env, TAP_TIMEOUT: String(pkg.timeoutSeconds) }
+    const child = spawn(process.execPath, [file.replace(/\.ts$/, '.js')], { cwd: join(root, pkg.dir), env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] })
     child.stdout.on('data', (chunk: Buffer) => chunks.push(chunk))
     child.stderr.on('data', (chunk: Buffer) => chunks.push(chunk))
+    // and a last resort, for a process that does not exit after tap's timeout
+    let timedOut = false
+    const timer = setTimeout(
+      () => {
+        timedOut = true
+        child.kill('SIGTERM')
+        setTimeout(() => child.kill('SIGKILL'), 5_000).unref()
+      },
+      (pkg.timeoutSeconds + 30) * 1000,
+    )
     child.on('close', (code, signal) => {
-      const seconds = Math.round((Date.now() - started) / 1000)
-      process.stdout.write(`\n== ${dir} (${seconds} s)\n`)
-      process.stdout.write(Buffer.concat(chunks))
-      resolve({ dir, code: code ?? (signal ? 1 : 0), seconds })
+      clearTimeout(timer)
+      let output = Buffer.concat(chunks).toString()
+      if (timedOut) output += `\n# ${file} did not exit within its package's tap timeout (${pkg.timeoutSeconds} s) and 30 s more, and was stopped\n`
+      // the file's own summary line, `# { total: 17, pass: 16, fail: 1 }`; a file that dies early has none
+      const summary = /^# \{ total: (\d+)(?:, pass: (\d+))?(?:, fail: (\d+))?/m.exec(output)
+      const assertions = { total: Number(summary?.[1] ?? 0), pass: Number(summary?.[2] ?? 0), fail: Number(summary?.[3] ?? 0) }
+      const failed = code !== 0 || signal !== null || timedOut || !summary
+      resolve({ file: `${pkg.dir}/${file}`, code: failed ? 1 : 0, seconds: (Date.now() - started) / 1000, assertions, output })
     })
   })
 }
 
 /**
- * The tests load the other packages compiled (`pnpm build` first, then node's `ats-dist`
- * condition, as the images do): each test process then transpiles only its own package's
- * TypeScript, not every package it imports; on 2 cores that took a quarter off an e2e
- * file's CPU time. TEST_FROM_SOURCE=1 skips the build and loads every package's source.
+ * `pnpm build` (every package's dist/, which tests import through node's `ats-dist` condition, as
+ * the images run it), then the test files compiled. Returns the environment test processes get.
  */
-function buildFirst(): NodeJS.ProcessEnv {
-  if (process.env.TEST_FROM_SOURCE === '1') return process.env
-  const started = Date.now()
+async function prepare(packages: Package[]): Promise<NodeJS.ProcessEnv> {
+  let started = Date.now()
   const build = spawnSync('pnpm', ['build'], { cwd: root, encoding: 'utf8' })
   if (build.status !== 0) {
     process.stdout.write(`${build.stdout}${build.stderr}\npnpm build failed: the tests load the compiled packages (TEST_FROM_SOURCE=1 loads the source)\n`)
     process.exit(1)
   }
   process.stdout.write(`== pnpm build (${Math.round((Date.now() - started) / 1000)} s): the tests load the other packages from dist/\n`)
+  started = Date.now()
+  const compiled = await compileTests(packages.map((pkg) => join(root, pkg.dir, 'test')))
+  process.stdout.write(`== ${compiled.files} test files compiled to JavaScript next to their source (${compiled.ms} ms)\n`)
   // DEPLOY_PACKAGE_BUILT: packages/deploy-check's image test builds no second time
   return { ...process.env, NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --conditions=ats-dist`.trim(), DEPLOY_PACKAGE_BUILT: '1' }
 }
 
-const only = process.argv.slice(2)
+/** The old way: each package's tap, from source, one package after another. */
+function runFromSource(packages: Package[]): never {
+  let failed = 0
+  for (const pkg of packages) {
+    const started = Date.now()
+    const result = spawnSync('pnpm', ['test'], { cwd: join(root, pkg.dir), stdio: 'inherit' })
+    process.stdout.write(`== ${pkg.dir}: ${result.status === 0 ? 'ok' : 'FAIL'} (${Math.round((Date.now() - started) / 1000)} s)\n`)
+    if (result.status !== 0) failed++
+  }
+  process.exit(failed > 0 ? 1 : 0)
+}
+
+function readTimings(): Record<string, number> {
+  try {
+    return JSON.parse(readFileSync(timingsFile, 'utf8')) as Record<string, number>
+  } catch {
+    return {}
+  }
+}
+
 const all = packagesWithTests()
-const unknown = only.filter((dir) => !all.includes(dir))
+const only = process.argv.slice(2).map((dir) => dir.replace(/\/$/, ''))
+const unknown = only.filter((dir) => !all.some((pkg) => pkg.dir === dir))
 if (unknown.length > 0) {
-  process.stderr.write(`no tests in ${unknown.join(', ')}; packages with tests: ${all.join(', ')}\n`)
+  process.stderr.write(`no tests in ${unknown.join(', ')}; packages with tests: ${all.map((pkg) => pkg.dir).join(', ')}\n`)
   process.exit(2)
 }
-const queue = (only.length > 0 ? only : all).sort((a, b) => (expectedSeconds[b] ?? 0) - (expectedSeconds[a] ?? 0))
-const concurrency = Math.max(1, Number.parseInt(process.env.TEST_CONCURRENCY ?? '1', 10) || 1)
-const env = buildFirst()
+const packages = only.length > 0 ? all.filter((pkg) => only.includes(pkg.dir)) : all
+if (process.env.TEST_FROM_SOURCE === '1') runFromSource(packages)
+
+const env = await prepare(packages)
+const jobs = Math.max(1, Number.parseInt(process.env.TEST_JOBS ?? '3', 10) || 3)
+// the longest first, so the last to finish are short: the last run's times, else the file's size
+const timings = readTimings()
+const expected = (pkg: Package, file: string) => timings[`${pkg.dir}/${file}`] ?? statSync(join(root, pkg.dir, file)).size / 1000
+const queue = packages.flatMap((pkg) => pkg.files.map((file) => ({ pkg, file }))).sort((a, b) => expected(b.pkg, b.file) - expected(a.pkg, a.file))
+const total = queue.length
 const outcomes: Outcome[] = []
 const started = Date.now()
+process.stdout.write(`== ${total} test files in ${packages.length} packages, ${jobs} at a time\n`)
 await Promise.all(
-  Array.from({ length: Math.min(concurrency, queue.length) }, async () => {
-    for (let dir = queue.shift(); dir !== undefined; dir = queue.shift()) outcomes.push(await run(dir, env))
+  Array.from({ length: Math.min(jobs, queue.length) }, async () => {
+    for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
+      const outcome = await run(next.pkg, next.file, env)
+      outcomes.push(outcome)
+      const { pass, total: asserted } = outcome.assertions
+      const line = `${outcome.code === 0 ? 'ok  ' : 'FAIL'} ${outcome.file} (${outcome.seconds.toFixed(1)} s, ${pass}/${asserted} assertions) [${outcomes.length}/${total}]\n`
+      process.stdout.write(outcome.code === 0 ? line : `\n${outcome.output}\n${line}\n`)
+    }
   }),
 )
+
+mkdirSync(join(timingsFile, '..'), { recursive: true })
+writeFileSync(timingsFile, JSON.stringify({ ...timings, ...Object.fromEntries(outcomes.map((o) => [o.file, o.seconds])) }))
+
 const failed = outcomes.filter((o) => o.code !== 0)
-process.stdout.write(`\n== test summary (${Math.round((Date.now() - started) / 1000)} s, ${concurrency} at a time)\n`)
-for (const o of outcomes) process.stdout.write(`${o.code === 0 ? 'ok  ' : 'FAIL'} ${o.dir} (${o.seconds} s)\n`)
+process.stdout.write(`\n== test summary (${Math.round((Date.now() - started) / 1000)} s, ${jobs} files at a time)\n`)
+for (const pkg of packages) {
+  const mine = outcomes.filter((o) => o.file.startsWith(`${pkg.dir}/`))
+  const sum = (key: 'total' | 'pass' | 'fail') => mine.reduce((n, o) => n + o.assertions[key], 0)
+  const bad = mine.filter((o) => o.code !== 0)
+  const seconds = Math.round(mine.reduce((n, o) => n + o.seconds, 0))
+  process.stdout.write(`${bad.length === 0 ? 'ok  ' : 'FAIL'} ${pkg.dir}: ${mine.length} files, ${seconds} s of file time\n`)
+  // the tap-style total .ci/run adds up
+  process.stdout.write(`# { total: ${sum('total')}, pass: ${sum('pass')}, fail: ${sum('fail')} }\n`)
+}
+for (const o of failed) process.stdout.write(`FAIL ${o.file}\n`)
 process.exit(failed.length > 0 ? 1 : 0)

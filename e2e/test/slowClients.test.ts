@@ -7,12 +7,12 @@ import { eventually, startFleet } from './fleet.ts'
  * Issue 23, item 9: a request whose body came a byte at a time held one of its service's
  * connections as long as the client liked (the proxy streamed the body on), so a key's slow
  * POSTs starved every other caller of that service. Here the automation group has 4 connections
- * (UPSTREAM_CONNECTIONS), a whole request may take 8 s, and 26 slow POSTs are open.
+ * (UPSTREAM_CONNECTIONS), a whole request may take 15 s, and 26 slow POSTs are open.
  * Client addresses come from X-Forwarded-For (TRUST_PROXY names the test's loopback address).
  */
-// 8 s: the checks below run while the 26 slow requests are open, and must finish before they time
-// out (4 s was too short on a loaded machine); their bodies take 12.8 s, so each still ends in 408
-const requestTimeoutMs = 8000
+// 15 s: the checks below run while the 26 slow requests are open, and must finish before they time
+// out (4 s, then 8 s, were too short on a loaded machine); their bodies take 25.6 s, so each still ends in 408
+const requestTimeoutMs = 15_000
 const arrivals: string[] = []
 const automation = Fastify()
 automation.addHook('onRequest', async (request) => {
@@ -41,7 +41,7 @@ interface SlowAnswer {
   ms: number
 }
 
-/** POST /automations whose 64-byte body comes one byte every 200 ms; resolves with the answer once the gateway closes */
+/** POST /automations whose 128-byte body comes one byte every 200 ms; resolves with the answer once the gateway closes */
 function slowPost(key: string, address: string): { answer: Promise<SlowAnswer>; ended?: SlowAnswer; stop(): void } {
   const started = Date.now()
   const socket = connect(Number(port), '127.0.0.1')
@@ -51,7 +51,7 @@ function slowPost(key: string, address: string): { answer: Promise<SlowAnswer>; 
     `authorization: Bearer ${key}`,
     `x-forwarded-for: ${address}`,
     'content-type: application/json',
-    'content-length: 64',
+    'content-length: 128',
   ]
   socket.write(`${head.join('\r\n')}\r\n\r\n{`)
   const drip = setInterval(() => socket.writable && socket.write(' '), 200)

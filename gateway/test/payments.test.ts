@@ -134,7 +134,7 @@ t.test('x402 headers without a chain: decoding, digests and the 402 shapes', asy
   })
 })
 
-const devnet = await startDevnet({ port: 0, addressBookPath: false, accounts: 3 })
+const devnet = await startDevnet({ port: 0, addressBookPath: false, accounts: 3, snapshot: true })
 t.teardown(() => devnet.stop())
 const [redisA, redisB] = redisPair(t)
 

@@ -13,7 +13,7 @@ import { nowS, paymentFixtures, redisPair, type Message } from './paymentFixture
  * Reservations of unsettled payments (issue 23) on the devnet and the test Redis, as two gateway
  * replicas use them: each verifier has its own Redis client and its own cache of balances.
  */
-const devnet = await startDevnet({ port: 0, addressBookPath: false, accounts: 3 })
+const devnet = await startDevnet({ port: 0, addressBookPath: false, accounts: 3, snapshot: true })
 t.teardown(() => devnet.stop())
 const [redisA, redisB] = redisPair(t)
 const namespace = await freshNamespace(t)

@@ -19,6 +19,8 @@ export interface StartAnvilOptions {
   host?: string
   /** How long to wait for JSON-RPC to answer. */
   timeoutMs?: number
+  /** a state file written from `anvil_dumpState` (gunzipped) to start from, instead of an empty chain */
+  loadState?: string
 }
 
 const platformPackages: Record<string, string> = {
@@ -80,12 +82,12 @@ function waitForExit(child: ChildProcess): Promise<void> {
 }
 
 /** Starts anvil on host:port (127.0.0.1; port 0: a free one) with chain id 31337 and the default test mnemonic. */
-export async function startAnvil({ port: wanted, host = ANVIL_HOST, timeoutMs = 10_000 }: StartAnvilOptions): Promise<Anvil> {
+export async function startAnvil({ port: wanted, host = ANVIL_HOST, timeoutMs = 10_000, loadState }: StartAnvilOptions): Promise<Anvil> {
   const bin = anvilBinary()
   const port = await claimPort(wanted, host)
   const child = spawn(
     bin,
-    ['--host', host, '--port', String(port), '--chain-id', String(ANVIL_CHAIN_ID), '--silent'],
+    ['--host', host, '--port', String(port), '--chain-id', String(ANVIL_CHAIN_ID), '--silent', ...(loadState ? ['--load-state', loadState] : [])],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   )
   let stderr = ''

@@ -5,6 +5,7 @@ import { deployPositions } from './positions.ts'
 import { deployAlgebra, type AlgebraAddresses } from './algebra.ts'
 import { removeAddressBook, writeAddressBook, DEVNET_ADDRESS_BOOK_PATH } from './addressBook.ts'
 import { startAnvil, type Anvil } from './anvil.ts'
+import { readSnapshot, saveSnapshot, snapshotsEnabled } from './snapshot.ts'
 import { devAccounts, fundAccounts, type DevAccount } from './funding.ts'
 import { seedBatch, seededPools, seedingNeeds, tokenAbi } from './seed.ts'
 import { deployerSession } from './session.ts'
@@ -93,18 +94,35 @@ export interface StartDevnetOptions {
   addressBookPath?: string | false
   /** how many default accounts to fund (10) */
   accounts?: number
+  /**
+   * Start from the saved deployment when there is one for this code (see snapshot.ts), and save
+   * one when there is not: what tests use. `pnpm devnet` and the bench deploy afresh.
+   */
+  snapshot?: boolean
 }
 
 /** Starts anvil, deploys, funds the default accounts and writes the address book: what `pnpm devnet` runs. */
-export async function startDevnet({ port, host, addressBookPath = DEVNET_ADDRESS_BOOK_PATH, accounts: count = 10 }: StartDevnetOptions): Promise<Devnet> {
+export async function startDevnet({
+  port,
+  host,
+  addressBookPath = DEVNET_ADDRESS_BOOK_PATH,
+  accounts: count = 10,
+  snapshot = false,
+}: StartDevnetOptions): Promise<Devnet> {
   const started = performance.now()
-  const anvil = await startAnvil({ port, host })
+  const saved = snapshot && snapshotsEnabled() ? readSnapshot(count) : undefined
+  const anvil = await startAnvil({ port, host, ...(saved ? { loadState: saved.statePath } : {}) })
   try {
     const anvilDone = performance.now()
-    const deployed = await deployDevnet(anvil.rpcUrl)
-    const deployDone = performance.now()
     const accounts = devAccounts(count)
-    await fundDevnet(anvil.rpcUrl, deployed, accounts)
+    let deployed = saved?.book
+    if (!deployed) {
+      deployed = await deployDevnet(anvil.rpcUrl)
+      await fundDevnet(anvil.rpcUrl, deployed, accounts)
+      if (snapshot && snapshotsEnabled()) await saveSnapshot(anvil.rpcUrl, deployed, count)
+    }
+    // with a snapshot, deploying and funding took no time
+    const deployDone = saved ? anvilDone : performance.now()
     const fundDone = performance.now()
     const book: DevnetAddressBook = { ...deployed, devnet: { rpcUrl: anvil.rpcUrl, accounts } }
     const path = addressBookPath === false ? undefined : writeAddressBook(book, addressBookPath)

@@ -290,6 +290,50 @@ t.test('deployment is deterministic: a fresh anvil gives the same address book',
   t.same(books[0], books[1])
 })
 
+t.test('a snapshot start is the fresh chain: same book, balances, nonces and block; only faster', async (t) => {
+  // accounts: 4, a count no other test uses: the first start deploys and saves unless an earlier run did, the second loads
+  const read = async (rpcUrl: string, book: DevnetAddressBook) => {
+    const client = createPublicClient({ chain: anvilChain, transport: http(rpcUrl) })
+    const holders = devAccounts(4).map((account) => account.address)
+    return {
+      block: await client.getBlockNumber(),
+      nonce: await client.getTransactionCount({ address: holders[0]! }),
+      balances: await Promise.all(
+        book.tokens.flatMap((token) =>
+          holders.map((holder) => client.readContract({ address: token.address, abi: tokenAbi, functionName: 'balanceOf', args: [holder] })),
+        ),
+      ),
+      code: await client.getCode({ address: book.uniswapV3.swapRouter02 }),
+    }
+  }
+  const fresh = await startDevnet({ port: 0, addressBookPath: false, accounts: 4 })
+  const expected = await read(fresh.rpcUrl, fresh.book)
+  await fresh.stop()
+
+  const starts = []
+  for (let i = 0; i < 2; i++) {
+    const devnet = await startDevnet({ port: 0, addressBookPath: false, accounts: 4, snapshot: true })
+    starts.push({ book: devnet.book, state: await read(devnet.rpcUrl, devnet.book), timings: devnet.timings })
+    await devnet.stop()
+  }
+  for (const [i, start] of starts.entries()) {
+    t.same({ ...start.book, devnet: undefined }, { ...fresh.book, devnet: undefined }, `start ${i + 1}: the same address book`)
+    t.same(start.state, expected, `start ${i + 1}: the same balances, deployer nonce, block and code`)
+  }
+  t.equal(starts[1]!.timings.deployMs, 0, 'the second start deployed nothing: it loaded the saved state')
+  t.comment(`fresh ${fresh.timings.totalMs} ms; from the snapshot ${starts[1]!.timings.totalMs} ms`)
+
+  const off = process.env.ATS_DEVNET_SNAPSHOTS
+  process.env.ATS_DEVNET_SNAPSHOTS = '0'
+  t.teardown(() => {
+    if (off === undefined) delete process.env.ATS_DEVNET_SNAPSHOTS
+    else process.env.ATS_DEVNET_SNAPSHOTS = off
+  })
+  const forced = await startDevnet({ port: 0, addressBookPath: false, accounts: 4, snapshot: true })
+  t.ok(forced.timings.deployMs > 0, 'ATS_DEVNET_SNAPSHOTS=0 deploys afresh')
+  await forced.stop()
+})
+
 t.test('clear errors', async (t) => {
   const blocker = createServer()
   await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve))

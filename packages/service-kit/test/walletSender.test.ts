@@ -19,7 +19,7 @@ let shared: Promise<Devnet> | undefined
 const devnet = () => {
   // its address book in a file of its own: a service on chain 31337 reads it at start
   const addressBookPath = join(mkdtempSync(join(tmpdir(), 'book-')), 'address-book.json')
-  shared ??= startDevnet({ port: 0, addressBookPath }).then((started) => {
+  shared ??= startDevnet({ port: 0, addressBookPath, snapshot: true }).then((started) => {
     t.teardown(() => started.stop())
     return started
   })

@@ -1,0 +1,78 @@
+import { createHash } from 'node:crypto'
+import { readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { gunzipSync } from 'node:zlib'
+import { anvilBinary } from './anvil.ts'
+import type { DevnetAddressBook } from './deploy.ts'
+
+/**
+ * A deployed and funded devnet, saved once and loaded by later starts. A test run starts about
+ * thirty devnets; deploying one is ~1.5 s and ~1.7 s of CPU, loading the saved one ~0.1 s. The
+ * chain is the same: anvil's own dump (accounts, code, storage, nonces, blocks) taken right after
+ * the deployment and funding, under a name that hashes everything that decides them (this
+ * package's code and artifacts, the anvil binary, the number of funded accounts), so a change to
+ * any of them deploys afresh. ATS_DEVNET_SNAPSHOTS=0 turns it off.
+ */
+export interface Snapshot {
+  /** the state file `anvil --load-state` reads */
+  statePath: string
+  book: DevnetAddressBook
+}
+
+export function snapshotsEnabled(env: NodeJS.ProcessEnv = process.env): boolean {
+  return env.ATS_DEVNET_SNAPSHOTS !== '0'
+}
+
+const here = dirname(fileURLToPath(import.meta.url))
+
+function hashDirectory(hash: ReturnType<typeof createHash>, dir: string): void {
+  for (const entry of readdirSync(dir, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
+    const path = join(dir, entry.name)
+    if (entry.isDirectory()) hashDirectory(hash, path)
+    else if (entry.isFile()) hash.update(entry.name).update(readFileSync(path))
+  }
+}
+
+function snapshotName(accounts: number): string {
+  const hash = createHash('sha256')
+  hashDirectory(hash, here)
+  hashDirectory(hash, join(here, '..', 'artifacts'))
+  const bin = anvilBinary()
+  const { size, mtimeMs } = statSync(bin)
+  hash.update(`${bin} ${size} ${mtimeMs} accounts=${accounts}`)
+  return join(tmpdir(), `ats-devnet-${hash.digest('hex').slice(0, 24)}`)
+}
+
+/** The saved devnet for this code and this many funded accounts, if one was saved. */
+export function readSnapshot(accounts: number): Snapshot | undefined {
+  const base = snapshotName(accounts)
+  try {
+    // the book is written last: when it is there, the state file is complete
+    const book = JSON.parse(readFileSync(`${base}.book.json`, 'utf8')) as DevnetAddressBook
+    return { statePath: `${base}.state.json`, book }
+  } catch {
+    return undefined
+  }
+}
+
+/** Saves a freshly deployed and funded devnet's state (anvil_dumpState) and book. */
+export async function saveSnapshot(rpcUrl: string, book: DevnetAddressBook, accounts: number): Promise<void> {
+  const res = await fetch(rpcUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'anvil_dumpState', params: [] }),
+  })
+  const { result } = (await res.json()) as { result?: string }
+  if (typeof result !== 'string' || !result.startsWith('0x')) throw new Error('devnet snapshot: anvil_dumpState returned no state')
+  const base = snapshotName(accounts)
+  // written under a temporary name and renamed, so a test starting at the same time never reads half a file
+  const write = (path: string, content: string | Buffer) => {
+    const temporary = `${path}.${process.pid}.tmp`
+    writeFileSync(temporary, content)
+    renameSync(temporary, path)
+  }
+  write(`${base}.state.json`, gunzipSync(Buffer.from(result.slice(2), 'hex')))
+  write(`${base}.book.json`, JSON.stringify(book))
+}
