@@ -1,9 +1,9 @@
 import { pino } from 'pino'
 import t from 'tap'
-import { eip3009Abi, createChainClients } from '@ats/chain'
+import { eip3009Abi, createChainClients, MULTICALL3_ADDRESS } from '@ats/chain'
 import { startDevnet } from '@ats/devnet'
 import { freshNamespace } from '@ats/service-kit/testing'
-import { createWalletClient, erc20Abi, http, parseSignature, type Hex } from 'viem'
+import { createTestClient, createWalletClient, erc20Abi, http, parseSignature, type Hex } from 'viem'
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
 import { createBalanceChecker, createNonceStore, createPayerChain, createPaymentVerifier, createReservations, decodeXPayment, type Payment } from '../src/payments/index.ts'
 import { createPaymentIdStore } from '../src/payments/paymentIds.ts'
@@ -101,6 +101,40 @@ t.test("an uncharged payment's reservation is released; an authorization already
   await settle(spent)
   const reused = await payment(payer, { nonce: spent.message.nonce })
   t.match(await outcome(a.verifier.verify(reused.payment, nowS())), new RegExp(`^nonce already used on chain: authorization ${spent.message.nonce} of ${payer.address} was used or canceled`))
+})
+
+t.test("the authorization states of one tick are read in one Multicall3 call; used and unused told apart", async (t) => {
+  const payer = await fundedAccount(1_000n)
+  const spent = [await payment(payer, { to: payer.address, value: 0n }), await payment(payer, { to: payer.address, value: 0n })]
+  for (const p of spent) await settle(p)
+  const fresh = await Promise.all([1, 2, 3].map(() => payment(payer)))
+  const calls: Array<{ to: string; data?: string }> = []
+  const counted = {
+    ...publicClient,
+    request: ((args: { method: string; params: [{ to: string; data?: string }, string] }) => {
+      if (args.method === 'eth_call') calls.push(args.params[0])
+      return publicClient.request(args as never)
+    }) as typeof publicClient.request,
+  }
+  const chain = createPayerChain({ publicClient: counted, asset: usdc })
+  const nonces = [spent[0]!, fresh[0]!, spent[1]!, fresh[1]!, fresh[2]!].map((p) => p.message.nonce)
+  const read = () => Promise.all(nonces.map((nonce) => chain.authorizationUsed(payer.address, nonce)))
+  t.same(await read(), [true, false, true, false, false], 'the two settled authorizations are used, the three others not')
+  t.same(calls, [{ to: MULTICALL3_ADDRESS, data: calls[0]?.data }], 'five reads, one eth_call, to Multicall3')
+
+  calls.length = 0
+  t.equal(await chain.authorizationUsed(payer.address, nonces[0]!), true)
+  t.same(calls.map((call) => call.to), [usdc], 'a lone read is a plain eth_call to USDC')
+
+  // a chain without Multicall3: every read of the batch on its own, the same answers
+  const anvil = createTestClient({ mode: 'anvil', transport: http(devnet.rpcUrl) })
+  const code = await publicClient.getCode({ address: MULTICALL3_ADDRESS })
+  t.ok(code && code.length > 2, 'the devnet has Multicall3 at its Arbitrum One address')
+  await anvil.setCode({ address: MULTICALL3_ADDRESS, bytecode: '0x' })
+  t.teardown(() => anvil.setCode({ address: MULTICALL3_ADDRESS, bytecode: code! }))
+  calls.length = 0
+  t.same(await read(), [true, false, true, false, false], 'without Multicall3: the same answers')
+  t.same(calls.map((call) => call.to), [MULTICALL3_ADDRESS, usdc, usdc, usdc, usdc, usdc], 'after the batch call failed, one call each')
 })
 
 t.test('a payment id reserves once: its repeats, with the first payment or a new one, reserve nothing again', async (t) => {

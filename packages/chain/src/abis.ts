@@ -143,3 +143,11 @@ export const gmxReaderMarketAbi = parseAbi([
   'struct MarketProps { address marketToken; address indexToken; address longToken; address shortToken; }',
   'function getMarket(address dataStore, address key) view returns (MarketProps)',
 ])
+
+/**
+ * Multicall3 (github.com/mds1/multicall), at the address it has on Arbitrum One and nearly every
+ * chain; the devnet puts the same code there. Many read calls in one `eth_call`: the gateway reads
+ * the authorization state of every payment of a tick through it.
+ */
+export const MULTICALL3_ADDRESS: Address = '0xcA11bde05977b3631167028862bE2a173976CA11'
+export { multicall3Abi } from 'viem'

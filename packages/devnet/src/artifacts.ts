@@ -19,7 +19,7 @@ export function npmArtifact(pkg: string, contract: string): Artifact {
   return read(require.resolve(`${pkg}/artifacts/${contract}.json`))
 }
 
-export type LocalContract = 'DevToken' | 'WrappedEther' | 'DevUsdc' | 'DevCollection' | 'DevPositions'
+export type LocalContract = 'DevToken' | 'WrappedEther' | 'DevUsdc' | 'DevCollection' | 'DevPositions' | 'DevMulticall'
 
 /** One of our own contracts' artifacts in packages/devnet/artifacts (see scripts/compile-tokens.ts). */
 export function localArtifact(name: LocalContract): Artifact {

@@ -1,4 +1,5 @@
-import { anvilChain, type AddressBook } from '@ats/chain'
+import { anvilChain, MULTICALL3_ADDRESS, type AddressBook } from '@ats/chain'
+import { localArtifact } from './artifacts.ts'
 import type { Address } from 'viem'
 import { deployCollection } from './collection.ts'
 import { deployPositions } from './positions.ts'
@@ -8,7 +9,7 @@ import { startAnvil, type Anvil } from './anvil.ts'
 import { readSnapshot, saveSnapshot, snapshotsEnabled } from './snapshot.ts'
 import { devAccounts, fundAccounts, type DevAccount } from './funding.ts'
 import { seedBatch, seededPools, seedingNeeds, tokenAbi } from './seed.ts'
-import { deployerSession } from './session.ts'
+import { deployerSession, type DeployerSession } from './session.ts'
 import { deployTokens, tokenBySymbol } from './tokens.ts'
 import { deployUniswapV3, type UniswapV3Addresses } from './uniswap.ts'
 
@@ -56,6 +57,7 @@ export async function deployDevnet(rpcUrl: string): Promise<DevnetAddressBook> {
   const positions = await deployPositions(s, server, { market: weth, collateralToken: usdc })
   const collection = await deployCollection(s, [server, second], { name: 'Devnet Apes', symbol: 'DAPE' })
   const spam = await deployCollection(s, [server, second], { name: 'Claim Free ETH', symbol: 'CLAIM' })
+  await placeMulticall3(s)
   return {
     chainId: anvilChain.id,
     name: 'devnet',
@@ -66,6 +68,18 @@ export async function deployDevnet(rpcUrl: string): Promise<DevnetAddressBook> {
     gmxV2: { dataStore: positions, reader: positions },
     nfts: { collections: [collection.address, spam.address], spam: [spam.address] },
   }
+}
+
+/**
+ * Multicall3's aggregate3 (contracts/Multicall.sol) at Multicall3's Arbitrum One address
+ * (MULTICALL3_ADDRESS), as a genesis account would have it: the creation code is run by an
+ * `eth_call` (which returns the runtime code) and the result set with `anvil_setCode`. No
+ * transaction: every other address stays what it was.
+ */
+async function placeMulticall3(s: DeployerSession): Promise<void> {
+  const runtime = await s.publicClient.call({ data: localArtifact('DevMulticall').bytecode })
+  if (!runtime.data || runtime.data === '0x') throw new Error('devnet deploy: Multicall3 creation returned no code')
+  await s.anvil.setCode({ address: MULTICALL3_ADDRESS, bytecode: runtime.data })
 }
 
 /** Funds the default anvil accounts with every token of the book (see FUNDING). */

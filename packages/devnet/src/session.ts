@@ -1,5 +1,6 @@
 import {
   createPublicClient,
+  createTestClient,
   createWalletClient,
   getAddress,
   http,
@@ -21,6 +22,8 @@ export function deployerSession(rpcUrl: string) {
   // anvil mines each transaction at once, so poll receipts quickly.
   const publicClient = createPublicClient({ chain: anvilChain, transport, pollingInterval: 20 })
   const wallet = createWalletClient({ account, chain: anvilChain, transport, pollingInterval: 20 })
+  // anvil's own methods (anvil_setCode)
+  const anvil = createTestClient({ chain: anvilChain, mode: 'anvil', transport })
 
   const confirm = async (hash: Hex) => {
     const receipt = await publicClient.waitForTransactionReceipt({ hash, pollingInterval: 20 })
@@ -35,7 +38,7 @@ export function deployerSession(rpcUrl: string) {
   const write = async (call: { address: Address; abi: Abi; functionName: string; args?: readonly unknown[]; value?: bigint }) => {
     await confirm(await wallet.writeContract(call as Parameters<typeof wallet.writeContract>[0]))
   }
-  return { account, publicClient, wallet, deploy, write }
+  return { account, publicClient, wallet, anvil, deploy, write }
 }
 
 export type DeployerSession = ReturnType<typeof deployerSession>

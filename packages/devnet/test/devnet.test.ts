@@ -7,6 +7,7 @@ import { createPublicClient, createWalletClient, http, maxUint256, parseAbi, par
 import { mnemonicToAccount, privateKeyToAccount } from 'viem/accounts'
 import { anvilChain } from '@ats/chain'
 import {
+  MULTICALL3_ADDRESS,
   addressBookFor,
   algebraQuoterV2Abi,
   algebraSwapRouterAbi,
@@ -304,11 +305,13 @@ t.test('a snapshot start is the fresh chain: same book, balances, nonces and blo
         ),
       ),
       code: await client.getCode({ address: book.uniswapV3.swapRouter02 }),
+      multicall: await client.getCode({ address: MULTICALL3_ADDRESS }),
     }
   }
   const fresh = await startDevnet({ port: 0, addressBookPath: false, accounts: 4 })
   const expected = await read(fresh.rpcUrl, fresh.book)
   await fresh.stop()
+  t.ok((expected.multicall?.length ?? 0) > 2, 'Multicall3 (aggregate3) at its Arbitrum One address')
 
   const starts = []
   for (let i = 0; i < 2; i++) {
