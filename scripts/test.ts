@@ -163,15 +163,15 @@ mkdirSync(join(timingsFile, '..'), { recursive: true })
 writeFileSync(timingsFile, JSON.stringify({ ...timings, ...Object.fromEntries(outcomes.map((o) => [o.file, o.seconds])) }))
 
 const failed = outcomes.filter((o) => o.code !== 0)
+const count = (files: Outcome[], key: 'total' | 'pass' | 'fail') => files.reduce((n, o) => n + o.assertions[key], 0)
 process.stdout.write(`\n== test summary (${Math.round((Date.now() - started) / 1000)} s, ${jobs} files at a time)\n`)
 for (const pkg of packages) {
   const mine = outcomes.filter((o) => o.file.startsWith(`${pkg.dir}/`))
-  const sum = (key: 'total' | 'pass' | 'fail') => mine.reduce((n, o) => n + o.assertions[key], 0)
   const bad = mine.filter((o) => o.code !== 0)
   const seconds = Math.round(mine.reduce((n, o) => n + o.seconds, 0))
-  process.stdout.write(`${bad.length === 0 ? 'ok  ' : 'FAIL'} ${pkg.dir}: ${mine.length} files, ${seconds} s of file time\n`)
-  // the tap-style total .ci/run adds up
-  process.stdout.write(`# { total: ${sum('total')}, pass: ${sum('pass')}, fail: ${sum('fail')} }\n`)
+  process.stdout.write(`${bad.length === 0 ? 'ok  ' : 'FAIL'} ${pkg.dir}: ${mine.length} files, ${seconds} s of file time, ${count(mine, 'pass')}/${count(mine, 'total')} assertions\n`)
 }
 for (const o of failed) process.stdout.write(`FAIL ${o.file}\n`)
+// the last line, tap's summary shape: .ci/run reads it
+process.stdout.write(`# { total: ${count(outcomes, 'total')}, pass: ${count(outcomes, 'pass')}, fail: ${count(outcomes, 'fail')} }\n`)
 process.exit(failed.length > 0 ? 1 : 0)

@@ -189,7 +189,17 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
       wallet.writeContract({ ...call, chain: null } as Parameters<typeof wallet.writeContract>[0])
     const mined = async (hash: Hex) => {
       const receipt = await publicClient.waitForTransactionReceipt({ hash, pollingInterval: 20 })
-      if (receipt.status !== 'success') throw new Error(`attacker transaction ${hash} reverted`)
+      if (receipt.status !== 'success') {
+        // the reason, for the record: the same call replayed on the block before (failed once in CI, 2026-11-27, not since)
+        const tx = await publicClient.getTransaction({ hash })
+        const reason = await publicClient
+          .call({ account: tx.from, to: tx.to, data: tx.input, blockNumber: receipt.blockNumber - 1n })
+          .then(
+            () => 'the replay does not revert',
+            (error: Error & { shortMessage?: string }) => error.shortMessage ?? error.message,
+          )
+        throw new Error(`attacker transaction ${hash} reverted (gas ${receipt.gasUsed} of ${tx.gas}): ${reason}`)
+      }
       return receipt
     }
     const { abi, bytecode } = localArtifact('DevToken')
