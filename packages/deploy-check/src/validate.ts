@@ -11,7 +11,8 @@
  *    the ports the process really serves them on, resources, a preStop drain shorter than
  *    the grace period, a non-root read-only securityContext, an HPA and a PDB; every setting
  *    the component reads set from a ConfigMap or (secret ones only) a Secret; NetworkPolicies
- *    that let only the gateway reach the services and only the services the datastores.
+ *    that let only the gateway reach the services and only the services the datastores;
+ *    KEDA ScaledObjects checked by src/keda.ts (no schema for them here).
  *
  * `root` is where the files are read from (the repository, or a copy in the tests); the
  * components and the settings they read come from the code (scripts/services.ts).
@@ -24,6 +25,7 @@ import { loadConfig, settingsOf } from '@ats/service-kit'
 import { parse, parseAllDocuments } from 'yaml'
 import { fleetMembers } from '../../../scripts/services.ts'
 import { lintDockerfile } from './dockerfile.ts'
+import { checkScaledObjects, isScaledObject, kedaOperator, natsMonitoringPort, scalesOnJetStream } from './keda.ts'
 import { kustomize } from './kubectl.ts'
 
 type Obj = Record<string, any>
@@ -105,8 +107,9 @@ export async function checkDeployment(root: string, repoRoot = root): Promise<Re
       if (d.errors.length > 0) problems.push(`${dir}: rendered document ${i + 1}: ${d.errors[0]!.message}`)
       else if (isObj(doc)) docs.push(doc)
     })
-    for (const doc of docs) await validateSchema(dir, doc, problems)
+    for (const doc of docs.filter((d) => !isScaledObject(d))) await validateSchema(dir, doc, problems)
     checkManifests(dir, docs, fleet, example, problems)
+    checkScaledObjects(dir, docs, problems)
     notes.push(`${dir}: ${docs.length} documents rendered and valid`)
   }
   return { problems, notes }
@@ -155,28 +158,33 @@ const matches = (selector: Obj | undefined, labels: Obj) => {
   const byExpressions = arr(selector.matchExpressions).every((e: Obj) => e.operator === 'In' && arr(e.values).includes(labels[e.key]))
   return byLabels && byExpressions
 }
-/** the pod names (app.kubernetes.io/name) a NetworkPolicy peer admits; undefined: anything */
+/**
+ * the pod names (app.kubernetes.io/name) a NetworkPolicy peer admits, `namespace/name` for
+ * pods of one other namespace (kubernetes.io/metadata.name); undefined: anything
+ */
 const peerNames = (peer: Obj): string[] | undefined => {
-  if (peer.ipBlock || peer.namespaceSelector || !isObj(peer.podSelector)) return undefined
+  if (peer.ipBlock || !isObj(peer.podSelector)) return undefined
   const sel = peer.podSelector
   const name = sel.matchLabels?.['app.kubernetes.io/name']
-  if (typeof name === 'string') return [name]
   const expr = arr(sel.matchExpressions).find((e: Obj) => e.key === 'app.kubernetes.io/name' && e.operator === 'In')
-  return expr ? arr(expr.values) : undefined
+  const names = typeof name === 'string' ? [name] : expr ? arr(expr.values) : undefined
+  if (!peer.namespaceSelector) return names
+  const namespace = peer.namespaceSelector.matchLabels?.['kubernetes.io/metadata.name']
+  return names && typeof namespace === 'string' ? names.map((n) => `${namespace}/${n}`) : undefined
 }
 
 /**
  * What the Ingress NetworkPolicies selecting these pods let in beyond `allowed`: pod names,
  * or "anything" for a rule without a pod selector. undefined: no policy selects the pods.
  */
-function admittedBeyond(policies: Obj[], labels: Obj, allowed: (name: string) => boolean): Array<{ policy: string; who: string[] }> | undefined {
+function admittedBeyond(policies: Obj[], labels: Obj, allowed: (name: string, rule: Obj) => boolean): Array<{ policy: string; who: string[] }> | undefined {
   const mine = policies.filter((p) => matches(p.spec?.podSelector, labels) && arr(p.spec?.policyTypes).includes('Ingress'))
   if (mine.length === 0) return undefined
   return mine.flatMap((p) =>
     arr(p.spec.ingress).flatMap((rule: Obj) =>
       (rule.from ? arr(rule.from) : [{}]).map((peer: Obj) => {
         const admitted = peerNames(peer)
-        return { policy: p.metadata.name as string, who: admitted === undefined ? ['anything'] : admitted.filter((n) => !allowed(n)) }
+        return { policy: p.metadata.name as string, who: admitted === undefined ? ['anything'] : admitted.filter((n) => !allowed(n, rule)) }
       }),
     ),
   ).filter((x) => x.who.length > 0)
@@ -188,7 +196,12 @@ function checkManifests(where: string, docs: Obj[], fleet: Component[], example:
   const configMaps = new Map<string, Obj>(of('ConfigMap').map((c) => [c.metadata.name as string, { ...c.data }]))
   const secrets = new Map(of('Secret').map((s) => [s.metadata.name as string, new Set(Object.keys({ ...s.data, ...s.stringData }))]))
   const secretsShipped = secrets.size > 0
-  if (secretsShipped && !where.endsWith('/dev')) problems.push(`${where}: ships a Secret: only overlays/dev may (development values); operators create ats-secrets`)
+  if (secretsShipped && !/^dev(-|$)/.test(basename(where))) {
+    problems.push(`${where}: ships a Secret: only overlays/dev and the overlays built on it (dev-*) may (development values); operators create ats-secrets`)
+  }
+  // an overlay's own resources are in no namespace unless it sets one: they would land in kubectl's
+  const namespaces = new Set(docs.filter((d) => d.kind !== 'Namespace').map((d) => d.metadata?.namespace ?? '(none)'))
+  if (namespaces.size > 1) problems.push(`${where}: documents in ${namespaces.size} namespaces (${[...namespaces].join(', ')}): set namespace: in the kustomization`)
   if (example && !secrets.has(example.metadata?.name)) secrets.set(example.metadata?.name, new Set(Object.keys({ ...example.data, ...example.stringData })))
   const policies = of('NetworkPolicy')
 
@@ -224,8 +237,12 @@ function checkManifests(where: string, docs: Obj[], fleet: Component[], example:
   const fleetPods = new Set(of('Deployment').filter((d) => arr(podSpec(d).containers).some((c: Obj) => imageName(c.image).startsWith('ats-'))).map((d) => podLabels(d)['app.kubernetes.io/name']))
   const isDatastore = (w: Obj) =>
     podLabels(w)['app.kubernetes.io/component'] === 'datastore' || arr(podSpec(w).containers).some((c: Obj) => /^(postgres|nats|redis)$/.test(imageName(c.image)))
+  // and KEDA's operator NATS's monitoring port, when the render scales on JetStream
+  const kedaReadsNats = scalesOnJetStream(docs)
+  const monitoringOnly = (rule: Obj) => arr(rule.ports).length > 0 && arr(rule.ports).every((p: Obj) => p.port === natsMonitoringPort)
   for (const w of workloads.filter(isDatastore)) {
-    const beyond = admittedBeyond(policies, podLabels(w), (name) => fleetPods.has(name))
+    const kedaMayRead = kedaReadsNats && podLabels(w)['app.kubernetes.io/name'] === 'nats'
+    const beyond = admittedBeyond(policies, podLabels(w), (name, rule) => fleetPods.has(name) || (kedaMayRead && name === kedaOperator && monitoringOnly(rule)))
     if (!beyond) problems.push(`${where}: ${w.kind} ${w.metadata.name}: no NetworkPolicy; only the services may reach a datastore`)
     for (const { policy, who } of beyond ?? []) {
       problems.push(`${where}: NetworkPolicy ${policy} lets ${who.join(', ')} reach ${w.metadata.name}; only the fleet's pods may`)
@@ -280,9 +297,9 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
   if (Number.isFinite(seconds) && grace < seconds + 15) problems.push(`${id}: terminationGracePeriodSeconds ${grace} does not cover the preStop sleep (${seconds} s) and 15 s of drain`)
 
   // HPA, PDB, Service, NetworkPolicy
-  if (!ctx.docs.some((x) => x.kind === 'HorizontalPodAutoscaler' && x.spec?.scaleTargetRef?.kind === 'Deployment' && x.spec.scaleTargetRef.name === d.metadata.name)) {
-    problems.push(`${id}: no HorizontalPodAutoscaler scales it`)
-  }
+  const scales = (x: Obj) =>
+    (x.kind === 'HorizontalPodAutoscaler' || isScaledObject(x)) && (x.spec?.scaleTargetRef?.kind ?? 'Deployment') === 'Deployment' && x.spec?.scaleTargetRef?.name === d.metadata.name
+  if (!ctx.docs.some(scales)) problems.push(`${id}: no HorizontalPodAutoscaler scales it (nor a KEDA ScaledObject)`)
   if (!ctx.docs.some((x) => x.kind === 'PodDisruptionBudget' && matches(x.spec?.selector, labels))) problems.push(`${id}: no PodDisruptionBudget selects its pods`)
   if (d.metadata.name === component.name && !ctx.docs.some((x) => x.kind === 'Service' && isObj(x.spec?.selector) && matches({ matchLabels: x.spec.selector }, labels))) {
     problems.push(`${id}: no Service selects its pods`)
@@ -321,7 +338,8 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
     if (setting.secret) {
       if (!secretRef) {
         problems.push(`${id}: ${name} is a secret setting: it must come from a Secret (secretKeyRef)${e || fromConfigMaps.has(name) ? ', not a literal or a ConfigMap' : ''}`)
-      } else if (!ctx.secrets.get(secretRef.name)?.has(secretRef.key)) {
+      } else if (!ctx.secrets.get(secretRef.name)?.has(secretRef.key) && !(secretRef.optional === true && ctx.secrets.has(secretRef.name))) {
+        // an optional key may be absent (the dev Secret leaves the wallet and API keys out); a Secret may not
         problems.push(`${id}: ${name} reads key ${secretRef.key} of Secret ${secretRef.name}, which ${ctx.secrets.has(secretRef.name) ? 'lacks it' : 'is neither in the output nor in secret.example.yaml'}`)
       } else if (setting.optional !== (secretRef.optional === true)) {
         problems.push(`${id}: ${name} is ${setting.optional ? 'optional' : 'required'}, so its secretKeyRef must ${setting.optional ? '' : 'not '}be optional`)

@@ -31,6 +31,7 @@ t.test('the repository passes: Dockerfiles, compose, base and every overlay', as
   t.same(problems, [])
   t.match(notes.join('\n'), /Dockerfiles: 7 linted/)
   t.match(notes.join('\n'), /k8s\/overlays\/dev: \d+ documents rendered and valid/)
+  t.match(notes.join('\n'), /k8s\/overlays\/dev-keda: \d+ documents rendered and valid/)
   t.match(notes.join('\n'), /k8s\/overlays\/prod: \d+ documents rendered and valid/)
   t.match(notes.join('\n'), /docker-compose config -q passes/)
 })
@@ -106,6 +107,13 @@ const cases: Array<{ name: string; file: string; from: string | RegExp; to: stri
     expect: /Deployment trading: DATABASE_URL is a secret setting: it must come from a Secret/,
   },
   {
+    name: 'a required secret key the dev Secret lacks (optional ones may be absent)',
+    file: 'k8s/overlays/dev/kustomization.yaml',
+    from: '      - RPC_URL=https://arb1.arbitrum.io/rpc\n',
+    to: '',
+    expect: /k8s\/overlays\/dev: Deployment trading: RPC_URL reads key RPC_URL of Secret ats-secrets-\w+, which lacks it/,
+  },
+  {
     name: 'a NetworkPolicy that lets any pod reach a service',
     file: 'k8s/base/trading-networkpolicy.yaml',
     from: /- from:\n(\s+- podSelector:\n\s+matchLabels:\n\s+app\.kubernetes\.io\/name: gateway\n)\s+ports:/,
@@ -125,6 +133,62 @@ const cases: Array<{ name: string; file: string; from: string | RegExp; to: stri
     from: '  - market-data-hpa.yaml\n',
     to: '',
     expect: /Deployment market-data: no HorizontalPodAutoscaler scales it/,
+  },
+  {
+    name: "an overlay's own resources outside the fleet's namespace (dev's datastores)",
+    file: 'k8s/overlays/dev/kustomization.yaml',
+    from: /^namespace: agent-trading\n/m,
+    to: '',
+    expect: /k8s\/overlays\/dev: documents in 2 namespaces \(.*\(none\).*\): set namespace: in the kustomization/,
+  },
+  {
+    name: 'a KEDA ScaledObject that scales a Deployment the render does not have',
+    file: 'k8s/components/keda-agent-workers/agent-worker-scaledobject.yaml',
+    from: 'kind: Deployment\n    name: agent-worker\n',
+    to: 'kind: Deployment\n    name: agent-workers\n',
+    expect: /k8s\/overlays\/dev-keda: ScaledObject agent-worker: scales Deployment agent-workers, which is not a Deployment in the render/,
+  },
+  {
+    name: "the agent-worker HPA left beside KEDA's ScaledObject",
+    file: 'k8s/components/keda-agent-workers/kustomization.yaml',
+    from: /\npatches:\n(.*\n)+/,
+    to: '\n',
+    expect: /dev-keda: ScaledObject agent-worker: HorizontalPodAutoscaler agent-worker scales Deployment agent-worker too/,
+  },
+  {
+    name: 'a KEDA trigger on a consumer the workers do not use',
+    file: 'k8s/components/keda-agent-workers/agent-worker-scaledobject.yaml',
+    from: 'consumer: agent-workers',
+    to: 'consumer: agent-worker',
+    expect: /trigger 1 \(nats-jetstream\): consumer agent-worker is not the workers' durable consumer agent-workers/,
+  },
+  {
+    name: 'a KEDA trigger on the stream of another NATS_NAMESPACE than the fleet runs with',
+    file: 'k8s/base/config/shared.env',
+    from: 'NATS_NAMESPACE=ats',
+    to: 'NATS_NAMESPACE=fleet1',
+    expect: /dev-keda: ScaledObject agent-worker trigger 1 \(nats-jetstream\): stream ats_agent_jobs is not the agent job stream fleet1_agent_jobs/,
+  },
+  {
+    name: 'a KEDA lagThreshold that is not a positive number',
+    file: 'k8s/components/keda-agent-workers/agent-worker-scaledobject.yaml',
+    from: 'lagThreshold: "20"',
+    to: 'lagThreshold: "0"',
+    expect: /lagThreshold must be a positive whole number in a string \(jobs per replica\), got "0"/,
+  },
+  {
+    name: 'a KEDA endpoint on a port the NATS Service does not expose',
+    file: 'k8s/overlays/dev/nats.yaml',
+    from: /\n +# \/healthz, \/jsz.*\n.*\n.*\n.*targetPort: monitor/,
+    to: '',
+    expect: /dev-keda: ScaledObject agent-worker trigger 1 \(nats-jetstream\): natsServerMonitoringEndpoint nats\.agent-trading\.svc\.cluster\.local:8222: Service nats does not expose port 8222/,
+  },
+  {
+    name: "KEDA's operator let in beyond NATS's monitoring port",
+    file: 'k8s/overlays/dev-keda/nats-monitoring-networkpolicy.yaml',
+    from: 'port: 8222',
+    to: 'port: 4222',
+    expect: /dev-keda: NetworkPolicy nats-monitoring-from-keda lets keda\/keda-operator reach nats/,
   },
   {
     name: 'a grace period shorter than the drain',

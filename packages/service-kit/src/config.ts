@@ -40,6 +40,13 @@ export const baseSettings = {
     default: defaultNamespace,
     description: "prefix of the fleet's NATS subjects, stream and bucket; fleets sharing one NATS need one each",
   }),
+  JETSTREAM_REPLICAS: Type.Integer({
+    minimum: 1,
+    maximum: 5,
+    default: 1,
+    description:
+      "how many NATS servers keep a copy of every stream, consumer and key-value bucket; 3 in production on a 3-node cluster; at most the cluster's size",
+  }),
   BODY_LIMIT_BYTES: Type.Integer({
     minimum: 1024,
     maximum: 64 * 1024 * 1024,

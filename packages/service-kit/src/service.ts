@@ -11,9 +11,10 @@ import { installErrorHandler } from './errors.ts'
 import { installIdentity, operationalRoutes } from './identity.ts'
 import { trackConnections } from './connections.ts'
 import { createLogger, type Logger } from './logger.ts'
-import { installMetrics } from './metrics.ts'
+import { installMetrics, serviceMetrics, type ServiceMetrics } from './metrics.ts'
 import { hardenRouteSchema, kitKeywords } from './validation.ts'
 import { migrate } from './migrator.ts'
+import { setJetStreamReplicas } from './jetstream.ts'
 import { connectNats } from './nats.ts'
 import { connectRedis } from './redis.ts'
 
@@ -24,6 +25,8 @@ export interface KitConfig {
   LOG_LEVEL: string
   NATS_URL: string
   NATS_NAMESPACE: string
+  /** copies of each stream, consumer and bucket (jetstream.ts) */
+  JETSTREAM_REPLICAS: number
   INTERNAL_TOKEN: string
   /** the largest request body: Fastify's bodyLimit, and the gateway's limit before proxying */
   BODY_LIMIT_BYTES: number
@@ -54,6 +57,8 @@ export interface ServiceContext<S extends TProperties, Db> {
   onClose(hook: () => Promise<void> | void): void
   /** adds a dependency that /ready checks, beside Postgres and NATS */
   addReadinessCheck(name: string, check: ReadinessCheck): void
+  /** the service's own counters and gauges, on its /metrics beside the kit's */
+  metrics: ServiceMetrics
 }
 
 /** A readiness check: resolves when the dependency answers, throws otherwise. */
@@ -142,6 +147,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     await db?.$disconnect()
     throw error
   })
+  setJetStreamReplicas(nc, config.JETSTREAM_REPLICAS)
   const redis = config.REDIS_URL
     ? await connectRedis(config.REDIS_URL, logger).catch(async (error) => {
         await nc.close()
@@ -155,21 +161,6 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
   const checks: Record<string, ReadinessCheck> = { nats: () => nc.flush() }
   if (db) checks.postgres = () => db.$queryRawUnsafe('SELECT 1')
   if (redis) checks.redis = () => redis.ping()
-  const ctx: ServiceContext<S, Db> = {
-    name: definition.name,
-    version: definition.version,
-    config,
-    nc,
-    channels: natsChannels(config.NATS_NAMESPACE),
-    db,
-    log: logger,
-    redis,
-    chain: chain as ChainContext,
-    onClose: (hook) => closeHooks.push(hook),
-    addReadinessCheck: (name, check) => {
-      checks[name] = check
-    },
-  }
 
   const app = Fastify({
     loggerInstance: logger,
@@ -194,7 +185,24 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
   if (ops !== app) installErrorHandler(ops)
   app.addHook('onRoute', hardenRouteSchema)
   app.decorateRequest('identity', null as unknown as Identity)
-  const observe = installMetrics(ops, definition.name)
+  const { observe, registry } = installMetrics(ops, definition.name)
+  const ctx: ServiceContext<S, Db> = {
+    name: definition.name,
+    version: definition.version,
+    config,
+    nc,
+    channels: natsChannels(config.NATS_NAMESPACE),
+    db,
+    log: logger,
+    redis,
+    chain: chain as ChainContext,
+    onClose: (hook) => closeHooks.push(hook),
+    addReadinessCheck: (name, check) => {
+      checks[name] = check
+    },
+    metrics: serviceMetrics(registry, logger),
+  }
+
   // One hook, callback style: it runs on every request of the gateway's hot path.
   app.addHook('onResponse', (request, reply, done) => {
     observe(request, reply)

@@ -1,6 +1,10 @@
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
+import { existsSync } from 'node:fs'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { connect as tcpConnect, createServer } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { natsChannels } from '@ats/contracts'
@@ -166,14 +170,16 @@ export async function startService<S extends TProperties, Db extends DatabaseCli
   const url = await service.listen()
   return Object.assign(service, { url })
 }
-async function freePort(): Promise<number> {
-  const server = createServer()
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as { port: number }
-  server.close()
-  return port
+/** `count` distinct free loopback ports (all held open while picked, so none comes twice). */
+async function freePorts(count: number): Promise<number[]> {
+  const servers = Array.from({ length: count }, () => createServer().listen(0, '127.0.0.1'))
+  await Promise.all(servers.map((server) => once(server, 'listening')))
+  const ports = servers.map((server) => (server.address() as { port: number }).port)
+  for (const server of servers) server.close()
+  return ports
 }
+
+const freePort = async () => (await freePorts(1))[0]!
 
 /**
  * A service as a process of its own (`node --import tsx <entry>`, its server.ts), for tests
@@ -205,6 +211,76 @@ export async function startServiceProcess(t: Teardown, entry: string, env: NodeJ
   }
 }
 
+/** The NATS server the cluster tests start (Debian's package puts it here). */
+export const natsServerPath = '/usr/sbin/nats-server'
+
+export interface NatsCluster {
+  /** each server's client URL (node i answers at urls[i]); join them with commas for NATS_URL */
+  urls: string[]
+  /** each server's name, as JetStream reports peers and leaders (node i is names[i]) */
+  names: string[]
+  /** SIGKILLs node i, as a crashed machine: no goodbye to its peers or clients */
+  kill(i: number): Promise<void>
+  /** stops the nodes still running and deletes their stores */
+  stop(): Promise<void>
+}
+
+/**
+ * A real NATS cluster with JetStream on loopback (`natsServerPath`, free ports, a temporary
+ * store per node), for what only replication shows: copies on several servers, acks with one
+ * of them gone. Resolves once every node sees a JetStream meta leader and all the peers.
+ */
+export async function startNatsCluster({ nodes = 3, timeoutMs = 15_000 }: { nodes?: number; timeoutMs?: number } = {}): Promise<NatsCluster> {
+  if (!existsSync(natsServerPath)) throw new Error(`no ${natsServerPath}: install nats-server to start a NATS cluster`)
+  const free = await freePorts(3 * nodes)
+  const ports = Array.from({ length: nodes }, (_, i) => ({ client: free[3 * i]!, route: free[3 * i + 1]!, monitor: free[3 * i + 2]! }))
+  const cluster = `ats-test-${randomBytes(4).toString('hex')}`
+  const root = await mkdtemp(join(tmpdir(), `${cluster}-`))
+  const names = ports.map((_, i) => `${cluster}-n${i}`)
+  const logs = ports.map(() => '')
+  const children = ports.map((port, i) => {
+    const routes = ports.filter((_, j) => j !== i).map((p) => `nats://127.0.0.1:${p.route}`)
+    const args = ['-a', '127.0.0.1', '-p', String(port.client), '-m', String(port.monitor), '-n', names[i]!, '-js', '-sd', join(root, names[i]!)]
+    args.push('--cluster_name', cluster, '--cluster', `nats://127.0.0.1:${port.route}`, '--routes', routes.join(','))
+    const child = spawn(natsServerPath, args, { stdio: ['ignore', 'ignore', 'pipe'] })
+    child.stderr!.on('data', (chunk) => (logs[i] = (logs[i] + chunk).slice(-2000)))
+    return { child, exited: once(child, 'exit') }
+  })
+  const running = (i: number) => children[i]!.child.exitCode === null && children[i]!.child.signalCode === null
+  const end = async (i: number, signal: NodeJS.Signals) => {
+    if (!running(i)) return
+    children[i]!.child.kill(signal)
+    await children[i]!.exited
+  }
+  const stop = async () => {
+    await Promise.all(children.map((_, i) => end(i, 'SIGTERM')))
+    await rm(root, { recursive: true, force: true })
+  }
+  type Meta = { leader?: string; cluster_size?: number; replicas?: Array<{ current?: boolean }> }
+  const metaOf = (monitor: number): Promise<Meta | undefined> =>
+    fetch(`http://127.0.0.1:${monitor}/jsz`).then(async (res) => (res.ok ? ((await res.json()) as { meta_cluster?: Meta }).meta_cluster : undefined), () => undefined)
+  // every node follows one meta leader, and the leader (the only one that lists its followers)
+  // has all of them current: a stream with a copy on every node can be placed
+  const formed = (metas: Array<Meta | undefined>) =>
+    metas.every((m) => m?.leader && m.leader === metas[0]?.leader && m.cluster_size === nodes) &&
+    metas.some((m) => m?.replicas?.length === nodes - 1 && m.replicas.every((r) => r.current))
+  try {
+    await eventually(
+      `a NATS cluster of ${nodes} with a JetStream meta leader`,
+      async () => {
+        const dead = children.findIndex((_, i) => !running(i))
+        if (dead >= 0) throw new Error(`nats-server ${names[dead]} exited: ${logs[dead]}`)
+        return formed(await Promise.all(ports.map((p) => metaOf(p.monitor)))) || undefined
+      },
+      timeoutMs,
+    )
+  } catch (error) {
+    await stop()
+    throw error
+  }
+  return { urls: ports.map((p) => `nats://127.0.0.1:${p.client}`), names, kill: (i) => end(i, 'SIGKILL'), stop }
+}
+
 /** Polls `check` every 100 ms until it returns a value other than undefined (10 s at most). */
 export async function eventually<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
   const deadline = Date.now() + timeoutMs
@@ -214,6 +290,20 @@ export async function eventually<T>(what: string, check: () => Promise<T | undef
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
     await new Promise((resolve) => setTimeout(resolve, 100))
   }
+}
+
+/**
+ * One metric's samples on a process's /metrics, keyed by their label values other than the
+ * service's, in order and comma-separated (`charged`, `sent,http`; '' without labels).
+ */
+export async function scrapeMetric(baseUrl: string, name: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${baseUrl}/metrics`)).text()
+  const samples: Record<string, number> = {}
+  for (const [, labels = '', value] of text.matchAll(new RegExp(`^${name}(?:\\{(.*)\\})? (\\S+)$`, 'gm'))) {
+    const values = [...labels.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].filter(([, label]) => label !== 'service').map(([, , v]) => v)
+    samples[values.join(',')] = Number(value)
+  }
+  return samples
 }
 
 export { compareSchemaWithDatabase, parsePrismaSchema } from './schemaCheck.ts'

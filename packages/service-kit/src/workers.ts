@@ -1,6 +1,6 @@
 import type { Topic } from '@ats/contracts'
 import { AckPolicy, DeliverPolicy, headers as natsHeaders, nanos, type Consumer, type JsMsg, type NatsConnection } from 'nats'
-import { ensureStream, type StreamSpec } from './jetstream.ts'
+import { ensureStream, jetStreamReplicas, type StreamSpec } from './jetstream.ts'
 import type { Logger } from './logger.ts'
 
 /** Background work: one loop helper, and the durable JetStream consumer built on it. */
@@ -70,6 +70,9 @@ async function openDurable(nc: NatsConnection, stream: StreamSpec, durable: stri
     ack_wait: nanos(ackWaitMs),
     ...(maxDeliver === undefined ? {} : { max_deliver: maxDeliver }),
     max_ack_pending: 10_000,
+    // set, not inherited: a durable made while its stream had fewer copies does not always grow
+    // with the stream (nats-server 2.9 left some at one), and this brings it to the count
+    num_replicas: jetStreamReplicas(nc),
   })
   return nc.jetstream().consumers.get(stream.name, durable)
 }

@@ -20,7 +20,7 @@ import {
   type WorkOutcome,
   type WorkQueueOptions,
 } from '../src/index.ts'
-import { eventually, freshDatabase, freshNamespace, testInfra } from '../src/testing.ts'
+import { eventually, freshDatabase, freshNamespace, natsServerPath, testInfra } from '../src/testing.ts'
 
 // ensureStream
 const spec = (name: string) => ({ name, subjects: [`test.${name}.>`], maxAgeMs: 60_000, duplicateWindowMs: 10_000 })
@@ -36,10 +36,9 @@ t.test('ensureStream creates a stream, and brings an existing one to its spec', 
   t.equal((await jsm.streams.info(name)).config.max_age, 120_000 * 1_000_000, 'updated in place')
 })
 
-const natsServer = '/usr/sbin/nats-server'
-t.test('a NATS without JetStream is a start-up error that says so', { skip: !existsSync(natsServer) && 'no nats-server binary here' }, async (t) => {
+t.test('a NATS without JetStream is a start-up error that says so', { skip: !existsSync(natsServerPath) && 'no nats-server binary here' }, async (t) => {
   const port = 4300 + Math.floor(Math.random() * 500)
-  const server = spawn(natsServer, ['-a', '127.0.0.1', '-p', String(port)], { stdio: 'ignore' })
+  const server = spawn(natsServerPath, ['-a', '127.0.0.1', '-p', String(port)], { stdio: 'ignore' })
   t.teardown(() => void server.kill())
   let nc: NatsConnection | undefined
   for (let i = 0; i < 50 && !nc; i++) {

@@ -140,6 +140,50 @@ t.test('metrics are exposed for Prometheus', async (t) => {
   t.match(text, /process_cpu_user_seconds_total/)
 })
 
+t.test("a service's own counters and gauges are on /metrics, labelled with the service", async (t) => {
+  let depth = 7
+  const shop: ServiceDefinition<{}, never> = {
+    name: 'shop',
+    version: '1.0.0',
+    port: 0,
+    async register(app, { metrics }) {
+      const orders = metrics.counter({ name: 'shop_orders_total', help: 'orders by outcome', labels: { outcome: ['filled', 'refused'] } })
+      metrics.gauge({
+        name: 'shop_orders_waiting',
+        help: 'orders waiting',
+        collect: (gauge) => {
+          if (depth < 0) throw new Error('the order book is unreachable')
+          gauge.set({}, depth)
+        },
+      })
+      app.post('/order', async () => {
+        orders.inc({ outcome: 'filled' })
+        return { filled: true }
+      })
+    },
+  }
+  const { natsUrl } = await testInfra()
+  const svc = await startService(t, shop, { NATS_URL: natsUrl, INTERNAL_TOKEN: testInternalToken, LOG_LEVEL: 'silent', HOST: '127.0.0.1', PORT: '0' })
+  const scrape = async () => {
+    const res = await fetch(`${svc.url}/metrics`)
+    t.equal(res.status, 200)
+    return res.text()
+  }
+  // every declared label value has its series before anything happened
+  t.match(await scrape(), /shop_orders_total\{outcome="refused",service="shop"\} 0\n/)
+  await fetch(`${svc.url}/order`, { method: 'POST', headers: internal })
+  let text = await scrape()
+  t.match(text, /# HELP shop_orders_total orders by outcome/)
+  t.match(text, /shop_orders_total\{outcome="filled",service="shop"\} 1\n/)
+  t.match(text, /shop_orders_total\{outcome="refused",service="shop"\} 0\n/)
+  t.match(text, /shop_orders_waiting\{service="shop"\} 7\n/)
+  // a gauge whose source fails keeps its last value, and the scrape still answers
+  depth = -1
+  text = await scrape()
+  t.match(text, /shop_orders_waiting\{service="shop"\} 7\n/)
+  t.match(text, /http_request_duration_seconds_count\{service="shop",method="POST",route="\/order",status="200"\} 1/)
+})
+
 t.test('shutdown lets in-flight requests finish, then drains NATS', async (t) => {
   const svc = await start(t)
   const pending = fetch(`${svc.url}/slow`, { headers: internal })

@@ -18,7 +18,7 @@ import { createAgentPayers } from './agentPayers/agentPayers.ts'
 import { createKeyStore } from './keys/keyStore.ts'
 import { agentPayerRoutes } from './routes/agentPayers.ts'
 import { createJobPayments, startJobOutcomes } from './payments/jobPayments.ts'
-import { createLedger } from './payments/ledger.ts'
+import { createLedger, paymentCounter } from './payments/ledger.ts'
 import { startLedgerConsumer } from './payments/ledgerConsumer.ts'
 import { facilitatorSettlement, onchainSettlement, type Settlement } from './payments/settlement.ts'
 import { startSettler } from './payments/settler.ts'
@@ -119,7 +119,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
     client: (adapter) => new PrismaClient({ adapter }),
   },
-  async register(app, { db, nc, channels, config, version, onClose, chain, log }) {
+  async register(app, { db, nc, channels, config, version, onClose, chain, log, metrics }) {
     const { keyVerify, keyPolicy, keyRevoked, payments, agentPayer } = channels.admin
     const keys = createKeyStore(db)
     // payment.settled and payment.voided are recorded with their state change, published from here
@@ -150,11 +150,12 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
           : 'SETTLEMENT_ENABLED=false: payments are recorded as skipped, never settled',
       )
     }
-    const ledger = createLedger(db, { settle: config.SETTLEMENT_ENABLED, events })
+    const counted = paymentCounter(metrics)
+    const ledger = createLedger(db, { settle: config.SETTLEMENT_ENABLED, events, counted })
     const consumer = await startLedgerConsumer(nc, payments, ledger, log, config.LEDGER_RETRY_MS)
     onClose(consumer.stop)
     // payments of agent jobs: held until the agent says how the job ended, then due or voided
-    const jobPayments = createJobPayments(db, { settle: config.SETTLEMENT_ENABLED, events })
+    const jobPayments = createJobPayments(db, { settle: config.SETTLEMENT_ENABLED, events, counted })
     const outcomes = await startJobOutcomes({ nc, channels: payments, jobPayments, log, intervalMs: config.SETTLEMENT_INTERVAL_MS })
     onClose(outcomes.stop)
     serveEndpoint(nats, 'payments-of-jobs', channels.admin.paymentsOfJobs, log, async ({ jobIds }) => ({ payments: await jobPayments.ofJobs(jobIds) }))

@@ -4,7 +4,7 @@ import { createChainClients, eip3009Abi, erc20Abi, transferWithAuthorizationType
 import { identityHeaders, natsChannels, type PaymentCharged } from '@ats/contracts'
 import { startTestDevnet, type Devnet } from '@ats/devnet'
 import { openBucket } from '@ats/service-kit'
-import { baseTestEnv, eventually, startService, startServiceProcess, testInfra, testInternalToken } from '@ats/service-kit/testing'
+import { baseTestEnv, eventually, scrapeMetric, startService, startServiceProcess, testInfra, testInternalToken } from '@ats/service-kit/testing'
 
 export { eventually }
 import { connect } from 'nats'
@@ -157,6 +157,8 @@ export async function startAdmin(t: Test, extra: NodeJS.ProcessEnv = {}, options
     call,
     revenue,
     paymentsWhen,
+    /** ats_payments_total on admin's /metrics, by state */
+    paymentsCounted: () => scrapeMetric(svc.url, 'ats_payments_total'),
     /** publishes one PaymentsCharged batch to the payments stream, as a gateway does */
     publish: (charges: PaymentCharged[]) => js.publish(payments.charged.subject, payments.charged.message.encode({ charges })),
   }

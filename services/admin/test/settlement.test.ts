@@ -61,6 +61,7 @@ t.test('a batch delivered twice is recorded and settled once', async (t) => {
   })
   t.match(await admin.revenue(), { requestCount: 1, totalUsdc: '10000' }, 'one payment in the ledger')
   t.equal(await chain.balanceOf(payTo), 10_000n, 'paid once')
+  t.same(await admin.paymentsCounted(), { charged: 1, settled: 1, failed: 0, voided: 0 }, 'counted once on /metrics')
 })
 
 t.test('revenue and its history count the recorded payments to the unit, by UTC day', async (t) => {
@@ -126,6 +127,7 @@ t.test('a payer whose payment fails to settle for lack of funds is blocked until
   t.match(failed, { payer: poor.address, txHash: null, settleError: `insufficient funds: ${poor.address} holds 5000, the payment is 10000` })
   t.equal(await chain.balanceOf(payTo), 10_000n, 'only the payment that settled moved USDC')
   t.match(await admin.revenue(), { totalUsdc: '10000', requestCount: 1, uniquePayers: 1 }, 'a payment that failed to settle earns nothing')
+  t.same(await admin.paymentsCounted(), { charged: 2, settled: 1, failed: 1, voided: 0 }, 'both outcomes counted on /metrics')
 
   const entry = await admin.blockedPayers.get(poor.address.toLowerCase())
   t.match(entry && blockedPayerCodec.decode(entry.value), { reason: failed.settleError, since: Number }, 'the payer is in the bucket the gateways watch')

@@ -3,6 +3,7 @@ import { createIdempotencyStore, httpUrlSetting, isHttpUrl, startEventOutbox, st
 import { Type } from 'typebox'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createJobEvents } from './jobs/events.ts'
+import { jobCounter, watchJobQueue } from './jobs/metrics.ts'
 import { createJobPaymentLookup, startPaymentOutcomes, type PaymentOutcomes } from './jobs/paymentOutcomes.ts'
 import { createJobQueue } from './jobs/queue.ts'
 import { createApprovalWithdrawal } from './jobs/approvals.ts'
@@ -74,12 +75,17 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
     client: (adapter) => new PrismaClient({ adapter }),
   },
-  async register(app, { config, db, nc, channels, log, onClose }) {
+  async register(app, { config, db, nc, channels, log, onClose, metrics }) {
     // a paid job's final status carries its payment's outcome, published to admin's ledger
     let outcomes: PaymentOutcomes | undefined
     // and every final status (and a wait for approval) a webhook event, written in the same transaction
     let outbox: EventOutbox | undefined
-    const store = createJobStore(db, { paidJobFinished: (jobId) => outcomes?.published(jobId), eventsRecorded: (ids) => outbox?.send(...ids) })
+    const jobs = jobCounter(metrics)
+    const store = createJobStore(db, {
+      paidJobFinished: (jobId) => outcomes?.published(jobId),
+      eventsRecorded: (ids) => outbox?.send(...ids),
+      statusChanged: (state) => jobs.inc({ state }),
+    })
     outcomes = await startPaymentOutcomes({ nc, channels: channels.admin.payments, store, log })
     onClose(outcomes.stop)
     const withdraw = createApprovalWithdrawal({ nc, endpoint: channels.trading.approvalWithdraw, log, timeoutMs: config.AGENT_TOOL_TIMEOUT_MS })
@@ -121,6 +127,7 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
         },
       })
       onClose(workers.stop)
+      await watchJobQueue(metrics, nc, channels.agent)
     }
 
     if (config.AGENT_ROLE !== 'worker') {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { fileURLToPath } from 'node:url'
 import { identityHeaders, type JobPaymentOutcome, natsChannels } from '@ats/contracts'
 import { createService } from '@ats/service-kit'
-import { baseTestEnv, compareSchemaWithDatabase, startService, testInfra, testInternalToken } from '@ats/service-kit/testing'
+import { baseTestEnv, compareSchemaWithDatabase, scrapeMetric, startService, testInfra, testInternalToken } from '@ats/service-kit/testing'
 import { connect } from 'nats'
 import pg from 'pg'
 import t, { type Test } from 'tap'
@@ -529,6 +529,7 @@ t.test('cancel, and the run-time limit', async (top) => {
     return { status: res.status, body: (await res.json()) as any }
   }
   const payer = stack.devnet.accounts[1]!.address
+  let worker: { url: string }
 
   top.test('a pending job is cancelled, stays cancelled when a worker comes, and a second cancel is 404', async (t) => {
     const { body } = await call('/agent/prompt', { body: { prompt: 'price of ETH' } })
@@ -547,7 +548,7 @@ t.test('cancel, and the run-time limit', async (top) => {
 
     // a worker now takes the queued message and leaves the job alone
     // started for the rest of the file (top), not only this subtest
-    await startService(top, agentService, { ...stack.agentEnv, AGENT_ROLE: 'worker', AGENT_WORKER_CONCURRENCY: '1', AGENT_JOB_MAX_RUN_MS: '3000', AGENT_TOOL_TIMEOUT_MS: '20000' })
+    worker = await startService(top, agentService, { ...stack.agentEnv, AGENT_ROLE: 'worker', AGENT_WORKER_CONCURRENCY: '1', AGENT_JOB_MAX_RUN_MS: '3000', AGENT_TOOL_TIMEOUT_MS: '20000' })
     const next = await call('/agent/prompt', { body: { prompt: 'trending pools' } })
     t.equal((await poll(next.body.jobId)).status, 'complete')
     t.equal((await call(`/agent/job/${body.jobId}`)).body.status, 'cancelled')
@@ -579,11 +580,21 @@ t.test('cancel, and the run-time limit', async (top) => {
 
   top.test('a job that runs past AGENT_JOB_MAX_RUN_MS fails and says so', async (t) => {
     const { body } = await call('/agent/prompt', { body: { prompt: 'price of BTC' } })
+    // running, unacknowledged: in the queue lag until it ends
+    await eventually('the running job in ats_agent_jobs_pending', async () => ((await scrapeMetric(worker.url, 'ats_agent_jobs_pending'))[''] === 1 ? true : undefined))
     const job = await poll(body.jobId)
     t.equal(job.status, 'failed')
     t.equal(job.error, 'the job ran longer than its limit of 3 s and was stopped')
     t.notOk('result' in job)
     stack.upstreams.behave('/simple/price', 'ok')
+    await eventually('an empty queue in ats_agent_jobs_pending', async () => ((await scrapeMetric(worker.url, 'ats_agent_jobs_pending'))[''] === 0 ? true : undefined))
+  })
+
+  top.test('/metrics counts the jobs each process created or ended, by status', async (t) => {
+    // the API process made the five jobs and cancelled two; the worker ended the rest
+    t.same(await scrapeMetric(api.url, 'ats_agent_jobs_total'), { pending: 5, complete: 0, failed: 0, cancelled: 2 })
+    t.same(await scrapeMetric(worker.url, 'ats_agent_jobs_total'), { pending: 0, complete: 2, failed: 1, cancelled: 0 })
+    t.same(await scrapeMetric(api.url, 'ats_agent_jobs_pending'), {}, 'the queue lag is the workers\' to report')
   })
 })
 

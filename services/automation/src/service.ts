@@ -22,7 +22,7 @@ import { getAddress, isAddress } from 'viem'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { startApprovalWatch, withdrawApproval } from './approvals.ts'
 import { startScheduler } from './scheduler.ts'
-import { automationView, createStore, runView, type Owner } from './store.ts'
+import { automationView, createStore, runCounter, runView, type Owner } from './store.ts'
 import { checkConfig } from './types.ts'
 
 const ms = (description: string, defaultMs: number, minimum = 100) => Type.Integer({ minimum, default: defaultMs, description })
@@ -62,11 +62,11 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
     client: (adapter) => new PrismaClient({ adapter }),
   },
-  async register(app, { db, nc, channels, config, version, onClose, log }) {
+  async register(app, { db, nc, channels, config, version, onClose, log, metrics }) {
     // the webhook events of runs and automations, written in the transaction that ends them
     const events = await startEventOutbox({ nc, channels: channels.admin.events, databaseUrl: config.DATABASE_URL!, schema: 'automation', log })
     onClose(events.stop)
-    const store = createStore(db, { maxPerOwner: config.AUTOMATION_MAX_PER_KEY, events })
+    const store = createStore(db, { maxPerOwner: config.AUTOMATION_MAX_PER_KEY, events, runsCounted: runCounter(metrics) })
 
     /**
      * The server wallet pays every run and the run sends what it buys to walletAddress: that must be

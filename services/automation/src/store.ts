@@ -3,7 +3,7 @@
 // time moved in the same transaction.
 import { randomBytes } from 'node:crypto'
 import type { Automation as AutomationView, AutomationRun as RunView, AutomationStatus } from '@ats/contracts'
-import { BadRequest, createError, recordEvent, type EventOutbox, type EventToRecord } from '@ats/service-kit'
+import { BadRequest, createError, recordEvent, type CounterMetric, type EventOutbox, type EventToRecord, type ServiceMetrics } from '@ats/service-kit'
 import type { Automation, AutomationRun, Prisma, PrismaClient } from './generated/prisma/client.ts'
 import { firstRunAt, nextRunAt, overReason, resumeRunAt, type Config, type LimitOrder, type RecurringBuy } from './types.ts'
 
@@ -62,6 +62,12 @@ export function runView(row: AutomationRun): RunView {
 /** The statuses of a run that holds its automation: no other run of it starts meanwhile. */
 const underWay = ['running', 'awaiting_approval'] as const
 
+/** How a run ended, as /metrics counts it: swapped, failed, or skipped (not made). */
+const endedStatuses = ['success', 'failed', 'skipped'] as const
+export type RunCounter = CounterMetric<{ status: typeof endedStatuses }>
+export const runCounter = (metrics: ServiceMetrics): RunCounter =>
+  metrics.counter({ name: 'ats_automation_runs_total', help: 'automation runs recorded, by how they ended (skipped: not made, the wallet paused or the approval refused)', labels: { status: endedStatuses } })
+
 /** How a run ended: what finishRun records. */
 export type RunOutcome =
   | { ok: true; txHash: string; amountOut: string; executionId: string }
@@ -91,7 +97,10 @@ export type Claimed =
   | { kind: 'run'; run: AutomationRun; automation: Automation }
   | { kind: 'check'; automation: Automation; scheduledFor: Date }
 
-export function createStore(db: PrismaClient, { maxPerOwner, events }: { maxPerOwner: number; events: Pick<EventOutbox, 'send'> }) {
+export function createStore(
+  db: PrismaClient,
+  { maxPerOwner, events, runsCounted }: { maxPerOwner: number; events: Pick<EventOutbox, 'send'>; runsCounted: RunCounter },
+) {
   /** Runs `work` in a transaction; the events it records are published once it commits. */
   async function withEvents<T>(work: (t: Prisma.TransactionClient, record: (event: EventToRecord) => Promise<void>) => Promise<T>): Promise<T> {
     const ids: string[] = []
@@ -313,16 +322,19 @@ export function createStore(db: PrismaClient, { maxPerOwner, events }: { maxPerO
      * its approval was rejected, expired or withdrawn. From running or awaiting_approval only, so a
      * repeat is harmless.
      */
-    skipRun: (run: AutomationRun, reason: string) =>
-      withEvents(async (t, record) => {
+    async skipRun(run: AutomationRun, reason: string) {
+      const skipped = await withEvents(async (t, record) => {
         const { count } = await t.automationRun.updateMany({
           where: { id: run.id, status: { in: [...underWay] } },
           data: { status: 'skipped', error: reason, finishedAt: new Date(), leaseUntil: null },
         })
-        if (count === 0) return
+        if (count === 0) return false
         const automation = await t.automation.findUnique({ where: { id: run.automationId } })
         if (automation) await record(runEvent(automation, { id: run.id, status: 'skipped', txHash: null, error: reason }))
-      }),
+        return true
+      })
+      if (skipped) runsCounted.inc({ status: 'skipped' })
+    },
 
     /**
      * A run's swap was mined (or reverted, or could not be made): record it; count it, and
@@ -330,7 +342,7 @@ export function createStore(db: PrismaClient, { maxPerOwner, events }: { maxPerO
      * repeat (two replicas, a resumed run) changes nothing.
      */
     async finishRun(run: AutomationRun, outcome: RunOutcome, maxFailures: number) {
-      return withEvents(async (t, record) => {
+      const recorded = await withEvents(async (t, record) => {
         const data = outcome.ok
           ? { status: 'success' as const, txHash: outcome.txHash, amountOut: outcome.amountOut, executionId: outcome.executionId, error: null }
           : { status: 'failed' as const, error: outcome.error, txHash: outcome.txHash ?? null, executionId: outcome.executionId ?? null }
@@ -338,9 +350,9 @@ export function createStore(db: PrismaClient, { maxPerOwner, events }: { maxPerO
           where: { id: run.id, status: { in: [...underWay] } },
           data: { ...data, finishedAt: new Date(), leaseUntil: null },
         })
-        if (updated.count === 0) return
+        if (updated.count === 0) return false
         const automation = await t.automation.findUnique({ where: { id: run.automationId } })
-        if (!automation) return
+        if (!automation) return true
         await record(runEvent(automation, { id: run.id, ...data }))
         const config = automation.config as unknown as Config
         if (outcome.ok) {
@@ -352,7 +364,7 @@ export function createStore(db: PrismaClient, { maxPerOwner, events }: { maxPerO
             data: { runs, failures: 0, ...(completes ? { status: 'completed', nextRunAt: null, statusReason: done } : {}) },
           })
           if (completes) await record(completedEvent(automation, done))
-          return
+          return true
         }
         const failures = automation.failures + 1
         const failed = failures >= maxFailures && automation.status === 'active'
@@ -363,7 +375,9 @@ export function createStore(db: PrismaClient, { maxPerOwner, events }: { maxPerO
             ...(failed ? { status: 'failed', nextRunAt: null, statusReason: `${failures} runs in a row failed; the last: ${outcome.error}` } : {}),
           },
         })
+        return true
       })
+      if (recorded) runsCounted.inc({ status: outcome.ok ? 'success' : 'failed' })
     },
   }
 }

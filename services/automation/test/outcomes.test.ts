@@ -1,4 +1,4 @@
-import { compareSchemaWithDatabase, startService } from '@ats/service-kit/testing'
+import { compareSchemaWithDatabase, scrapeMetric, startService } from '@ats/service-kit/testing'
 import pg from 'pg'
 import t from 'tap'
 import { getAddress, type Address } from 'viem'
@@ -32,7 +32,7 @@ t.test('outcomes: repeated failures, a limit order that waits and one that fills
   const waiting = await create(keyId, 'limit-order', { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', minAmountOut: '1000000000000000000000000', checkEvery: '1s' })
   const filling = await create(keyId, 'limit-order', { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', minAmountOut: '1', checkEvery: '1s' })
 
-  await startService(top, automationService, { ...stack.automationEnv, AUTOMATION_SCHEDULER: 'true' })
+  const scheduler = await startService(top, automationService, { ...stack.automationEnv, AUTOMATION_SCHEDULER: 'true' })
 
   top.test('missed runs after downtime run once, and the next is an hour from now', async (t) => {
     const [run] = await eventually('the missed run', async () => {
@@ -75,6 +75,14 @@ t.test('outcomes: repeated failures, a limit order that waits and one that fills
     const runs = await runsOf(filling)
     t.equal(runs.length, 1, 'filled once')
     t.match(runs[0], { status: 'success', txHash: /^0x[0-9a-f]{64}$/ })
+  })
+
+  top.test('/metrics counts the runs by how they ended, and trading their swaps as come over NATS', async (t) => {
+    // the catch-up run and the fill succeeded; the narrow key's three runs failed
+    t.same(await scrapeMetric(scheduler.url, 'ats_automation_runs_total'), { success: 2, failed: 3, skipped: 0 })
+    t.same(await scrapeMetric(stack.url, 'ats_automation_runs_total'), { success: 0, failed: 0, skipped: 0 }, 'the routes-only replica recorded none')
+    const swaps = await scrapeMetric(stack.tradingUrl, 'ats_swaps_total')
+    t.match(swaps, { 'success,nats': 2, 'refused,nats': 3, 'success,http': 0 })
   })
 
   top.test('a key buys for its bound wallet, or for a recipient an admin allowed it, only', async (t) => {

@@ -25,7 +25,7 @@ import { approvalsRoutes } from './routes/approvals.ts'
 import { launchpadRoutes } from './routes/launchpad.ts'
 import { portfolioRoutes } from './routes/portfolio.ts'
 import { swapRoutes } from './routes/swap.ts'
-import { createExecutor } from './swaps/executor.ts'
+import { createExecutor, swapCounter } from './swaps/executor.ts'
 import type { SpendDefaults, SpendLimits } from './swaps/policy.ts'
 import { createPreparer } from './swaps/prepare.ts'
 import { createQuoter, quoteAnswer } from './swaps/quotes.ts'
@@ -87,7 +87,7 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
     client: (adapter) => new PrismaClient({ adapter }),
   },
-  async register(app, { db, nc, channels, config, version, onClose, chain, log }) {
+  async register(app, { db, nc, channels, config, version, onClose, chain, log, metrics }) {
     const client = chain.publicClient
     const book = chain.addressBook()
     const tokens = tokenResolver(client, chain.tokens)
@@ -136,6 +136,7 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
       deadlineSeconds: config.SWAP_DEADLINE_SECONDS,
       approvals,
       events,
+      counted: swapCounter(metrics),
       log,
       // fail closed: without admin's answer no swap is made for a key
       keyPolicy: async (keyId) => {
@@ -175,7 +176,7 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     serveEndpoint(nats, 'quote', quote, log, async (request) => quoteAnswer(await quoter.quote(request), impactCeilingBps))
     serveEndpoint(nats, 'execute', execute, log, async ({ idempotencyKey, jobId, automationRunId, ...request }, { identity }) => {
       const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId }
-      return (await executor.execute(request, caller, idempotencyKey)).result
+      return (await executor.execute(request, caller, idempotencyKey, { via: 'nats' })).result
     })
     serveEndpoint(nats, 'approval', approval, log, async ({ id }, { identity }) => ({ approval: await decisions.forRequester(id, identity) }))
     serveEndpoint(nats, 'approvalWithdraw', approvalWithdraw, log, async ({ id, reason }, { identity }) => ({

@@ -1,6 +1,6 @@
 import { natsChannels } from '@ats/contracts'
 import { callEndpoint } from '@ats/service-kit'
-import { baseTestEnv, startService } from '@ats/service-kit/testing'
+import { baseTestEnv, scrapeMetric, startService } from '@ats/service-kit/testing'
 import { connect } from 'nats'
 import t from 'tap'
 import { createWalletClient, http, parseUnits, type Hex } from 'viem'
@@ -12,6 +12,8 @@ import { keyHeaders, startTrading, swapOf } from './helpers.ts'
 const fleet = await startTrading(t)
 const { call, publicClient, serverWallet } = fleet
 const nonceOf = () => publicClient.getTransactionCount({ address: serverWallet })
+/** ats_swaps_total on trading's /metrics, by `outcome,via` */
+const swapsCounted = () => scrapeMetric(fleet.trading.url, 'ats_swaps_total')
 
 t.test('an execute on each DEX is a mined swap whose balances moved by the reported amounts', async (t) => {
   for (const dex of ['uniswap', 'camelot']) {
@@ -72,6 +74,7 @@ t.test('10 concurrent executions from one wallet are all mined, on distinct nonc
 
 t.test('the same Idempotency-Key sent 5 times at once makes exactly one transaction', async (t) => {
   const before = await nonceOf()
+  const counted = await swapsCounted()
   const body = { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '5000000' }
   const results = await Promise.all(Array.from({ length: 5 }, () => call('POST', '/swap/execute', { body, headers: { 'idempotency-key': 'order-5-at-once' } })))
   t.same(results.map((r) => r.status), Array(5).fill(200))
@@ -89,6 +92,7 @@ t.test('the same Idempotency-Key sent 5 times at once makes exactly one transact
   t.equal(otherKey.status, 200)
   t.not(otherKey.body.hash, results[0]!.body.hash, 'keys are per API key: another key swaps on its own')
   t.equal((await nonceOf()) - before, 2)
+  t.same(await swapsCounted(), { ...counted, 'success,http': counted['success,http']! + 2 }, 'on /metrics the two swaps, not their replays')
 })
 
 t.test('over NATS an execute carries an idempotency key and the job that asked', async (t) => {
@@ -99,6 +103,7 @@ t.test('over NATS an execute carries an idempotency key and the job that asked',
   const { id: agentKey } = await fleet.createKey()
   const identity = { keyId: agentKey, ownerId: agentKey }
   const before = await nonceOf()
+  const counted = await swapsCounted()
   const [first, second] = await Promise.all([
     callEndpoint(nc, execute, request, { identity, timeoutMs: 30_000 }).then(swapOf),
     callEndpoint(nc, execute, request, { identity, timeoutMs: 30_000 }).then(swapOf),
@@ -106,6 +111,7 @@ t.test('over NATS an execute carries an idempotency key and the job that asked',
   t.equal(first.success, true)
   t.equal(second.hash, first.hash, 'the retried step does not swap twice')
   t.equal((await nonceOf()) - before, 1)
+  t.same(await swapsCounted(), { ...counted, 'success,nats': counted['success,nats']! + 1 }, 'counted once, as come over NATS')
   const list = await call('GET', '/swap/executions', { keyId: agentKey })
   t.match(list.body.executions[0], { requestedBy: { keyId: agentKey, jobId: 'job_j1' } })
 })

@@ -4,7 +4,7 @@ import type { JobPayment, JobPaymentOutcome, PaymentChannels } from '@ats/contra
 import { recordEvent, startDurableConsumer, startWorkerLoop, type EventOutbox, type Logger, type WorkerLoop } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import { Prisma, type Payment, type PrismaClient, type SettlementState } from '../generated/prisma/client.ts'
-import { paymentEventData } from './ledger.ts'
+import { paymentEventData, type PaymentCounter } from './ledger.ts'
 
 export const expiredBeforeJobFinished = 'authorization expired before the job finished'
 
@@ -24,7 +24,7 @@ type Moved = Pick<Payment, 'payer' | 'nonce' | 'amount' | 'asset' | 'network' | 
 const movedColumns = (table: string) =>
   Prisma.raw(['payer', 'nonce', 'amount', 'asset', 'network', 'chain_id AS "chainId"', 'job_id AS "jobId"', 'route', 'state', 'void_reason AS "voidReason"'].map((c) => `${table}.${c}`).join(', '))
 
-export function createJobPayments(db: PrismaClient, { settle, events }: { settle: boolean; events: Pick<EventOutbox, 'send'> }) {
+export function createJobPayments(db: PrismaClient, { settle, events, counted }: { settle: boolean; events: Pick<EventOutbox, 'send'>; counted: PaymentCounter }) {
   return {
     /** Keeps each job's first outcome; a repeat (a redelivery, a republish) changes nothing. */
     async recordOutcomes(outcomes: JobPaymentOutcome[]): Promise<number> {
@@ -72,6 +72,7 @@ export function createJobPayments(db: PrismaClient, { settle, events }: { settle
       })
       events.send(...eventIds)
       const voided = moved.filter((m) => m.state === 'voided').length
+      counted.inc({ state: 'voided' }, voided + expired)
       return { charged: moved.length - voided, voided, expired }
     },
 

@@ -1,5 +1,5 @@
 import { settleOnJobComplete, type PaymentCharged } from '@ats/contracts'
-import { recordEvent, type EventOutbox } from '@ats/service-kit'
+import { recordEvent, type CounterMetric, type EventOutbox, type ServiceMetrics } from '@ats/service-kit'
 import type { Payment, PrismaClient, SettlementState } from '../generated/prisma/client.ts'
 
 export type PaymentRow = Payment
@@ -19,6 +19,16 @@ export interface DailyRevenue {
 }
 
 const dayMs = 86_400_000
+
+/** What /metrics counts of the ledger: payments recorded (charged), and how their settlement ended. */
+export const countedStates = ['charged', 'settled', 'failed', 'voided'] as const
+export type PaymentCounter = CounterMetric<{ state: typeof countedStates }>
+export const paymentCounter = (metrics: ServiceMetrics): PaymentCounter =>
+  metrics.counter({
+    name: 'ats_payments_total',
+    help: 'payments recorded in the ledger (charged; a job payment among them until its job ends), then settled, failed to settle, or voided',
+    labels: { state: countedStates },
+  })
 
 /**
  * The state a charged payment is recorded in: a job's payment (`settle: on-job-complete`) is
@@ -45,7 +55,7 @@ export const paymentEventData = (p: Pick<Payment, 'payer' | 'nonce' | 'amount' |
  * state, and the revenue figures. Revenue counts every payment that has not failed to
  * settle and was not voided (its job failed): those earned nothing.
  */
-export function createLedger(db: PrismaClient, { settle, events }: { settle: boolean; events: Pick<EventOutbox, 'send'> }) {
+export function createLedger(db: PrismaClient, { settle, events, counted }: { settle: boolean; events: Pick<EventOutbox, 'send'>; counted: PaymentCounter }) {
   const earning = { state: { notIn: ['failed', 'voided'] as SettlementState[] } }
   return {
     /**
@@ -57,7 +67,7 @@ export function createLedger(db: PrismaClient, { settle, events }: { settle: boo
       if (events.length === 0) return 0
       const column = <T>(f: (e: PaymentCharged) => T) => events.map(f)
       const a = (e: PaymentCharged) => e.authorization
-      return db.$executeRaw`
+      const recorded = await db.$executeRaw`
         INSERT INTO payments (payer, pay_to, asset, chain_id, network, x402_version, amount, valid_after, valid_before,
           nonce, signature, method, route, resource, request_id, charged_at, job_id, state)
         SELECT * FROM unnest(
@@ -70,6 +80,9 @@ export function createLedger(db: PrismaClient, { settle, events }: { settle: boo
           ${column((e) => new Date(e.chargedAt).toISOString())}::timestamptz[], ${column((e) => e.jobId ?? null)}::text[],
           ${column((e) => stateOf(e, settle))}::"SettlementState"[])
         ON CONFLICT (payer, nonce) DO NOTHING`
+      // new rows only: a redelivered payment is not charged twice
+      counted.inc({ state: 'charged' }, recorded)
+      return recorded
     },
 
     async totals(): Promise<RevenueTotals> {
@@ -148,10 +161,12 @@ export function createLedger(db: PrismaClient, { settle, events }: { settle: boo
         })
       })
       events.send(eventId)
+      counted.inc({ state: 'settled' })
     },
 
     async failed(id: bigint, reason: string): Promise<void> {
       await db.payment.update({ where: { id }, data: { state: 'failed', settleError: reason } })
+      counted.inc({ state: 'failed' })
     },
 
     /** Claimed but not attempted: due again at once, the claim not counted as an attempt. */

@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto'
 import type { Approval, Job as JobView, JobEvent, JobResult, Message as MessageView, Thread as ThreadView, WebhookEventType } from '@ats/contracts'
 import { eventOwner, newEventId, NotFound, recordEvent } from '@ats/service-kit'
 import { Prisma, type Job, type Message, type PrismaClient } from '../generated/prisma/client.ts'
+import type { CountedStatus } from './metrics.ts'
 
 const newId = (prefix: string) => `${prefix}_${randomBytes(12).toString('base64url')}`
 type Tx = Prisma.TransactionClient
@@ -27,6 +28,8 @@ export interface JobStoreHooks {
    * commit, to publish them at once. A publish that never happens is made by the outbox's sweep.
    */
   eventsRecorded?(ids: string[]): void
+  /** A job was created (pending) or finished: called after the commit, to count it (/metrics). */
+  statusChanged?(status: CountedStatus): void
 }
 
 /** What the payment of a finished paid job comes to, stored in the same UPDATE as the final status. */
@@ -197,6 +200,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
           FROM j, jsonb_to_recordset(${JSON.stringify(messages)}::jsonb) AS x(id text, role text, content text, metadata jsonb, created_at timestamptz))
         INSERT INTO job_events (job_id, seq, type, data) SELECT id, 1, 'status', ${JSON.stringify(pending)}::jsonb FROM j RETURNING created_at`
       if (!row) throw new NotFound(`thread ${threadId}`)
+      hooks.statusChanged?.('pending')
       const event: JobEvent = { jobId, seq: 1, type: 'status', at: row.created_at.getTime(), data: pending }
       return { jobId, threadId, event }
     },
@@ -238,6 +242,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       })
       outcomeStored(rows, id)
       if (eventId) recorded([eventId])
+      if (event) hooks.statusChanged?.('cancelled')
       const row = rows[0]
       return event && row ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } } : null
     },
@@ -356,6 +361,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       if (!row) return null
       outcomeStored(rows, job.id)
       recorded([webhookId])
+      hooks.statusChanged?.('complete')
       const event: JobEvent = { jobId: job.id, seq: row.event_seq, type: 'status', at: row.event_at.getTime(), data }
       return { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } }
     },
@@ -382,6 +388,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       })
       outcomeStored(rows, jobId)
       if (eventId) recorded([eventId])
+      if (event) hooks.statusChanged?.('failed')
       const row = rows[0]
       return event && row ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } } : null
     },

@@ -34,7 +34,7 @@ export async function swapRoutes(
     ...approvalRoutes.execute,
     handler: async (request, reply) => {
       const idempotencyKey = spendKeyOf(request, reply)
-      const { result, replayed } = await executor.execute(request.body, callerOf(request), idempotencyKey)
+      const { result, replayed } = await executor.execute(request.body, callerOf(request), idempotencyKey, { via: 'http' })
       if (replayed) reply.header('idempotent-replayed', 'true')
       // held for a person's approval: nothing was sent
       if (isAwaitingApproval(result)) return reply.code(202).send({ ...result, idempotencyKey })

@@ -1,15 +1,18 @@
 import { randomBytes } from 'node:crypto'
 import { erc20Abi } from '@ats/chain'
-import type { AwaitingApproval, Execution as ExecutionView, SpendPolicy, SwapBody, SwapResult } from '@ats/contracts'
+import { isAwaitingApproval, type AwaitingApproval, type Execution as ExecutionView, type SpendPolicy, type SwapBody, type SwapResult } from '@ats/contracts'
 import {
   Forbidden,
   WalletPaused,
   checkRecipient,
+  clientErrorStatus,
   fingerprintOf,
   recordEvent,
+  type CounterMetric,
   type EventOutbox,
   type IdempotencyStore,
   type Logger,
+  type ServiceMetrics,
   type WalletControlWatch,
 } from '@ats/service-kit'
 import { getAddress, isAddress, parseEventLogs, type Address, type Hex, type TransactionReceipt } from 'viem'
@@ -61,11 +64,27 @@ export interface ExecutorOptions {
   approvals: Pick<ApprovalStore, 'hold'>
   /** publishes the swap.confirmed events written with a mined swap */
   events: Pick<EventOutbox, 'send'>
+  /** ats_swaps_total: each swap by how it ended and how it came (a replay is not counted again) */
+  counted: SwapCounter
   log: Logger
   now?: () => number
 }
 
 const newId = () => `exe_${randomBytes(12).toString('base64url')}`
+
+/**
+ * How a swap's execution ended: mined (success or reverted), held for a person's approval,
+ * refused before anything was sent (a client error: spend policy, price impact, would revert,
+ * wallet paused), or an error of ours (RPC, admin unreachable, a receipt not seen in time: it
+ * may have been sent).
+ */
+export const swapOutcomes = ['success', 'reverted', 'held', 'refused', 'error'] as const
+/** An API request, a NATS call (the agent, automations), or a held swap run once approved. */
+export const swapPaths = ['http', 'nats', 'approval'] as const
+export type SwapCounter = CounterMetric<{ outcome: typeof swapOutcomes; via: typeof swapPaths }>
+export type SwapPath = (typeof swapPaths)[number]
+export const swapCounter = (metrics: ServiceMetrics): SwapCounter =>
+  metrics.counter({ name: 'ats_swaps_total', help: 'swaps from the server wallet, by how they ended and how they came (replays not counted)', labels: { outcome: swapOutcomes, via: swapPaths } })
 
 /** Who asked, as an execution or approval row keeps it (a payer lower-case), with the idempotency key of the execute. */
 export const requesterColumns = (caller: Caller, payer: string | undefined, idem: { scope: string; key: string } | undefined) => ({
@@ -328,6 +347,18 @@ export function createExecutor(options: ExecutorOptions) {
     }
   }
 
+  /** Counts how a try of a swap ended on /metrics: replays never reach here, so each swap counts once. */
+  async function countOutcome(via: SwapPath, run: () => Promise<SwapResult | AwaitingApproval>): Promise<SwapResult | AwaitingApproval> {
+    try {
+      const result = await run()
+      options.counted.inc({ outcome: isAwaitingApproval(result) ? 'held' : result.success ? 'success' : 'reverted', via })
+      return result
+    } catch (error) {
+      options.counted.inc({ outcome: clientErrorStatus(error) === undefined ? 'error' : 'refused', via })
+      throw error
+    }
+  }
+
   return {
     /** The limits a caller's spends are held to (its policy with the defaults, the wallet-wide ones): launches check them too. */
     limitsFor: async (caller: Caller) => (await limitsFor(caller, undefined)).limits,
@@ -340,12 +371,12 @@ export function createExecutor(options: ExecutorOptions) {
     async execute(
       request: SwapRequest,
       caller: Caller,
-      idempotencyKey?: string,
-      { approved = false }: { approved?: boolean } = {},
+      idempotencyKey: string | undefined,
+      { approved = false, via }: { approved?: boolean; via: SwapPath },
     ): Promise<{ result: SwapResult | AwaitingApproval; replayed: boolean }> {
       tx.sender() // 503 at once without a server wallet
       await quoter.check(request) // a bad request is answered, not stored under its idempotency key
-      if (!idempotencyKey) return { result: await perform(request, caller, undefined, approved), replayed: false }
+      if (!idempotencyKey) return { result: await countOutcome(via, () => perform(request, caller, undefined, approved)), replayed: false }
       const scope = `swap:${caller.keyId ?? caller.ownerId ?? 'anonymous'}`
       const fingerprint = fingerprintOf({
         tokenIn: request.tokenIn,
@@ -355,7 +386,7 @@ export function createExecutor(options: ExecutorOptions) {
         slippageBps: request.slippageBps ?? 50,
         ...(request.recipient ? { recipient: getAddress(request.recipient) } : {}),
       })
-      return idempotency.run(scope, idempotencyKey, fingerprint, () => perform(request, caller, { scope, key: idempotencyKey }, approved))
+      return idempotency.run(scope, idempotencyKey, fingerprint, () => countOutcome(via, () => perform(request, caller, { scope, key: idempotencyKey }, approved)))
     },
 
     async list(keyId: string, limit: number) {
