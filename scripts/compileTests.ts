@@ -15,7 +15,8 @@ export const COMPILED_BANNER = '// compiled from TypeScript by scripts/compileTe
 
 const root = join(import.meta.dirname, '..')
 
-function walk(dir: string, found: string[] = []): string[] {
+/** Every file under `dir` (none when it is missing), skipping node_modules and dot-folders. */
+export function walk(dir: string, found: string[] = []): string[] {
   if (!existsSync(dir)) return found
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     if (entry.name === 'node_modules' || entry.name.startsWith('.')) continue

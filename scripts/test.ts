@@ -1,7 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
-import { compileTests } from './compileTests.ts'
+import { compileTests, walk } from './compileTests.ts'
 
 /**
  * pnpm test: every test file of every workspace package, against real Postgres, NATS, Redis and
@@ -36,14 +36,9 @@ function packagesWithTests(): Package[] {
     if (!existsSync(manifest)) return []
     const pkg = JSON.parse(readFileSync(manifest, 'utf8')) as { scripts?: Record<string, string>; tap?: { timeout?: number } }
     if (!pkg.scripts?.test) return []
-    const files: string[] = []
-    const walk = (d: string) => {
-      for (const entry of readdirSync(d, { withFileTypes: true })) {
-        if (entry.isDirectory()) walk(join(d, entry.name))
-        else if (entry.name.endsWith('.test.ts')) files.push(relative(join(root, dir), join(d, entry.name)))
-      }
-    }
-    if (existsSync(join(root, dir, 'test'))) walk(join(root, dir, 'test'))
+    const files = walk(join(root, dir, 'test'))
+      .filter((file) => file.endsWith('.test.ts'))
+      .map((file) => relative(join(root, dir), file))
     return [{ dir, timeoutSeconds: pkg.tap?.timeout ?? 30, files: files.sort() }]
   })
 }

@@ -86,15 +86,15 @@ interface StateRead {
 function authorizationStates(publicClient: PayerChainOptions['publicClient'], asset: Address) {
   let queued = new Map<Hex | 'latest', StateRead[]>()
   let scheduled = false
-  const word = (result: Hex): boolean => {
-    if (result.length !== 66) throw new Error(`authorizationState answered ${result.length > 80 ? `${result.slice(0, 80)}…` : result}, not one word`)
-    return BigInt(result) !== 0n
+  /** answers a read from its one-word result: used (non-zero) or not; anything else is an error */
+  const settle = (read: StateRead, result: Hex) => {
+    if (result.length === 66) read.resolve(BigInt(result) !== 0n)
+    else read.reject(new Error(`authorizationState answered ${result.length > 80 ? `${result.slice(0, 80)}…` : result}, not one word`))
   }
   const single = (read: StateRead, block: Hex | 'latest') =>
     publicClient
       .request({ method: 'eth_call', params: [{ to: asset, data: read.data }, block] })
-      .then((result) => word(result as Hex))
-      .then(read.resolve, (error: Error) => read.reject(error))
+      .then((result) => settle(read, result as Hex), read.reject)
   const together = (reads: StateRead[], block: Hex | 'latest') =>
     publicClient
       .request({
@@ -111,23 +111,14 @@ function authorizationStates(publicClient: PayerChainOptions['publicClient'], as
           block,
         ],
       })
-      .then((result) => decodeFunctionResult({ abi: multicall3Abi, functionName: 'aggregate3', data: result as Hex }))
-      .then(
-        (results) => {
-          if (results.length !== reads.length) throw new Error(`Multicall3 answered ${results.length} results for ${reads.length} calls`)
-          results.forEach(({ success, returnData }, i) => {
-            const read = reads[i]!
-            if (!success) read.reject(new Error(`authorizationState reverted (${returnData})`))
-            else {
-              try {
-                read.resolve(word(returnData))
-              } catch (error) {
-                read.reject(error as Error)
-              }
-            }
-          })
-        },
-      )
+      .then((result) => {
+        const results = decodeFunctionResult({ abi: multicall3Abi, functionName: 'aggregate3', data: result as Hex })
+        if (results.length !== reads.length) throw new Error(`Multicall3 answered ${results.length} results for ${reads.length} calls`)
+        results.forEach(({ success, returnData }, i) => {
+          if (success) settle(reads[i]!, returnData)
+          else reads[i]!.reject(new Error(`authorizationState reverted (${returnData})`))
+        })
+      })
       .catch(() => {
         for (const read of reads) void single(read, block)
       })

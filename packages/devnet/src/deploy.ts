@@ -6,7 +6,7 @@ import { deployPositions } from './positions.ts'
 import { deployAlgebra, type AlgebraAddresses } from './algebra.ts'
 import { removeAddressBook, writeAddressBook, DEVNET_ADDRESS_BOOK_PATH } from './addressBook.ts'
 import { startAnvil, type Anvil } from './anvil.ts'
-import { readSnapshot, saveSnapshot, snapshotsEnabled } from './snapshot.ts'
+import { findSnapshot, saveSnapshot, snapshotsEnabled } from './snapshot.ts'
 import { devAccounts, fundAccounts, type DevAccount } from './funding.ts'
 import { seedBatch, seededPools, seedingNeeds, tokenAbi } from './seed.ts'
 import { deployerSession, type DeployerSession } from './session.ts'
@@ -124,7 +124,8 @@ export async function startDevnet({
   snapshot = false,
 }: StartDevnetOptions): Promise<Devnet> {
   const started = performance.now()
-  const saved = snapshot && snapshotsEnabled() ? readSnapshot(count) : undefined
+  const kept = snapshot && snapshotsEnabled() ? findSnapshot(count) : undefined
+  const saved = kept?.saved
   const anvil = await startAnvil({ port, host, ...(saved ? { loadState: saved.statePath } : {}) })
   try {
     const anvilDone = performance.now()
@@ -133,7 +134,7 @@ export async function startDevnet({
     if (!deployed) {
       deployed = await deployDevnet(anvil.rpcUrl)
       await fundDevnet(anvil.rpcUrl, deployed, accounts)
-      if (snapshot && snapshotsEnabled()) await saveSnapshot(anvil.rpcUrl, deployed, count)
+      if (kept) await saveSnapshot(anvil.rpcUrl, deployed, kept.base)
     }
     // with a snapshot, deploying and funding took no time
     const deployDone = saved ? anvilDone : performance.now()

@@ -45,20 +45,23 @@ function snapshotName(accounts: number): string {
   return join(tmpdir(), `ats-devnet-${hash.digest('hex').slice(0, 24)}`)
 }
 
-/** The saved devnet for this code and this many funded accounts, if one was saved. */
-export function readSnapshot(accounts: number): Snapshot | undefined {
+/**
+ * Where the saved devnet for this code and this many funded accounts is kept (`base`, hashed
+ * once per start), and what it holds, if one was saved.
+ */
+export function findSnapshot(accounts: number): { base: string; saved?: Snapshot } {
   const base = snapshotName(accounts)
   try {
     // the book is written last: when it is there, the state file is complete
     const book = JSON.parse(readFileSync(`${base}.book.json`, 'utf8')) as DevnetAddressBook
-    return { statePath: `${base}.state.json`, book }
+    return { base, saved: { statePath: `${base}.state.json`, book } }
   } catch {
-    return undefined
+    return { base }
   }
 }
 
-/** Saves a freshly deployed and funded devnet's state (anvil_dumpState) and book. */
-export async function saveSnapshot(rpcUrl: string, book: DevnetAddressBook, accounts: number): Promise<void> {
+/** Saves a freshly deployed and funded devnet's state (anvil_dumpState) and book under `base` (findSnapshot's). */
+export async function saveSnapshot(rpcUrl: string, book: DevnetAddressBook, base: string): Promise<void> {
   const res = await fetch(rpcUrl, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -66,7 +69,6 @@ export async function saveSnapshot(rpcUrl: string, book: DevnetAddressBook, acco
   })
   const { result } = (await res.json()) as { result?: string }
   if (typeof result !== 'string' || !result.startsWith('0x')) throw new Error('devnet snapshot: anvil_dumpState returned no state')
-  const base = snapshotName(accounts)
   // written under a temporary name and renamed, so a test starting at the same time never reads half a file
   const write = (path: string, content: string | Buffer) => {
     const temporary = `${path}.${process.pid}.tmp`
