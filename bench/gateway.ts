@@ -1,6 +1,9 @@
 import type autocannon from 'autocannon'
 import { cleanups, createKey, gatewayEnv, runBench, startAdmin, startBase, startMarketData } from './fleet.ts'
-import { autocannonRound, printReport, runInterleaved, summarize, type Ratio, type RoundResult, type Target } from './harness.ts'
+import { autocannonRound } from './harness/autocannon.ts'
+import { printReport } from './harness/report.ts'
+import { type Ratio, type RoundResult, runInterleaved, type Target } from './harness/rounds.ts'
+import { summarize } from './harness/stats.ts'
 import { openPaymentsStream } from './jetstream.ts'
 import { signPayments } from './payments.ts'
 import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start } from './processes.ts'
@@ -16,7 +19,7 @@ import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start } from './pro
  * behind a gateway, against the keyed route (aim: 80% of its throughput). (`pnpm bench` then runs
  * bench/quote.ts: GET /swap/quote through the gateway.)
  *
- * Method (bench/harness.ts): one warm-up round, not counted, then BENCH_ROUNDS rounds; each round
+ * Method (bench/harness/rounds.ts): one warm-up round, not counted, then BENCH_ROUNDS rounds; each round
  * runs the four targets one after another for BENCH_SECONDS each, always in the order bare, keyed,
  * keyed with the access log off, paid. Each ratio is computed per round against the denominator's
  * runs adjacent in time (keyed against the bare runs just before and after it, paid against the
@@ -145,7 +148,7 @@ async function main() {
   const bare = await start('bench/bareProxy.ts', { UPSTREAM: upstream, PORT: '3901' }, 'pipe')
   // the admin records the charged payments (one ledger write per batch); settling them on the
   // devnet would add a transaction per request on anvil, so settlement is off
-  const admin = await startAdmin(base, 3905)
+  const admin = await startAdmin(base, 3905, process.env.BENCH_ADMIN_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_ADMIN_NODE_OPTIONS } : {})
   const gatewaySettings = gatewayEnv(base, 'http://127.0.0.1:3905', {
     MARKET_DATA_URL: upstream,
     AGENT_URL: upstream,

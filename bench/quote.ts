@@ -3,7 +3,10 @@ import { identityHeaders } from '@ats/contracts'
 import { join } from 'node:path'
 import { closeSync, openSync } from 'node:fs'
 import { createKey, gatewayEnv, logProblems, runBench, startAdmin, startBase } from './fleet.ts'
-import { autocannonRound, printReport, runInterleaved, summarize, type RoundResult, type Target } from './harness.ts'
+import { autocannonRound } from './harness/autocannon.ts'
+import { printReport } from './harness/report.ts'
+import { type RoundResult, runInterleaved, type Target } from './harness/rounds.ts'
+import { summarize } from './harness/stats.ts'
 import { assertPortFree, childrenNamed, cpuMicros, pinLoadGenerator, pinToServerCore, ready, start } from './processes.ts'
 
 /**
@@ -25,7 +28,7 @@ import { assertPortFree, childrenNamed, cpuMicros, pinLoadGenerator, pinToServer
  *   miss direct  the same miss load straight to the trading service (with the internal token and
  *                the identity headers the gateway would send): what the gateway adds to a miss
  *
- * Method (bench/harness.ts): one warm-up round, not counted, then BENCH_QUOTE_ROUNDS rounds of the
+ * Method (bench/harness/rounds.ts): one warm-up round, not counted, then BENCH_QUOTE_ROUNDS rounds of the
  * three targets in the order hit, miss, miss direct, BENCH_SECONDS each; medians with min..max
  * over the rounds, and runs during which other processes took CPU marked disturbed.
  *

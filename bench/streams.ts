@@ -5,7 +5,7 @@ import { createRequire } from 'node:module'
 import type { ensureStream } from '@ats/service-kit'
 import { identityHeaders, natsChannels, type JobEvent } from '@ats/contracts'
 import { cleanups, runBench, startBase, startService } from './fleet.ts'
-import { machineMeter } from './harness.ts'
+import { machineMeter } from './harness/machine.ts'
 import { assertPortFree, cpuMicros, pinLoadGenerator, ready } from './processes.ts'
 
 /**

@@ -1,13 +1,15 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
+import { existsSync } from 'node:fs'
 import { connect } from 'node:net'
-import { join } from 'node:path'
+import { delimiter, join } from 'node:path'
 import { createInterface } from 'node:readline'
 // by path, like the services themselves: the root package depends on no service
 import { generateApiKey } from '../services/admin/src/keys/apiKeys.ts'
 import type { Devnet } from '../packages/devnet/src/deploy.ts'
 import { describeDevnet, devnetPort, startDevnetOrExplain } from '../packages/devnet/src/cli.ts'
 import { fleetMembers, memberEnv, type FleetMember } from './services.ts'
+import { fleetAccess, startNatsServer, type FleetAccess, type NatsServer } from './access.ts'
 
 /**
  * pnpm start: the whole fleet on this machine. Each service runs as its own
@@ -48,16 +50,55 @@ async function infrastructure(): Promise<NodeJS.ProcessEnv> {
     )
   }
   env.DATABASE_URL = databaseUrl
+  // without NATS_URL, a nats-server of this run's own enforces each component's permissions (leastPrivilege)
+  if (!process.env.NATS_URL && natsServerBinary) return { ...env, ...(await redis()) }
   const natsUrl = process.env.NATS_URL || defaults.NATS_URL
   if (!(await reachable(natsUrl, 4222))) {
     fail(`NATS is not reachable at ${natsUrl}. Start it with JetStream (nats-server -js) or set NATS_URL to a reachable server.`)
   }
   env.NATS_URL = natsUrl
+  return { ...env, ...(await redis()) }
+}
+
+async function redis(): Promise<NodeJS.ProcessEnv> {
   // the gateway's paid routes keep used nonces, payment ids and reservations there (issue 23)
   const redisUrl = process.env.REDIS_URL || defaults.REDIS_URL
   if (!(await reachable(redisUrl, 6379))) fail(`Redis is not reachable at ${new URL(redisUrl).host}: start redis-server or set REDIS_URL to a reachable server (the paid routes need it).`)
-  env.REDIS_URL = redisUrl
-  return env
+  return { REDIS_URL: redisUrl }
+}
+
+/** nats-server on PATH (or in /usr/sbin, Debian's place for it, often not on a user's PATH) */
+const natsServerBinary = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin']
+  .map((dir) => join(dir, 'nats-server'))
+  .find((path) => existsSync(path))
+
+/**
+ * Least privilege (docs/security.md): each member's own NATS user and Postgres role. Roles need
+ * DATABASE_URL to be able to create them (a superuser); when it cannot, every member uses
+ * DATABASE_URL as it is, with a warning. NATS users need a server that knows them: this run's
+ * own nats-server when NATS_URL is unset, else NATS_URL is used as given, with a warning.
+ */
+async function leastPrivilege(members: FleetMember[], settings: NodeJS.ProcessEnv): Promise<{ access: FleetAccess; natsUrl?: string }> {
+  const namespace = settings.NATS_NAMESPACE || undefined
+  let access: FleetAccess
+  try {
+    access = await fleetAccess({ members, namespace, databaseUrl: settings.DATABASE_URL })
+    say(`Postgres: each service connects as its own role (${access.roles.map((r) => `${r.role} -> ${r.schema}`).join(', ')}).`)
+  } catch (error) {
+    say(`warning: ${(error as Error).message}; every service uses DATABASE_URL as it is (no per-service roles).`)
+    access = await fleetAccess({ members, namespace })
+  }
+  if (settings.NATS_URL) {
+    say(`warning: NATS_URL is set (or nats-server is not installed): the services use it as given, and NATS permissions between them are not enforced (docs/security.md).`)
+    return { access }
+  }
+  natsServer = await startNatsServer({ authorization: access.natsAuthorization, binary: natsServerBinary })
+  // a subject a service's permissions lack is refused: show it, it names the user and the subject
+  createInterface({ input: natsServer.child.stderr! }).on('line', (line) => {
+    if (/violation/i.test(line)) process.stdout.write(`${'[nats]'.padEnd(14)}${line}\n`)
+  })
+  say(`NATS: this run's own nats-server (JetStream in a temporary directory) at ${natsServer.url}, one user per service with its permissions.`)
+  return { access, natsUrl: natsServer.url }
 }
 
 function run(member: FleetMember, env: NodeJS.ProcessEnv): ChildProcess {
@@ -89,6 +130,7 @@ async function waitReady(url: string, child: ChildProcess, name: string): Promis
 
 const children = new Map<string, ChildProcess>()
 let devnet: Devnet | undefined
+let natsServer: NatsServer | undefined
 /** set while the devnet starts, so that a Ctrl-C then still stops its anvil */
 let devnetStarting: Promise<Devnet> | undefined
 let stopping = false
@@ -104,6 +146,7 @@ async function stopAll(code: number): Promise<never> {
       }),
   )
   await Promise.race([Promise.all(exits), new Promise((resolve) => setTimeout(resolve, 15_000))])
+  await natsServer?.stop().catch((error: Error) => process.stderr.write(`nats-server: ${error.message}\n`))
   // The chain goes last: services may still use it while they shut down.
   const chain = devnet ?? (await devnetStarting?.catch(() => undefined))
   await chain?.stop().catch((error: Error) => process.stderr.write(`devnet: ${error.message}\n`))
@@ -151,9 +194,13 @@ if (process.env.RPC_URL) {
 const members = await fleetMembers()
 const gateway = members.find((m) => m.name === 'gateway')!
 try {
+  const { access, natsUrl } = await leastPrivilege(members, base)
   for (const member of members) {
     const isGateway = member === gateway
     const { env, port, opsPort } = memberEnv(member, base, process.env)
+    Object.assign(env, access.envOf(member.name, natsUrl ?? base.NATS_URL!))
+    // without this run's own nats-server, NATS_URL stays as given (it may carry its own credentials)
+    if (!natsUrl) env.NATS_URL = base.NATS_URL
     const child = run(member, env)
     children.set(member.name, child)
     child.once('exit', (code, signal) => {

@@ -18,6 +18,7 @@ import { agentService } from '@ats/agent/service'
 import { automationService } from '@ats/automation/service'
 import { marketDataService } from '@ats/market-data/service'
 import { startUpstreams } from '@ats/market-data/testing'
+import { jsonRequest, type JsonRequestInit } from './jsonRequest.ts'
 
 export const adminKey = 'atsk_gatewayTestBootstrapKey-00000000'
 type TestDevnet = Awaited<ReturnType<typeof startTestDevnet>>
@@ -89,19 +90,7 @@ export async function startFleet(t: Test, options: FleetOptions = {}) {
   for (let i = 0; i < (options.gateways ?? 1); i++) gateways.push(await startService(t, gatewayService, gatewayEnv))
   const gateway = gateways[0]!
 
-  const request = async (path: string, init: { method?: string; key?: string; body?: unknown; headers?: Record<string, string>; via?: number } = {}) => {
-    const res = await fetch(`${gateways[init.via ?? 0]!.url}${path}`, {
-      method: init.method ?? 'GET',
-      headers: {
-        ...(init.key ? { authorization: `Bearer ${init.key}` } : {}),
-        ...(init.body === undefined ? {} : { 'content-type': 'application/json' }),
-        ...init.headers,
-      },
-      ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) }),
-    })
-    const text = await res.text()
-    return { status: res.status, headers: res.headers, body: text ? (JSON.parse(text) as any) : undefined }
-  }
+  const request = (path: string, init: JsonRequestInit & { via?: number } = {}) => jsonRequest(`${gateways[init.via ?? 0]!.url}${path}`, init)
 
   const createKey = async (tier: string, label = `${tier} key`, policy?: Record<string, unknown>) => {
     const res = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier, label, ...(policy ? { policy } : {}) } })

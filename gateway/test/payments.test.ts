@@ -14,7 +14,7 @@ import {
   decodePaymentSignature,
   decodeXPayment,
   MalformedPaymentError,
-  PaymentError,
+  PaymentRefused,
   paymentFromHeaders,
   PaymentUnavailableError,
   type Payment,
@@ -66,7 +66,7 @@ t.test('x402 headers without a chain: decoding, digests and the 402 shapes', asy
       try {
         decode(raw)
       } catch (e) {
-        t.type(e, PaymentError)
+        t.type(e, PaymentRefused)
       }
     }
     const v1Of = (payload: unknown, top: object = {}) => b64({ x402Version: 1, scheme: 'exact', network: 'anvil', payload, ...top })
@@ -95,7 +95,7 @@ t.test('x402 headers without a chain: decoding, digests and the 402 shapes', asy
       /^PAYMENT-SIGNATURE: scheme 'upto' is not supported/,
       decodePaymentSignature,
     )
-    t.type(new MalformedPaymentError('X-PAYMENT', 'x'), PaymentError)
+    t.type(new MalformedPaymentError('X-PAYMENT', 'x'), PaymentRefused)
   })
 
   t.test('the 402 body and PAYMENT-REQUIRED header have the x402 shapes', async (t) => {
@@ -164,13 +164,13 @@ t.test('a payment signed by a funded account verifies and yields the payer', asy
   t.equal(await verifier.verify(decodePaymentSignature(paymentSignature(message, signature)), nowS()), payer.address, 'v2 too')
 })
 
-const refused = async (t: Test, payment: Payment | Promise<Payment>, code: string, message: RegExp, now = nowS()) => {
+const refused = async (t: Test, payment: Payment | Promise<Payment>, reason: string, message: RegExp, now = nowS()) => {
   const error = await verifier.verify(await payment, now).then(
     () => undefined,
     (e: unknown) => e,
   )
-  t.type(error, PaymentError)
-  t.match(error, { code, message }, `${code}: ${(error as Error | undefined)?.message}`)
+  t.type(error, PaymentRefused)
+  t.match(error, { code: 'ATS_ERR_PAYMENT_REFUSED', statusCode: 402, reason, message }, `${reason}: ${(error as Error | undefined)?.message}`)
 }
 
 t.test('each wrong payment fails with its own message', async (t) => {

@@ -1,19 +1,14 @@
+// Who may pass a route group, and as whom: the onRequest hook of each group.
 import { apiKeyPattern, hashApiKey, tierAllows } from '@ats/contracts'
-import { createError, Forbidden, Unauthorized, Unavailable } from '@ats/service-kit'
+import { Forbidden, Unauthorized, Unavailable } from '@ats/service-kit'
 import type { FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify'
+import { AuthFailures } from '../errors.ts'
 import type { PaymentGuard } from '../payments/paymentGuard.ts'
 import type { KeyHeader, RouteAuth } from '../routing/routeTable.ts'
 import type { AuthFailureLimiter } from './authFailures.ts'
 import type { KeyResolver, ResolvedKey } from './keyResolver.ts'
 import type { ConcurrencyLimiter } from './concurrency.ts'
 import type { KeyLimiter, PaidLimiter } from './rateLimit.ts'
-
-/** Who may pass a route group, and as whom: the onRequest hook of each group. */
-const TooManyFailures = createError<[number]>(
-  'ATS_ERR_AUTH_FAILURES',
-  'too many failed authentications from this address; retry in %s s',
-  429,
-)
 
 const bearer = /^Bearer\s+(\S+)\s*$/i
 
@@ -95,7 +90,7 @@ function refuseIfFlooding(failures: AuthFailureLimiter, request: FastifyRequest,
   const retryAfter = failures.retryAfter(request.ip)
   if (retryAfter === undefined) return
   reply.header('retry-after', retryAfter)
-  throw new TooManyFailures(retryAfter)
+  throw new AuthFailures(retryAfter)
 }
 
 /**

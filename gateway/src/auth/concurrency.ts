@@ -1,11 +1,5 @@
-import { createError } from '@ats/service-kit'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-
-const TooManyInFlight = createError<[string, number]>(
-  'ATS_ERR_TOO_MANY_IN_FLIGHT',
-  'too many requests in flight for this %s (at most %s at once); retry when one has finished',
-  429,
-)
+import { TooManyInFlight } from '../errors.ts'
 
 /**
  * Requests in flight per client address and per API key, in this gateway process (issue 23:

@@ -1,20 +1,14 @@
 import rateLimit from '@fastify/rate-limit'
 import { tiers, type Tier } from '@ats/contracts'
-import { createError } from '@ats/service-kit'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Redis } from 'ioredis'
+import { PaidRateLimited, RateLimited } from '../errors.ts'
 import { leasedCounterStore, memoryCounterStore } from './leasedCounter.ts'
 
 export interface TierLimits {
   windowMs: number
   perTier: Record<Tier, number>
 }
-
-const RateLimited = createError<[number, number, number]>(
-  'ATS_ERR_RATE_LIMITED',
-  'rate limit exceeded: %s requests per %s s for this key; retry in %s s',
-  429,
-)
 
 /** Counts one request of an authenticated key; throws 429 when it is over its tier's limit. */
 export type KeyLimiter = (request: FastifyRequest, reply: FastifyReply) => Promise<void>
@@ -64,12 +58,6 @@ export interface PaidLimits {
   /** paid requests per payer per window */
   perPayer: number
 }
-
-const PaidRateLimited = createError<[number, number, string, number]>(
-  'ATS_ERR_RATE_LIMITED',
-  'rate limit exceeded: %s paid requests per %s s for this %s; retry in %s s',
-  429,
-)
 
 /** Counts paid requests (issue 23): per client address before any payment check, per payer once one is verified. */
 export interface PaidLimiter {

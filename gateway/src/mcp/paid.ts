@@ -5,9 +5,10 @@
 // to the paid route as the PAYMENT-SIGNATURE header, so it is verified, reserved, charged and
 // settled by the same code as an HTTP request's.
 import { identityHeaders, type Job as JobView } from '@ats/contracts'
-import type { Logger } from '@ats/service-kit'
+import { injectHttp, tracingEnabled, type Logger } from '@ats/service-kit'
 import { declareDiscoveryExtension } from '@x402/extensions/bazaar'
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js'
+import { McpPaymentError } from '../errors.ts'
 
 /** What an injected request to a gateway route answered. */
 export interface RouteAnswer {
@@ -26,11 +27,6 @@ export interface PaidTool {
 
 export const paymentMetaKey = 'x402/payment'
 export const paymentResponseMetaKey = 'x402/payment-response'
-
-/** A payment in `_meta` that cannot be sent on: the client's mistake, answered as a tool error. */
-export class McpPaymentError extends Error {
-  override name = 'McpPaymentError'
-}
 
 /** The resource a paid tool is sold as (the transport spec's `mcp://tool/<name>`). */
 export const toolResource = (name: string) => `mcp://tool/${name}`
@@ -124,8 +120,11 @@ const answered = new Set(['complete', 'failed', 'cancelled', 'awaiting_approval'
 export function createPaidJobFollower({ agentUrl, internalToken, waitMs, log }: PaidJobFollowerOptions) {
   const base = agentUrl.replace(/\/+$/, '')
   async function read(jobId: string, payer: string, requestId: string): Promise<JobView | undefined> {
+    const headers: Record<string, string> = { [identityHeaders.internalToken]: internalToken, [identityHeaders.ownerId]: payer, [identityHeaders.requestId]: requestId }
+    // the agent's span of each look joins the tool call's trace
+    if (tracingEnabled()) injectHttp(headers)
     const response = await fetch(`${base}/agent/job/${encodeURIComponent(jobId)}`, {
-      headers: { [identityHeaders.internalToken]: internalToken, [identityHeaders.ownerId]: payer, [identityHeaders.requestId]: requestId },
+      headers,
       signal: AbortSignal.timeout(10_000),
     })
     if (!response.ok) {

@@ -3,12 +3,13 @@
 // its route through this gateway (app.inject): the same auth, tiers, limits, payments and proxy.
 import { gatewayRoutes, tierAllows, type Tier } from '@ats/contracts'
 import type { Token } from '@ats/chain'
-import { createError, type TypeBoxTypeProvider } from '@ats/service-kit'
+import type { TypeBoxTypeProvider } from '@ats/service-kit'
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
 import { CallToolRequestSchema, ListToolsRequestSchema, McpError, ErrorCode, type CallToolResult } from '@modelcontextprotocol/sdk/types.js'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { authHook, type AuthDeps } from '../auth/authHook.ts'
+import { MethodNotAllowed } from '../errors.ts'
 import { paymentHeaders, paymentRequiredResult, paymentResponseMeta, paymentResponseMetaKey, type PaidJobFollower, type RouteAnswer } from './paid.ts'
 import { mcpPrompts, mcpResources } from './resources.ts'
 import { mcpTools, requestOf, type McpTool } from './tools.ts'
@@ -24,8 +25,6 @@ export interface McpOptions {
   /** waits for the job a paid prompt bought (its answer is the tool's result) */
   followJob: PaidJobFollower
 }
-
-const MethodNotAllowed = createError<[string]>('ATS_ERR_METHOD_NOT_ALLOWED', '%s /mcp is not served: this MCP server is stateless (no sessions, no server-sent stream); POST each message', 405)
 
 /** Who calls: a key's tier, or nobody (the paid tools only). */
 type Caller = { tier: Tier } | { tier: undefined }

@@ -1,7 +1,7 @@
 import { eip3009Abi } from '@ats/chain'
 import { cachedLoader } from '@ats/service-kit'
 import type { Address, PublicClient } from 'viem'
-import { PaymentUnavailableError } from './errors.ts'
+import { PaymentUnavailableError } from '../errors.ts'
 
 export interface BalanceChecker {
   balanceOf(payer: Address): Promise<bigint>

@@ -1,10 +1,12 @@
 import { paymentsMessageId, type PaymentChannels, type PaymentCharged, type PaymentsCharged } from '@ats/contracts'
-import { ensureStream, type Logger } from '@ats/service-kit'
+import { ROOT_CONTEXT, ensureStream, publishTraced, trace, traceContext, tracingEnabled, type Context, type Logger } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 
 interface Waiter {
   charge: PaymentCharged
   done: () => void
+  /** the paid request's trace, with tracing on */
+  trace?: Context
 }
 
 const maxBatch = 512
@@ -19,6 +21,19 @@ export interface ChargePublisherOptions {
   maxUnsent?: number
   /** how long one publish waits for JetStream's ack (5 s) */
   publishTimeoutMs?: number
+}
+
+/**
+ * Where a batch's publish span sits: one charge, in its request's trace (the ledger continues
+ * it); several, in a trace of its own linked to each request's.
+ */
+function tracedAs(waiters: Waiter[]): { parent?: Context; links?: Array<{ context: NonNullable<ReturnType<typeof trace.getSpanContext>> }> } {
+  if (waiters.length === 1 && waiters[0]!.trace) return { parent: waiters[0]!.trace }
+  const links = waiters.flatMap((w) => {
+    const linked = w.trace && trace.getSpanContext(w.trace)
+    return linked ? [{ context: linked }] : []
+  })
+  return links.length > 0 ? { parent: ROOT_CONTEXT, links } : { parent: ROOT_CONTEXT }
 }
 
 /**
@@ -43,8 +58,8 @@ export async function createChargePublisher(nc: NatsConnection, channels: Paymen
   let unsentCharges = 0
   let publishing = false
 
-  const send = (batch: PaymentsCharged) =>
-    js.publish(channels.charged.subject, channels.charged.message.encode(batch), { msgID: paymentsMessageId(batch), timeout: publishTimeoutMs })
+  const send = (batch: PaymentsCharged, waiters: Waiter[] = []) =>
+    publishTraced(js, channels.charged.subject, channels.charged.message.encode(batch), { msgID: paymentsMessageId(batch), timeout: publishTimeoutMs }, tracingEnabled() ? tracedAs(waiters) : undefined)
 
   const keep = (batch: PaymentsCharged) => {
     unsent.push(batch)
@@ -60,7 +75,7 @@ export async function createChargePublisher(nc: NatsConnection, channels: Paymen
         const batch = { charges: waiters.map((w) => w.charge) }
         try {
           if (unsent.length > 0) throw new Error('earlier payment events are still unsent')
-          await send(batch)
+          await send(batch, waiters)
         } catch (error) {
           keep(batch)
           log.error({ err: error, unsent: unsentCharges }, 'payment events not published yet; retrying every second')
@@ -104,7 +119,7 @@ export async function createChargePublisher(nc: NatsConnection, channels: Paymen
     /** resolves once the charge is stored in the stream, or kept for retry */
     charge(charge: PaymentCharged): Promise<void> {
       return new Promise((resolve) => {
-        queued.push({ charge, done: resolve })
+        queued.push(tracingEnabled() ? { charge, done: resolve, trace: traceContext.active() } : { charge, done: resolve })
         void drain()
       })
     },

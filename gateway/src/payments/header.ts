@@ -4,7 +4,7 @@ import { PAYMENT_IDENTIFIER, validatePaymentIdentifier } from '@x402/extensions/
 import { Type, type Static, type TSchema } from 'typebox'
 import { Compile } from 'typebox/compile'
 import type { Hex } from 'viem'
-import { MalformedPaymentError, PaymentError } from './errors.ts'
+import { MalformedPaymentError, PaymentRefused } from '../errors.ts'
 
 /**
  * The two payment headers, read with x402's own schemas (@x402/core) for the envelope and ours
@@ -110,7 +110,7 @@ function problem(validator: ReturnType<typeof Compile>, value: unknown, prefix: 
 const toUint = (value: string | number) => BigInt(value)
 
 function exact(header: string, scheme: string, payload: unknown): Pick<Payment, 'signature' | 'authorization'> {
-  if (scheme !== 'exact') throw new PaymentError('unsupported_scheme', `${header}: scheme '${scheme}' is not supported; only 'exact'`)
+  if (scheme !== 'exact') throw new PaymentRefused('unsupported_scheme', `${header}: scheme '${scheme}' is not supported; only 'exact'`)
   const wrong = problem(exactPayload, payload, 'payload.')
   if (wrong) throw new MalformedPaymentError(header, wrong)
   const { signature, authorization: a } = payload as Static<typeof ExactEvmPayload>

@@ -1,4 +1,4 @@
-export * from './errors.ts'
+export { MalformedPaymentError, PaymentRefused, type PaymentRefusalReason, PaymentUnavailableError } from '../errors.ts'
 export * from './header.ts'
 export * from './signature.ts'
 export * from './nonces.ts'

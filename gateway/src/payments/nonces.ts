@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis'
-import { PaymentUnavailableError } from './errors.ts'
+import { PaymentUnavailableError } from '../errors.ts'
 
 /** Claims an EIP-3009 nonce once across every gateway replica. */
 export interface NonceStore {

@@ -10,14 +10,14 @@ import {
   type PaymentCharged,
   type PaymentTerms,
 } from '@ats/contracts'
-import { createError, StartupError, Unavailable, type ChainContext, type Logger, type ServiceConfig } from '@ats/service-kit'
+import { StartupError, Unavailable, type ChainContext, type Logger, type ServiceConfig } from '@ats/service-kit'
 import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier'
 import type { FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler, preHandlerHookHandler } from 'fastify'
 import type { Redis } from 'ioredis'
 import { getAddress, type Address } from 'viem'
 import { createPayerChain, createReservations } from './reservations.ts'
 import { discoveryFor } from './discovery.ts'
-import { PaymentError } from './errors.ts'
+import { PaymentIdReused, PaymentRefused } from '../errors.ts'
 import { paymentFromHeaders, type Payment } from './header.ts'
 import { createNonceStore } from './nonces.ts'
 import { createPaymentIdStore, requestFingerprint, type PaymentIdClaim } from './paymentIds.ts'
@@ -48,12 +48,6 @@ export interface PaymentGuard {
   preHandler: preHandlerHookHandler
   onSend: onSendHookHandler
 }
-
-const PaymentIdReused = createError<[string]>(
-  'ATS_ERR_PAYMENT_ID_REUSED',
-  'payment id %s was first used with another request (method, path, query or body differ); use a new id for a new request',
-  409,
-)
 
 export interface PaymentGuardDeps {
   redis: Redis | undefined
@@ -133,7 +127,7 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
     if (request.method !== 'POST' || pathOf(request) !== '/agent/prompt') return
     const now = BigInt(Math.floor(Date.now() / 1000))
     if (payment.authorization.validBefore < now + jobWindow) {
-      throw new PaymentError(
+      throw new PaymentRefused(
         'expired',
         `expires too soon for a job: a prompt's payment settles only when its job completes, so validBefore must be at least ${jobWindow} s after now (${now}); sign validBefore = now + maxTimeoutSeconds (${settings.PAYMENT_TIMEOUT_SECONDS})`,
       )
@@ -218,7 +212,7 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
   }
 
   const refused = (request: FastifyRequest, reply: FastifyReply, error: unknown) => {
-    if (error instanceof PaymentError) return paymentRequired(request, reply, error.message)
+    if (error instanceof PaymentRefused) return paymentRequired(request, reply, error.message)
     request.log.error({ err: error }, 'payment verification failed')
     throw new Unavailable('payment verification is unavailable, try again shortly')
   }

@@ -7,7 +7,7 @@ import { eip3009Abi, MULTICALL3_ADDRESS, multicall3Abi } from '@ats/chain'
 import { cachedLoader, type Logger } from '@ats/service-kit'
 import type { Redis } from 'ioredis'
 import { decodeFunctionResult, encodeFunctionData, getAbiItem, numberToHex, toFunctionSelector, type Address, type Hex, type PublicClient } from 'viem'
-import { PaymentError, PaymentUnavailableError } from './errors.ts'
+import { PaymentRefused, PaymentUnavailableError } from '../errors.ts'
 import type { Payment } from './header.ts'
 import { nonceKeyOf, nonceTtlMs, NONCE_MARGIN_MS } from './nonces.ts'
 
@@ -264,7 +264,7 @@ export function createReservations({ redis, chain, namespace, marginMs = NONCE_M
     return [`${base}:amounts`, `${base}:expiries`] as const
   }
   const failed = (error: unknown) => {
-    if (error instanceof PaymentUnavailableError || error instanceof PaymentError) return error
+    if (error instanceof PaymentUnavailableError || error instanceof PaymentRefused) return error
     return new PaymentUnavailableError(`reservation store unavailable: ${(error as Error).message}`, { cause: error })
   }
 
@@ -316,7 +316,7 @@ export function createReservations({ redis, chain, namespace, marginMs = NONCE_M
     /**
      * Admits a payment: funded beyond what the payer's unsettled payments reserve, its nonce
      * claimed and its value reserved, in one atomic step for every gateway. `used` when the nonce
-     * is already claimed; a PaymentError when the payer cannot cover it.
+     * is already claimed; a PaymentRefused when the payer cannot cover it.
      */
     async reserve(payment: Payment, payer: Address, record?: ReserveRecord): Promise<ReserveOutcome> {
       try {
@@ -327,7 +327,7 @@ export function createReservations({ redis, chain, namespace, marginMs = NONCE_M
           // a payment id's repeat names its first payment, which may be settled by now
           const existing = record && (await redis.get(record.key))
           if (existing) return { kind: 'record', existing }
-          throw new PaymentError(
+          throw new PaymentRefused(
             'nonce_used',
             `nonce already used on chain: authorization ${nonce} of ${payer} was used or canceled on the token contract; sign a new payment`,
           )
@@ -347,7 +347,7 @@ export function createReservations({ redis, chain, namespace, marginMs = NONCE_M
           const value = payment.authorization.value
           if (balance.balance < value) throw insufficient(payer, balance.balance, value)
           if (pruned) {
-            throw new PaymentError(
+            throw new PaymentRefused(
               'insufficient_funds',
               `insufficient funds: ${payer} holds ${balance.balance}, of which ${detail} is reserved by unsettled payments; the payment is ${value}`,
             )
@@ -365,4 +365,4 @@ export function createReservations({ redis, chain, namespace, marginMs = NONCE_M
 export type Reservations = ReturnType<typeof createReservations>
 
 export const insufficient = (payer: Address, balance: bigint, value: bigint) =>
-  new PaymentError('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${value}`)
+  new PaymentRefused('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${value}`)

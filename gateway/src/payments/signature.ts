@@ -1,7 +1,7 @@
 import createKeccak from 'keccak'
 import secp from 'secp256k1'
 import { domainSeparator, keccak256, toBytes, type Address, type Hex } from 'viem'
-import { PaymentError } from './errors.ts'
+import { PaymentRefused } from '../errors.ts'
 import type { Authorization } from './header.ts'
 
 const typeHash = keccak256(
@@ -44,21 +44,21 @@ export function createAuthorizationSigning(domain: { name: string; version: stri
     return keccak(envelope)
   }
 
-  /** The lower-case address that signed `a`, or a PaymentError when the signature is unusable. */
+  /** The lower-case address that signed `a`, or a PaymentRefused when the signature is unusable. */
   function recover(a: Authorization, signature: Hex): Hex {
     const sig = Buffer.from(signature.slice(2), 'hex')
-    if (sig.length !== 65) throw new PaymentError('invalid_signature', 'invalid signature: must be 65 bytes')
+    if (sig.length !== 65) throw new PaymentRefused('invalid_signature', 'invalid signature: must be 65 bytes')
     const v = sig[64]!
     const recid = v >= 27 ? v - 27 : v
-    if (recid !== 0 && recid !== 1) throw new PaymentError('invalid_signature', `invalid signature: v must be 27 or 28, not ${v}`)
+    if (recid !== 0 && recid !== 1) throw new PaymentRefused('invalid_signature', `invalid signature: v must be 27 or 28, not ${v}`)
     if (BigInt('0x' + signature.slice(66, 130)) > halfN)
-      throw new PaymentError('invalid_signature', 'invalid signature: s is in the upper half of the curve order (EIP-2)')
+      throw new PaymentRefused('invalid_signature', 'invalid signature: s is in the upper half of the curve order (EIP-2)')
     sig64.set(sig.subarray(0, 64))
     let pub: Uint8Array
     try {
       pub = secp.ecdsaRecover(sig64, recid, digest(a), false)
     } catch {
-      throw new PaymentError('invalid_signature', 'invalid signature: no public key recovers from it')
+      throw new PaymentRefused('invalid_signature', 'invalid signature: no public key recovers from it')
     }
     return `0x${keccak(pub.subarray(1)).subarray(12).toString('hex')}`
   }

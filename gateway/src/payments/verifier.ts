@@ -1,7 +1,7 @@
 import { LRUCache } from 'lru-cache'
 import { getAddress, type Address } from 'viem'
 import type { BalanceChecker } from './balances.ts'
-import { PaymentError } from './errors.ts'
+import { PaymentRefused } from '../errors.ts'
 import type { Payment } from './header.ts'
 import type { NonceStore } from './nonces.ts'
 import type { Reservations } from './reservations.ts'
@@ -50,43 +50,43 @@ export function createPaymentVerifier({
   const checksums = new LRUCache<string, Address>({ max: 50_000, memoMethod: (lower) => getAddress(lower) })
 
   /**
-   * Everything but the balance and the nonce: the payer's checksummed address, or a PaymentError
+   * Everything but the balance and the nonce: the payer's checksummed address, or a PaymentRefused
    * saying what is wrong. `now` in unix seconds.
    */
   function check(payment: Payment, now: number | bigint): Address {
     const t = BigInt(Math.floor(Number(now)))
     const a = payment.authorization
     if (!networks.has(payment.network))
-      throw new PaymentError('wrong_network', `wrong network: '${payment.network}'; this API is paid on ${[...networks].join(' / ')}`)
+      throw new PaymentRefused('wrong_network', `wrong network: '${payment.network}'; this API is paid on ${[...networks].join(' / ')}`)
     if (payment.asset !== undefined && payment.asset !== asset)
-      throw new PaymentError('wrong_asset', `wrong asset: ${payment.asset}; pay in ${r.asset}`)
-    if (a.to !== payTo) throw new PaymentError('wrong_recipient', `wrong recipient: authorization.to ${a.to} is not payTo ${r.payTo}`)
-    if (a.value < r.price) throw new PaymentError('amount_too_low', `amount too low: ${a.value} < ${r.price}`)
-    if (a.validAfter > t) throw new PaymentError('not_yet_valid', `not yet valid: validAfter ${a.validAfter} is after now (${t})`)
-    if (a.validBefore <= t) throw new PaymentError('expired', `expired: validBefore ${a.validBefore} is not after now (${t})`)
+      throw new PaymentRefused('wrong_asset', `wrong asset: ${payment.asset}; pay in ${r.asset}`)
+    if (a.to !== payTo) throw new PaymentRefused('wrong_recipient', `wrong recipient: authorization.to ${a.to} is not payTo ${r.payTo}`)
+    if (a.value < r.price) throw new PaymentRefused('amount_too_low', `amount too low: ${a.value} < ${r.price}`)
+    if (a.validAfter > t) throw new PaymentRefused('not_yet_valid', `not yet valid: validAfter ${a.validAfter} is after now (${t})`)
+    if (a.validBefore <= t) throw new PaymentRefused('expired', `expired: validBefore ${a.validBefore} is not after now (${t})`)
     if (a.validBefore <= t + minValidity)
-      throw new PaymentError('expired', `expires too soon: validBefore ${a.validBefore} must be more than ${minValidity} s after now (${t})`)
+      throw new PaymentRefused('expired', `expires too soon: validBefore ${a.validBefore} must be more than ${minValidity} s after now (${t})`)
     if (a.validBefore > t + maxValidity)
-      throw new PaymentError('validity_too_long', `valid too long: validBefore ${a.validBefore} is more than ${maxValidity} s after now (${t})`)
+      throw new PaymentRefused('validity_too_long', `valid too long: validBefore ${a.validBefore} is more than ${maxValidity} s after now (${t})`)
 
     const signer = signing.recover(a, payment.signature)
     if (signer !== a.from)
-      throw new PaymentError('signer_mismatch', `invalid signature: signed by ${getAddress(signer)}, not by authorization.from ${getAddress(a.from)}`)
+      throw new PaymentRefused('signer_mismatch', `invalid signature: signed by ${getAddress(signer)}, not by authorization.from ${getAddress(a.from)}`)
 
     const payer = checksums.memo(a.from)
     const refused = refusedPayer(a.from)
-    if (refused !== undefined) throw new PaymentError('payer_blocked', `payer refused: ${payer} has a payment that could not settle (${refused})`)
+    if (refused !== undefined) throw new PaymentRefused('payer_blocked', `payer refused: ${payer} has a payment that could not settle (${refused})`)
     return payer
   }
 
-  /** The payer holds the payment's value (read from the chain, cached), or a PaymentError. */
+  /** The payer holds the payment's value (read from the chain, cached), or a PaymentRefused. */
   async function funded(payment: Payment, payer: Address): Promise<void> {
     const balance = await balances.balanceOf(payer)
     const { value } = payment.authorization
-    if (balance < value) throw new PaymentError('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${value}`)
+    if (balance < value) throw new PaymentRefused('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${value}`)
   }
 
-  /** The payer's checksummed address once the payment is checked, funded and its nonce claimed; else a PaymentError. */
+  /** The payer's checksummed address once the payment is checked, funded and its nonce claimed; else a PaymentRefused. */
   async function verify(payment: Payment, now: number | bigint): Promise<Address> {
     const payer = check(payment, now)
     if (reservations) {
@@ -105,4 +105,4 @@ export function createPaymentVerifier({
 export type PaymentVerifier = ReturnType<typeof createPaymentVerifier>
 
 export const nonceUsed = (payment: Payment, payer: Address) =>
-  new PaymentError('nonce_used', `nonce already used: ${payment.authorization.nonce} from ${payer}`)
+  new PaymentRefused('nonce_used', `nonce already used: ${payment.authorization.nonce} from ${payer}`)

@@ -2,7 +2,7 @@ import proxy from '@fastify/http-proxy'
 import { randomBytes } from 'node:crypto'
 import type { IncomingHttpHeaders } from 'node:http'
 import { identityHeaders } from '@ats/contracts'
-import { errorBody, errorHandler, type ErrorFormat } from '@ats/service-kit'
+import { errorBody, errorHandler, injectHttp, requestTraceContext, tracingEnabled, type ErrorFormat } from '@ats/service-kit'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerBase } from 'fastify'
 import { authHook, countFailedPayments, type AuthDeps } from '../auth/authHook.ts'
 import { routeTable, type RouteGroup, type UpstreamName } from '../routing/routeTable.ts'
@@ -23,8 +23,9 @@ export interface ProxyOptions {
 /**
  * Credentials and identity claims never pass the gateway as the client sent them. Nor does
  * `expect`: the gateway answered the 100-continue itself (bodyLimit.ts), and undici refuses it.
+ * Nor a client's trace headers: the gateway starts every trace (tracing.ts), and sends its own.
  */
-const droppedHeaders = ['authorization', 'x-api-key', 'x-payment', 'payment-signature', 'cookie', 'expect']
+const droppedHeaders = ['authorization', 'x-api-key', 'x-payment', 'payment-signature', 'cookie', 'expect', 'traceparent', 'tracestate']
 
 function forwardedHeaders(request: FastifyRequest<any, RawServerBase>, headers: IncomingHttpHeaders, token: string): IncomingHttpHeaders {
   const out: IncomingHttpHeaders = {}
@@ -42,6 +43,11 @@ function forwardedHeaders(request: FastifyRequest<any, RawServerBase>, headers: 
   // the verified payment of a paid request: the agent ties the job it starts to it
   const paid = request.payment
   if (paid) out[identityHeaders.payment] = `${paid.payer.toLowerCase()}:${paid.payment.authorization.nonce.toLowerCase()}`
+  // the service's server span becomes a child of the gateway's
+  if (tracingEnabled()) {
+    const trace = requestTraceContext(request)
+    if (trace) injectHttp(out, trace)
+  }
   return out
 }
 

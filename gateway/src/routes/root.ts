@@ -1,9 +1,9 @@
-import { gatewayRoutes, publicRoutes } from '@ats/contracts'
+import { gatewayRoutes } from '@ats/contracts'
 import type { TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
-import { buildOpenApi } from '../routing/openapi.ts'
+import { openApiDocument } from '../routing/openapi.ts'
 
 /** The interactive API reference (GET / names it). */
 export const docsUrl = '/docs'
@@ -17,14 +17,7 @@ export interface RootOptions {
 
 export async function rootRoutes(app: FastifyInstance, options: RootOptions) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
-  const document = buildOpenApi(
-    {
-      title: 'Agent Trading Service API',
-      version: options.version,
-      description: 'AI-agent DeFi on Arbitrum: agent jobs, swaps, portfolio, market data, automations, administration.',
-    },
-    publicRoutes,
-  )
+  const document = openApiDocument(options.version)
   api.route({
     ...gatewayRoutes.root,
     handler: async () => ({

@@ -1,4 +1,4 @@
-import type { ApiRoute } from '@ats/contracts'
+import { publicRoutes, type ApiRoute } from '@ats/contracts'
 import type { TSchema } from 'typebox'
 import { groupFor, routeTable, type RouteAuth } from './routeTable.ts'
 
@@ -93,3 +93,17 @@ export function buildOpenApi(info: OpenApiInfo, routes: readonly ApiRoute[]) {
     paths,
   }
 }
+
+/**
+ * The public API's document as the gateway serves it at /openapi.json, and as `pnpm docs:openapi`
+ * writes it to docs/openapi.json: the contract users read, built from the routes' own schemas.
+ */
+export const openApiDocument = (version: string) =>
+  buildOpenApi(
+    {
+      title: 'Agent Trading Service API',
+      version,
+      description: 'AI-agent DeFi on Arbitrum: agent jobs, swaps, portfolio, market data, automations, administration.',
+    },
+    publicRoutes,
+  )

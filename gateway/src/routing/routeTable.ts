@@ -31,7 +31,7 @@ export interface RouteGroup {
 const key = (tier: Tier, keyHeaders?: readonly KeyHeader[]): RouteAuth => ({ kind: 'key', tier, ...(keyHeaders ? { keyHeaders } : {}) })
 
 /**
- * The gateway's route table (spec section 5, ARCHITECTURE.md "Request flow").
+ * The gateway's route table (docs/architecture.md, "Contracts").
  * Order matters only for overlapping prefixes: the longest prefix wins.
  */
 export const routeTable: readonly RouteGroup[] = [

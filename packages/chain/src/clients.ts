@@ -1,21 +1,15 @@
-import { createPublicClient, defineChain, http, type Chain, type Hex, type PublicClient } from 'viem'
+import { createPublicClient, defineChain, http, type Chain, type Hex, type PublicClient, type Transport } from 'viem'
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
-
-/** A typed 503: services answer it as `{error: "server wallet not configured"}`, not as a 500. */
-export class ServerWalletNotConfigured extends Error {
-  override name = 'ServerWalletNotConfigured'
-  readonly code = 'ATS_ERR_SERVER_WALLET_NOT_CONFIGURED'
-  readonly statusCode = 503
-  constructor() {
-    super('server wallet not configured')
-  }
-}
+import { ServerWalletNotConfigured } from './errors.ts'
+import { rpcFetch } from './rpcFetch.ts'
 
 export interface ChainSettings {
   rpcUrl: string
   chainId: number
   /** SERVER_WALLET_PRIVATE_KEY; without it, write operations are refused */
   privateKey?: Hex
+  /** wraps the HTTP transport (the service kit's tracing adds a span per RPC call) */
+  wrapTransport?: (transport: Transport) => Transport
 }
 
 export interface ChainClients {
@@ -64,7 +58,8 @@ function chainFor({ chainId, rpcUrl }: ChainSettings): Chain {
 /** The one factory for viem clients: every service talks to the chain through it. */
 export function createChainClients(settings: ChainSettings): ChainClients {
   const chain = chainFor(settings)
-  const transport = http(settings.rpcUrl, { batch: true, retryCount: 2 })
+  const plain = http(settings.rpcUrl, { batch: true, retryCount: 2, fetchFn: rpcFetch })
+  const transport = settings.wrapTransport ? settings.wrapTransport(plain) : plain
   const publicClient = createPublicClient({ chain, transport }) as PublicClient
   const account = settings.privateKey ? privateKeyToAccount(settings.privateKey) : undefined
   return {

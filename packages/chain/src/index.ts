@@ -1,6 +1,7 @@
 export * from './tokens.ts'
 export * from './networks.ts'
 export * from './clients.ts'
+export * from './errors.ts'
 export * from './addressBook.ts'
 export * from './abis.ts'
 export * from './erc721.ts'

@@ -12,7 +12,9 @@
  *    the grace period, a non-root read-only securityContext, an HPA and a PDB; every setting
  *    the component reads set from a ConfigMap or (secret ones only) a Secret; NetworkPolicies
  *    that let only the gateway reach the services and only the services the datastores;
- *    KEDA ScaledObjects checked by src/keda.ts (no schema for them here).
+ *    KEDA ScaledObjects checked by src/keda.ts (no schema for them here);
+ *  - least privilege (src/access.ts): each component's own NATS user and Postgres role in
+ *    compose and k8s, and the generated authorization files up to date.
  *
  * `root` is where the files are read from (the repository, or a copy in the tests); the
  * components and the settings they read come from the code (scripts/services.ts).
@@ -24,6 +26,7 @@ import { basename, join, relative } from 'node:path'
 import { loadConfig, settingsOf } from '@ats/service-kit'
 import { parse, parseAllDocuments } from 'yaml'
 import { fleetMembers } from '../../../scripts/services.ts'
+import { checkAccessFiles, checkComposeAccess, checkDeploymentAccess, checkNatsWorkload } from './access.ts'
 import { lintDockerfile } from './dockerfile.ts'
 import { checkScaledObjects, isScaledObject, kedaOperator, natsMonitoringPort, scalesOnJetStream } from './keda.ts'
 import { kustomize } from './kubectl.ts'
@@ -89,6 +92,8 @@ export async function checkDeployment(root: string, repoRoot = root): Promise<Re
 
   // ---- docker-compose.yml -------------------------------------------------------------
   checkCompose(root, [...fleet, devnet], imageHealth, problems, notes)
+  // each component's own NATS user and Postgres role (src/access.ts)
+  await checkAccessFiles(root, problems)
 
   // ---- k8s -------------------------------------------------------------------------
   const example = loadYaml(join(root, 'k8s/base/secret.example.yaml'), problems).find((d) => d.kind === 'Secret')
@@ -193,6 +198,7 @@ function admittedBeyond(policies: Obj[], labels: Obj, allowed: (name: string, ru
 function checkManifests(where: string, docs: Obj[], fleet: Component[], example: Obj | undefined, problems: string[]): void {
   const of = (kind: string) => docs.filter((d) => d.kind === kind)
   const workloads = docs.filter((d) => d.kind === 'Deployment' || d.kind === 'StatefulSet')
+  for (const w of workloads) checkNatsWorkload(where, w, problems)
   const configMaps = new Map<string, Obj>(of('ConfigMap').map((c) => [c.metadata.name as string, { ...c.data }]))
   const secrets = new Map(of('Secret').map((s) => [s.metadata.name as string, new Set(Object.keys({ ...s.data, ...s.stringData }))]))
   const secretsShipped = secrets.size > 0
@@ -268,6 +274,7 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
   const labels = podLabels(d)
   const container = arr(pod.containers).find((c: Obj) => imageName(c.image) === `ats-${component.name}`)!
   const env = new Map<string, Obj>(arr(container.env).map((e: Obj) => [e.name, e]))
+  checkDeploymentAccess(id, component.name, container, problems)
   const literal = (name: string) => env.get(name)?.value as string | undefined
 
   // probes where the process serves them: /health on PORT, /ready on OPS_PORT (the gateway) or PORT
@@ -420,6 +427,8 @@ function checkCompose(root: string, components: Component[], imageHealth: Map<st
     return void problems.push(`docker-compose.yml: ${(error as Error).message}`)
   }
   const services: Obj = isObj(compose?.services) ? compose.services : {}
+  const fleet = components.filter((c) => c.name !== 'devnet').map((c) => ({ name: c.name, database: 'DATABASE_URL' in c.settings }))
+  checkComposeAccess(services, fleet, problems)
   const example = existsSync(envFile) ? readFileSync(envFile, 'utf8') : ''
   for (const m of text.matchAll(/\$\{([A-Z0-9_]+):\?/g)) {
     if (!new RegExp(`^${m[1]}=`, 'm').test(example)) problems.push(`docker-compose.yml: requires ${m[1]}, which .env.example does not set`)

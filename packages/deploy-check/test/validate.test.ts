@@ -102,7 +102,7 @@ const cases: Array<{ name: string; file: string; from: string | RegExp; to: stri
   {
     name: 'a secret setting given as a literal',
     file: 'k8s/base/trading-deployment.yaml',
-    from: /- name: DATABASE_URL\n\s+valueFrom:\n\s+secretKeyRef: \{ name: ats-secrets, key: DATABASE_URL \}/,
+    from: /- name: DATABASE_URL\n\s+valueFrom:\n\s+secretKeyRef: \{ name: ats-secrets, key: DATABASE_URL_TRADING \}/,
     to: '- name: DATABASE_URL\n              value: postgresql://postgres:hunter2@postgres:5432/ats',
     expect: /Deployment trading: DATABASE_URL is a secret setting: it must come from a Secret/,
   },
@@ -245,6 +245,35 @@ const cases: Array<{ name: string; file: string; from: string | RegExp; to: stri
     from: 'EXPOSE 8545',
     to: 'EXPOZE 8545',
     expect: /packages\/devnet\/Dockerfile:\d+: dockerfile-utils: Unknown instruction: EXPOZE/,
+  },
+  // least privilege (src/access.ts)
+  {
+    name: "a Deployment reading another component's NATS credentials",
+    file: 'k8s/base/market-data-deployment.yaml',
+    from: 'key: NATS_URL_MARKET_DATA',
+    to: 'key: NATS_URL_TRADING',
+    expect: /k8s\/base: Deployment market-data: NATS_URL must come from the Secret key NATS_URL_MARKET_DATA/,
+  },
+  {
+    name: 'compose connecting a service to Postgres as the superuser',
+    file: 'docker-compose.yml',
+    from: 'DATABASE_URL: postgresql://ats_trading:',
+    to: 'DATABASE_URL: postgresql://postgres:',
+    expect: /docker-compose\.yml: trading's DATABASE_URL must use its own role ats_trading/,
+  },
+  {
+    name: 'the dev overlay running NATS without the authorization file',
+    file: 'k8s/overlays/dev/nats.yaml',
+    from: '"-c", "/etc/nats/authorization.conf", ',
+    to: '',
+    expect: /k8s\/overlays\/dev: StatefulSet nats: nats-server must run with -c/,
+  },
+  {
+    name: 'a generated authorization file edited by hand (or not regenerated)',
+    file: 'k8s/overlays/dev/access/nats-authorization.conf',
+    from: '"ats.admin.keys.verify"',
+    to: '"ats.>"',
+    expect: /nats-authorization\.conf: not what the contracts and the fleet generate now; run pnpm access:config/,
   },
 ]
 

@@ -1,9 +1,10 @@
 import { ARBITRUM_ONE_CHAIN_ID, DEVNET_CHAIN_ID, addressBookFor, createChainClients, createTokenRegistry, type AddressBook, type ChainClients, type TokenRegistry } from '@ats/chain'
 import { bytes32Pattern } from '@ats/contracts'
 import { Type } from 'typebox'
-import type { Hex } from 'viem'
+import type { Hex, Transport } from 'viem'
 import { StartupError, httpUrlSetting } from './config.ts'
 import type { Logger } from './logger.ts'
+import { SpanKind, inSpan, tracingEnabled } from './tracing.ts'
 import { createWalletLock, createWalletSender, walletLockName, type WalletLock, type WalletSender } from './walletSender.ts'
 
 export type { SignedTx, WalletSender } from './walletSender.ts'
@@ -65,11 +66,27 @@ export function checkAddressBook(config: ChainConfig): void {
   }
 }
 
+/**
+ * A client span per JSON-RPC call (`rpc eth_call`), over viem's transport: calls viem batches
+ * into one HTTP request keep a span each. The RPC provider gets no traceparent.
+ */
+export function tracedTransport(transport: Transport): Transport {
+  return (params) => {
+    const inner = transport(params)
+    const request: typeof inner.request = (args, options) =>
+      inSpan(`rpc ${args.method}`, { kind: SpanKind.CLIENT, attributes: { 'rpc.system': 'jsonrpc', 'rpc.method': args.method, 'ats.chain_id': params.chain?.id ?? 0 } }, () =>
+        inner.request(args, options),
+      )
+    return { ...inner, request }
+  }
+}
+
 export function createChainContext(config: ChainConfig, log?: Logger): ChainContext {
   const clients = createChainClients({
     rpcUrl: config.RPC_URL,
     chainId: config.CHAIN_ID,
     ...(config.SERVER_WALLET_PRIVATE_KEY ? { privateKey: config.SERVER_WALLET_PRIVATE_KEY as Hex } : {}),
+    ...(tracingEnabled() ? { wrapTransport: tracedTransport } : {}),
   })
   let book: AddressBook | undefined
   let tokens: TokenRegistry | undefined

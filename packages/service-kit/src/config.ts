@@ -53,6 +53,15 @@ export const baseSettings = {
     default: 1024 * 1024,
     description: 'largest request body, in bytes; a larger one is a 413 at the gateway, before any service (set it once for the fleet)',
   }),
+  // the OpenTelemetry names, so a collector's docs apply as written (tracing.ts)
+  OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(
+    httpUrlSetting({
+      description: 'OTLP/HTTP collector base URL (traces are posted to its /v1/traces); with this and the next unset, tracing is off and costs nothing',
+    }),
+  ),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(
+    httpUrlSetting({ description: 'OTLP/HTTP URL for traces, used as given; wins over OTEL_EXPORTER_OTLP_ENDPOINT' }),
+  ),
   INTERNAL_TOKEN: Type.String({
     // sent as a header: a character HTTP headers cannot carry would fail every proxied request
     pattern: '^[!-~]{16,}$',

@@ -1,12 +1,14 @@
+import { STATUS_CODES } from 'node:http'
 import { identityHeaders, type Failure } from '@ats/contracts'
 import createError from '@fastify/error'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 
 /**
- * The kit's error registry. Every code is prefixed ATS_ERR_; a service adds its
- * own with the same createError. Errors from a registry are safe to show, so
- * their message reaches the client even with a 5xx status (503 "server wallet
- * not configured"); any other 5xx is logged and answered without detail.
+ * The kit's error registry. Every code is prefixed ATS_ERR_ and means one thing (one status, one
+ * name: the code's words); a service declares its own with the same createError in its own
+ * src/errors.ts, never inline (docs/architecture.md, "Errors"). Errors from a registry are safe
+ * to show, so their message reaches the client even with a 5xx status (503 "server wallet not
+ * configured"); any other 5xx is logged and answered without detail.
  */
 export { createError }
 
@@ -17,6 +19,99 @@ export const BadRequest = createError<[string]>('ATS_ERR_BAD_REQUEST', '%s', 400
 export const Unavailable = createError<[string]>('ATS_ERR_UNAVAILABLE', '%s', 503)
 /** A request body over BODY_LIMIT_BYTES: the gateway's answer before proxying, and a service's own. */
 export const BodyTooLarge = createError<[number]>('ATS_ERR_BODY_TOO_LARGE', 'request body too large: the limit is %d bytes', 413)
+
+// ---- outside APIs (http.ts) ----
+
+/** @fastify/error keeps a trailing { cause } as the error's cause, for logs */
+type Cause = { cause: unknown }
+
+/**
+ * The upstream failed after its retries: a 5xx, an unreadable answer or no connection.
+ * The message names the upstream and the status or reason, never a URL (query strings carry api keys).
+ */
+export const UpstreamFailed = createError<[string, string, Cause?]>('ATS_ERR_UPSTREAM_FAILED', '%s failed: %s', 502)
+/**
+ * No whole answer (headers and body) within the deadline. A 503, like a rate limit: the
+ * upstream is busy or away for now and the same request may work later (clients retry
+ * 503s; a 502 says the upstream answered something broken).
+ */
+export const UpstreamTimeout = createError<[string, number, Cause?]>('ATS_ERR_UPSTREAM_TIMEOUT', '%s did not answer within %d ms', 503)
+/** The upstream kept answering 429 through the retries, or asked to wait longer than allowed. */
+export const UpstreamRateLimited = createError<[string]>('ATS_ERR_UPSTREAM_RATE_LIMITED', '%s is rate limiting our requests (429 Too Many Requests); try again later', 503)
+
+const UpstreamStatus = createError<[string, string]>('ATS_ERR_UPSTREAM_STATUS', '%s answered %s', 502)
+
+/** "404 Not Found" */
+export function describeStatus(status: number): string {
+  const text = STATUS_CODES[status]
+  return text ? `${status} ${text}` : String(status)
+}
+
+/**
+ * The upstream refused the request with a 4xx other than 429. The caller decides what it
+ * means (a 404 for an unknown token becomes its own 404); left unhandled it answers 502,
+ * since a refusal of our request (a bad api key, a changed API) is not the client's fault.
+ */
+export class UpstreamStatusError extends UpstreamStatus {
+  override name = 'UpstreamStatusError'
+  constructor(
+    readonly upstream: string,
+    /** the upstream's HTTP status */
+    readonly status: number,
+    /** its answer: parsed JSON, else the text, undefined when empty */
+    readonly body: unknown,
+  ) {
+    super(upstream, describeStatus(status))
+  }
+}
+
+// ---- calls between services (rpc.ts) ----
+
+/** An endpoint's answer was an error, a timeout or no answer: `statusCode` is what an HTTP caller answers. */
+export class ServiceCallError extends Error {
+  override name = 'ServiceCallError'
+  readonly code = 'ATS_ERR_SERVICE_CALL'
+  constructor(
+    readonly subject: string,
+    readonly statusCode: number,
+    message: string,
+  ) {
+    super(message)
+  }
+}
+
+// ---- idempotency.ts ----
+
+export const IdempotencyMismatch = createError<[string]>(
+  'ATS_ERR_IDEMPOTENCY_MISMATCH',
+  'idempotency key %s was used with a different request',
+  409,
+)
+export const IdempotencyInProgress = createError<[]>(
+  'ATS_ERR_IDEMPOTENCY_IN_PROGRESS',
+  'a request with this idempotency key is still in progress',
+  409,
+)
+export const IdempotencyKeyInvalid = createError<[]>(
+  'ATS_ERR_IDEMPOTENCY_KEY_INVALID',
+  'the Idempotency-Key header must be one value of 1 to 255 printable ASCII characters',
+  400,
+)
+/** A stored error replayed: it takes the first error's status, code and message (see replayedError). */
+export const IdempotencyReplayed = createError<[string]>('ATS_ERR_IDEMPOTENCY_REPLAYED', '%s', 400)
+/** What a key replays when its first request ran but the result could not be stored (not JSON). */
+export const IdempotencyUnstorable = createError<[]>(
+  'ATS_ERR_IDEMPOTENCY_UNSTORABLE',
+  'the first request with this idempotency key ran, but its result could not be stored',
+  500,
+)
+
+// ---- sharedCache.ts, walletControl.ts ----
+
+/** A failure shared from the replica that met it: the first error's status, code and message. */
+export const SharedFailure = createError<[string]>('ATS_ERR_SHARED_FAILURE', '%s', 502)
+/** A spend refused because an admin paused the server wallet. */
+export const WalletPaused = createError<[string]>('ATS_ERR_WALLET_PAUSED', '%s', 423)
 
 const isOurs = (error: { code?: unknown }) => typeof error.code === 'string' && error.code.startsWith('ATS_ERR_')
 
@@ -55,7 +150,7 @@ function validationParam(error: FastifyError): string | undefined {
 }
 
 /**
- * The problem, said plainly. Missing fields first, all of them at once (spec section 4:
+ * The problem, said plainly. Missing fields first, all of them at once (the API's
  * "Missing required params", e.g. `Missing required params: tokenIn, amountIn (querystring)`);
  * otherwise the first problem: where, what, and the allowed values when there is a list.
  */
@@ -78,7 +173,7 @@ function validationMessage(error: FastifyError): string {
 /** How a scope writes a failure: the API's `{error}` string, or another shape (/v1 answers OpenAI's). */
 export type ErrorFormat = (failure: Failure) => unknown
 
-/** The error body of the whole API (spec section 7): `{error: string}`. */
+/** The error body of the whole API (README, "API keys, tiers and limits"): `{error: string}`. */
 export const errorBody: ErrorFormat = ({ message }) => ({ error: message })
 
 /**

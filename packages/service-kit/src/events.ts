@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto'
 import type { DomainEvent, EventChannels, EventOwner, WebhookEventType } from '@ats/contracts'
 import type { NatsConnection } from 'nats'
 import pg from 'pg'
-import { ensureStream } from './jetstream.ts'
+import { ensureStream, publishTraced } from './jetstream.ts'
 import type { Logger } from './logger.ts'
 import { ensureKitTables, quoteIdent } from './migrator.ts'
 import { startOutbox } from './outbox.ts'
@@ -114,7 +114,7 @@ export async function startEventOutbox({ nc, channels, databaseUrl, schema, log,
       const row = rows[0]
       if (!row || row.published) return
       const event: DomainEvent = { id: row.id, type: row.type, at: row.at.getTime(), owner: row.owner, data: row.data }
-      await js.publish(channels.subjectOf(row.type), channels.all.message.encode(event), { msgID: row.id, timeout: 5_000 })
+      await publishTraced(js, channels.subjectOf(row.type), channels.all.message.encode(event), { msgID: row.id, timeout: 5_000 })
       await pool.query(`UPDATE ${table} SET published_at = now() WHERE id = $1`, [id])
       log.debug({ eventId: id, type: row.type }, 'event published')
     },

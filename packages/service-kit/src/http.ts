@@ -1,45 +1,8 @@
 // The outbound HTTP client services call outside APIs with: deadlines, bounded retries, upstream errors as registry errors.
-import { STATUS_CODES } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Pool, type Dispatcher } from 'undici'
-import { createError } from './errors.ts'
-
-/** @fastify/error keeps a trailing { cause } as the error's cause, for logs */
-type Cause = { cause: unknown }
-
-/**
- * The upstream failed after its retries: a 5xx, an unreadable answer or no connection.
- * The message names the upstream and the status or reason, never a URL (query strings carry api keys).
- */
-export const UpstreamFailed = createError<[string, string, Cause?]>('ATS_ERR_UPSTREAM', '%s failed: %s', 502)
-/**
- * No whole answer (headers and body) within the deadline. A 503, like a rate limit: the
- * upstream is busy or away for now and the same request may work later (clients retry
- * 503s; a 502 says the upstream answered something broken).
- */
-export const UpstreamTimeout = createError<[string, number, Cause?]>('ATS_ERR_UPSTREAM_TIMEOUT', '%s did not answer within %d ms', 503)
-/** The upstream kept answering 429 through the retries, or asked to wait longer than allowed. */
-export const UpstreamRateLimited = createError<[string]>('ATS_ERR_UPSTREAM_RATE_LIMITED', '%s is rate limiting our requests (429 Too Many Requests); try again later', 503)
-
-const UpstreamStatus = createError<[string, string]>('ATS_ERR_UPSTREAM_STATUS', '%s answered %s', 502)
-
-/**
- * The upstream refused the request with a 4xx other than 429. The caller decides what it
- * means (a 404 for an unknown token becomes its own 404); left unhandled it answers 502,
- * since a refusal of our request (a bad api key, a changed API) is not the client's fault.
- */
-export class UpstreamStatusError extends UpstreamStatus {
-  override name = 'UpstreamStatusError'
-  constructor(
-    readonly upstream: string,
-    /** the upstream's HTTP status */
-    readonly status: number,
-    /** its answer: parsed JSON, else the text, undefined when empty */
-    readonly body: unknown,
-  ) {
-    super(upstream, describeStatus(status))
-  }
-}
+import { UpstreamFailed, UpstreamRateLimited, UpstreamStatusError, UpstreamTimeout, describeStatus } from './errors.ts'
+import { SpanKind, failSpan, startSpan, traceContext, tracingEnabled } from './tracing.ts'
 
 export type QueryValue = string | number | boolean | null | undefined
 export type Query = Record<string, QueryValue | readonly QueryValue[]>
@@ -91,11 +54,6 @@ export interface HttpClient {
 
 const idempotentMethods = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS'])
 const retriedStatuses = new Set([429, 502, 503, 504])
-
-function describeStatus(status: number): string {
-  const text = STATUS_CODES[status]
-  return text ? `${status} ${text}` : String(status)
-}
 
 function appendQuery(params: URLSearchParams, query: Query | undefined): void {
   for (const [name, value] of Object.entries(query ?? {})) {
@@ -221,7 +179,30 @@ export function createHttpClient(options: HttpClientOptions): HttpClient {
     }
   }
 
+  /**
+   * with tracing on: the call (its retries included) in a client span. Outside APIs get no
+   * `traceparent`: trace ids stay within the fleet.
+   */
   async function request<T>(method: string, path: string, opts: RequestOptions & { body?: unknown } = {}): Promise<T> {
+    if (!tracingEnabled()) return send<T>(method, path, opts)
+    const verb = method.toUpperCase()
+    const { span, ctx } = startSpan(`${verb} ${name}`, {
+      kind: SpanKind.CLIENT,
+      // the path without its query: query strings carry api keys
+      attributes: { 'http.request.method': verb, 'server.address': base.hostname, 'url.path': `${prefix}${path.split('?', 1)[0]}`, 'ats.upstream': name },
+    })
+    try {
+      return await traceContext.with(ctx, () => send<T>(method, path, opts))
+    } catch (error) {
+      if (error instanceof UpstreamStatusError) span.setAttribute('http.response.status_code', error.status)
+      failSpan(span, error)
+      throw error
+    } finally {
+      span.end()
+    }
+  }
+
+  async function send<T>(method: string, path: string, opts: RequestOptions & { body?: unknown } = {}): Promise<T> {
     const verb = method.toUpperCase()
     const timeoutMs = opts.timeoutMs ?? options.timeoutMs ?? 10_000
     const attemptMs = opts.attemptTimeoutMs ?? options.attemptTimeoutMs ?? timeoutMs

@@ -2,33 +2,13 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { clientErrorStatus, createError } from './errors.ts'
+import { clientErrorStatus, IdempotencyInProgress, IdempotencyKeyInvalid, IdempotencyMismatch, IdempotencyReplayed, IdempotencyUnstorable } from './errors.ts'
 import type { Logger } from './logger.ts'
 import { ensureKitTables, quoteIdent } from './migrator.ts'
 import { startWorkerLoop, type WorkerLoop } from './workers.ts'
 
-export const IdempotencyMismatch = createError<[string]>(
-  'ATS_ERR_IDEMPOTENCY_MISMATCH',
-  'idempotency key %s was used with a different request',
-  409,
-)
-export const IdempotencyInProgress = createError<[]>(
-  'ATS_ERR_IDEMPOTENCY_IN_PROGRESS',
-  'a request with this idempotency key is still in progress',
-  409,
-)
-export const InvalidIdempotencyKey = createError<[]>(
-  'ATS_ERR_IDEMPOTENCY_KEY_INVALID',
-  'the Idempotency-Key header must be one value of 1 to 255 printable ASCII characters',
-  400,
-)
-/** A stored error replayed: it takes the first error's status, code and message (see replayedError). */
-const Replayed = createError<[string]>('ATS_ERR_IDEMPOTENCY_REPLAYED', '%s', 400)
-
-const unstorable = {
-  code: 'ATS_ERR_IDEMPOTENCY_UNSTORABLE',
-  error: 'the first request with this idempotency key ran, but its result could not be stored',
-}
+/** the stored failure of a result that is not JSON: replayed as IdempotencyUnstorable (500) */
+const unstorable = (({ code, message }) => ({ code, error: message }))(new IdempotencyUnstorable())
 
 export interface IdempotencyOptions {
   /** the service's own Postgres schema; the store keeps `<schema>.idempotency_keys` */
@@ -87,7 +67,7 @@ function clientError(error: unknown): { status: number; code: string; message: s
 
 function replayedError(status: number, stored: unknown): Error {
   const { code, error } = (stored ?? {}) as { code?: string; error?: string }
-  return Object.assign(new Replayed(error ?? 'the first request with this idempotency key failed'), {
+  return Object.assign(new IdempotencyReplayed(error ?? 'the first request with this idempotency key failed'), {
     code: code ?? 'ATS_ERR_IDEMPOTENCY_REPLAYED',
     statusCode: status,
   })
@@ -310,6 +290,6 @@ const keyPattern = /^[\x20-\x7e]{1,255}$/
 export function idempotencyKeyOf(headers: Record<string, string | string[] | undefined>): string | undefined {
   const value = headers['idempotency-key']
   if (value === undefined) return undefined
-  if (typeof value !== 'string' || !keyPattern.test(value)) throw new InvalidIdempotencyKey()
+  if (typeof value !== 'string' || !keyPattern.test(value)) throw new IdempotencyKeyInvalid()
   return value
 }

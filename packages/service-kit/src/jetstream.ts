@@ -1,5 +1,6 @@
 import { StartupError } from './config.ts'
-import { DiscardPolicy, RetentionPolicy, StorageType, nanos, type JetStreamManager, type KV, type NatsConnection } from 'nats'
+import { DiscardPolicy, RetentionPolicy, StorageType, nanos, type JetStreamClient, type JetStreamManager, type JetStreamPublishOptions, type KV, type NatsConnection, type PubAck } from 'nats'
+import { SpanKind, failSpan, injectNats, startSpan, tracingEnabled, type SpanSpec } from './tracing.ts'
 
 export interface StreamSpec {
   name: string
@@ -87,4 +88,40 @@ export async function openBucket(nc: NatsConnection, name: string): Promise<KV> 
     })
   }
   return kv
+}
+
+/**
+ * `js.publish`, and with tracing on a producer span whose context travels in the message's
+ * `traceparent` header, so the consumer continues the publisher's trace (workers.ts). Off, it
+ * is `js.publish` and nothing more.
+ */
+export async function publishTraced(
+  js: JetStreamClient,
+  subject: string,
+  data: Uint8Array,
+  options: Partial<JetStreamPublishOptions> = {},
+  spec: Pick<SpanSpec, 'parent' | 'links'> = {},
+): Promise<PubAck> {
+  if (!tracingEnabled()) return js.publish(subject, data, options)
+  const { span, ctx } = startSpan(`publish ${subject}`, {
+    ...spec,
+    kind: SpanKind.PRODUCER,
+    attributes: {
+      'messaging.system': 'nats',
+      'messaging.destination.name': subject,
+      'messaging.operation.type': 'send',
+      ...(options.msgID ? { 'messaging.message.id': options.msgID } : {}),
+    },
+  })
+  try {
+    const ack = await js.publish(subject, data, { ...options, headers: injectNats(options.headers, ctx) })
+    span.setAttribute('ats.stream.sequence', ack.seq)
+    if (ack.duplicate) span.setAttribute('ats.duplicate', true)
+    return ack
+  } catch (error) {
+    failSpan(span, error)
+    throw error
+  } finally {
+    span.end()
+  }
 }

@@ -24,6 +24,15 @@ interface Migration {
 
 export const quoteIdent = (name: string) => `"${name.replace(/"/g, '""')}"`
 
+/**
+ * CREATE SCHEMA only when missing: even with IF NOT EXISTS it needs CREATE on the database,
+ * which a component's own role (roles.ts) does not have; it owns its existing schema instead.
+ */
+async function createSchemaIfMissing(client: pg.ClientBase, schema: string): Promise<void> {
+  const { rowCount } = await client.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [schema])
+  if (!rowCount) await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)}`)
+}
+
 /** The advisory lock a schema's DDL is done under: migrations, and tables the kit creates itself. */
 export const migrationLock = (schema: string) => `ats-migrate:${schema}`
 
@@ -57,7 +66,7 @@ export async function migrate(databaseUrl: string, plan: MigrationPlan): Promise
   const applied: string[] = []
   try {
     await client.query('SELECT pg_advisory_lock(hashtext($1))', [migrationLock(plan.schema)])
-    await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`)
+    await createSchemaIfMissing(client, plan.schema)
     await client.query(`CREATE TABLE IF NOT EXISTS ${schema}."_prisma_migrations" (
       "id" VARCHAR(36) PRIMARY KEY NOT NULL,
       "checksum" VARCHAR(64) NOT NULL,
@@ -122,7 +131,7 @@ export async function ensureKitTables(pool: pg.Pool, schema: string, statements:
   try {
     await client.query('BEGIN')
     await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [migrationLock(schema)])
-    await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)}`)
+    await createSchemaIfMissing(client, schema)
     for (const statement of statements) await client.query(statement)
     await client.query('COMMIT')
   } catch (error) {

@@ -1,7 +1,8 @@
 import { identityHeaders, isTier, type Endpoint, type Identity, type Topic } from '@ats/contracts'
 import { headers as natsHeaders, ServiceErrorCodeHeader, ServiceErrorHeader, type Msg, type MsgHdrs, type NatsConnection, type Service, type ServiceMsg } from 'nats'
-import { forwardedErrorStatus, isForwardedStatus } from './errors.ts'
+import { ServiceCallError, forwardedErrorStatus, isForwardedStatus } from './errors.ts'
 import type { Logger } from './logger.ts'
+import { SpanKind, SpanStatusCode, contextOfHeaders, failSpan, injectNats, startSpan, traceContext, tracingEnabled } from './tracing.ts'
 
 /**
  * Request/reply between services over the NATS services API. A handler's client errors
@@ -13,19 +14,6 @@ import type { Logger } from './logger.ts'
 export interface CallContext {
   requestId?: string
   identity?: Identity
-}
-
-/** An endpoint's answer was an error, a timeout or no answer: `statusCode` is what an HTTP caller answers. */
-export class ServiceCallError extends Error {
-  override name = 'ServiceCallError'
-  readonly code = 'ATS_ERR_SERVICE_CALL'
-  constructor(
-    readonly subject: string,
-    readonly statusCode: number,
-    message: string,
-  ) {
-    super(message)
-  }
 }
 
 /** Registers a service with the NATS services API: discoverable, with stats, queue-grouped by name. */
@@ -88,17 +76,44 @@ export function serveEndpoint<Req, Rep>(
       }
       const context = contextOf(msg.headers) as Required<Pick<CallContext, 'identity'>> & CallContext
       // the reply is encoded (and checked) inside the chain: a reply that breaks its schema is a 500, not a crash
-      handler(request, context)
-        .then((reply) => endpoint.reply.encode(reply))
-        .then(
-          (encoded) => msg.respond(encoded),
-          (handlerError) => {
-            const status = forwardedErrorStatus(handlerError)
-            if (status) return msg.respondError(status, (handlerError as Error).message)
-            log.error({ err: handlerError, endpoint: name, requestId: context.requestId }, 'endpoint handler failed')
-            msg.respondError(500, 'internal error')
-          },
-        )
+      const run = () =>
+        handler(request, context)
+          .then((reply) => endpoint.reply.encode(reply))
+          .then(
+            (encoded) => {
+              msg.respond(encoded)
+              return 200
+            },
+            (handlerError) => {
+              const status = forwardedErrorStatus(handlerError)
+              if (status) {
+                msg.respondError(status, (handlerError as Error).message)
+                return status
+              }
+              log.error({ err: handlerError, endpoint: name, requestId: context.requestId }, 'endpoint handler failed')
+              msg.respondError(500, 'internal error')
+              return 500
+            },
+          )
+      if (!tracingEnabled()) return void run()
+      // a server span, child of the caller's (its traceparent header)
+      const { span, ctx } = startSpan(`serve ${endpoint.subject}`, {
+        kind: SpanKind.SERVER,
+        parent: contextOfHeaders(msg.headers),
+        attributes: {
+          'messaging.system': 'nats',
+          'messaging.destination.name': endpoint.subject,
+          'messaging.operation.type': 'process',
+          'ats.service': service.info().name,
+          'ats.endpoint': name,
+          ...(context.requestId ? { 'ats.request_id': context.requestId } : {}),
+        },
+      })
+      void traceContext.with(ctx, run).then((status) => {
+        span.setAttribute('ats.status', status)
+        if (status >= 500) span.setStatus({ code: SpanStatusCode.ERROR })
+        span.end()
+      })
     },
   })
 }
@@ -117,16 +132,55 @@ export async function callEndpoint<Req, Rep>(
   request: Req,
   { timeoutMs = 2000, ...context }: CallContext & { timeoutMs?: number } = {},
 ): Promise<Rep> {
-  const service = serviceOf(endpoint.subject)
-  const h = headersOf(context)
-  let msg: Msg
+  if (tracingEnabled()) return callTraced(nc, endpoint, request, timeoutMs, context)
+  return call(nc, endpoint, request, timeoutMs, headersOf(context))
+}
+
+/** callEndpoint in a client span, whose context travels in the `traceparent` header. */
+async function callTraced<Req, Rep>(nc: NatsConnection, endpoint: Endpoint<Req, Rep>, request: Req, timeoutMs: number, context: CallContext): Promise<Rep> {
+  const { span, ctx } = startSpan(`request ${endpoint.subject}`, {
+    kind: SpanKind.CLIENT,
+    attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.subject, 'messaging.operation.type': 'send' },
+  })
   try {
-    msg = await nc.request(endpoint.subject, endpoint.request.encode(request), { timeout: timeoutMs, ...(h ? { headers: h } : {}) })
+    return await call(nc, endpoint, request, timeoutMs, injectNats(headersOf(context), ctx))
   } catch (error) {
-    const code = (error as { code?: string }).code
-    if (code === '503') throw new ServiceCallError(endpoint.subject, 503, `${service} service unavailable`)
-    if (code === 'TIMEOUT') throw new ServiceCallError(endpoint.subject, 504, `${service} service did not answer within ${timeoutMs} ms`)
-    throw new ServiceCallError(endpoint.subject, 503, `${service} service unreachable: ${(error as Error).message}`)
+    failSpan(span, error)
+    throw error
+  } finally {
+    span.end()
+  }
+}
+
+/**
+ * How long a call asks again after "no responders": at most half its timeout, 1.5 s at most.
+ * Nobody got such a request, so sending it again is safe; and when a NATS server of a cluster
+ * dies, the services connected to it are without subscriptions for the moment they take to
+ * reconnect to another, while their replicas may be on the same server (`pnpm rehearse` saw a
+ * job fail so). A service really down still answers 503, only that much later.
+ */
+const noResponderRetryMs = (timeoutMs: number) => Math.min(timeoutMs / 2, 1500)
+
+async function call<Req, Rep>(nc: NatsConnection, endpoint: Endpoint<Req, Rep>, request: Req, timeoutMs: number, h: MsgHdrs | undefined): Promise<Rep> {
+  const service = serviceOf(endpoint.subject)
+  const started = Date.now()
+  const retryUntil = started + noResponderRetryMs(timeoutMs)
+  let msg: Msg
+  for (let wait = 50; ; wait = Math.min(wait * 2, 400)) {
+    try {
+      const timeout = Math.max(1, timeoutMs - (Date.now() - started))
+      msg = await nc.request(endpoint.subject, endpoint.request.encode(request), { timeout, ...(h ? { headers: h } : {}) })
+      break
+    } catch (error) {
+      const code = (error as { code?: string }).code
+      if (code === '503' && Date.now() + wait < retryUntil) {
+        await new Promise((resolve) => setTimeout(resolve, wait))
+        continue
+      }
+      if (code === '503') throw new ServiceCallError(endpoint.subject, 503, `${service} service unavailable`)
+      if (code === 'TIMEOUT') throw new ServiceCallError(endpoint.subject, 504, `${service} service did not answer within ${timeoutMs} ms`)
+      throw new ServiceCallError(endpoint.subject, 503, `${service} service unreachable: ${(error as Error).message}`)
+    }
   }
   const code = msg.headers?.get(ServiceErrorCodeHeader)
   if (code) {
@@ -139,7 +193,9 @@ export async function callEndpoint<Req, Rep>(
 }
 
 export function publish<M>(nc: NatsConnection, topic: Topic<M>, message: M): void {
-  nc.publish(topic.subject, topic.message.encode(message))
+  // with tracing on, the publisher's trace travels along (subscribers' log lines carry it)
+  if (tracingEnabled()) nc.publish(topic.subject, topic.message.encode(message), { headers: injectNats(undefined) })
+  else nc.publish(topic.subject, topic.message.encode(message))
 }
 
 /** Subscribes to a broadcast; undecodable messages are logged and dropped. */
@@ -148,7 +204,8 @@ export function subscribe<M>(nc: NatsConnection, topic: Topic<M>, log: Logger, h
     callback: (error, msg) => {
       if (error) return log.error({ err: error, subject: topic.subject }, 'subscription failed')
       try {
-        handler(topic.message.decode(msg.data))
+        if (tracingEnabled()) traceContext.with(contextOfHeaders(msg.headers), handler, undefined, topic.message.decode(msg.data))
+        else handler(topic.message.decode(msg.data))
       } catch (decodeError) {
         log.warn({ err: decodeError, subject: topic.subject }, 'dropped an invalid message')
       }

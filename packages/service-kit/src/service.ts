@@ -17,6 +17,7 @@ import { migrate } from './migrator.ts'
 import { setJetStreamReplicas } from './jetstream.ts'
 import { connectNats } from './nats.ts'
 import { connectRedis } from './redis.ts'
+import { flushTraces, installRequestTracing, startTracing, tracingEnabled } from './tracing.ts'
 
 /** The settings the kit itself reads, for every process. */
 export interface KitConfig {
@@ -37,6 +38,9 @@ export interface KitConfig {
   /** the edge's interface for /ready and /metrics (unset: HOST) */
   OPS_HOST?: string
   REDIS_URL?: string
+  /** OTLP/HTTP collector; unset with the next: no tracing (tracing.ts) */
+  OTEL_EXPORTER_OTLP_ENDPOINT?: string
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?: string
 }
 export type ServiceConfig<S extends TProperties> = KitConfig & Static<TObject<S>>
 
@@ -137,6 +141,8 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     ...loadConfig(definition.settings ?? ({} as S), env),
   } as ServiceConfig<S>
   if (definition.chain) checkAddressBook(config as unknown as ChainConfig)
+  // first: the logger writes trace ids, and the database and chain clients make spans, only when it is on
+  await startTracing(definition.name, definition.version, config)
   let db = undefined as unknown as Db
   if (definition.database && config.DATABASE_URL) {
     await migrate(config.DATABASE_URL, { schema: definition.database.schema, dir: definition.database.migrations })
@@ -203,6 +209,8 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     metrics: serviceMetrics(registry, logger),
   }
 
+  // only when on: off, requests pay for no hook at all; installed before the log line's hook, which it wraps
+  if (tracingEnabled()) installRequestTracing(app, definition.name, definition.edge === true)
   // One hook, callback style: it runs on every request of the gateway's hot path.
   app.addHook('onResponse', (request, reply, done) => {
     observe(request, reply)
@@ -249,6 +257,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
       if (!nc.isClosed()) await nc.drain().catch(() => {})
       if (redis) await redis.quit().catch(() => redis.disconnect())
       await db?.$disconnect()
+      await flushTraces()
     })())
 
   try {

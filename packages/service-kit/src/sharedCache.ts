@@ -3,11 +3,8 @@ import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Redis } from 'ioredis'
 import { LRUCache } from 'lru-cache'
-import { createError } from './errors.ts'
+import { SharedFailure } from './errors.ts'
 import type { Logger } from './logger.ts'
-
-/** A failure shared from the replica that met it: the first error's status, code and message. */
-const SharedFailure = createError<[string]>('ATS_ERR_SHARED_FAILURE', '%s', 502)
 
 export interface CacheHit<V> {
   value: V

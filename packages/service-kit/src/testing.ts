@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { existsSync } from 'node:fs'
-import { mkdtemp, rm } from 'node:fs/promises'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { connect as tcpConnect, createServer } from 'node:net'
@@ -219,8 +219,12 @@ export interface NatsCluster {
   urls: string[]
   /** each server's name, as JetStream reports peers and leaders (node i is names[i]) */
   names: string[]
+  /** each server's HTTP monitoring base URL (/jsz, /varz), which needs no credentials */
+  monitors: string[]
   /** SIGKILLs node i, as a crashed machine: no goodbye to its peers or clients */
   kill(i: number): Promise<void>
+  /** starts node i again (after kill) on its ports and store; resolves once every node is back in the JetStream meta cluster */
+  restart(i: number): Promise<void>
   /** stops the nodes still running and deletes their stores */
   stop(): Promise<void>
 }
@@ -230,7 +234,16 @@ export interface NatsCluster {
  * store per node), for what only replication shows: copies on several servers, acks with one
  * of them gone. Resolves once every node sees a JetStream meta leader and all the peers.
  */
-export async function startNatsCluster({ nodes = 3, timeoutMs = 15_000 }: { nodes?: number; timeoutMs?: number } = {}): Promise<NatsCluster> {
+export async function startNatsCluster({
+  nodes = 3,
+  timeoutMs = 15_000,
+  authorization,
+}: {
+  nodes?: number
+  timeoutMs?: number
+  /** an `authorization { … }` block for every node (clients must then log in as one of its users) */
+  authorization?: string
+} = {}): Promise<NatsCluster> {
   if (!existsSync(natsServerPath)) throw new Error(`no ${natsServerPath}: install nats-server to start a NATS cluster`)
   const free = await freePorts(3 * nodes)
   const ports = Array.from({ length: nodes }, (_, i) => ({ client: free[3 * i]!, route: free[3 * i + 1]!, monitor: free[3 * i + 2]! }))
@@ -238,14 +251,19 @@ export async function startNatsCluster({ nodes = 3, timeoutMs = 15_000 }: { node
   const root = await mkdtemp(join(tmpdir(), `${cluster}-`))
   const names = ports.map((_, i) => `${cluster}-n${i}`)
   const logs = ports.map(() => '')
-  const children = ports.map((port, i) => {
+  const config = join(root, 'authorization.conf')
+  if (authorization) await writeFile(config, authorization, { mode: 0o600 })
+  const launch = (i: number) => {
+    const port = ports[i]!
     const routes = ports.filter((_, j) => j !== i).map((p) => `nats://127.0.0.1:${p.route}`)
     const args = ['-a', '127.0.0.1', '-p', String(port.client), '-m', String(port.monitor), '-n', names[i]!, '-js', '-sd', join(root, names[i]!)]
     args.push('--cluster_name', cluster, '--cluster', `nats://127.0.0.1:${port.route}`, '--routes', routes.join(','))
+    if (authorization) args.push('-c', config)
     const child = spawn(natsServerPath, args, { stdio: ['ignore', 'ignore', 'pipe'] })
     child.stderr!.on('data', (chunk) => (logs[i] = (logs[i] + chunk).slice(-2000)))
     return { child, exited: once(child, 'exit') }
-  })
+  }
+  const children = ports.map((_, i) => launch(i))
   const running = (i: number) => children[i]!.child.exitCode === null && children[i]!.child.signalCode === null
   const end = async (i: number, signal: NodeJS.Signals) => {
     if (!running(i)) return
@@ -264,8 +282,8 @@ export async function startNatsCluster({ nodes = 3, timeoutMs = 15_000 }: { node
   const formed = (metas: Array<Meta | undefined>) =>
     metas.every((m) => m?.leader && m.leader === metas[0]?.leader && m.cluster_size === nodes) &&
     metas.some((m) => m?.replicas?.length === nodes - 1 && m.replicas.every((r) => r.current))
-  try {
-    await eventually(
+  const whole = () =>
+    eventually(
       `a NATS cluster of ${nodes} with a JetStream meta leader`,
       async () => {
         const dead = children.findIndex((_, i) => !running(i))
@@ -274,11 +292,19 @@ export async function startNatsCluster({ nodes = 3, timeoutMs = 15_000 }: { node
       },
       timeoutMs,
     )
+  try {
+    await whole()
   } catch (error) {
     await stop()
     throw error
   }
-  return { urls: ports.map((p) => `nats://127.0.0.1:${p.client}`), names, kill: (i) => end(i, 'SIGKILL'), stop }
+  const restart = async (i: number) => {
+    if (running(i)) return
+    children[i] = launch(i)
+    await whole()
+  }
+  const monitors = ports.map((p) => `http://127.0.0.1:${p.monitor}`)
+  return { urls: ports.map((p) => `nats://127.0.0.1:${p.client}`), names, monitors, kill: (i) => end(i, 'SIGKILL'), restart, stop }
 }
 
 /** Polls `check` every 100 ms until it returns a value other than undefined (10 s at most). */
@@ -308,3 +334,23 @@ export async function scrapeMetric(baseUrl: string, name: string): Promise<Recor
 
 export { compareSchemaWithDatabase, parsePrismaSchema } from './schemaCheck.ts'
 export { createDatabase } from './database.ts'
+
+/**
+ * Tracing on for this test process, into memory: every span ends up in the returned exporter
+ * at once (a simple processor, no batch delay). Call it before creating services (their loggers
+ * and hooks see whether tracing is on when they are made). Once per process: the API keeps the
+ * first provider registered.
+ */
+export async function startTestTracing() {
+  const [{ InMemorySpanExporter, SimpleSpanProcessor }, { NodeTracerProvider }, { W3CTraceContextPropagator }, { useTracerProvider }] = await Promise.all([
+    import('@opentelemetry/sdk-trace-base'),
+    import('@opentelemetry/sdk-trace-node'),
+    import('@opentelemetry/core'),
+    import('./tracing.ts'),
+  ])
+  const exporter = new InMemorySpanExporter()
+  const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] })
+  provider.register({ propagator: new W3CTraceContextPropagator() })
+  useTracerProvider(provider)
+  return exporter
+}

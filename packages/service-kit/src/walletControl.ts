@@ -2,12 +2,9 @@
 // memory, so a spend checks it without a round trip and a pause applies within a second.
 import { walletControlCodec, walletControlKey, walletRunning, type WalletControl } from '@ats/contracts'
 import type { KvEntry, NatsConnection } from 'nats'
-import { createError, Unavailable } from './errors.ts'
+import { Unavailable, WalletPaused } from './errors.ts'
 import { openBucket } from './jetstream.ts'
 import type { Logger } from './logger.ts'
-
-/** A spend refused because an admin paused the server wallet. */
-export const WalletPaused = createError<[string]>('ATS_ERR_WALLET_PAUSED', '%s', 423)
 
 /** "the server wallet is paused (since 2026-11-26T10:00:00.000Z, by key_abc): incident" */
 export function pauseMessage(state: WalletControl): string {

@@ -2,6 +2,7 @@ import type { Topic } from '@ats/contracts'
 import { AckPolicy, DeliverPolicy, headers as natsHeaders, nanos, type Consumer, type JsMsg, type NatsConnection } from 'nats'
 import { ensureStream, jetStreamReplicas, type StreamSpec } from './jetstream.ts'
 import type { Logger } from './logger.ts'
+import { SpanKind, SpanStatusCode, contextOfHeaders, startSpan, trace, traceContext, tracingEnabled } from './tracing.ts'
 
 /** Background work: one loop helper, and the durable JetStream consumer built on it. */
 
@@ -77,14 +78,70 @@ async function openDurable(nc: NatsConnection, stream: StreamSpec, durable: stri
   return nc.jetstream().consumers.get(stream.name, durable)
 }
 
+/** The attributes of a consumer's span over a message (or a batch) of `subject`. */
+const consumeAttributes = (subject: string, durable: string, count: number) => ({
+  'messaging.system': 'nats',
+  'messaging.destination.name': subject,
+  'messaging.operation.type': 'process',
+  'messaging.consumer.group.name': durable,
+  'messaging.batch.message_count': count,
+})
+
+/**
+ * The span a consumer handles messages in. One message: a child of its publisher's span (its
+ * `traceparent`), so the trace goes on through the consumer. A batch: a span of its own, linked
+ * to each message's trace (a batch serves many requests; it cannot be the child of them all).
+ */
+function consumeSpan(messages: JsMsg[], durable: string) {
+  const subject = messages[0]!.subject
+  const parents = messages.map((m) => contextOfHeaders(m.headers))
+  const one = parents.length === 1
+  const links = one ? [] : parents.flatMap((p) => (trace.getSpanContext(p) ? [{ context: trace.getSpanContext(p)! }] : []))
+  const { span, ctx } = startSpan(`process ${subject}`, {
+    kind: SpanKind.CONSUMER,
+    parent: one ? parents[0]! : traceContext.active(),
+    ...(links.length > 0 ? { links } : {}),
+    attributes: { ...consumeAttributes(subject, durable, messages.length), ...(one ? { 'ats.deliveries': messages[0]!.info.deliveryCount } : {}) },
+  })
+  return { span, ctx }
+}
+
+/** Runs `fn` in a consumer span over `messages` when tracing is on; just runs it otherwise. */
+async function consuming<T>(messages: JsMsg[], durable: string, fn: () => Promise<T>, describe?: (result: T) => string): Promise<T> {
+  if (!tracingEnabled() || messages.length === 0) return fn()
+  const { span, ctx } = consumeSpan(messages, durable)
+  try {
+    const result = await traceContext.with(ctx, fn)
+    const outcome = describe?.(result)
+    if (outcome) {
+      span.setAttribute('ats.outcome', outcome)
+      if (outcome === 'failed' || outcome === 'unreadable') span.setStatus({ code: SpanStatusCode.ERROR })
+    }
+    return result
+  } finally {
+    span.end()
+  }
+}
+
+/** The trace headers of a message handed back, so its next run continues the same trace; undefined with tracing off. */
+function traceHeadersOf(m: JsMsg) {
+  const traceparent = tracingEnabled() ? m.headers?.get('traceparent') : undefined
+  if (!traceparent) return undefined
+  const h = natsHeaders()
+  h.set('traceparent', traceparent)
+  const tracestate = m.headers?.get('tracestate')
+  if (tracestate) h.set('tracestate', tracestate)
+  return h
+}
+
 /** How long one pull request waits at the server before the client asks again (nats.js' default). */
 const PULL_EXPIRES_MS = 30_000
 
 interface Reader {
   /** the next message, waiting for one until `until` settles (then undefined); throws if the subscription failed */
   next(until: Promise<unknown>): Promise<JsMsg | undefined>
-  /** up to `max` messages that have arrived already, without waiting */
-  ready(max: number): Promise<JsMsg[]>
+  /** up to `max` messages that have arrived already, or that arrive within `lingerMs` (0: without waiting) */
+  ready(max: number, lingerMs?: number): Promise<JsMsg[]>
   /** ends the subscription; resolves with the messages it had received that were not read yet */
   close(): Promise<JsMsg[]>
 }
@@ -121,11 +178,12 @@ async function openReader(consumer: Consumer, maxMessages: number): Promise<Read
   }
   return {
     next: read,
-    async ready(max) {
+    async ready(max, lingerMs = 0) {
       const arrived: JsMsg[] = []
+      const deadline = lingerMs > 0 ? new Promise((resolve) => setTimeout(resolve, lingerMs)) : undefined
       try {
         while (arrived.length < max) {
-          const m = await read(new Promise((resolve) => setImmediate(resolve)))
+          const m = await read(deadline ?? new Promise((resolve) => setImmediate(resolve)))
           if (!m) break
           arrived.push(m)
         }
@@ -173,6 +231,12 @@ export interface DurableConsumerOptions<M> {
   deadLetterSubject: string
   maxDeliveries?: number
   batchSize?: number
+  /**
+   * how long a batch waits for more messages after its first, when fewer than `batchSize` have
+   * arrived (default 0: a batch is what has arrived). A handler whose cost is mostly per batch (one
+   * INSERT for many rows) does less work per message with fuller batches.
+   */
+  lingerMs?: number
   ackWaitMs?: number
   retryDelayMs?: number
 }
@@ -185,7 +249,7 @@ export interface DurableConsumerOptions<M> {
  */
 export async function startDurableConsumer<M>(options: DurableConsumerOptions<M>): Promise<WorkerLoop> {
   const { nc, log, stream, durable, topic, handle, deadLetterSubject } = options
-  const { maxDeliveries = 5, batchSize = 64, ackWaitMs = 30_000, retryDelayMs = 2_000 } = options
+  const { maxDeliveries = 5, batchSize = 64, lingerMs = 0, ackWaitMs = 30_000, retryDelayMs = 2_000 } = options
   const consumer = await openDurable(nc, stream, durable, topic.subject, ackWaitMs)
   const js = nc.jetstream()
 
@@ -216,7 +280,9 @@ export async function startDurableConsumer<M>(options: DurableConsumerOptions<M>
     }
   }
 
-  async function take(messages: JsMsg[]) {
+  const take = (messages: JsMsg[]) => consuming(messages, durable, () => takeBatch(messages))
+
+  async function takeBatch(messages: JsMsg[]) {
     const good: Array<{ m: JsMsg; message: M }> = []
     for (const m of messages) {
       try {
@@ -252,7 +318,7 @@ export async function startDurableConsumer<M>(options: DurableConsumerOptions<M>
       try {
         const first = await reader.next(stopped)
         if (!first) return false
-        batch = [first, ...(await reader.ready(batchSize - 1))]
+        batch = [first, ...(await reader.ready(batchSize - 1, lingerMs))]
       } catch (error) {
         // the subscription failed: a new one on the next round
         const failed = reader
@@ -342,7 +408,8 @@ export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): P
    */
   async function handBack(m: JsMsg) {
     try {
-      await js.publish(m.subject, m.data, { msgID: `handed-back:${stream.name}:${m.seq}` })
+      const headers = traceHeadersOf(m)
+      await js.publish(m.subject, m.data, { msgID: `handed-back:${stream.name}:${m.seq}`, ...(headers ? { headers } : {}) })
       m.ack()
     } catch (error) {
       log.warn({ err: error, seq: m.seq }, 'work-queue message not handed back; redelivered instead (the delivery counts)')
@@ -350,14 +417,20 @@ export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): P
     }
   }
 
-  async function run(m: JsMsg) {
+  /** one message: in a consumer span continuing the submitter's trace, when tracing is on */
+  const run = async (m: JsMsg): Promise<void> => {
+    await consuming([m], durable, () => runOne(m), (outcome) => outcome)
+  }
+
+  /** handles one message; resolves to what became of it */
+  async function runOne(m: JsMsg): Promise<string> {
     let message: M
     try {
       message = topic.message.decode(m.data)
     } catch (error) {
       log.error({ seq: m.seq, err: error }, 'unreadable work-queue message dropped')
       m.term()
-      return
+      return 'unreadable'
     }
     const deliveries = m.info.deliveryCount
     const heartbeat = setInterval(() => m.working(), Math.max(100, Math.floor(ackWaitMs / 3)))
@@ -365,17 +438,19 @@ export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): P
       if (deliveries > maxDeliveries) {
         await exhausted(message, deliveries)
         m.ack()
-        return
+        return 'exhausted'
       }
       const outcome = await handle({ message, deliveries, shutdown: shutdown.signal })
       if (outcome === 'done') m.ack()
       else if (outcome === 'handBack') await handBack(m)
       else m.nak(outcome.retryInMs)
+      return typeof outcome === 'string' ? outcome : 'retry'
     } catch (error) {
       log.error({ err: error, seq: m.seq, deliveries }, 'work-queue handler failed; the message will be redelivered')
       // a run the stop cut short is not the task's failure
       if (shutdown.signal.aborted) await handBack(m)
       else m.nak(retryDelayMs)
+      return 'failed'
     } finally {
       clearInterval(heartbeat)
     }

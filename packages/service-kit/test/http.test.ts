@@ -4,7 +4,8 @@ import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
 import t, { type Test } from 'tap'
 import { NotFound, installErrorHandler } from '../src/errors.ts'
-import { UpstreamStatusError, createHttpClient, type HttpClientOptions } from '../src/http.ts'
+import { UpstreamStatusError } from '../src/errors.ts'
+import { createHttpClient, type HttpClientOptions } from '../src/http.ts'
 
 type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void
 
@@ -79,7 +80,7 @@ t.test('a 503 then a 200 is retried to success', async (t) => {
 t.test('a persistent 500 fails with a 502 registry error, not retried', async (t) => {
   const server = await upstream(t, sequence(500))
   const error = await failure(client(t, server.url).getJson('/x'))
-  t.match(error, { statusCode: 502, code: 'ATS_ERR_UPSTREAM', message: 'quotes failed: 500 Internal Server Error' })
+  t.match(error, { statusCode: 502, code: 'ATS_ERR_UPSTREAM_FAILED', message: 'quotes failed: 500 Internal Server Error' })
   t.equal(server.seen.length, 1)
 })
 

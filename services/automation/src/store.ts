@@ -3,12 +3,10 @@
 // time moved in the same transaction.
 import { randomBytes } from 'node:crypto'
 import type { Automation as AutomationView, AutomationRun as RunView, AutomationStatus } from '@ats/contracts'
-import { BadRequest, createError, recordEvent, type CounterMetric, type EventOutbox, type EventToRecord, type ServiceMetrics } from '@ats/service-kit'
+import { BadRequest, recordEvent, type CounterMetric, type EventOutbox, type EventToRecord, type ServiceMetrics } from '@ats/service-kit'
+import { AutomationLimit } from './errors.ts'
 import type { Automation, AutomationRun, Prisma, PrismaClient } from './generated/prisma/client.ts'
 import { firstRunAt, nextRunAt, overReason, resumeRunAt, type Config, type LimitOrder, type RecurringBuy } from './types.ts'
-
-/** One more active or paused automation than AUTOMATION_MAX_PER_KEY allows. */
-export const AutomationLimit = createError<[string]>('ATS_ERR_AUTOMATION_LIMIT', '%s', 409)
 
 /** The statuses that count toward AUTOMATION_MAX_PER_KEY: what runs, or may run again at a PATCH. */
 const counted = ['active', 'paused'] as const

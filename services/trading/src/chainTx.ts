@@ -1,14 +1,6 @@
 import type { ChainContext, SignedTx, WalletControlWatch } from '@ats/service-kit'
-import { createError } from '@ats/service-kit'
 import { erc20Abi, maxUint256, encodeFunctionData, type Address, type Hex, type PublicClient, type TransactionReceipt } from 'viem'
-
-export const ReceiptTimeout = createError<[string, number]>(
-  'ATS_ERR_TRADING_RECEIPT_TIMEOUT',
-  'transaction %s was sent but not mined within %d ms; repeat the request with the same Idempotency-Key to pick it up',
-  504,
-)
-export const WouldRevert = createError<[string]>('ATS_ERR_TRADING_WOULD_REVERT', '%s', 422)
-export const ChainUnavailable = createError<[string]>('ATS_ERR_TRADING_CHAIN_UNAVAILABLE', 'the chain did not answer: %s', 502)
+import { ChainUnavailable, ReceiptTimeout, WouldRevert } from './errors.ts'
 
 /** Our own errors pass; anything else on the way to the chain is the RPC failing: 502 with its reason. */
 export function rethrowAsChainError(error: unknown): never {

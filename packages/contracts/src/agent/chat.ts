@@ -217,6 +217,10 @@ const openAiCodes: Record<string, string> = {
   ATS_ERR_UNAUTHORIZED: 'invalid_api_key',
   ATS_ERR_RATE_LIMITED: 'rate_limit_exceeded',
   ATS_ERR_FORBIDDEN: 'insufficient_permissions',
+  // a body naming a model that is not ours: a code of its own (400), OpenAI's model_not_found on the wire
+  ATS_ERR_INVALID_MODEL: 'model_not_found',
+  // the gateway's limit on paid requests: a code of its own, a rate limit to an OpenAI client
+  ATS_ERR_PAID_RATE_LIMITED: 'rate_limit_exceeded',
 }
 
 function openAiType(status: number): string {

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { hashApiKey, type KeyEntry, type KeyPolicyReply, type SpendPolicy, type Tier } from '@ats/contracts'
-import { createError } from '@ats/service-kit'
 import { getAddress } from 'viem'
+import { PolicyOnReadonlyKey } from '../errors.ts'
 import { Prisma, type ApiKey, type PrismaClient } from '../generated/prisma/client.ts'
 import { generateApiKey, visiblePrefix } from './apiKeys.ts'
 
@@ -14,13 +14,6 @@ export interface RevokedKey {
   hash: string
   revokedAt: number
 }
-
-/** A readonly key cannot reach a swap route, so a policy on it would limit nothing. */
-export const PolicyOnReadonlyKey = createError(
-  'ATS_ERR_ADMIN_POLICY_ON_READONLY_KEY',
-  'a readonly key cannot swap; spend policies apply to readwrite and admin keys',
-  400,
-)
 
 // the column holds only policies the contract's schema accepted on the way in
 const policyOf = (row: Pick<ApiKey, 'spendPolicy'>) => (row.spendPolicy ?? null) as SpendPolicy | null

@@ -21,6 +21,10 @@ export function startLedgerConsumer(nc: NatsConnection, channels: PaymentChannel
     deadLetterSubject: channels.deadLetters,
     maxDeliveries: 3,
     retryDelayMs,
+    // one INSERT records a batch: under load, a batch that waits 20 ms for more payments costs the
+    // admin less CPU per payment (issue 26); a payment is recorded that much later, nothing else
+    batchSize: 256,
+    lingerMs: 20,
     handle: async (batch) => {
       const events: PaymentCharged[] = batch.flatMap((d) => d.message.charges)
       let recorded: number

@@ -5,7 +5,7 @@ import * as dns from 'node:dns'
 import { lookup as resolveAll } from 'node:dns/promises'
 import { isIP, isIPv4, type LookupFunction } from 'node:net'
 import { performance } from 'node:perf_hooks'
-import { BadRequest } from '@ats/service-kit'
+import { BadRequest, SpanKind, SpanStatusCode, inSpan, tracingEnabled } from '@ats/service-kit'
 import { Webhook } from 'standardwebhooks'
 import { Agent, type Dispatcher } from 'undici'
 
@@ -87,14 +87,27 @@ export interface Attempt {
  * check made at connect time, so DNS rebinding cannot swap it), follows no redirect, gives up
  * after timeoutMs, reads at most maxResponseBytes of the answer. Never throws.
  */
-export async function sendWebhook(request: {
+export interface WebhookRequest {
   url: string
   headers: Record<string, string>
   body: string
   timeoutMs: number
   maxResponseBytes: number
   rules: UrlRules
-}): Promise<Attempt> {
+}
+
+/** sendWebhook in a client span when tracing is on (the receiver gets no traceparent: trace ids stay in the fleet). */
+export function sendWebhook(request: WebhookRequest): Promise<Attempt> {
+  if (!tracingEnabled()) return deliver(request)
+  return inSpan('POST webhook', { kind: SpanKind.CLIENT, attributes: { 'http.request.method': 'POST', 'ats.upstream': 'webhook' } }, async (span) => {
+    const attempt = await deliver(request)
+    if (attempt.status !== undefined) span?.setAttribute('http.response.status_code', attempt.status)
+    if (!attempt.ok) span?.setStatus({ code: SpanStatusCode.ERROR, message: attempt.refused ? 'refused' : 'failed' })
+    return attempt
+  })
+}
+
+async function deliver(request: WebhookRequest): Promise<Attempt> {
   const { rules, timeoutMs } = request
   const started = performance.now()
   const done = (attempt: Omit<Attempt, 'durationMs'>): Attempt => ({ ...attempt, durationMs: Math.round(performance.now() - started) })

@@ -2,11 +2,10 @@
 // only its own, an admin key everyone's. Secrets leave only through create and rotate.
 import { randomBytes } from 'node:crypto'
 import type { DeliveryAttempt, DeliveryStatus, UpdateWebhookBody, Webhook, WebhookDelivery, WebhookEventType } from '@ats/contracts'
-import { createError, NotFound } from '@ats/service-kit'
+import { NotFound } from '@ats/service-kit'
+import { TooManyWebhooks } from '../errors.ts'
 import type { PrismaClient, WebhookDelivery as DeliveryRow, WebhookSubscription } from '../generated/prisma/client.ts'
 import { newWebhookSecret } from './sender.ts'
-
-export const TooManyWebhooks = createError<[number]>('ATS_ERR_ADMIN_TOO_MANY_WEBHOOKS', 'this key has %d webhook subscriptions already (WEBHOOK_MAX_PER_KEY): delete one first', 409)
 
 /** Who asks: the key, and whether it is an admin key (which sees every subscription). */
 export interface Viewer {

@@ -4,7 +4,7 @@
 // outcome is lost. The job id is JetStream's message id and admin keeps a job's first outcome,
 // so a repeat is harmless.
 import type { Endpoint, JobPayment, JobPaymentOutcome, PaymentChannels, PaymentsOfJobsReply, PaymentsOfJobsRequest } from '@ats/contracts'
-import { callEndpoint, ensureStream, startOutbox, type Logger } from '@ats/service-kit'
+import { callEndpoint, ensureStream, publishTraced, startOutbox, type Logger } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import type { JobStore, PaymentOutcomeRow } from './store.ts'
 
@@ -33,7 +33,7 @@ export async function startPaymentOutcomes({ nc, channels, store, log }: { nc: N
       const row = await store.paymentOutcome(jobId)
       if (!row) return
       const message = outcomeMessage(row)
-      await js.publish(channels.jobOutcome.subject, channels.jobOutcome.message.encode(message), { msgID: jobId, timeout: 5_000 })
+      await publishTraced(js, channels.jobOutcome.subject, channels.jobOutcome.message.encode(message), { msgID: jobId, timeout: 5_000 })
       await store.markOutcomePublished(jobId)
       log.info({ jobId, outcome: message.outcome, reason: message.reason }, 'job payment outcome published')
     },

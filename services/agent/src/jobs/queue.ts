@@ -1,7 +1,7 @@
 // Hands jobs to the workers over the JetStream work queue. A job is stored first and enqueued
 // after: one whose enqueue failed (NATS down) stays pending and the sweeper enqueues it later.
 import type { AgentChannels } from '@ats/contracts'
-import { ensureStream, startOutbox, type Logger } from '@ats/service-kit'
+import { ensureStream, publishTraced, startOutbox, type Logger } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import type { JobStore } from './store.ts'
 
@@ -13,7 +13,8 @@ export async function createJobQueue({ nc, channels, store, log }: { nc: NatsCon
     name: 'job-queue',
     log,
     publish: async (jobId) => {
-      await js.publish(channels.jobs.subject, channels.jobs.message.encode({ jobId }), { msgID: jobId })
+      // traced: the worker that runs the job continues the trace of the request that submitted it
+      await publishTraced(js, channels.jobs.subject, channels.jobs.message.encode({ jobId }), { msgID: jobId })
       await store.markEnqueued([jobId])
     },
     unpublished: async (olderThan, limit) => (await store.notEnqueued(olderThan, limit)).map((job) => job.id),

@@ -5,7 +5,8 @@
 // always the job's result text.
 import { chatModels, type AgentToolCall, type AgentTrace, type ApiRoute, type Approval, type JobAwaitingApproval, type JobEvent, type JobResult } from '@ats/contracts'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { atParam, ChatInterrupted, ChatTimedOut, InvalidChat, JobFailed, ModelNotFound, NoKey, type UnknownModel } from '../errors.ts'
+import { Unavailable } from '@ats/service-kit'
+import { atParam, InvalidModel, InvalidRequest, JobFailed, type ModelNotFound, NoKey, Timeout } from '../errors.ts'
 import type { JobEvents } from '../jobs/events.ts'
 import type { JobQueue } from '../jobs/queue.ts'
 import type { JobStore, Owner } from '../jobs/store.ts'
@@ -34,9 +35,9 @@ export const atV1 = <R extends ApiRoute>(r: R): R => ({ ...r, url: r.url.slice('
 /** the models of /v1, as error messages list them */
 export const modelIds = chatModels.map((m) => m.id).join(', ')
 
-/** Refuses a model that is not one of ours: 400 by default (OpenAI's answer), or `NotFound` (Anthropic answers 404). */
-export function checkModel(model: string, NotFound: typeof ModelNotFound | typeof UnknownModel = ModelNotFound) {
-  if (!chatModels.some((m) => m.id === model)) throw atParam('model', new NotFound(model, modelIds))
+/** Refuses a model that is not one of ours: 400 by default (OpenAI's answer), or `ModelNotFound` (Anthropic answers 404). */
+export function checkModel(model: string, Refusal: typeof InvalidModel | typeof ModelNotFound = InvalidModel) {
+  if (!chatModels.some((m) => m.id === model)) throw atParam('model', new Refusal(model, modelIds))
 }
 
 /** The whole conversation's text, at most: a runner reads only the recent part anyway. */
@@ -56,14 +57,14 @@ export const piecesOf = (text: string): string[] => text.match(/\S+\s*|\s+/g) ??
 export function textOf(content: unknown, at: string, partTypes: readonly string[] = ['text']): string {
   if (content === undefined || content === null) return ''
   if (typeof content === 'string') return content
-  if (!Array.isArray(content)) throw atParam(at, new InvalidChat(`${at} must be a string or an array of text parts`))
+  if (!Array.isArray(content)) throw atParam(at, new InvalidRequest(`${at} must be a string or an array of text parts`))
   return content
     .map((part: unknown, j) => {
       const { type, text } = (part && typeof part === 'object' ? part : {}) as { type?: unknown; text?: unknown }
       if (typeof type !== 'string' || !partTypes.includes(type) || typeof text !== 'string') {
         const what = typeof type === 'string' ? `a ${type} part` : 'not a {type, text} part'
         const supported = partTypes.map((p) => `{type: "${p}", text}`).join(' or ')
-        throw atParam(`${at}[${j}]`, new InvalidChat(`${at}[${j}] is ${what}: only text parts (${supported}) are supported`))
+        throw atParam(`${at}[${j}]`, new InvalidRequest(`${at}[${j}] is ${what}: only text parts (${supported}) are supported`))
       }
       return text
     })
@@ -196,7 +197,7 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
       reply.request.log.info({ jobId }, 'client left: job cancelled')
       return 'left'
     }
-    throw timedOut ? new ChatTimedOut(Math.round(waitMs / 1000)) : new ChatInterrupted()
+    throw timedOut ? new Timeout(Math.round(waitMs / 1000)) : new Unavailable('the agent service is restarting; the job was cancelled, send the request again')
   }
 
   /** The agent's own tool calls of a finished job, for the answer's `agent` field. */

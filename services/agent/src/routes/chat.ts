@@ -15,7 +15,7 @@ import {
 } from '@ats/contracts'
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
-import { atParam, InvalidChat, UnknownModel } from '../errors.ts'
+import { atParam, InvalidRequest, ModelNotFound } from '../errors.ts'
 import {
   atV1,
   checkModel,
@@ -52,12 +52,12 @@ export function readConversation(body: ChatCompletionRequest): Conversation {
   for (const field of ['tools', 'functions'] as const) {
     const value = extra[field]
     if (Array.isArray(value) ? value.length > 0 : value !== undefined && value !== null) {
-      throw atParam(field, new InvalidChat(`${field} is not supported: the agent runs its own tools and shows them in the answer's "agent" field`))
+      throw atParam(field, new InvalidRequest(`${field} is not supported: the agent runs its own tools and shows them in the answer's "agent" field`))
     }
   }
   const format = (extra.response_format as { type?: unknown } | undefined)?.type
   if (format !== undefined && format !== 'text') {
-    throw atParam('response_format', new InvalidChat(`response_format ${String(format)} is not supported: the agent answers in text`))
+    throw atParam('response_format', new InvalidRequest(`response_format ${String(format)} is not supported: the agent answers in text`))
   }
   return conversationOf(body.messages, 'messages')
 }
@@ -73,7 +73,7 @@ export function conversationOf(messages: ReadonlyArray<{ role: string; content?:
   messages.forEach((message, i) => {
     const at = `${field}[${i}]`
     if (message.role === 'tool') {
-      throw atParam(`${at}.role`, new InvalidChat(`${at}: tool messages are not supported: the agent runs its own tools (client-defined tools are not accepted)`))
+      throw atParam(`${at}.role`, new InvalidRequest(`${at}: tool messages are not supported: the agent runs its own tools (client-defined tools are not accepted)`))
     }
     const text = textOf(message.content, `${at}.content`, partTypes)
     total += text.length
@@ -81,17 +81,17 @@ export function conversationOf(messages: ReadonlyArray<{ role: string; content?:
       if (text.trim()) instructions.push(text)
       return
     }
-    if (message.role === 'user' && !text.trim()) throw atParam(`${at}.content`, new InvalidChat(`${at}.content is empty: a user message needs text`))
+    if (message.role === 'user' && !text.trim()) throw atParam(`${at}.content`, new InvalidRequest(`${at}.content is empty: a user message needs text`))
     if (text.trim()) history.push({ role: message.role as 'user' | 'assistant', content: text })
   })
-  if (total > maxConversationChars) throw atParam(field, new InvalidChat(`the conversation is ${total} characters; at most ${maxConversationChars} are accepted`))
+  if (total > maxConversationChars) throw atParam(field, new InvalidRequest(`the conversation is ${total} characters; at most ${maxConversationChars} are accepted`))
   const last = messages.length - 1
   if (messages[last]!.role !== 'user') {
-    throw atParam(`${field}[${last}].role`, new InvalidChat(`the last message must be a user message (the prompt); it is a ${messages[last]!.role} message`))
+    throw atParam(`${field}[${last}].role`, new InvalidRequest(`the last message must be a user message (the prompt); it is a ${messages[last]!.role} message`))
   }
   const prompt = history.pop()!.content
   if (prompt.length > maxPromptLength) {
-    throw atParam(`${field}[${last}].content`, new InvalidChat(`${field}[${last}].content is ${prompt.length} characters; a prompt is at most ${maxPromptLength}`))
+    throw atParam(`${field}[${last}].content`, new InvalidRequest(`${field}[${last}].content is ${prompt.length} characters; a prompt is at most ${maxPromptLength}`))
   }
   return { prompt, history, instructions: instructions.length > 0 ? instructions.join('\n\n') : undefined }
 }
@@ -113,7 +113,7 @@ export async function chatRoutesPlugin(app: FastifyInstance, { answers }: { answ
     handler: async (request) => {
       keyOwner(request)
       const model = chatModels.find((m) => m.id === request.params.model)
-      if (!model) throw atParam('model', new UnknownModel(request.params.model, modelIds))
+      if (!model) throw atParam('model', new ModelNotFound(request.params.model, modelIds))
       return modelView(model)
     },
   })

@@ -11,7 +11,7 @@ import {
 } from '@ats/contracts'
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
-import { atParam, InvalidChat, UnknownModel } from '../errors.ts'
+import { atParam, InvalidRequest, ModelNotFound } from '../errors.ts'
 import { checkModel, failureOf, keyOwner, maxConversationChars, streamedStep, textOf, waitingField, waitingText, type Answers, type Conversation } from './answers.ts'
 import { conversationOf, jobFollowUp } from './chat.ts'
 
@@ -22,10 +22,10 @@ import { conversationOf, jobFollowUp } from './chat.ts'
 export function readMessages(body: MessagesRequest): Conversation {
   const { tools } = body as { tools?: unknown }
   if (Array.isArray(tools) ? tools.length > 0 : tools !== undefined && tools !== null) {
-    throw atParam('tools', new InvalidChat(`tools is not supported: the agent runs its own tools and shows them in the answer's "agent" field`))
+    throw atParam('tools', new InvalidRequest(`tools is not supported: the agent runs its own tools and shows them in the answer's "agent" field`))
   }
   const system = textOf(body.system, 'system')
-  if (system.length > maxConversationChars) throw atParam('system', new InvalidChat(`system is ${system.length} characters; at most ${maxConversationChars} are accepted`))
+  if (system.length > maxConversationChars) throw atParam('system', new InvalidRequest(`system is ${system.length} characters; at most ${maxConversationChars} are accepted`))
   // user and assistant messages only (the schema)
   return { ...conversationOf(body.messages, 'messages'), instructions: system.trim() ? system : undefined }
 }
@@ -42,7 +42,7 @@ export async function messagesRoutesPlugin(app: FastifyInstance, { answers }: { 
       const owner = keyOwner(request)
       const body = request.body
       const stream = body.stream === true
-      checkModel(body.model, UnknownModel)
+      checkModel(body.model, ModelNotFound)
       const conversation = readMessages(body)
       const created = await answers.start(reply, owner, { ...conversation, model: body.model }, stream)
       const { jobId, threadId } = created

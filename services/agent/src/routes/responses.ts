@@ -16,7 +16,7 @@ import {
 } from '@ats/contracts'
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
-import { atParam, InvalidChat, ResponseNotFound } from '../errors.ts'
+import { atParam, InvalidRequest, ResponseNotFound } from '../errors.ts'
 import type { Approval } from '@ats/contracts'
 import type { Job } from '../generated/prisma/client.ts'
 import type { Owner } from '../jobs/store.ts'
@@ -58,7 +58,7 @@ const maxBranchMessages = 200
 export function readInput(body: ResponseRequest): Conversation {
   const extra = body as Record<string, unknown>
   const refuse = (param: string, why: string) => {
-    throw atParam(param, new InvalidChat(why))
+    throw atParam(param, new InvalidRequest(why))
   }
   if (Array.isArray(extra.tools) ? extra.tools.length > 0 : extra.tools != null) {
     refuse('tools', `tools is not supported: the agent runs its own tools and shows them in the response's "agent" field`)
@@ -108,9 +108,9 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
    */
   async function continuation(owner: Owner, previousId: string) {
     const previous = await store.getJob(owner, jobIdOf(previousId))
-    if (!previous) throw atParam('previous_response_id', new InvalidChat(`previous_response_id: no response ${previousId} of this API key`))
+    if (!previous) throw atParam('previous_response_id', new InvalidRequest(`previous_response_id: no response ${previousId} of this API key`))
     if (previous.status !== 'complete') {
-      throw atParam('previous_response_id', new InvalidChat(`previous_response_id: ${previousId} is ${statusOf[previous.status]}; only a completed response can be continued`))
+      throw atParam('previous_response_id', new InvalidRequest(`previous_response_id: ${previousId} is ${statusOf[previous.status]}; only a completed response can be continued`))
     }
     const id = `resp_${previous.id}`
     const thread = (await store.thread(owner, previous.threadId))!
@@ -226,7 +226,7 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
       const stream = body.stream === true
       const background = body.background === true
       if (stream && background) {
-        throw atParam('stream', new InvalidChat('stream with background is not supported: create it in the background, then GET /v1/responses/{id} until it ends'))
+        throw atParam('stream', new InvalidRequest('stream with background is not supported: create it in the background, then GET /v1/responses/{id} until it ends'))
       }
       const conversation = readInput(body)
       const previous = body.previous_response_id ? await continuation(owner, body.previous_response_id) : undefined
@@ -314,7 +314,7 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
     handler: async (request) => {
       const owner = keyOwner(request)
       if (request.query.stream === true) {
-        throw atParam('stream', new InvalidChat('stream is not supported when retrieving: retrieve the response as JSON until it ends'))
+        throw atParam('stream', new InvalidRequest('stream is not supported when retrieving: retrieve the response as JSON until it ends'))
       }
       return responseOfJob(await jobOf(owner, request.params.id))
     },
@@ -330,7 +330,7 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
       if (job.status === 'pending' || job.status === 'running' || job.status === 'awaiting_approval') await answers.cancel(owner, job.id)
       const now = await jobOf(owner, id)
       if (now.status !== 'cancelled') {
-        throw atParam('response_id', new InvalidChat(`response ${id} is already ${statusOf[now.status]}: only a queued or in-progress response can be cancelled`))
+        throw atParam('response_id', new InvalidRequest(`response ${id} is already ${statusOf[now.status]}: only a queued or in-progress response can be cancelled`))
       }
       return responseOfJob(now)
     },

@@ -4,7 +4,7 @@
 // JSON body anyway is read as before. Failures are the service kit's upstream errors; a turn is
 // retried only while none of its text went out (a retry after that would repeat or change it).
 import { setTimeout as sleep } from 'node:timers/promises'
-import { UpstreamFailed, UpstreamRateLimited, UpstreamStatusError, UpstreamTimeout } from '@ats/service-kit'
+import { SpanKind, UpstreamFailed, UpstreamRateLimited, UpstreamStatusError, UpstreamTimeout, inSpan } from '@ats/service-kit'
 import { RunnerError } from './runner.ts'
 
 export interface ChatMessage {
@@ -140,7 +140,13 @@ export function createCompletions(settings: CompletionsSettings) {
   }
 
   /** One request and its answer; a connection that fails on the way (before or while the answer is read) may be retried. */
-  async function attempt(body: string, signal: AbortSignal, onContent: (text: string) => void): Promise<Turn> {
+  const spanOf = () => ({ kind: SpanKind.CLIENT, attributes: { 'http.request.method': 'POST', 'server.address': new URL(url).hostname, 'ats.upstream': 'llm' } })
+
+  /** One attempt, in a client span when tracing is on (the model's provider gets no traceparent). */
+  const attempt = (body: string, signal: AbortSignal, onContent: (text: string) => void): Promise<Turn> =>
+    inSpan('POST llm chat/completions', spanOf, () => attemptOnce(body, signal, onContent))
+
+  async function attemptOnce(body: string, signal: AbortSignal, onContent: (text: string) => void): Promise<Turn> {
     try {
       return await answerOf(await fetch(url, { method: 'POST', headers, body, signal }), onContent)
     } catch (error) {

@@ -1,11 +1,10 @@
 // Deciding approvals: who may, approving (the held swap runs once), rejecting, withdrawing, and the sweeps.
 import { isAwaitingApproval, type Approval as ApprovalView, type Identity } from '@ats/contracts'
-import { IdempotencyInProgress, NotFound, clientErrorStatus, createError, startWorkerLoop, type Logger, type WalletControlWatch } from '@ats/service-kit'
+import { IdempotencyInProgress, NotFound, clientErrorStatus, startWorkerLoop, type Logger, type WalletControlWatch } from '@ats/service-kit'
+import { ApprovalDecided } from '../errors.ts'
 import { Prisma, type PrismaClient } from '../generated/prisma/client.ts'
 import type { Executor } from '../swaps/executor.ts'
 import { approvalView, callerOfApproval, requestOf, type ApprovalRow, type ApprovalStore } from './approvals.ts'
-
-export const ApprovalDecided = createError<[string]>('ATS_ERR_TRADING_APPROVAL_DECIDED', '%s', 409)
 
 /** Failures a later try may not repeat (wallet paused, rate limited, another try still running): the approval keeps waiting for its outcome. */
 const transient = new Set([408, 423, 429])

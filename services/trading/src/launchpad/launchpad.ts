@@ -2,14 +2,13 @@ import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { erc20Abi } from '@ats/chain'
 import type { LaunchBody, LaunchedToken } from '@ats/contracts'
-import { BadRequest, Forbidden, createError, fingerprintOf, type IdempotencyStore, type Logger, type WalletControlWatch } from '@ats/service-kit'
+import { BadRequest, Forbidden, fingerprintOf, type IdempotencyStore, type Logger, type WalletControlWatch } from '@ats/service-kit'
 import { encodeDeployData, getAddress, type Abi, type Address, type Hex, type TransactionReceipt } from 'viem'
 import type { ChainTx } from '../chainTx.ts'
+import { LaunchFailed } from '../errors.ts'
 import type { Launch, PrismaClient } from '../generated/prisma/client.ts'
 import { launchesToday, lockSpends, spentToday, startOfUtcDay } from '../spend.ts'
 import { checkLaunches, checkUsd, type SpendLimits } from '../swaps/policy.ts'
-
-const LaunchFailed = createError<[string]>('ATS_ERR_TRADING_LAUNCH_FAILED', '%s', 422)
 
 /** The fixed-supply ERC-20 the launchpad deploys (contracts/LaunchToken.sol, compiled by `pnpm compile:contracts`). */
 const artifact = JSON.parse(readFileSync(new URL('../../artifacts/LaunchToken.json', import.meta.url), 'utf8')) as { abi: Abi; bytecode: Hex }

@@ -18,7 +18,7 @@ import {
 import { getAddress, isAddress, parseEventLogs, type Address, type Hex, type TransactionReceipt } from 'viem'
 import type { ApprovalStore } from '../approvals/approvals.ts'
 import type { ChainTx } from '../chainTx.ts'
-import { WouldRevert } from '../chainTx.ts'
+import { WouldRevert } from '../errors.ts'
 import type { Execution, Prisma, PrismaClient } from '../generated/prisma/client.ts'
 import { lockSpends, spentToday, startOfUtcDay } from '../spend.ts'
 import { approvalAsked, checkImpact, checkSpend, limitsOfKey, limitsOfPayer, type SpendDefaults, type SpendLimits } from './policy.ts'

@@ -1,7 +1,8 @@
 import type { SpendPolicy } from '@ats/contracts'
-import { Forbidden, createError } from '@ats/service-kit'
+import { Forbidden } from '@ats/service-kit'
 import type { Token } from '@ats/chain'
 import { isAddress } from 'viem'
+import { PriceImpactTooHigh } from '../errors.ts'
 import { formatUsd } from './usd.ts'
 
 /** Limits on what swaps from the server wallet may spend: a key's policy, or the wallet-wide settings. */
@@ -41,8 +42,6 @@ function allowedAddresses(entries: string[], find: FindToken): Set<string> {
   }
   return out
 }
-
-export const PriceImpactTooHigh = createError<[string]>('ATS_ERR_TRADING_PRICE_IMPACT', '%s', 422)
 
 function withDefaults(owner: string, policy: SpendPolicy | null, defaults: SpendDefaults, find: FindToken): SpendLimits {
   const defaulted = new Set<keyof SpendPolicy>()

@@ -1,8 +1,9 @@
 import type { Token } from '@ats/chain'
 import type { DexName, Quote } from '@ats/contracts'
-import { BadRequest, cachedLoader, createError, parseAmount } from '@ats/service-kit'
+import { BadRequest, cachedLoader, parseAmount } from '@ats/service-kit'
 import { formatUnits, type PublicClient } from 'viem'
 import { isRevert, rethrowAsChainError } from '../chainTx.ts'
+import { NoRoute, TooLarge } from '../errors.ts'
 import { midPriceOut, pathsOf, priceImpactBps, type Dex, type Hop, type PathQuote } from '../dex/types.ts'
 import type { TokenResolver } from './tokens.ts'
 
@@ -11,9 +12,6 @@ const unlessRevert = (error: unknown): undefined => {
   if (isRevert(error)) return undefined
   throw error
 }
-
-export const NoRoute = createError<[string]>('ATS_ERR_TRADING_NO_ROUTE', '%s', 422)
-export const TooLarge = createError<[string]>('ATS_ERR_TRADING_TOO_LARGE', '%s', 422)
 
 /**
  * The largest amount (within about 0.1%, rounded down) the path takes whole: the amount the

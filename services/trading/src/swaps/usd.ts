@@ -1,7 +1,8 @@
 import { formatUnits } from 'viem'
 import type { Token } from '@ats/chain'
 import { dexes } from '@ats/contracts'
-import { NoRoute, type Quoter, type RoutedQuote } from './quotes.ts'
+import { NoRoute } from '../errors.ts'
+import type { Quoter, RoutedQuote } from './quotes.ts'
 import type { TokenResolver } from './tokens.ts'
 
 /** The address book's tokens valued at one dollar each (by their address-book entry: a contract calling itself "USDC" is not one). */

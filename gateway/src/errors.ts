@@ -1,0 +1,105 @@
+// The gateway's error registry: every error it answers with or refuses a payment with, one code each.
+import { createError } from '@ats/service-kit'
+
+// ---- keys and limits (auth/) ----
+
+/** Too many failed authentications from one address (its /v1 code, auth_failures, is one clients have seen). */
+export const AuthFailures = createError<[number]>(
+  'ATS_ERR_AUTH_FAILURES',
+  'too many failed authentications from this address; retry in %s s',
+  429,
+)
+export const TooManyInFlight = createError<[string, number]>(
+  'ATS_ERR_TOO_MANY_IN_FLIGHT',
+  'too many requests in flight for this %s (at most %s at once); retry when one has finished',
+  429,
+)
+/** A key over its tier's limit (OpenAI's rate_limit_exceeded on /v1). */
+export const RateLimited = createError<[number, number, number]>(
+  'ATS_ERR_RATE_LIMITED',
+  'rate limit exceeded: %s requests per %s s for this key; retry in %s s',
+  429,
+)
+/** A client address or payer over its limit of paid requests. */
+export const PaidRateLimited = createError<[number, number, string, number]>(
+  'ATS_ERR_PAID_RATE_LIMITED',
+  'rate limit exceeded: %s paid requests per %s s for this %s; retry in %s s',
+  429,
+)
+
+// ---- payments (payments/, mcp/) ----
+
+export const PaymentIdReused = createError<[string]>(
+  'ATS_ERR_PAYMENT_ID_REUSED',
+  'payment id %s was first used with another request (method, path, query or body differ); use a new id for a new request',
+  409,
+)
+
+/**
+ * Which check refused a payment: our names, in x402's snake_case style. They never reach the
+ * client: the 402 answer carries x402's `error` field with the message (see docs/architecture.md,
+ * "Errors"); tests and logs read the reason.
+ */
+export type PaymentRefusalReason =
+  | 'malformed_header'
+  | 'unsupported_scheme'
+  | 'wrong_network'
+  | 'wrong_asset'
+  | 'wrong_recipient'
+  | 'amount_too_low'
+  | 'not_yet_valid'
+  | 'expired'
+  | 'validity_too_long'
+  | 'invalid_signature'
+  | 'signer_mismatch'
+  | 'nonce_used'
+  | 'insufficient_funds'
+  | 'payer_blocked'
+
+/** A payment refused: answered 402 with the message, which says exactly what is wrong and is safe to show the client. */
+export class PaymentRefused extends Error {
+  override name = 'PaymentRefused'
+  readonly code = 'ATS_ERR_PAYMENT_REFUSED'
+  readonly statusCode = 402
+  constructor(
+    readonly reason: PaymentRefusalReason,
+    message: string,
+  ) {
+    super(message)
+  }
+}
+
+/** A payment header that cannot be read at all (bad base64, not JSON, missing or ill-typed fields). */
+export class MalformedPaymentError extends PaymentRefused {
+  override name = 'MalformedPaymentError'
+  constructor(
+    readonly header: string,
+    detail: string,
+  ) {
+    super('malformed_header', `${header}: ${detail}`)
+  }
+}
+
+/**
+ * A dependency of verification (Redis, the chain) failed: the payment may be fine, so this
+ * is not a refusal (answer 503, not 402).
+ */
+export class PaymentUnavailableError extends Error {
+  override name = 'PaymentUnavailableError'
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options)
+  }
+}
+
+/** A payment in `_meta` that cannot be sent on: the client's mistake, answered as a tool error. */
+export class McpPaymentError extends Error {
+  override name = 'McpPaymentError'
+}
+
+// ---- MCP (mcp/) ----
+
+export const MethodNotAllowed = createError<[string]>(
+  'ATS_ERR_METHOD_NOT_ALLOWED',
+  '%s /mcp is not served: this MCP server is stateless (no sessions, no server-sent stream); POST each message',
+  405,
+)

@@ -1,0 +1,11 @@
+// The admin service's error registry: every error it answers with, one code each (ATS_ERR_ADMIN_*).
+import { createError } from '@ats/service-kit'
+
+/** A readonly key cannot reach a swap route, so a policy on it would limit nothing. */
+export const PolicyOnReadonlyKey = createError(
+  'ATS_ERR_ADMIN_POLICY_ON_READONLY_KEY',
+  'a readonly key cannot swap; spend policies apply to readwrite and admin keys',
+  400,
+)
+/** One more webhook subscription than WEBHOOK_MAX_PER_KEY allows. */
+export const TooManyWebhooks = createError<[number]>('ATS_ERR_ADMIN_TOO_MANY_WEBHOOKS', 'this key has %d webhook subscriptions already (WEBHOOK_MAX_PER_KEY): delete one first', 409)

@@ -1,0 +1,22 @@
+// The trading service's error registry: every error it answers with, one code each (ATS_ERR_TRADING_*).
+import { createError } from '@ats/service-kit'
+
+/** No pool path quotes the pair, or the amount is below what the path can carry. */
+export const NoRoute = createError<[string]>('ATS_ERR_TRADING_NO_ROUTE', '%s', 422)
+/** The amount is more than the best path takes whole. */
+export const TooLarge = createError<[string]>('ATS_ERR_TRADING_TOO_LARGE', '%s', 422)
+/** The swap would move the price by more than the wallet's policy allows. */
+export const PriceImpactTooHigh = createError<[string]>('ATS_ERR_TRADING_PRICE_IMPACT_TOO_HIGH', '%s', 422)
+/** The approval was approved, rejected or withdrawn already. */
+export const ApprovalDecided = createError<[string]>('ATS_ERR_TRADING_APPROVAL_DECIDED', '%s', 409)
+/** A token launch whose deployment reverted. */
+export const LaunchFailed = createError<[string]>('ATS_ERR_TRADING_LAUNCH_FAILED', '%s', 422)
+
+// on the way to the chain (chainTx.ts)
+export const ReceiptTimeout = createError<[string, number]>(
+  'ATS_ERR_TRADING_RECEIPT_TIMEOUT',
+  'transaction %s was sent but not mined within %d ms; repeat the request with the same Idempotency-Key to pick it up',
+  504,
+)
+export const WouldRevert = createError<[string]>('ATS_ERR_TRADING_WOULD_REVERT', '%s', 422)
+export const ChainUnavailable = createError<[string]>('ATS_ERR_TRADING_CHAIN_UNAVAILABLE', 'the chain did not answer: %s', 502)
