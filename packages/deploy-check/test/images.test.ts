@@ -6,7 +6,7 @@
  * directory it cannot write, with plain node (no tsx, no dev dependencies). Compose's
  * hostnames become local ports; Postgres, NATS and Redis are the test's. Each process is
  * healthy when its Dockerfile's HEALTHCHECK command says so; then the API answers
- * through the gateway as the README's compose section says.
+ * through the gateway as docs/deploy.md's compose section says.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
@@ -120,7 +120,9 @@ t.test('every image built as its Dockerfile builds it runs the fleet, as compose
   const local = (value: string) =>
     value
       .replace(/^postgresql:\/\/[^@]+@postgres:5432\/ats$/, databaseUrl)
-      .replace(/^nats:\/\/nats:4222$/, natsUrl)
+      // compose gives each component a NATS user of its own; the test's NATS has no users (the
+      // users and their permissions are tested in service-kit's leastPrivilege test and by pnpm rehearse)
+      .replace(/^nats:\/\/(?:[^@/]+@)?nats:4222$/, natsUrl)
       .replace(/^redis:\/\/redis:6379$/, redisUrl)
       .replace(/^\/devnet\//, `${book}/`)
       .replace(/^http:\/\/([a-z-]+):(\d+)$/, (url, host: string, port: string) => (ports.has(`${host}:${port}`) ? `http://127.0.0.1:${ports.get(`${host}:${port}`)}` : url))
@@ -214,7 +216,7 @@ t.test('every image built as its Dockerfile builds it runs the fleet, as compose
     }
   }
 
-  // ---- the API, through the gateway, as the README's compose section uses it --------------------
+  // ---- the API, through the gateway, as docs/deploy.md's compose section uses it --------------------
   const gateway = `http://127.0.0.1:${ports.get('gateway:3000')}`
   const root = (await (await fetch(`${gateway}/`)).json()) as Obj
   t.match(root, { docs: '/docs', openapi: '/openapi.json', chainId: 31337 })

@@ -173,7 +173,7 @@ function validationMessage(error: FastifyError): string {
 /** How a scope writes a failure: the API's `{error}` string, or another shape (/v1 answers OpenAI's). */
 export type ErrorFormat = (failure: Failure) => unknown
 
-/** The error body of the whole API (README, "API keys, tiers and limits"): `{error: string}`. */
+/** The error body of the whole API (docs/keys-and-limits.md): `{error: string}`. */
 export const errorBody: ErrorFormat = ({ message }) => ({ error: message })
 
 /**

@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox'
 
-/** The one error body of the whole public API (README, "API keys, tiers and limits"). */
+/** The one error body of the whole public API (docs/keys-and-limits.md). */
 export const ErrorBody = Type.Object(
   { error: Type.String({ description: 'what went wrong, in words a client can act on' }) },
   { $id: 'ErrorBody', additionalProperties: false },
