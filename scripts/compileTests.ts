@@ -55,7 +55,7 @@ function removeCompiled(dirs: string[]): void {
 /**
  * Compiles every `.ts` file under the given test folders, each next to its source. An import of
  * a `src/` file becomes an import of its compiled twin in that package's `dist/`; any other
- * TypeScript a test imports by a relative path (scripts/services.ts, the `src/` of a package
+ * TypeScript a test imports by a relative path (the `src/` of a package
  * without a build) is compiled next to its source too.
  */
 export async function compileTests(testDirs: string[]): Promise<{ files: number; ms: number }> {

@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { settingsOf } from '@ats/service-kit'
 import { openApiDocument } from '../gateway/src/routing/openapi.ts'
 import { gatewayService } from '../gateway/src/service.ts'
-import { fleetMembers, root } from './services.ts'
+import { fleetMembers, root } from '@ats/fleet'
 
 /** Each generated page: its path in the repository and its text. */
 const pages: Array<{ path: string; text: () => Promise<string> }> = [

@@ -1,5 +1,5 @@
 import { databaseSettings, loadConfig, migrate, safeUrl, StartupError } from '@ats/service-kit'
-import { fleetMembers } from './services.ts'
+import { fleetMembers } from '@ats/fleet'
 
 /** pnpm db:migrate: applies every service's migrations to DATABASE_URL (services also do this at start). */
 try {

@@ -9,7 +9,7 @@ import { ExactEvmScheme } from '@x402/evm/exact/client'
 import { wrapFetchWithPayment, x402Client } from '@x402/fetch'
 import type { Hex } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
-import { root } from './services.ts'
+import { root } from '@ats/fleet'
 
 const fail = (message: string): never => {
   console.error(message)

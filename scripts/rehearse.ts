@@ -12,8 +12,8 @@ import { freshDatabase, startNatsCluster, type NatsCluster } from '@ats/service-
 // by path, as bench/ does: the root package depends on neither
 import { startDevnet } from '../packages/devnet/src/index.ts'
 import { signPayments } from '../bench/payments.ts'
-import { fleetAccess, type FleetAccess } from './access.ts'
-import { fleetMembers, root } from './services.ts'
+import { fleetAccess, type FleetAccess } from '@ats/fleet/access'
+import { fleetMembers, root } from '@ats/fleet'
 
 /**
  * pnpm rehearse: the fleet at scale on this machine, under load, with faults (issue 27).

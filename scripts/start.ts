@@ -8,8 +8,8 @@ import { createInterface } from 'node:readline'
 import { generateApiKey } from '../services/admin/src/keys/apiKeys.ts'
 import type { Devnet } from '../packages/devnet/src/deploy.ts'
 import { describeDevnet, devnetPort, startDevnetOrExplain } from '../packages/devnet/src/cli.ts'
-import { fleetMembers, memberEnv, type FleetMember } from './services.ts'
-import { fleetAccess, startNatsServer, type FleetAccess, type NatsServer } from './access.ts'
+import { fleetMembers, memberEnv, type FleetMember } from '@ats/fleet'
+import { fleetAccess, startNatsServer, type FleetAccess, type NatsServer } from '@ats/fleet/access'
 
 /**
  * pnpm start: the whole fleet on this machine. Each service runs as its own

@@ -12,7 +12,7 @@ import { connect } from 'nats'
 import { pino } from 'pino'
 import t, { type Test } from 'tap'
 import { parse } from 'yaml'
-import { memberEnv } from '../../scripts/services.ts'
+import { memberEnv } from '@ats/fleet'
 import { gatewayService } from '../src/service.ts'
 import { gatewaySettings, trustProxyOf } from '../src/settings.ts'
 

@@ -12,7 +12,7 @@
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { databaseRoleOf } from '@ats/service-kit'
-import { accessConfig, accessFiles } from '../../../scripts/access.ts'
+import { accessConfig, accessFiles } from '@ats/fleet/access'
 
 type Obj = Record<string, any>
 const arr = (v: unknown): any[] => (Array.isArray(v) ? v : [])

@@ -1,4 +1,8 @@
+/** Dockerfiles: each deployable's linted without a Docker engine, and the facts the other checks read from it. */
+import { existsSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { validate } from 'dockerfile-utils'
+import type { Component } from './components.ts'
 
 /**
  * Lints a deployable's Dockerfile without a Docker engine (hadolint is not installable
@@ -141,4 +145,28 @@ export function lintDockerfile(text: string, problem: (line: number, message: st
     if (!argv.some((a) => /\.js$/.test(a))) problem(cmd.line, `${cmd.keyword} names no .js entry point`)
   }
   return facts
+}
+
+/**
+ * Lints every deployable's Dockerfile; returns Dockerfile (relative path) -> whether its image
+ * has a HEALTHCHECK, for the compose check.
+ */
+export function checkDockerfiles(root: string, components: Component[], problems: string[], notes: string[]): Map<string, boolean> {
+  const imageHealth = new Map<string, boolean>()
+  const linted: string[] = []
+  for (const c of components) {
+    const file = `${c.dir}/Dockerfile`
+    if (!existsSync(join(root, file))) {
+      problems.push(`${file}: missing (every deployable has its own Dockerfile)`)
+      continue
+    }
+    const facts = lintDockerfile(readFileSync(join(root, file), 'utf8'), (line, message) => problems.push(`${file}:${line}: ${message}`))
+    imageHealth.set(file, facts.healthcheck !== undefined)
+    linted.push(c.name)
+    if (facts.deployedPackage && facts.deployedPackage !== c.packageName) {
+      problems.push(`${file}: deploys ${facts.deployedPackage}, but the directory holds ${c.packageName}`)
+    }
+  }
+  notes.push(`Dockerfiles: ${linted.length} linted (${linted.join(', ')})`)
+  return imageHealth
 }

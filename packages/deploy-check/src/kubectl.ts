@@ -1,3 +1,4 @@
+/** kubectl (from an npm package, no download), for `kubectl kustomize`. */
 import { execFileSync } from 'node:child_process'
 import { chmodSync, existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'

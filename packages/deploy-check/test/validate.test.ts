@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
-import { checkDeployment, deployables } from '../src/validate.ts'
+import { deployables } from '../src/components.ts'
+import { checkDeployment } from '../src/validate.ts'
 
 const repo = fileURLToPath(new URL('../../..', import.meta.url))
 

@@ -2,8 +2,8 @@
 // for the run that waits for it (approvalOutcome), and when a resumed automation runs next (resumeRunAt).
 import type { Approval, SwapResult } from '@ats/contracts'
 import t from 'tap'
-import { approvalOutcome } from '../src/approvals.ts'
-import { resumeRunAt, type LimitOrder, type RecurringBuy } from '../src/types.ts'
+import { approvalOutcome } from '../src/scheduler/approvals.ts'
+import { resumeRunAt, type LimitOrder, type RecurringBuy } from '../src/automations/types.ts'
 
 // approvalOutcome: a run waiting for a person's approval
 const createdAt = Date.UTC(2026, 11, 1, 12)

@@ -4,8 +4,8 @@
 import { randomBytes } from 'node:crypto'
 import type { Automation as AutomationView, AutomationRun as RunView, AutomationStatus } from '@ats/contracts'
 import { BadRequest, recordEvent, type CounterMetric, type EventOutbox, type EventToRecord, type ServiceMetrics } from '@ats/service-kit'
-import { AutomationLimit } from './errors.ts'
-import type { Automation, AutomationRun, Prisma, PrismaClient } from './generated/prisma/client.ts'
+import { AutomationLimit } from '../errors.ts'
+import type { Automation, AutomationRun, Prisma, PrismaClient } from '../generated/prisma/client.ts'
 import { firstRunAt, nextRunAt, overReason, resumeRunAt, type Config, type LimitOrder, type RecurringBuy } from './types.ts'
 
 /** The statuses that count toward AUTOMATION_MAX_PER_KEY: what runs, or may run again at a PATCH. */

@@ -7,8 +7,8 @@
 import type { Approval, NatsChannels } from '@ats/contracts'
 import { callEndpoint, startWorkerLoop, type Logger } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
-import type { Automation, AutomationRun } from './generated/prisma/client.ts'
-import { identityOf, type RunOutcome, type Store } from './store.ts'
+import type { Automation, AutomationRun } from '../generated/prisma/client.ts'
+import { identityOf, type RunOutcome, type Store } from '../automations/store.ts'
 
 /** What an approval means for the run waiting for it. */
 export type ApprovalOutcome = { kind: 'waiting' } | { kind: 'finished'; outcome: RunOutcome } | { kind: 'skipped'; reason: string }

@@ -3,7 +3,13 @@ import { fileURLToPath, pathToFileURL } from 'node:url'
 import { join } from 'node:path'
 import type { ServiceDefinition } from '@ats/service-kit'
 
-export const root = fileURLToPath(new URL('..', import.meta.url))
+/**
+ * Fleet membership: which deployables exist and how `pnpm start` runs each. Shared by scripts/
+ * and packages/deploy-check; no service imports it (it loads every service).
+ */
+
+/** The repository root, from src/index.ts and from dist/index.js alike (both two levels down). */
+export const root = fileURLToPath(new URL('../../..', import.meta.url))
 
 export interface FleetMember {
   name: string

@@ -8,10 +8,10 @@ import { formatUnits } from 'viem'
 import { isAwaitingApproval, type Approval, type NatsChannels } from '@ats/contracts'
 import { callEndpoint, pauseMessage, ServiceCallError, startWorkerLoop, type Logger, type TradingTokens, type WalletControlWatch } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
-import type { Automation, AutomationRun } from './generated/prisma/client.ts'
+import type { Automation, AutomationRun } from '../generated/prisma/client.ts'
 import { withdrawApproval } from './approvals.ts'
-import { identityOf, type Claimed, type Store } from './store.ts'
-import type { Config, LimitOrder } from './types.ts'
+import { identityOf, type Claimed, type Store } from '../automations/store.ts'
+import type { Config, LimitOrder } from '../automations/types.ts'
 
 export interface SchedulerSettings {
   tickMs: number

@@ -1,0 +1,90 @@
+// What an owner does with their automations, over HTTP and NATS alike: who owns a request, and
+// creating (its wallet and config checked), pausing or resuming, and deleting an automation.
+import type { AutomationStatus, CreateAutomationRequest, NatsChannels } from '@ats/contracts'
+import { callEndpoint, checkRecipient, findToken, Forbidden, NotFound, Unauthorized, Unavailable, type Logger, type TradingTokens } from '@ats/service-kit'
+import type { NatsConnection } from 'nats'
+import { getAddress, isAddress } from 'viem'
+import { withdrawApproval } from '../scheduler/approvals.ts'
+import { automationView, type Owner, type Store } from './store.ts'
+import { checkConfig } from './types.ts'
+
+/** The owner of a request: the API key (HTTP through the gateway), or the key or payer of an agent job (NATS). */
+export function ownerOf(identity: { ownerId?: string | undefined; keyId?: string | undefined }): Owner {
+  if (identity.keyId) return { ownerId: identity.keyId, keyId: identity.keyId }
+  if (identity.ownerId && isAddress(identity.ownerId, { strict: false })) return { ownerId: identity.ownerId.toLowerCase() }
+  throw new Unauthorized('automations need an API key')
+}
+
+export interface AutomationsDeps {
+  nc: NatsConnection
+  channels: NatsChannels
+  store: Store
+  log: Logger
+  /** the chain's tokens, from trading (what its swaps accept) */
+  tokens: TradingTokens
+  /** AUTOMATION_MIN_INTERVAL_MS */
+  minIntervalMs: number
+}
+
+export function createAutomations({ nc, channels, store, log, tokens, minIntervalMs }: AutomationsDeps) {
+  /**
+   * The server wallet pays every run and the run sends what it buys to walletAddress: that must be
+   * the owner's own wallet (a key's bound wallet, a payer itself) or one an admin allowed it, as
+   * admin says (never the caller's word). Trading checks the same before every run's swap.
+   */
+  async function checkWallet(owner: Owner, walletAddress: string) {
+    if (owner.keyId) {
+      const { key } = await callEndpoint(nc, channels.admin.keyPolicy, { keyId: owner.keyId }, { timeoutMs: 2000 })
+      if (!key) throw new Forbidden(`API key ${owner.keyId} is revoked or unknown`)
+      checkRecipient({ owner: `key ${owner.keyId}`, own: key.wallet, allowed: key.policy?.allowedRecipients }, walletAddress)
+      return
+    }
+    if (owner.ownerId === walletAddress.toLowerCase()) return
+    const { payer } = await callEndpoint(nc, channels.admin.agentPayer, { address: getAddress(owner.ownerId) }, { timeoutMs: 2000 })
+    checkRecipient({ owner: `payer ${getAddress(owner.ownerId)}`, own: owner.ownerId, allowed: payer?.policy.allowedRecipients }, walletAddress)
+  }
+
+  const tokenList = () =>
+    tokens.list().catch((error: Error) => {
+      throw new Unavailable(`the token list is not available from trading (${error.message})`)
+    })
+
+  async function create(owner: Owner, body: CreateAutomationRequest) {
+    await checkWallet(owner, body.walletAddress)
+    const list = await tokenList()
+    const checked = checkConfig(body.type, body.config, {
+      tokenOf: (ref) => findToken(list, ref),
+      knownSymbols: list.map((t) => t.symbol),
+      minIntervalMs,
+      now: Date.now(),
+    })
+    const row = await store.create(owner, { walletAddress: getAddress(body.walletAddress), type: body.type, name: body.name, config: checked })
+    log.info({ automationId: row.id, type: row.type, owner: owner.keyId ?? 'payer' }, 'automation created')
+    return { automation: automationView(row) }
+  }
+
+  async function setStatus(owner: Owner, id: string, status: AutomationStatus) {
+    const row = await store.setStatus(owner, id, status)
+    if (!row) throw new NotFound(`automation ${id}`)
+    log.info({ automationId: id, status }, 'automation status set')
+    return { automation: automationView(row) }
+  }
+
+  async function remove(owner: Owner, id: string) {
+    const row = await store.get(owner, id)
+    if (!row) throw new NotFound(`automation ${id}`)
+    // a run waiting for approval: nobody may approve its swap once the automation is gone
+    for (const approvalId of await store.waitingApprovals(row.id)) {
+      await withdrawApproval({ nc, channels }, row, approvalId, 'automation deleted', 5_000).catch((error: Error) => {
+        throw new Unavailable(`automation ${row.id} has a run waiting for approval ${approvalId}, which trading could not withdraw (${error.message}); try again`)
+      })
+    }
+    if (!(await store.remove(owner, id))) throw new NotFound(`automation ${id}`)
+    log.info({ automationId: id }, 'automation deleted')
+    return { ok: true as const }
+  }
+
+  return { create, setStatus, remove }
+}
+
+export type Automations = ReturnType<typeof createAutomations>
