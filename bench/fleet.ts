@@ -121,16 +121,22 @@ export interface ServiceProcess extends Started {
 export async function startService(base: BenchBase, name: string, port: number, env: NodeJS.ProcessEnv): Promise<ServiceProcess> {
   const log = join(base.dir, `${name}.log`)
   const fd = openSync(log, 'w')
-  const service = await start(`services/${name}/src/server.ts`, { ...base.env, ...base.chain, ADDRESS_BOOK: base.addressBookPath, PORT: String(port), HOST: '127.0.0.1', ...env }, fd)
+  const service = await start(
+    `services/${name}/src/server.ts`,
+    { ...base.env, ...base.chain, ADDRESS_BOOK: base.addressBookPath, PORT: String(port), HOST: '127.0.0.1', ...env },
+    fd,
+  )
   closeSync(fd)
   return Object.assign(service, { problems: () => logProblems(log) })
 }
 
 /** The admin service on 127.0.0.1:`port`; settlement off unless `env` says otherwise. */
-export const startAdmin = (base: BenchBase, port: number, env: NodeJS.ProcessEnv = {}) => startService(base, 'admin', port, { SETTLEMENT_ENABLED: 'false', ...env })
+export const startAdmin = (base: BenchBase, port: number, env: NodeJS.ProcessEnv = {}) =>
+  startService(base, 'admin', port, { SETTLEMENT_ENABLED: 'false', ...env })
 
 /** The market-data service on 127.0.0.1:`port` on its devnet sources, caching in the bench's Redis. */
-export const startMarketData = (base: BenchBase, port: number) => startService(base, 'market-data', port, { ADDRESS_BOOK: base.addressBookPath })
+export const startMarketData = (base: BenchBase, port: number) =>
+  startService(base, 'market-data', port, { ADDRESS_BOOK: base.addressBookPath })
 
 /** The gateway's settings for this bench's fleet: its admin at `adminUrl`, the devnet's address book, plus `extra`. */
 export function gatewayEnv(base: BenchBase, adminUrl: string, extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
@@ -141,7 +147,12 @@ export function gatewayEnv(base: BenchBase, adminUrl: string, extra: NodeJS.Proc
  * A gateway in front of the agent at `ports.agent` (readwrite limit out of the way), ready, with a
  * readwrite key made through it: the /v1 benches' entry.
  */
-export async function startAgentGateway(base: BenchBase, ports: { gateway: number; ops: number; admin: number; agent: number }, label: string, logLevel = 'warn') {
+export async function startAgentGateway(
+  base: BenchBase,
+  ports: { gateway: number; ops: number; admin: number; agent: number },
+  label: string,
+  logLevel = 'warn',
+) {
   const process = await start(
     'gateway/src/server.ts',
     gatewayEnv(base, `http://127.0.0.1:${ports.admin}`, {

@@ -148,7 +148,11 @@ async function main() {
   const bare = await start('bench/bareProxy.ts', { UPSTREAM: upstream, PORT: '3901' }, 'pipe')
   // the admin records the charged payments (one ledger write per batch); settling them on the
   // devnet would add a transaction per request on anvil, so settlement is off
-  const admin = await startAdmin(base, 3905, process.env.BENCH_ADMIN_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_ADMIN_NODE_OPTIONS } : {})
+  const admin = await startAdmin(
+    base,
+    3905,
+    process.env.BENCH_ADMIN_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_ADMIN_NODE_OPTIONS } : {},
+  )
   const gatewaySettings = gatewayEnv(base, 'http://127.0.0.1:3905', {
     MARKET_DATA_URL: upstream,
     AGENT_URL: upstream,
@@ -212,7 +216,8 @@ async function main() {
     throw new Error(`a pre-signed payment was refused: GET /agent/skills answered ${accepted.status} ${await accepted.text()}`)
   await accepted.body?.cancel()
   const replay = await fetch(paidUrl, { headers: { 'x-payment': probe } })
-  if (replay.status !== 402) throw new Error(`a replayed payment was not refused: GET /agent/skills answered ${replay.status} ${await replay.text()}`)
+  if (replay.status !== 402)
+    throw new Error(`a replayed payment was not refused: GET /agent/skills answered ${replay.status} ${await replay.text()}`)
   await replay.body?.cancel()
 
   // the admin's ledger consumer: a paid run leaves a backlog of payment events behind, and the
@@ -290,27 +295,33 @@ async function main() {
       'GET /market/prices (bare and keyed: a fixed answer; market-data: the real service, cached), GET /agent/skills (paid, one payment per request)',
   )
   const allTargets = [
-      proxied('bare', 'bare @fastify/http-proxy', `${bare.address}/market/prices`, bare.pid),
-      proxied('keyed', 'gateway, keyed (readonly key)', 'http://127.0.0.1:3900/market/prices', gateway.pid, keyedHeaders),
-      marketTarget(proxied('market', 'gateway, keyed, to market-data (cached)', 'http://127.0.0.1:3903/market/prices', marketGateway.pid, keyedHeaders), marketData.pid),
-      proxied('log off', 'gateway, keyed, LOG_LEVEL=warn', 'http://127.0.0.1:3902/market/prices', quiet.pid, keyedHeaders),
-      paid,
-    ]
+    proxied('bare', 'bare @fastify/http-proxy', `${bare.address}/market/prices`, bare.pid),
+    proxied('keyed', 'gateway, keyed (readonly key)', 'http://127.0.0.1:3900/market/prices', gateway.pid, keyedHeaders),
+    marketTarget(
+      proxied('market', 'gateway, keyed, to market-data (cached)', 'http://127.0.0.1:3903/market/prices', marketGateway.pid, keyedHeaders),
+      marketData.pid,
+    ),
+    proxied('log off', 'gateway, keyed, LOG_LEVEL=warn', 'http://127.0.0.1:3902/market/prices', quiet.pid, keyedHeaders),
+    paid,
+  ]
   const targets = only ? allTargets.filter((t) => only.includes(t.name)) : allTargets
-  if (only && targets.length !== only.length) throw new Error(`BENCH_TARGETS names unknown targets: ${only.join(',')}; known: ${allTargets.map((t) => t.name).join(',')}`)
+  if (only && targets.length !== only.length)
+    throw new Error(`BENCH_TARGETS names unknown targets: ${only.join(',')}; known: ${allTargets.map((t) => t.name).join(',')}`)
   const report = await runInterleaved({
     rounds,
     seconds: duration,
     targets,
-    ratios: ([
-      { name: 'keyed / bare', numerator: 'keyed', denominator: 'bare', aim: 85 },
-      { name: 'market-data cached / keyed', numerator: 'market', denominator: 'keyed', aim: 90 },
-      { name: 'keyed, log off / bare', numerator: 'log off', denominator: 'bare' },
-      { name: 'paid / keyed', numerator: 'paid', denominator: 'keyed', aim: 60 },
-      // the same two from CPU per request (bare µs ÷ keyed µs): the servers' own cost, whatever time other processes take from their core
-      { name: 'keyed / bare, by CPU µs', numerator: 'keyed', denominator: 'bare', metric: 'cpu' },
-      { name: 'paid / keyed, by CPU µs', numerator: 'paid', denominator: 'keyed', metric: 'cpu' },
-    ] as Ratio[]).filter((r) => targets.some((t) => t.name === r.numerator) && targets.some((t) => t.name === r.denominator)),
+    ratios: (
+      [
+        { name: 'keyed / bare', numerator: 'keyed', denominator: 'bare', aim: 85 },
+        { name: 'market-data cached / keyed', numerator: 'market', denominator: 'keyed', aim: 90 },
+        { name: 'keyed, log off / bare', numerator: 'log off', denominator: 'bare' },
+        { name: 'paid / keyed', numerator: 'paid', denominator: 'keyed', aim: 60 },
+        // the same two from CPU per request (bare µs ÷ keyed µs): the servers' own cost, whatever time other processes take from their core
+        { name: 'keyed / bare, by CPU µs', numerator: 'keyed', denominator: 'bare', metric: 'cpu' },
+        { name: 'paid / keyed, by CPU µs', numerator: 'paid', denominator: 'keyed', metric: 'cpu' },
+      ] as Ratio[]
+    ).filter((r) => targets.some((t) => t.name === r.numerator) && targets.some((t) => t.name === r.denominator)),
   })
   printReport(report)
   if (targets.some((t) => t.name === 'keyed')) {
@@ -323,9 +334,13 @@ async function main() {
       nextPayment: () => payments.next(),
     })
   }
-  console.log('(CPU µs/req: user + system CPU of the proxy process, bare or gateway, per request; admin CPU: the ledger consumer, same core)')
+  console.log(
+    '(CPU µs/req: user + system CPU of the proxy process, bare or gateway, per request; admin CPU: the ledger consumer, same core)',
+  )
   // how fast the machine is today: the bare proxy's CPU per request was 81-85 µs on a quiet day (docs/benchmarks.md)
-  const bareCpu = summarize(report.measurements.filter((m) => m.target === 'bare').map((m) => m.result.cpuMicrosPerRequest ?? Number.NaN)).median
+  const bareCpu = summarize(
+    report.measurements.filter((m) => m.target === 'bare').map((m) => m.result.cpuMicrosPerRequest ?? Number.NaN),
+  ).median
   if (bareCpu > QUIET_BARE_CPU * 1.5)
     console.log(
       `NOTE the bare proxy took ${bareCpu.toFixed(0)} µs of CPU per request (median), ${(bareCpu / QUIET_BARE_CPU).toFixed(1)} × the ~${QUIET_BARE_CPU} µs ` +
@@ -385,7 +400,10 @@ async function checksUnderLoad({ keyedUrl, keyedHeaders, gatewayPid, limitedKey,
   }
   const served = statuses.filter((s) => s === 200).length
   check(served === LIMITED_KEY_MAX, `a key limited to ${LIMITED_KEY_MAX} requests was served ${served} times of ${statuses.length}`)
-  check(statuses.slice(LIMITED_KEY_MAX).every((s) => s === 429), `requests over the limit answered ${statuses.slice(LIMITED_KEY_MAX).join(',')}, not 429`)
+  check(
+    statuses.slice(LIMITED_KEY_MAX).every((s) => s === 429),
+    `requests over the limit answered ${statuses.slice(LIMITED_KEY_MAX).join(',')}, not 429`,
+  )
   check(retryAfter !== null && Number(retryAfter) > 0, `a 429 over the limit has retry-after ${retryAfter}`)
   // a payment, then its replay
   const payment = nextPayment()

@@ -54,7 +54,11 @@ await runBench(async () => {
     return service
   }
   await up('trading', ports.trading, { SERVER_WALLET_PRIVATE_KEY: base.devnet.accounts[0]!.privateKey })
-  await up('market-data', ports.market, { NFT_SOURCE: 'alchemy', ALCHEMY_NFT_URL: upstreams.base.alchemyWithoutKey, ALCHEMY_API_KEY: 'bench-key' })
+  await up('market-data', ports.market, {
+    NFT_SOURCE: 'alchemy',
+    ALCHEMY_NFT_URL: upstreams.base.alchemyWithoutKey,
+    ALCHEMY_API_KEY: 'bench-key',
+  })
   await up('agent', ports.agent, { AGENT_ROLE: 'api' })
   const workerEnv = { AGENT_ROLE: 'worker', AGENT_WORKER_CONCURRENCY: String(concurrency) }
   await up('agent', ports.worker1, workerEnv)
@@ -78,7 +82,11 @@ await runBench(async () => {
   })()
 
   const payer = base.devnet.accounts[1]!.address
-  const headers = { [identityHeaders.internalToken]: base.env.INTERNAL_TOKEN, [identityHeaders.ownerId]: payer, 'content-type': 'application/json' }
+  const headers = {
+    [identityHeaders.internalToken]: base.env.INTERNAL_TOKEN,
+    [identityHeaders.ownerId]: payer,
+    'content-type': 'application/json',
+  }
   /** one job: ms from the 202 to its complete event */
   async function job(prompt: string): Promise<number> {
     const res = await fetch(`http://127.0.0.1:${ports.agent}/agent/prompt`, { method: 'POST', headers, body: JSON.stringify({ prompt }) })
@@ -122,7 +130,9 @@ await runBench(async () => {
 
   const ms = (n: number) => `${n.toFixed(1)} ms`
   console.log(`\njob pipeline (offline planner), 202 -> complete:`)
-  console.log(`  latency, price prompt, one at a time, 1 worker (${latencyJobs} jobs): p50 ${ms(p50)}, p99 ${ms(p99)}   aim p50 < 50 ms: ${p50 < 50 ? 'met' : 'NOT met'}`)
+  console.log(
+    `  latency, price prompt, one at a time, 1 worker (${latencyJobs} jobs): p50 ${ms(p50)}, p99 ${ms(p99)}   aim p50 < 50 ms: ${p50 < 50 ? 'met' : 'NOT met'}`,
+  )
   console.log(`  throughput, tool answering in ${toolMs} ms, ${concurrency} jobs per worker:`)
   console.log(`    1 worker : ${one.jobsPerSecond.toFixed(1)} jobs/s (p50 ${ms(one.p50)})`)
   console.log(`    2 workers: ${two.jobsPerSecond.toFixed(1)} jobs/s (p50 ${ms(two.p50)})`)

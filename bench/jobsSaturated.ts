@@ -35,7 +35,11 @@ await runBench(async () => {
   const admin = await startAdmin(base, ports.admin, { LOG_LEVEL: logLevel })
   const market = await startService(base, 'market-data', ports.market, { LOG_LEVEL: logLevel })
   const agent = await startService(base, 'agent', ports.agent, { AGENT_ROLE: 'api', LOG_LEVEL: logLevel })
-  const worker = await startService(base, 'agent', ports.worker, { AGENT_ROLE: 'worker', AGENT_WORKER_CONCURRENCY: String(workerConcurrency), LOG_LEVEL: logLevel })
+  const worker = await startService(base, 'agent', ports.worker, {
+    AGENT_ROLE: 'worker',
+    AGENT_WORKER_CONCURRENCY: String(workerConcurrency),
+    LOG_LEVEL: logLevel,
+  })
   const services: Array<[string, ServiceProcess, number]> = [
     ['admin', admin, ports.admin],
     ['market-data', market, ports.market],
@@ -52,7 +56,8 @@ await runBench(async () => {
     const started = performance.now()
     const res = await fetch(`http://127.0.0.1:${ports.gateway}/v1/chat/completions`, { ...request, body })
     const text = await res.text()
-    if (res.status !== 200 || !text.includes('ETH: $')) throw new Error(`POST /v1/chat/completions answered ${res.status} ${text.slice(0, 300)}`)
+    if (res.status !== 200 || !text.includes('ETH: $'))
+      throw new Error(`POST /v1/chat/completions answered ${res.status} ${text.slice(0, 300)}`)
     return performance.now() - started
   }
 
@@ -78,7 +83,14 @@ await runBench(async () => {
     const elapsed = (performance.now() - started) / 1000
     const cpu = measured.map(([name, read], i) => [name, (read() - before[i]!) / 1000 / times.length] as const)
     times.sort((a, b) => a - b)
-    return { clients, jobs: times.length, jobsPerSecond: times.length / elapsed, p50: percentile(times, 50), p99: percentile(times, 99), cpu }
+    return {
+      clients,
+      jobs: times.length,
+      jobsPerSecond: times.length / elapsed,
+      p50: percentile(times, 50),
+      p99: percentile(times, 99),
+      cpu,
+    }
   }
 
   await run(Math.max(...clientCounts), 5) // warm-up: JIT, pools, market-data's cache
@@ -86,13 +98,17 @@ await runBench(async () => {
   for (const clients of clientCounts) results.push(await run(clients, seconds))
 
   const ms = (n: number) => `${n.toFixed(1)} ms`
-  console.log(`\njobs at saturation: "price of ETH" (ats-planner) on POST /v1/chat/completions through the gateway, ${seconds} s per client count:`)
+  console.log(
+    `\njobs at saturation: "price of ETH" (ats-planner) on POST /v1/chat/completions through the gateway, ${seconds} s per client count:`,
+  )
   const names = measured.map(([name]) => name)
   console.log(`  clients  jobs/s   p50 ms   p99 ms   CPU ms per job: ${names.join(' / ')} / total`)
   for (const r of results) {
     const total = r.cpu.reduce((sum, [, v]) => sum + v, 0)
     const cells = r.cpu.map(([, v]) => v.toFixed(2)).join(' / ')
-    console.log(`  ${String(r.clients).padStart(7)}  ${r.jobsPerSecond.toFixed(1).padStart(6)}  ${r.p50.toFixed(1).padStart(7)}  ${r.p99.toFixed(1).padStart(7)}   ${cells} / ${total.toFixed(2)}`)
+    console.log(
+      `  ${String(r.clients).padStart(7)}  ${r.jobsPerSecond.toFixed(1).padStart(6)}  ${r.p50.toFixed(1).padStart(7)}  ${r.p99.toFixed(1).padStart(7)}   ${cells} / ${total.toFixed(2)}`,
+    )
   }
   const best = results.reduce((a, b) => (b.jobsPerSecond > a.jobsPerSecond ? b : a))
   const total = best.cpu.reduce((sum, [, v]) => sum + v, 0)
@@ -102,6 +118,8 @@ await runBench(async () => {
     `  best: ${best.jobsPerSecond.toFixed(1)} jobs/s with ${best.clients} clients (p50 ${ms(best.p50)}, p99 ${ms(best.p99)}); ` +
       `${total.toFixed(2)} CPU ms per job in all, so ${cores} cores bound it at ${bound.toFixed(0)} jobs/s; heaviest: ${heaviest![0]} ${heaviest![1].toFixed(2)} ms`,
   )
-  console.log(`  aim >= 100 jobs/s: ${best.jobsPerSecond >= 100 ? 'met' : bound >= 100 ? 'met by the CPU bound, not by the run' : 'NOT met'}`)
+  console.log(
+    `  aim >= 100 jobs/s: ${best.jobsPerSecond >= 100 ? 'met' : bound >= 100 ? 'met by the CPU bound, not by the run' : 'NOT met'}`,
+  )
   for (const [name, service] of services) console.log(`  problems logged by ${name}:\n${service.problems()}`)
 })

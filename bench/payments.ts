@@ -53,7 +53,14 @@ export function signPayments({ count, payers, payTo, usdc, chainId, value, valid
   const headers = new Array<string>(count)
   for (let i = 0; i < count; i++) {
     const p = i % payers.length
-    const authorization = { from: froms[p]!, to, value, validAfter, validBefore, nonce: `0x${prefix}${i.toString(16).padStart(32, '0')}` as Hex }
+    const authorization = {
+      from: froms[p]!,
+      to,
+      value,
+      validAfter,
+      validBefore,
+      nonce: `0x${prefix}${i.toString(16).padStart(32, '0')}` as Hex,
+    }
     const { signature, recid } = secp.ecdsaSign(signing.digest(authorization), keys[p]!)
     const sig = `0x${Buffer.from(signature).toString('hex')}${(27 + recid).toString(16)}`
     const header = {

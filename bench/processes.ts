@@ -120,7 +120,9 @@ export async function ready(urls: string | string[], server?: Started): Promise<
 export function assertPortFree(port: number, hint = ''): Promise<void> {
   return new Promise((resolve, reject) => {
     const server = createServer()
-    server.once('error', (error: NodeJS.ErrnoException) => reject(new Error(`port ${port} is in use (${error.code}): a leftover bench process?${hint ? ` ${hint}` : ''}`)))
+    server.once('error', (error: NodeJS.ErrnoException) =>
+      reject(new Error(`port ${port} is in use (${error.code}): a leftover bench process?${hint ? ` ${hint}` : ''}`)),
+    )
     server.listen(port, '127.0.0.1', () => server.close(() => resolve()))
   })
 }

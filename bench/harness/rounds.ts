@@ -158,7 +158,8 @@ function measurementLine(m: Measurement, rounds: number, width: number): string 
 
 function ratioValue(ratio: Ratio, numerator: RoundResult, base: RoundResult[]): number {
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length
-  if (ratio.metric === 'cpu') return (mean(base.map((r) => r.cpuMicrosPerRequest ?? Number.NaN)) / (numerator.cpuMicrosPerRequest ?? Number.NaN)) * 100
+  if (ratio.metric === 'cpu')
+    return (mean(base.map((r) => r.cpuMicrosPerRequest ?? Number.NaN)) / (numerator.cpuMicrosPerRequest ?? Number.NaN)) * 100
   return (numerator.rps / mean(base.map((r) => r.rps))) * 100
 }
 

@@ -40,7 +40,11 @@ export function summarize(values: number[]): Summary {
  * `maxSpread` points or reach more than `straddle` points past the aim on both sides, else the
  * median decides.
  */
-export function judge(values: number[], aim: number, { maxSpread = DEFAULT_MAX_SPREAD, straddle = DEFAULT_STRADDLE }: JudgeOptions = {}): Verdict {
+export function judge(
+  values: number[],
+  aim: number,
+  { maxSpread = DEFAULT_MAX_SPREAD, straddle = DEFAULT_STRADDLE }: JudgeOptions = {},
+): Verdict {
   const { n, median, min, max } = summarize(values)
   if (n === 0) return { outcome: 'too wide', text: 'no rounds to judge' }
   const below = values.filter((x) => x < aim).length

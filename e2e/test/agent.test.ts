@@ -31,7 +31,8 @@ const fleet = await startAgentFleet(t, {
     }
   }
   const token = (symbol: string) => devnet.book.tokens.find((entry) => entry.symbol === symbol)!.address as Address
-  const balanceOf = (symbol: string, owner: Address) => publicClient.readContract({ address: token(symbol), abi: erc20Abi, functionName: 'balanceOf', args: [owner] })
+  const balanceOf = (symbol: string, owner: Address) =>
+    publicClient.readContract({ address: token(symbol), abi: erc20Abi, functionName: 'balanceOf', args: [owner] })
 
   t.test('a paid prompt: 202, poll, complete with the live devnet price; a follow-up sees the thread', async (t) => {
     const accepted = await paid('/agent/prompt', { method: 'POST', body: { prompt: 'What is the price of ARB?' } })
@@ -56,12 +57,20 @@ const fleet = await startAgentFleet(t, {
     t.test('another payer gets 404 for the job and the thread, and cannot post into the thread', async (t) => {
       t.equal((await paid(`/agent/job/${accepted.body.jobId}`, { other: true })).status, 404)
       t.equal((await paid(`/agent/thread/${accepted.body.threadId}`, { other: true })).status, 404)
-      const post = await paid('/agent/prompt', { method: 'POST', other: true, body: { prompt: 'price of ETH', threadId: accepted.body.threadId } })
+      const post = await paid('/agent/prompt', {
+        method: 'POST',
+        other: true,
+        body: { prompt: 'price of ETH', threadId: accepted.body.threadId },
+      })
       t.equal(post.status, 404)
     })
 
     t.test('a readonly key bound to the payer wallet lists these jobs in /portfolio/jobs', async (t) => {
-      const key = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier: 'readonly', label: 'my wallet', wallet: payer } })
+      const key = await request('/admin/keys', {
+        method: 'POST',
+        key: adminKey,
+        body: { tier: 'readonly', label: 'my wallet', wallet: payer },
+      })
       t.equal(key.status, 201, JSON.stringify(key.body))
       const jobs = await request('/portfolio/jobs?limit=2', { key: key.body.key })
       t.equal(jobs.status, 200)
@@ -103,9 +112,17 @@ const fleet = await startAgentFleet(t, {
       t.equal(tx.transaction.from.toLowerCase(), payer.toLowerCase(), 'for the payer to sign')
     }
     t.equal(job.result.transactions.at(-1).kind, 'swap')
-    t.same({ usdc: await balanceOf('USDC', serverWallet), arb: await balanceOf('ARB', serverWallet) }, before, "the server wallet's balances did not move")
+    t.same(
+      { usdc: await balanceOf('USDC', serverWallet), arb: await balanceOf('ARB', serverWallet) },
+      before,
+      "the server wallet's balances did not move",
+    )
 
-    const allow = await request(`/admin/agent-payers/${payer}`, { method: 'PUT', key: adminKey, body: { label: 'trusted bot', policy: { maxUsdPerSwap: 50 } } })
+    const allow = await request(`/admin/agent-payers/${payer}`, {
+      method: 'PUT',
+      key: adminKey,
+      body: { label: 'trusted bot', policy: { maxUsdPerSwap: 50 } },
+    })
     t.equal(allow.status, 200, JSON.stringify(allow.body))
     const executed = await finished((await paid('/agent/prompt', { method: 'POST', body: { prompt: 'swap 1 USDC for ARB' } })).body.jobId)
     t.equal(executed.status, 'complete', executed.error)
@@ -119,12 +136,18 @@ const fleet = await startAgentFleet(t, {
     t.equal(res.status, 402)
     const required = JSON.parse(Buffer.from(res.headers.get('payment-required')!, 'base64').toString())
     t.match(required.extensions.bazaar, {
-      info: { input: { type: 'http', method: 'POST', bodyType: 'json', body: { prompt: String } }, output: { type: 'json', example: { status: 'pending' } } },
+      info: {
+        input: { type: 'http', method: 'POST', bodyType: 'json', body: { prompt: String } },
+        output: { type: 'json', example: { status: 'pending' } },
+      },
       schema: { properties: { input: { properties: { body: { properties: { prompt: { type: 'string', maxLength: 4000 } } } } } } },
       routeTemplate: '/agent/prompt',
     })
     const job = await request('/agent/job/job_x')
-    t.match(JSON.parse(Buffer.from(job.headers.get('payment-required')!, 'base64').toString()).extensions.bazaar, { info: { input: { method: 'GET', pathParams: { id: String } } }, routeTemplate: '/agent/job/:id' })
+    t.match(JSON.parse(Buffer.from(job.headers.get('payment-required')!, 'base64').toString()).extensions.bazaar, {
+      info: { input: { method: 'GET', pathParams: { id: String } } },
+      routeTemplate: '/agent/job/:id',
+    })
   })
 }
 
@@ -141,7 +164,13 @@ const fleet = await startAgentFleet(t, {
 
   t.test('the gateway lists the webhook routes in its OpenAPI document', async (t) => {
     const docs = await request('/openapi.json')
-    for (const path of ['/webhooks', '/webhooks/{id}', '/webhooks/{id}/rotate-secret', '/webhooks/{id}/deliveries', '/webhooks/{id}/deliveries/{deliveryId}/redeliver']) {
+    for (const path of [
+      '/webhooks',
+      '/webhooks/{id}',
+      '/webhooks/{id}/rotate-secret',
+      '/webhooks/{id}/deliveries',
+      '/webhooks/{id}/deliveries/{deliveryId}/redeliver',
+    ]) {
       t.ok(docs.body.paths[path], path)
     }
   })
@@ -151,7 +180,11 @@ const fleet = await startAgentFleet(t, {
     const stranger = await createKey('readwrite', 'someone else')
     const mine = await request('/webhooks', { method: 'POST', key: writer.key, body: { url: hookUrl('/mine'), events: ['job.completed'] } })
     t.equal(mine.status, 201)
-    const theirs = await request('/webhooks', { method: 'POST', key: stranger.key, body: { url: hookUrl('/theirs'), events: ['job.completed'] } })
+    const theirs = await request('/webhooks', {
+      method: 'POST',
+      key: stranger.key,
+      body: { url: hookUrl('/theirs'), events: ['job.completed'] },
+    })
     t.equal(theirs.status, 201)
     const readonly = await createKey('readonly', 'reader')
     t.equal((await request('/webhooks', { key: readonly.key })).status, 403, 'a readonly key cannot subscribe')
@@ -164,7 +197,11 @@ const fleet = await startAgentFleet(t, {
     t.equal(completion.status, 200)
 
     const got = await eventually('the job.completed delivery', async () => received.find((r) => r.body.includes('"job.completed"')), 30_000)
-    const event = new Webhook(mine.body.secret).verify(got.body, got.headers as Record<string, string>) as { id: string; type: string; data: Record<string, any> }
+    const event = new Webhook(mine.body.secret).verify(got.body, got.headers as Record<string, string>) as {
+      id: string
+      type: string
+      data: Record<string, any>
+    }
     t.equal(event.type, 'job.completed')
     t.equal(got.headers['webhook-id'], event.id)
     t.match(event.data, { jobId: String, status: 'complete', prompt: 'What is the price of ARB?' })
@@ -174,6 +211,6 @@ const fleet = await startAgentFleet(t, {
     t.match(log.body.deliveries, [{ eventId: event.id, eventType: 'job.completed', status: 'succeeded', attempts: 1 }])
     await new Promise((resolve) => setTimeout(resolve, 500))
     t.equal(received.filter((r) => r.body.includes('"job.completed"')).length, 1, 'one delivery: the other key got nothing')
-    t.equal((await request(`/webhooks/${mine.body.id}`, { key: stranger.key })).status, 404, "another key cannot see it")
+    t.equal((await request(`/webhooks/${mine.body.id}`, { key: stranger.key })).status, 404, 'another key cannot see it')
   })
 }

@@ -21,7 +21,8 @@ const fleet = await startAgentFleet(t, {
 const { request, pay, publicClient, serverWallet, gateway } = fleet
 const payer = fleet.payer.address
 const nonceOf = () => publicClient.getTransactionCount({ address: serverWallet })
-const paid = async (path: string, init: { method?: string; body?: unknown } = {}) => request(path, { ...init, headers: { 'x-payment': await pay() } })
+const paid = async (path: string, init: { method?: string; body?: unknown } = {}) =>
+  request(path, { ...init, headers: { 'x-payment': await pay() } })
 const prompt = 'swap 50 USDC for WETH'
 
 /** A readwrite key whose spend policy holds swaps over $10 for a person's approval. */
@@ -29,13 +30,21 @@ const approvalKey = () => fleet.createKey('readwrite', 'agent approvals', { appr
 const executionsOf = async (key: string) => (await request('/swap/executions', { key })).body.executions as unknown[]
 
 const paidJob = async (jobId: string, until: (status: string) => boolean) =>
-  eventually(`job ${jobId}`, async () => {
-    const job = (await paid(`/agent/job/${jobId}`)).body
-    return until(job.status) ? job : undefined
-  }, 30_000)
+  eventually(
+    `job ${jobId}`,
+    async () => {
+      const job = (await paid(`/agent/job/${jobId}`)).body
+      return until(job.status) ? job : undefined
+    },
+    30_000,
+  )
 
 t.before(async () => {
-  const allow = await request(`/admin/agent-payers/${payer}`, { method: 'PUT', key: adminKey, body: { label: 'approvals', policy: { maxUsdPerSwap: 100, approvalAboveUsd: 10 } } })
+  const allow = await request(`/admin/agent-payers/${payer}`, {
+    method: 'PUT',
+    key: adminKey,
+    body: { label: 'approvals', policy: { maxUsdPerSwap: 100, approvalAboveUsd: 10 } },
+  })
   if (allow.status !== 200) throw new Error(JSON.stringify(allow.body))
   // under the threshold, so not held: it sets the server wallet's router allowance, so that each swap later is one transaction
   const warm = await paid('/agent/prompt', { method: 'POST', body: { prompt: 'swap 1 USDC for WETH' } })
@@ -43,39 +52,53 @@ t.before(async () => {
   if (job.result?.transactions?.[0]?.success !== true) throw new Error(`warm-up swap: ${JSON.stringify(job)}`)
 })
 
-t.test('a paid job waits: GET job and its stream show the approval; approved through the gateway, it swaps once and completes', async (t) => {
-  const accepted = await paid('/agent/prompt', { method: 'POST', body: { prompt } })
-  t.equal(accepted.status, 202)
-  const { jobId } = accepted.body
-  const waiting = await paidJob(jobId, (status) => status === 'awaiting_approval')
-  t.match(waiting, { status: 'awaiting_approval', approval: { id: /^apr_/, status: 'pending', requestedBy: { jobId }, policy: { approvalAboveUsd: 10 } }, notice: /^Approval needed: swap 50 USDC for WETH \(worth \$50\.00/ })
+t.test(
+  'a paid job waits: GET job and its stream show the approval; approved through the gateway, it swaps once and completes',
+  async (t) => {
+    const accepted = await paid('/agent/prompt', { method: 'POST', body: { prompt } })
+    t.equal(accepted.status, 202)
+    const { jobId } = accepted.body
+    const waiting = await paidJob(jobId, (status) => status === 'awaiting_approval')
+    t.match(waiting, {
+      status: 'awaiting_approval',
+      approval: { id: /^apr_/, status: 'pending', requestedBy: { jobId }, policy: { approvalAboveUsd: 10 } },
+      notice: /^Approval needed: swap 50 USDC for WETH \(worth \$50\.00/,
+    })
 
-  // the stream shows the wait, with the approval, and stays open
-  const controller = new AbortController()
-  const stream = await fetch(`${gateway.url}/agent/job/${jobId}/events`, { headers: { 'x-payment': await pay() }, signal: controller.signal })
-  t.equal(stream.status, 200)
-  const reader = stream.body!.getReader()
-  let text = ''
-  while (!text.includes('"awaiting_approval"')) {
-    const { value, done } = await reader.read()
-    if (done) break
-    text += new TextDecoder().decode(value)
-  }
-  const frame = text.split('\n\n').find((f) => f.includes('"awaiting_approval"'))!
-  t.match(frame, /^id: \d+\nevent: status\ndata: /)
-  t.match(JSON.parse(frame.slice(frame.indexOf('data: ') + 6)), { status: 'awaiting_approval', approval: { id: waiting.approval.id }, notice: waiting.notice })
-  controller.abort()
+    // the stream shows the wait, with the approval, and stays open
+    const controller = new AbortController()
+    const stream = await fetch(`${gateway.url}/agent/job/${jobId}/events`, {
+      headers: { 'x-payment': await pay() },
+      signal: controller.signal,
+    })
+    t.equal(stream.status, 200)
+    const reader = stream.body!.getReader()
+    let text = ''
+    while (!text.includes('"awaiting_approval"')) {
+      const { value, done } = await reader.read()
+      if (done) break
+      text += new TextDecoder().decode(value)
+    }
+    const frame = text.split('\n\n').find((f) => f.includes('"awaiting_approval"'))!
+    t.match(frame, /^id: \d+\nevent: status\ndata: /)
+    t.match(JSON.parse(frame.slice(frame.indexOf('data: ') + 6)), {
+      status: 'awaiting_approval',
+      approval: { id: waiting.approval.id },
+      notice: waiting.notice,
+    })
+    controller.abort()
 
-  const before = await nonceOf()
-  const approved = await request(`/approvals/${waiting.approval.id}/approve`, { method: 'POST', key: adminKey })
-  t.equal(approved.status, 200, JSON.stringify(approved.body))
-  const done = await paidJob(jobId, (status) => ['complete', 'failed', 'cancelled'].includes(status))
-  t.equal(done.status, 'complete', done.error)
-  t.match(done.result.text, /^Swapped 50 USDC for [0-9.]+ WETH/)
-  t.match(done.result.transactions, [{ status: 'sent', success: true, amountIn: '50000000' }])
-  t.equal(done.result.transactions.length, 1)
-  t.equal(await nonceOf(), before + 1, 'one transaction: the swap, mined once')
-})
+    const before = await nonceOf()
+    const approved = await request(`/approvals/${waiting.approval.id}/approve`, { method: 'POST', key: adminKey })
+    t.equal(approved.status, 200, JSON.stringify(approved.body))
+    const done = await paidJob(jobId, (status) => ['complete', 'failed', 'cancelled'].includes(status))
+    t.equal(done.status, 'complete', done.error)
+    t.match(done.result.text, /^Swapped 50 USDC for [0-9.]+ WETH/)
+    t.match(done.result.transactions, [{ status: 'sent', success: true, amountIn: '50000000' }])
+    t.equal(done.result.transactions.length, 1)
+    t.equal(await nonceOf(), before + 1, 'one transaction: the swap, mined once')
+  },
+)
 
 t.test('a /v1 response says approval is needed and where; rejected, the job completes without a swap', async (t) => {
   const { key } = await approvalKey()
@@ -115,9 +138,18 @@ t.test('the job.awaiting_approval webhook carries the approval, signed, to the k
   const answer = await request('/v1/responses', { method: 'POST', key, body: { model: 'ats-planner', input: prompt } })
   t.equal(answer.body.status, 'in_progress')
   const got = await eventually('the job.awaiting_approval delivery', async () => receiver.received[0], 30_000)
-  const event = new Webhook(hook.body.secret).verify(got.body, got.headers as Record<string, string>) as { type: string; data: Record<string, any> }
+  const event = new Webhook(hook.body.secret).verify(got.body, got.headers as Record<string, string>) as {
+    type: string
+    data: Record<string, any>
+  }
   t.equal(event.type, 'job.awaiting_approval')
-  t.match(event.data, { jobId: answer.body.ats.jobId, status: 'awaiting_approval', prompt, approval: { id: answer.body.ats.approval.id, status: 'pending' }, notice: /^Approval needed/ })
+  t.match(event.data, {
+    jobId: answer.body.ats.jobId,
+    status: 'awaiting_approval',
+    prompt,
+    approval: { id: answer.body.ats.approval.id, status: 'pending' },
+    notice: /^Approval needed/,
+  })
   t.equal((await request(`/approvals/${answer.body.ats.approval.id}/reject`, { method: 'POST', key })).status, 200)
 })
 
@@ -128,11 +160,18 @@ t.test('a chat completion answers at once with the approval in `ats`; approved w
   t.equal(completion.choices[0]!.finish_reason, 'stop')
   const ats = (completion as unknown as { ats: { jobId: string; approval: { id: string; links: { approve: string } } } }).ats
   t.match(ats, { status: 'awaiting_approval', approval: { id: /^apr_/ } })
-  t.match(completion.choices[0]!.message.content, new RegExp(`^Approval needed: swap 50 USDC for WETH .*Approve: POST /approvals/${ats.approval.id}/approve.*job ${ats.jobId}, in GET /portfolio/jobs$`))
+  t.match(
+    completion.choices[0]!.message.content,
+    new RegExp(
+      `^Approval needed: swap 50 USDC for WETH .*Approve: POST /approvals/${ats.approval.id}/approve.*job ${ats.jobId}, in GET /portfolio/jobs$`,
+    ),
+  )
 
   t.equal((await request(ats.approval.links.approve, { method: 'POST', key })).status, 200)
   const job = await eventually('the job to complete', async () => {
-    const found = ((await request('/portfolio/jobs', { key })).body.jobs as Array<{ id: string; status: string; result?: { text: string } }>).find((j) => j.id === ats.jobId)
+    const found = (
+      (await request('/portfolio/jobs', { key })).body.jobs as Array<{ id: string; status: string; result?: { text: string } }>
+    ).find((j) => j.id === ats.jobId)
     return found?.status === 'complete' ? found : undefined
   })
   t.match(job.result!.text, /^Swapped 50 USDC for [0-9.]+ WETH/)
@@ -152,22 +191,34 @@ t.test("Anthropic's Messages pause the turn, and a streamed chat completion ends
   const openai = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1`, maxRetries: 0 })
   let text = ''
   let last: { finish_reason?: string | null; ats?: { approval: { id: string } } } = {}
-  for await (const chunk of await openai.chat.completions.create({ model: 'ats-planner', stream: true, messages: [{ role: 'user', content: prompt }] })) {
+  for await (const chunk of await openai.chat.completions.create({
+    model: 'ats-planner',
+    stream: true,
+    messages: [{ role: 'user', content: prompt }],
+  })) {
     text += chunk.choices[0]?.delta.content ?? ''
-    if (chunk.choices[0]?.finish_reason) last = { finish_reason: chunk.choices[0].finish_reason, ats: (chunk as unknown as typeof last).ats }
+    if (chunk.choices[0]?.finish_reason)
+      last = { finish_reason: chunk.choices[0].finish_reason, ats: (chunk as unknown as typeof last).ats }
   }
   t.equal(last.finish_reason, 'stop')
   t.match(text, new RegExp(`^Approval needed: swap 50 USDC for WETH .*reject: POST /approvals/${last.ats!.approval.id}/reject`))
 
   const jobs = (await request('/portfolio/jobs', { key })).body.jobs as Array<{ status: string }>
-  t.same(jobs.map((j) => j.status), ['awaiting_approval', 'awaiting_approval'], 'neither job was cancelled by its answer')
-  for (const id of [paused.approval.id, last.ats!.approval.id]) t.equal((await request(`/approvals/${id}/reject`, { method: 'POST', key })).status, 200)
+  t.same(
+    jobs.map((j) => j.status),
+    ['awaiting_approval', 'awaiting_approval'],
+    'neither job was cancelled by its answer',
+  )
+  for (const id of [paused.approval.id, last.ats!.approval.id])
+    t.equal((await request(`/approvals/${id}/reject`, { method: 'POST', key })).status, 200)
 })
 
 t.test('over MCP: agent_prompt answers the wait at once; list_approvals, approve_swap and reject_swap decide', async (t) => {
   const { key } = await approvalKey()
   const client = new Client({ name: 'approvals-test', version: '1.0.0' })
-  await client.connect(new StreamableHTTPClientTransport(new URL(`${gateway.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${key}` } } }))
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(`${gateway.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${key}` } } }),
+  )
   t.teardown(() => client.close())
   await client.listTools() // the client then checks each result against the tool's outputSchema
   const data = async (name: string, args: Record<string, unknown> = {}) => {

@@ -27,7 +27,10 @@ const open = async (jobId: string, headers: Record<string, string> = {}, other =
 }
 /** the stream's whole text: it must end on its own within a few seconds */
 const ends = (res: Response) =>
-  Promise.race([res.text(), new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the stream is still open after 5 s')), 5_000).unref())])
+  Promise.race([
+    res.text(),
+    new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the stream is still open after 5 s')), 5_000).unref()),
+  ])
 
 t.test('Last-Event-ID beyond the last event: the stream ends when the job does, and at once on a finished job', async (t) => {
   const jobId = await newJob(t)
@@ -77,7 +80,7 @@ t.test('at most AGENT_MAX_STREAMS_PER_OWNER open streams per payer: one more is 
   fourth.close()
 })
 
-t.test('/v1 streaming completions count against the key the same way; the refusal is in OpenAI\'s shape', async (t) => {
+t.test("/v1 streaming completions count against the key the same way; the refusal is in OpenAI's shape", async (t) => {
   const { key } = await createKey('readwrite', 'streams')
   const chat = async () => {
     const controller = new AbortController()
@@ -90,7 +93,10 @@ t.test('/v1 streaming completions count against the key the same way; the refusa
     return { res, close: () => controller.abort() }
   }
   const open = [await chat(), await chat()]
-  t.same(open.map((c) => c.res.status), [200, 200])
+  t.same(
+    open.map((c) => c.res.status),
+    [200, 200],
+  )
   const third = await chat()
   t.equal(third.res.status, 429)
   t.match(await third.res.json(), { error: { message: /at most 2 .*AGENT_MAX_STREAMS_PER_OWNER/ } })

@@ -26,19 +26,30 @@ async function held() {
 
 // the server wallet's router allowance is set once, so each swap later is one transaction
 t.before(async () => {
-  const warm = await request('/swap/execute', { method: 'POST', key: (await approvalKey()).key, body: { ...fiftyUsdc, amountIn: '1000000' } })
+  const warm = await request('/swap/execute', {
+    method: 'POST',
+    key: (await approvalKey()).key,
+    body: { ...fiftyUsdc, amountIn: '1000000' },
+  })
   if (warm.status !== 200) throw new Error(`warm-up swap: ${warm.status} ${JSON.stringify(warm.body)}`)
 })
 
 t.test('a $50 swap under approvalAboveUsd 10 answers 202 and waits; GET /approvals lists it; nothing is sent', async (t) => {
   const before = await nonceOf()
   const { key, id, approval, res } = await held()
-  t.match(res.body, { status: 'awaiting_approval', idempotencyKey: /.+/, approval: { status: 'pending', policy: { owner: `key ${id}`, approvalAboveUsd: 10 } } })
+  t.match(res.body, {
+    status: 'awaiting_approval',
+    idempotencyKey: /.+/,
+    approval: { status: 'pending', policy: { owner: `key ${id}`, approvalAboveUsd: 10 } },
+  })
   t.match(res.body.approval.reason, /worth \$50\.00, over the approval threshold of \$10\.00/)
   t.ok(res.headers.get('idempotency-key'), 'the Idempotency-Key to repeat it with')
   const list = await request('/approvals', { key })
   t.equal(list.status, 200)
-  t.same(list.body.approvals.map((a: { id: string }) => a.id), [approval.id])
+  t.same(
+    list.body.approvals.map((a: { id: string }) => a.id),
+    [approval.id],
+  )
   t.equal((await request(approval.links.self, { key })).body.status, 'pending')
   t.equal(await nonceOf(), before)
   t.same(await executionsOf(key), [])
@@ -58,7 +69,11 @@ t.test('approve → mined once: two approvals sent at once answer the same execu
   t.equal(receipt.status, 'success', 'mined')
   t.equal(await nonceOf(), before + 1, 'one transaction')
   const executions = await executionsOf(key)
-  t.same(executions.map((e) => e.id), [a.body.result.executionId], 'GET /swap/executions shows one')
+  t.same(
+    executions.map((e) => e.id),
+    [a.body.result.executionId],
+    'GET /swap/executions shows one',
+  )
 })
 
 t.test('reject → nothing sent, and approve afterwards answers 409', async (t) => {

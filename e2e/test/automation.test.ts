@@ -12,7 +12,12 @@ import { adminKey, eventually, startAgentFleet } from './fleet.ts'
  */
 const maxPerKey = 3
 const fleet = await startAgentFleet(t, {
-  automationEnv: { AUTOMATION_MIN_INTERVAL_MS: '2000', AUTOMATION_TICK_MS: '100', AUTOMATION_MAX_PER_KEY: String(maxPerKey), APPROVAL_POLL_MS: '200' },
+  automationEnv: {
+    AUTOMATION_MIN_INTERVAL_MS: '2000',
+    AUTOMATION_TICK_MS: '100',
+    AUTOMATION_MAX_PER_KEY: String(maxPerKey),
+    APPROVAL_POLL_MS: '200',
+  },
 })
 
 // runs waiting for approval (was automationApprovals.test.ts): first, so that its setup runs before any test
@@ -33,27 +38,45 @@ const fleet = await startAgentFleet(t, {
     const made = await request('/automations', {
       method: 'POST',
       key,
-      body: { walletAddress: wallet, type: 'recurring-buy', name: 'big buys', config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '20000000', interval: '2s' } },
+      body: {
+        walletAddress: wallet,
+        type: 'recurring-buy',
+        name: 'big buys',
+        config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '20000000', interval: '2s' },
+      },
     })
     t.equal(made.status, 201, JSON.stringify(made.body))
     const { id } = made.body.automation
     const runsOf = async () => (await request(`/automations/${id}/runs`, { key })).body.runs as any[]
     const waiting = () =>
-      eventually('a run waiting for approval', async () => {
-        const [run] = await runsOf()
-        return run?.status === 'awaiting_approval' ? run : undefined
-      }, 30_000)
+      eventually(
+        'a run waiting for approval',
+        async () => {
+          const [run] = await runsOf()
+          return run?.status === 'awaiting_approval' ? run : undefined
+        },
+        30_000,
+      )
     const ended = (runId: string) =>
-      eventually(`run ${runId} to end`, async () => {
-        const run = (await runsOf()).find((r) => r.id === runId)
-        return run.status === 'awaiting_approval' ? undefined : run
-      }, 30_000)
+      eventually(
+        `run ${runId} to end`,
+        async () => {
+          const run = (await runsOf()).find((r) => r.id === runId)
+          return run.status === 'awaiting_approval' ? undefined : run
+        },
+        30_000,
+      )
 
     const first = await waiting()
     t.match(first, { status: 'awaiting_approval', txHash: null, approval: { id: /^apr_/, url: `/approvals/${first.approval.id}` } })
     const shown = await request(first.approval.url, { key })
     t.equal(shown.status, 200, 'the run says where to approve, and the gateway answers there')
-    t.match(shown.body, { id: first.approval.id, status: 'pending', swap: { tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '20000000' }, requestedBy: { keyId, automationRunId: first.id } })
+    t.match(shown.body, {
+      id: first.approval.id,
+      status: 'pending',
+      swap: { tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '20000000' },
+      requestedBy: { keyId, automationRunId: first.id },
+    })
     t.equal(await arbOf(), 0n, 'nothing bought before the approval')
 
     // approved twice at once: one swap
@@ -61,7 +84,11 @@ const fleet = await startAgentFleet(t, {
     for (const approved of approvals) t.equal(approved.status, 200, JSON.stringify(approved.body))
     const succeeded = await ended(first.id)
     t.match(succeeded, { status: 'success', txHash: /^0x[0-9a-f]{64}$/, approval: { id: first.approval.id } })
-    t.same(approvals.map((a) => a.body.result?.hash), [succeeded.txHash, succeeded.txHash], 'both approvals answer the one swap the run recorded')
+    t.same(
+      approvals.map((a) => a.body.result?.hash),
+      [succeeded.txHash, succeeded.txHash],
+      'both approvals answer the one swap the run recorded',
+    )
     t.equal((await publicClient.getTransactionReceipt({ hash: succeeded.txHash })).status, 'success')
     t.equal(await arbOf(), BigInt(succeeded.amountOut), 'the wallet got what the one swap bought')
     t.match((await request(`/automations/${id}`, { key })).body.automation, { runs: 1 })
@@ -71,13 +98,22 @@ const fleet = await startAgentFleet(t, {
     const rejected = await request(`/approvals/${second.approval.id}/reject`, { method: 'POST', key, body: { reason: 'enough for today' } })
     t.equal(rejected.status, 200, JSON.stringify(rejected.body))
     const skipped = await ended(second.id)
-    t.match(skipped, { status: 'skipped', txHash: null, amountOut: null, error: `not swapped: approval ${second.approval.id} was rejected by ${keyId}: enough for today` })
+    t.match(skipped, {
+      status: 'skipped',
+      txHash: null,
+      amountOut: null,
+      error: `not swapped: approval ${second.approval.id} was rejected by ${keyId}: enough for today`,
+    })
     t.equal(await arbOf(), BigInt(succeeded.amountOut), 'nothing more bought')
     t.match((await request(`/automations/${id}`, { key })).body.automation, { runs: 1 })
 
     const third = await waiting()
     t.same((await request(`/automations/${id}`, { method: 'DELETE', key })).body, { ok: true })
-    t.match((await request(`/approvals/${third.approval.id}`, { key })).body, { status: 'rejected' }, "deleting the automation withdrew its waiting run's approval")
+    t.match(
+      (await request(`/approvals/${third.approval.id}`, { key })).body,
+      { status: 'rejected' },
+      "deleting the automation withdrew its waiting run's approval",
+    )
   })
 }
 
@@ -87,7 +123,8 @@ const fleet = await startAgentFleet(t, {
   const writer = await createKey('readwrite', 'automations')
   const other = await createKey('readwrite', 'someone else')
   const wallet = getAddress(devnet.accounts[6]!.address) as Address
-  const setPolicy = (keyId: string, policy: Record<string, unknown>) => request(`/admin/keys/${keyId}/policy`, { method: 'PUT', key: adminKey, body: { policy } })
+  const setPolicy = (keyId: string, policy: Record<string, unknown>) =>
+    request(`/admin/keys/${keyId}/policy`, { method: 'PUT', key: adminKey, body: { policy } })
   /** A readwrite key bound to a wallet of its own (a fresh address): its automations may buy for that wallet. */
   const boundKey = async (label: string) => {
     const bound = getAddress(privateKeyToAccount(generatePrivateKey()).address)
@@ -105,17 +142,33 @@ const fleet = await startAgentFleet(t, {
     const created = await request('/automations', {
       method: 'POST',
       ...as(writer.key),
-      body: { walletAddress: wallet, type: 'recurring-buy', name: 'ARB every 2 s', config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '2s' } },
+      body: {
+        walletAddress: wallet,
+        type: 'recurring-buy',
+        name: 'ARB every 2 s',
+        config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '2s' },
+      },
     })
     t.equal(created.status, 201, JSON.stringify(created.body))
     const { id } = created.body.automation
-    t.match(created.body.automation, { id: /^aut_/, name: 'ARB every 2 s', type: 'recurring-buy', status: 'active', walletAddress: wallet, createdAt: Number })
+    t.match(created.body.automation, {
+      id: /^aut_/,
+      name: 'ARB every 2 s',
+      type: 'recurring-buy',
+      status: 'active',
+      walletAddress: wallet,
+      createdAt: Number,
+    })
 
     const runsOf = async () => (await request(`/automations/${id}/runs`, as(writer.key))).body.runs as any[]
-    const twoRuns = await eventually('two runs to be mined', async () => {
-      const runs = (await runsOf()).filter((r) => r.status === 'success')
-      return runs.length >= 2 ? runs : undefined
-    }, 30_000)
+    const twoRuns = await eventually(
+      'two runs to be mined',
+      async () => {
+        const runs = (await runsOf()).filter((r) => r.status === 'success')
+        return runs.length >= 2 ? runs : undefined
+      },
+      30_000,
+    )
     for (const run of twoRuns) {
       const receipt = await publicClient.getTransactionReceipt({ hash: run.txHash })
       t.equal(receipt.status, 'success', `run ${run.id} mined`)
@@ -133,13 +186,24 @@ const fleet = await startAgentFleet(t, {
 
     const resumed = await request(`/automations/${id}`, { method: 'PATCH', ...as(writer.key), body: { status: 'active' } })
     t.equal(resumed.body.automation.status, 'active')
-    await eventually('a run after resuming', async () => ((await runsOf()).filter((r) => r.status === 'success').length > atPause ? true : undefined), 30_000)
+    await eventually(
+      'a run after resuming',
+      async () => ((await runsOf()).filter((r) => r.status === 'success').length > atPause ? true : undefined),
+      30_000,
+    )
 
     const listed = await request(`/automations?wallet=${wallet}`, as(writer.key))
-    t.same(listed.body.automations.map((a: any) => a.id), [id])
+    t.same(
+      listed.body.automations.map((a: any) => a.id),
+      [id],
+    )
     t.ok(listed.body.automations[0].runs >= 3, 'runs counted')
     t.same((await request(`/automations?wallet=${wallet}`, as(other.key))).body.automations, [], "another key's list does not show it")
-    t.equal((await request(`/automations/${id}`, { method: 'PATCH', ...as(other.key), body: { status: 'paused' } })).status, 404, 'another key gets 404')
+    t.equal(
+      (await request(`/automations/${id}`, { method: 'PATCH', ...as(other.key), body: { status: 'paused' } })).status,
+      404,
+      'another key gets 404',
+    )
     t.equal((await request(`/automations/${id}`, { method: 'DELETE', ...as(other.key) })).status, 404)
 
     const deleted = await request(`/automations/${id}`, { method: 'DELETE', ...as(writer.key) })
@@ -170,7 +234,11 @@ const fleet = await startAgentFleet(t, {
       ['the same token twice', body({}, { tokenOut: 'USDC' }), /^config.tokenOut must differ from tokenIn$/],
       ['an endAt in the past', body({}, { endAt: 1 }), /^config.endAt must be a time in the future/],
       ['an unknown field', body({}, { every: '1h' }), /^config.every is not a field of a recurring-buy/],
-      ['a limit order without its price', body({ type: 'limit-order' }, { interval: undefined }), /config.minAmountOut must be a positive integer string/],
+      [
+        'a limit order without its price',
+        body({ type: 'limit-order' }, { interval: undefined }),
+        /config.minAmountOut must be a positive integer string/,
+      ],
     ]
     for (const [name, payload, message] of cases) {
       const res = await request('/automations', { method: 'POST', ...as(writer.key), body: payload })
@@ -185,63 +253,98 @@ const fleet = await startAgentFleet(t, {
     t.equal((await request('/automations/aut_unknown', { method: 'PATCH', ...as(writer.key), body: { status: 'paused' } })).status, 404)
   })
 
-  t.test("the agent's \"buy 1 USDC of ARB every hour\" creates an automation that the list shows", async (t) => {
+  t.test('the agent\'s "buy 1 USDC of ARB every hour" creates an automation that the list shows', async (t) => {
     const bound = getAddress(devnet.accounts[7]!.address) as Address
-    const created = await request('/admin/keys', { method: 'POST', key: (await import('./fleet.ts')).adminKey, body: { tier: 'readwrite', label: 'agent buyer', wallet: bound } })
+    const created = await request('/admin/keys', {
+      method: 'POST',
+      key: (await import('./fleet.ts')).adminKey,
+      body: { tier: 'readwrite', label: 'agent buyer', wallet: bound },
+    })
     t.equal(created.status, 201)
     const openai = new OpenAI({ apiKey: created.body.key, baseURL: `${fleet.gateway.url}/v1`, maxRetries: 0 })
-    const answer = await openai.chat.completions.create({ model: 'ats-planner', messages: [{ role: 'user', content: 'buy 1 USDC of ARB every hour' }] })
+    const answer = await openai.chat.completions.create({
+      model: 'ats-planner',
+      messages: [{ role: 'user', content: 'buy 1 USDC of ARB every hour' }],
+    })
     const [call] = (answer as any).agent.tool_calls
     t.match(call, { function: { name: 'create_automation' }, status: 'ok' })
     const listed = await request(`/automations?wallet=${bound}`, { key: created.body.key })
     t.equal(listed.body.automations.length, 1)
-    t.match(listed.body.automations[0], { type: 'recurring-buy', status: 'active', walletAddress: bound, config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1h' } })
+    t.match(listed.body.automations[0], {
+      type: 'recurring-buy',
+      status: 'active',
+      walletAddress: bound,
+      config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1h' },
+    })
     t.equal(listed.body.automations[0].id, call.output.automation.id)
     t.match(answer.choices[0]!.message.content, /ARB/)
   })
 
-  t.test('a fresh key cannot make the server wallet buy for an address nobody allowed; after an admin allows it, its runs count toward its daily cap', async (t) => {
-    const fresh = await createKey('readwrite', 'fresh, no policy')
-    const stranger = getAddress(privateKeyToAccount(generatePrivateKey()).address)
-    const body = { walletAddress: stranger, type: 'recurring-buy', name: 'for someone', config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '2s' } }
-    const refused = await request('/automations', { method: 'POST', key: fresh.key, body })
-    t.equal(refused.status, 403, 'refused at creation')
-    t.equal(
-      refused.body.error,
-      `recipient ${stranger} is not allowed for key ${fresh.id}: the server wallet pays out only to its bound wallet (it has none) or to a recipient an admin allowed for it (allowedRecipients in its spend policy)`,
-    )
-    t.same((await request(`/automations?wallet=${stranger}`, { key: fresh.key })).body.automations, [], 'nothing stored')
+  t.test(
+    'a fresh key cannot make the server wallet buy for an address nobody allowed; after an admin allows it, its runs count toward its daily cap',
+    async (t) => {
+      const fresh = await createKey('readwrite', 'fresh, no policy')
+      const stranger = getAddress(privateKeyToAccount(generatePrivateKey()).address)
+      const body = {
+        walletAddress: stranger,
+        type: 'recurring-buy',
+        name: 'for someone',
+        config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '2s' },
+      }
+      const refused = await request('/automations', { method: 'POST', key: fresh.key, body })
+      t.equal(refused.status, 403, 'refused at creation')
+      t.equal(
+        refused.body.error,
+        `recipient ${stranger} is not allowed for key ${fresh.id}: the server wallet pays out only to its bound wallet (it has none) or to a recipient an admin allowed for it (allowedRecipients in its spend policy)`,
+      )
+      t.same((await request(`/automations?wallet=${stranger}`, { key: fresh.key })).body.automations, [], 'nothing stored')
 
-    // an admin allows the recipient, with a daily cap of $2.50: two runs of 1 USDC, the third refused
-    const allowed = await setPolicy(fresh.id, { maxUsdPerDay: 2.5, allowedRecipients: [stranger] })
-    t.match(allowed.body.policy, { maxUsdPerDay: 2.5, allowedRecipients: [stranger] })
-    const created = await request('/automations', { method: 'POST', key: fresh.key, body })
-    t.equal(created.status, 201, JSON.stringify(created.body))
-    const { id } = created.body.automation
-    const runsOf = async () => ((await request(`/automations/${id}/runs?limit=100`, { key: fresh.key })).body.runs as any[]).reverse()
-    const capped = await eventually('a run refused by the daily cap', async () => {
-      const runs = await runsOf()
-      return runs.some((r) => r.status === 'failed') ? runs : undefined
-    }, 60_000)
-    const succeeded = capped.filter((r) => r.status === 'success')
-    t.equal(succeeded.length, 2, 'two runs of $1 fit in $2.50')
-    t.match(capped.find((r) => r.status === 'failed').error, new RegExp(`^refused by the spend policy of key ${fresh.id}: .*over its limit of \\$2\\.50 per day`))
-    const bought = succeeded.reduce((sum, r) => sum + BigInt(r.amountOut), 0n)
-    t.equal(await arbOf(stranger), bought, 'the allowed recipient got what the runs bought')
+      // an admin allows the recipient, with a daily cap of $2.50: two runs of 1 USDC, the third refused
+      const allowed = await setPolicy(fresh.id, { maxUsdPerDay: 2.5, allowedRecipients: [stranger] })
+      t.match(allowed.body.policy, { maxUsdPerDay: 2.5, allowedRecipients: [stranger] })
+      const created = await request('/automations', { method: 'POST', key: fresh.key, body })
+      t.equal(created.status, 201, JSON.stringify(created.body))
+      const { id } = created.body.automation
+      const runsOf = async () => ((await request(`/automations/${id}/runs?limit=100`, { key: fresh.key })).body.runs as any[]).reverse()
+      const capped = await eventually(
+        'a run refused by the daily cap',
+        async () => {
+          const runs = await runsOf()
+          return runs.some((r) => r.status === 'failed') ? runs : undefined
+        },
+        60_000,
+      )
+      const succeeded = capped.filter((r) => r.status === 'success')
+      t.equal(succeeded.length, 2, 'two runs of $1 fit in $2.50')
+      t.match(
+        capped.find((r) => r.status === 'failed').error,
+        new RegExp(`^refused by the spend policy of key ${fresh.id}: .*over its limit of \\$2\\.50 per day`),
+      )
+      const bought = succeeded.reduce((sum, r) => sum + BigInt(r.amountOut), 0n)
+      t.equal(await arbOf(stranger), bought, 'the allowed recipient got what the runs bought')
 
-    // the allowance withdrawn: trading refuses the runs of the automation made while it held
-    t.equal((await request(`/automations/${id}`, { method: 'PATCH', key: fresh.key, body: { status: 'paused' } })).status, 200)
-    t.equal((await setPolicy(fresh.id, { maxUsdPerDay: 100 })).status, 200)
-    t.equal((await request(`/automations/${id}`, { method: 'PATCH', key: fresh.key, body: { status: 'active' } })).status, 200)
-    const withdrawn = await eventually('a run refused for its recipient', async () => (await runsOf()).find((r) => /is not allowed for key/.test(r.error ?? '')), 30_000)
-    t.match(withdrawn, { status: 'failed', txHash: null, error: new RegExp(`^recipient ${stranger} is not allowed for key ${fresh.id}`) })
-    t.equal(await arbOf(stranger), bought, 'nothing more was sent to it')
-    await request(`/automations/${id}`, { method: 'DELETE', key: fresh.key })
-  })
+      // the allowance withdrawn: trading refuses the runs of the automation made while it held
+      t.equal((await request(`/automations/${id}`, { method: 'PATCH', key: fresh.key, body: { status: 'paused' } })).status, 200)
+      t.equal((await setPolicy(fresh.id, { maxUsdPerDay: 100 })).status, 200)
+      t.equal((await request(`/automations/${id}`, { method: 'PATCH', key: fresh.key, body: { status: 'active' } })).status, 200)
+      const withdrawn = await eventually(
+        'a run refused for its recipient',
+        async () => (await runsOf()).find((r) => /is not allowed for key/.test(r.error ?? '')),
+        30_000,
+      )
+      t.match(withdrawn, { status: 'failed', txHash: null, error: new RegExp(`^recipient ${stranger} is not allowed for key ${fresh.id}`) })
+      t.equal(await arbOf(stranger), bought, 'nothing more was sent to it')
+      await request(`/automations/${id}`, { method: 'DELETE', key: fresh.key })
+    },
+  )
 
   t.test(`one key has at most AUTOMATION_MAX_PER_KEY (${maxPerKey}) active or paused automations: 409 past it`, async (t) => {
     const owner = await boundKey('many automations')
-    const yearly = { walletAddress: owner.wallet, type: 'recurring-buy', config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '0 0 1 1 *' } }
+    const yearly = {
+      walletAddress: owner.wallet,
+      type: 'recurring-buy',
+      config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '0 0 1 1 *' },
+    }
     const create = (name: string) => request('/automations', { method: 'POST', key: owner.key, body: { ...yearly, name } })
     const patch = (id: string, status: string) => request(`/automations/${id}`, { method: 'PATCH', key: owner.key, body: { status } })
     const ids: string[] = []
@@ -253,7 +356,10 @@ const fleet = await startAgentFleet(t, {
     t.equal((await patch(ids[0]!, 'paused')).status, 200)
     const over = await create('one too many')
     t.equal(over.status, 409, 'a paused one still counts')
-    t.equal(over.body.error, `this key has ${maxPerKey} active or paused automations, its limit (AUTOMATION_MAX_PER_KEY = ${maxPerKey}): delete one, or set one completed, first`)
+    t.equal(
+      over.body.error,
+      `this key has ${maxPerKey} active or paused automations, its limit (AUTOMATION_MAX_PER_KEY = ${maxPerKey}): delete one, or set one completed, first`,
+    )
 
     t.equal((await patch(ids[0]!, 'completed')).status, 200)
     const replaced = await create('in place of a completed one')
@@ -271,16 +377,28 @@ const fleet = await startAgentFleet(t, {
     const created = await request('/automations', {
       method: 'POST',
       key: owner.key,
-      body: { walletAddress: owner.wallet, type: 'recurring-buy', name: 'ARB hourly', config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1h' } },
+      body: {
+        walletAddress: owner.wallet,
+        type: 'recurring-buy',
+        name: 'ARB hourly',
+        config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1h' },
+      },
     })
     t.equal(created.status, 201, JSON.stringify(created.body))
     const { id } = created.body.automation
-    const ran = await eventually('the first run', async () => {
-      const { automation } = (await request(`/automations/${id}`, { key: owner.key })).body
-      return automation.runs === 1 ? automation : undefined
-    }, 30_000)
+    const ran = await eventually(
+      'the first run',
+      async () => {
+        const { automation } = (await request(`/automations/${id}`, { key: owner.key })).body
+        return automation.runs === 1 ? automation : undefined
+      },
+      30_000,
+    )
     t.ok(ran.nextRunAt > Date.now() + 59 * 60_000, 'the next run is an hour on')
-    t.match((await request(`/automations/${id}`, { method: 'PATCH', key: owner.key, body: { status: 'paused' } })).body.automation, { status: 'paused', nextRunAt: null })
+    t.match((await request(`/automations/${id}`, { method: 'PATCH', key: owner.key, body: { status: 'paused' } })).body.automation, {
+      status: 'paused',
+      nextRunAt: null,
+    })
     const resumed = (await request(`/automations/${id}`, { method: 'PATCH', key: owner.key, body: { status: 'active' } })).body.automation
     t.match(resumed, { status: 'active', runs: 1 })
     t.equal(resumed.nextRunAt, ran.nextRunAt, 'resumed at the time the schedule had, not due at once')

@@ -46,14 +46,21 @@ for (const [path, methods] of Object.entries<Record<string, any>>(openapi.paths)
   for (const [method, op] of Object.entries<any>(methods)) {
     const tier = op.security?.find((s: Record<string, string[]>) => s.apiKey)?.apiKey?.[0]
     if (!tier) continue
-    operations.push({ method: method.toUpperCase(), path, tier, parameters: op.parameters ?? [], body: op.requestBody?.content?.['application/json']?.schema })
+    operations.push({
+      method: method.toUpperCase(),
+      path,
+      tier,
+      parameters: op.parameters ?? [],
+      body: op.requestBody?.content?.['application/json']?.schema,
+    })
   }
 }
 
 const NUL = 'a\u0000b'
 const typesOf = (schema: Schema): string[] => (Array.isArray(schema.type) ? schema.type : schema.type ? [schema.type] : [])
 const variants = (schema: Schema): Schema[] => schema.anyOf ?? schema.oneOf ?? []
-const isNumeric = (schema: Schema) => typesOf(schema).some((type) => type === 'integer' || type === 'number') || variants(schema).some(isNumeric)
+const isNumeric = (schema: Schema) =>
+  typesOf(schema).some((type) => type === 'integer' || type === 'number') || variants(schema).some(isNumeric)
 const isString = (schema: Schema) => typesOf(schema).includes('string') || variants(schema).some(isString)
 const stringCandidates = ['1', 'x', 'USDC', 'ethereum', '1d', `0x${'1'.repeat(40)}`, `0x${'1'.repeat(64)}`, 'a'.repeat(64)]
 
@@ -73,7 +80,9 @@ function sample(schema: Schema): unknown {
   }
   if (type === 'string') {
     const fits = (value: string) =>
-      (!schema.pattern || new RegExp(schema.pattern, 'u').test(value)) && value.length >= (schema.minLength ?? 0) && value.length <= (schema.maxLength ?? Infinity)
+      (!schema.pattern || new RegExp(schema.pattern, 'u').test(value)) &&
+      value.length >= (schema.minLength ?? 0) &&
+      value.length <= (schema.maxLength ?? Infinity)
     return stringCandidates.find(fits) ?? 'x'.repeat(Math.max(1, schema.minLength ?? 1))
   }
   return 'x'
@@ -90,7 +99,8 @@ function fieldsOf(schema: Schema, path: string[] = []): Array<{ path: string[]; 
   if (!object) return path.length > 0 ? [{ path, schema }] : []
   const own = Object.entries<Schema>(object.properties ?? {}).flatMap(([name, field]) => fieldsOf(field, [...path, name]))
   // a free-form object (a record of anything): a nested value of its own
-  const free = object.patternProperties || object.additionalProperties === true || (!object.properties && object.additionalProperties !== false)
+  const free =
+    object.patternProperties || object.additionalProperties === true || (!object.properties && object.additionalProperties !== false)
   return [...own, ...(free ? [{ path: [...path, 'anything'], schema: {} }] : [])]
 }
 
@@ -108,11 +118,14 @@ function bodyWith(base: unknown, path: string[], rawValue: string): string {
 
 function casesOf(op: Operation): Case[] {
   const params = Object.fromEntries(op.parameters.filter((p) => p.in === 'path').map((p) => [p.name, String(sample(p.schema))]))
-  const query = Object.fromEntries(op.parameters.filter((p) => p.in === 'query' && p.required).map((p) => [p.name, String(sample(p.schema))]))
+  const query = Object.fromEntries(
+    op.parameters.filter((p) => p.in === 'query' && p.required).map((p) => [p.name, String(sample(p.schema))]),
+  )
   const body = op.body ? sample(op.body) : undefined
   const baseBody = op.body ? JSON.stringify(body) : undefined
   const out: Case[] = []
-  const add = (name: string, change: Partial<Case>) => out.push({ name: `${op.method} ${op.path}: ${name}`, op, params, query, body: baseBody, ...change })
+  const add = (name: string, change: Partial<Case>) =>
+    out.push({ name: `${op.method} ${op.path}: ${name}`, op, params, query, body: baseBody, ...change })
   for (const p of op.parameters) {
     const bads = [...(isString(p.schema) || !isNumeric(p.schema) ? [NUL] : []), ...(isNumeric(p.schema) ? ['1e309', 'NaN'] : [])]
     for (const bad of bads) {
@@ -123,7 +136,8 @@ function casesOf(op: Operation): Case[] {
   if (op.body) {
     for (const field of fieldsOf(op.body)) {
       const name = field.path.join('.')
-      if (isString(field.schema) || !isNumeric(field.schema)) add(`NUL in body field ${name}`, { body: bodyWith(body, field.path, JSON.stringify(NUL)) })
+      if (isString(field.schema) || !isNumeric(field.schema))
+        add(`NUL in body field ${name}`, { body: bodyWith(body, field.path, JSON.stringify(NUL)) })
       if (isNumeric(field.schema)) add(`1e309 in body field ${name}`, { body: bodyWith(body, field.path, '1e309') })
     }
   }
@@ -170,7 +184,13 @@ t.test('NUL characters, 1e309 and NaN in every parameter and field of every keye
 
 /** A raw HTTP/1.1 request with a body of `size` bytes: whether the server asked for it (100 Continue) and its answer. */
 function sendLarge(op: Operation, size: number, expectContinue: boolean) {
-  const url = new URL(urlOf({ op, params: Object.fromEntries(op.parameters.filter((p) => p.in === 'path').map((p) => [p.name, String(sample(p.schema))])), query: {} }))
+  const url = new URL(
+    urlOf({
+      op,
+      params: Object.fromEntries(op.parameters.filter((p) => p.in === 'path').map((p) => [p.name, String(sample(p.schema))])),
+      query: {},
+    }),
+  )
   const body = Buffer.from(JSON.stringify({ padding: 'x'.repeat(size) }))
   return new Promise<{ status: number; text: string; continued: boolean }>((resolve, reject) => {
     let continued = false

@@ -61,24 +61,36 @@ const routesOf = (expr: string) => [...expr.matchAll(/\broute="([^"]+)"/g)].map(
 const dashboard = JSON.parse(await readFile(new URL('../../k8s/monitoring/grafana-dashboard.json', import.meta.url), 'utf8')) as Dashboard
 const panels = dashboard.panels.flatMap((panel) => [panel, ...(panel.panels ?? [])]).filter((panel) => panel.type !== 'row')
 const exprs = panels.flatMap((panel) => (panel.targets ?? []).map((target) => target.expr))
-const variables = dashboard.templating.list.filter((v) => v.type === 'query').map((v) => (typeof v.query === 'string' ? v.query : v.query!.query))
+const variables = dashboard.templating.list
+  .filter((v) => v.type === 'query')
+  .map((v) => (typeof v.query === 'string' ? v.query : v.query!.query))
 
 t.test('the metric extractor finds metrics and nothing else', async (t) => {
-  t.same(metricsOf('histogram_quantile(0.99, sum by (service, le) (rate(http_request_duration_seconds_bucket{route!~".*/events", service=~"$service"}[$__rate_interval])))'), [
-    'http_request_duration_seconds_bucket',
-  ])
+  t.same(
+    metricsOf(
+      'histogram_quantile(0.99, sum by (service, le) (rate(http_request_duration_seconds_bucket{route!~".*/events", service=~"$service"}[$__rate_interval])))',
+    ),
+    ['http_request_duration_seconds_bucket'],
+  )
   t.same(metricsOf('sum(rate(a_total[5m])) / on (service) group_left sum(b) > 450 * 1024'), ['a_total', 'b'])
   t.same(variableMetrics('label_values(http_request_duration_seconds_count, service)'), ['http_request_duration_seconds_count'])
 })
 
 t.test('the dashboard is a Grafana dashboard on a Prometheus datasource variable', async (t) => {
   t.match(dashboard, { title: String, uid: /^[a-z0-9-]{1,40}$/, schemaVersion: Number })
-  t.ok(dashboard.templating.list.some((v) => v.name === 'datasource' && v.type === 'datasource' && (v as { query?: string }).query === 'prometheus'))
+  t.ok(
+    dashboard.templating.list.some(
+      (v) => v.name === 'datasource' && v.type === 'datasource' && (v as { query?: string }).query === 'prometheus',
+    ),
+  )
   t.ok(panels.length >= 10, `${panels.length} panels`)
   t.equal(new Set(panels.map((p) => p.title)).size, panels.length, 'panel titles are unique')
   for (const panel of panels) {
     t.match(panel, { title: /\w/, type: String }, panel.title)
-    t.ok(panel.targets && panel.targets.length > 0 && panel.targets.every((target) => target.expr.trim() !== ''), `${panel.title} has a query`)
+    t.ok(
+      panel.targets && panel.targets.length > 0 && panel.targets.every((target) => target.expr.trim() !== ''),
+      `${panel.title} has a query`,
+    )
   }
 })
 
@@ -92,7 +104,11 @@ await request('/swap/quote?tokenIn=USDC&tokenOut=ARB&amountIn=1000000', { key })
 const swapped = await request('/swap/execute', { method: 'POST', key, body: { tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '1000000' } })
 if (swapped.status !== 200) throw new Error(`the swap answered ${swapped.status} ${JSON.stringify(swapped.body)}`)
 await request('/agent/prompt', { method: 'POST', body: { prompt: 'What is the price of ARB?' } })
-const accepted = await request('/agent/prompt', { method: 'POST', body: { prompt: 'What is the price of ARB?' }, headers: { 'x-payment': await pay() } })
+const accepted = await request('/agent/prompt', {
+  method: 'POST',
+  body: { prompt: 'What is the price of ARB?' },
+  headers: { 'x-payment': await pay() },
+})
 if (accepted.status !== 202) throw new Error(`the paid prompt answered ${accepted.status} ${JSON.stringify(accepted.body)}`)
 await request('/portfolio/jobs', { key })
 // an hourly buy for a key's own wallet: its first run is at once, a swap over NATS
@@ -101,18 +117,27 @@ const buyer = await request('/admin/keys', { method: 'POST', key: adminKey, body
 const automation = await request('/automations', {
   method: 'POST',
   key: buyer.body.key,
-  body: { walletAddress: wallet, type: 'recurring-buy', name: 'hourly ARB', config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1h' } },
+  body: {
+    walletAddress: wallet,
+    type: 'recurring-buy',
+    name: 'hourly ARB',
+    config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1h' },
+  },
 })
 if (automation.status !== 201) throw new Error(`the automation answered ${automation.status} ${JSON.stringify(automation.body)}`)
 // the paid job completes (its payment is in admin's ledger by then) and the buy's run ends, before the scrape
-await eventually('the paid job, its payment and the first run of the buy', async () => {
-  const [jobs, payments, runs] = await Promise.all([
-    scrapeMetric(fleet.agent.url, 'ats_agent_jobs_total'),
-    scrapeMetric(fleet.admin.url, 'ats_payments_total'),
-    scrapeMetric(fleet.automations[0]!.url, 'ats_automation_runs_total'),
-  ])
-  return jobs.complete === 1 && payments.charged === 1 && runs.success === 1 ? true : undefined
-}, 30_000)
+await eventually(
+  'the paid job, its payment and the first run of the buy',
+  async () => {
+    const [jobs, payments, runs] = await Promise.all([
+      scrapeMetric(fleet.agent.url, 'ats_agent_jobs_total'),
+      scrapeMetric(fleet.admin.url, 'ats_payments_total'),
+      scrapeMetric(fleet.automations[0]!.url, 'ats_automation_runs_total'),
+    ])
+    return jobs.complete === 1 && payments.charged === 1 && runs.success === 1 ? true : undefined
+  },
+  30_000,
+)
 
 // every process but market-data (startAgentFleet keeps it to itself; it exports only the kit's
 // metrics, which the others export too); the gateway's /metrics is on its operations port
@@ -125,7 +150,10 @@ const routes = new Set(exported.flatMap((text) => [...text.matchAll(/\broute="([
 t.test('every metric the dashboard queries is exported by a running process', async (t) => {
   // up is the series Prometheus writes for each scrape, not one a process exports
   const used = new Set([...exprs.flatMap(metricsOf), ...variables.flatMap(variableMetrics)].filter((metric) => metric !== 'up'))
-  t.ok(used.has('http_request_duration_seconds_bucket') && used.has('http_request_duration_seconds_count') && used.size >= 5, `metrics used: ${[...used].join(', ')}`)
+  t.ok(
+    used.has('http_request_duration_seconds_bucket') && used.has('http_request_duration_seconds_count') && used.size >= 5,
+    `metrics used: ${[...used].join(', ')}`,
+  )
   for (const metric of used) t.ok(names.has(metric), `${metric} is exported`)
 })
 

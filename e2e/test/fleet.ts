@@ -90,7 +90,8 @@ export async function startFleet(t: Test, options: FleetOptions = {}) {
   for (let i = 0; i < (options.gateways ?? 1); i++) gateways.push(await startService(t, gatewayService, gatewayEnv))
   const gateway = gateways[0]!
 
-  const request = (path: string, init: JsonRequestInit & { via?: number } = {}) => jsonRequest(`${gateways[init.via ?? 0]!.url}${path}`, init)
+  const request = (path: string, init: JsonRequestInit & { via?: number } = {}) =>
+    jsonRequest(`${gateways[init.via ?? 0]!.url}${path}`, init)
 
   const createKey = async (tier: string, label = `${tier} key`, policy?: Record<string, unknown>) => {
     const res = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier, label, ...(policy ? { policy } : {}) } })
@@ -151,10 +152,10 @@ export async function startPaidFleet(t: Test, options: FleetOptions & { chain?: 
     }
     return Buffer.from(JSON.stringify(header)).toString('base64')
   }
-  const balanceOf = (owner: Address) => publicClient.readContract({ address: usdc, abi: eip3009Abi, functionName: 'balanceOf', args: [owner] })
+  const balanceOf = (owner: Address) =>
+    publicClient.readContract({ address: usdc, abi: eip3009Abi, functionName: 'balanceOf', args: [owner] })
   return { ...fleet, devnet, publicClient, payTo, payer, usdc, pay, balanceOf }
 }
-
 
 /**
  * The devnet, admin, trading (server wallet: devnet account 0) and a gateway: swaps, positions
@@ -167,7 +168,9 @@ export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.
   const tradingEnv = { ...env, ...chain, ...options.tradingEnv }
   const trading = await startService(t, tradingService, { ...tradingEnv, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey })
   // market-data on the same devnet, when a test asks for it (marketData)
-  const market = options.marketData ? await startService(t, marketDataService, { ...env, ...chain, REDIS_URL: (await testInfra()).redisUrl }) : undefined
+  const market = options.marketData
+    ? await startService(t, marketDataService, { ...env, ...chain, REDIS_URL: (await testInfra()).redisUrl })
+    : undefined
   // the trading service shares the fleet's database and namespace: admin answers its policy lookups
   const gatewayEnv = { ...chain, ...(market ? { MARKET_DATA_URL: market.url } : {}) }
   const fleet = await startFleet(t, { env, tradingUrl: trading.url, gatewayEnv, adminEnv: { ...chain, SETTLEMENT_ENABLED: 'false' } })
@@ -219,7 +222,12 @@ export async function startAgentFleet(
     chain,
     env,
     tradingUrl: trading.url,
-    gatewayEnv: { AGENT_URL: agent.url, MARKET_DATA_URL: market.url, ...(automation ? { AUTOMATION_URL: automation.url } : {}), ...options.gatewayEnv },
+    gatewayEnv: {
+      AGENT_URL: agent.url,
+      MARKET_DATA_URL: market.url,
+      ...(automation ? { AUTOMATION_URL: automation.url } : {}),
+      ...options.gatewayEnv,
+    },
     adminEnv: { SETTLEMENT_ENABLED: 'false', ...options.adminEnv },
   })
   return { ...fleet, agent, upstreams, tradings, automations, serverWallet: chain.devnet.accounts[0]!.address }

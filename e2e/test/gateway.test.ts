@@ -20,7 +20,14 @@ t.test('GET /health answers ok and a timestamp without a key', async (t) => {
 t.test('GET / names the service, version, chain and where the docs are', async (t) => {
   const { request } = shared
   const res = await request('/')
-  t.same(res.body, { name: 'agent-trading-service', version: '0.1.0', chain: 'arbitrum-one', chainId: 42161, docs: '/docs', openapi: '/openapi.json' })
+  t.same(res.body, {
+    name: 'agent-trading-service',
+    version: '0.1.0',
+    chain: 'arbitrum-one',
+    chainId: 42161,
+    docs: '/docs',
+    openapi: '/openapi.json',
+  })
   const docs = await request(res.body.openapi)
   t.equal(docs.status, 200)
   t.equal(docs.body.openapi, '3.1.0')
@@ -36,7 +43,7 @@ t.test('the raw key appears only in the create answer', async (t) => {
   t.notOk(JSON.stringify(list.body).includes(created.key))
 })
 
-t.test('a service\'s 400 reaches the client through the gateway as {error}', async (t) => {
+t.test("a service's 400 reaches the client through the gateway as {error}", async (t) => {
   const { request } = shared
   const long = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier: 'readonly', label: 'x'.repeat(65) } })
   t.equal(long.status, 400)
@@ -44,7 +51,12 @@ t.test('a service\'s 400 reaches the client through the gateway as {error}', asy
   const tier = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier: 'root', label: 'x' } })
   t.equal(tier.status, 400)
   t.same(tier.body, { error: 'body/tier must be equal to one of the allowed values: readonly, readwrite, admin' })
-  const notJson = await request('/admin/keys', { method: 'POST', key: adminKey, headers: { 'content-type': 'application/json' }, body: undefined })
+  const notJson = await request('/admin/keys', {
+    method: 'POST',
+    key: adminKey,
+    headers: { 'content-type': 'application/json' },
+    body: undefined,
+  })
   t.equal(notJson.status, 400)
   t.match(notJson.body, { error: String })
   const unknown = await request('/admin/keys/key_nope', { method: 'DELETE', key: adminKey })
@@ -102,12 +114,18 @@ t.test('a malformed Authorization header answers 401 saying so', async (t) => {
   t.same(res.body, { error: 'malformed Authorization header: expected Bearer <key>' })
 })
 
-t.test('the gateway sets identity headers and strips the client\'s', async (t) => {
+t.test("the gateway sets identity headers and strips the client's", async (t) => {
   const { request, createKey } = shared
   const { id, key } = await createKey('readwrite')
   const res = await request('/swap/quote?tokenIn=WETH', {
     key,
-    headers: { 'x-ats-owner-id': 'someone-else', 'x-ats-key-tier': 'admin', 'x-ats-internal-token': 'forged', 'x-payment': 'abc', 'x-ats-key-wallet': '0x0000000000000000000000000000000000000001' },
+    headers: {
+      'x-ats-owner-id': 'someone-else',
+      'x-ats-key-tier': 'admin',
+      'x-ats-internal-token': 'forged',
+      'x-payment': 'abc',
+      'x-ats-key-wallet': '0x0000000000000000000000000000000000000001',
+    },
   })
   t.equal(res.status, 200)
   const headers = res.body.headers as Record<string, string>
@@ -128,7 +146,10 @@ t.test('a key bound to a wallet carries it to the services as x-ats-key-wallet',
   const wallet = '0x70997970C51812dc3A010C7d01b50e0d17dc79C8'
   const created = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier: 'readonly', label: 'bound', wallet } })
   t.equal(created.status, 201)
-  const res = await request('/market/prices', { key: created.body.key, headers: { 'x-ats-key-wallet': '0x0000000000000000000000000000000000000001' } })
+  const res = await request('/market/prices', {
+    key: created.body.key,
+    headers: { 'x-ats-key-wallet': '0x0000000000000000000000000000000000000001' },
+  })
   t.equal(res.body.headers['x-ats-key-wallet'], wallet)
 })
 

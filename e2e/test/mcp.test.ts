@@ -7,7 +7,10 @@ import { adminKey, startAgentFleet } from './fleet.ts'
 /** The MCP server of the gateway (POST /mcp) as the official MCP client sees it, on one fleet over the devnet. */
 // keyless /mcp messages count against the paid limit per client address: a small one, reached last
 const perAddress = 30
-const fleet = await startAgentFleet(t, { automationEnv: { AUTOMATION_MIN_INTERVAL_MS: '60000' }, gatewayEnv: { PAID_RATE_LIMIT_PER_ADDRESS: String(perAddress) } })
+const fleet = await startAgentFleet(t, {
+  automationEnv: { AUTOMATION_MIN_INTERVAL_MS: '60000' },
+  gatewayEnv: { PAID_RATE_LIMIT_PER_ADDRESS: String(perAddress) },
+})
 const { request, createKey, gateway, devnet } = fleet
 const reader = await createKey('readonly', 'mcp reader')
 
@@ -54,7 +57,8 @@ async function connect(t: Test, key?: string) {
 }
 
 const names = async (client: Client) => (await client.listTools()).tools.map((tool) => tool.name).sort()
-const call = async (client: Client, name: string, args: Record<string, unknown> = {}) => (await client.callTool({ name, arguments: args })) as CallToolResult
+const call = async (client: Client, name: string, args: Record<string, unknown> = {}) =>
+  (await client.callTool({ name, arguments: args })) as CallToolResult
 const data = (result: CallToolResult) => {
   if (result.isError) throw new Error(`tool error: ${JSON.stringify(result.content)}`)
   return result.structuredContent as any
@@ -65,9 +69,17 @@ t.test('a readonly key lists exactly the read tools, each with the JSON schema o
   t.same(await names(client), [...readTools].sort())
   const { tools } = await client.listTools()
   const bridge = tools.find((tool) => tool.name === 'get_bridge_quote')!
-  t.match(bridge.inputSchema, { type: 'object', required: ['toChainId', 'fromToken', 'toToken', 'amount', 'userAddress'], properties: { slippageBps: { type: 'integer', maximum: 5000 } } })
+  t.match(bridge.inputSchema, {
+    type: 'object',
+    required: ['toChainId', 'fromToken', 'toToken', 'amount', 'userAddress'],
+    properties: { slippageBps: { type: 'integer', maximum: 5000 } },
+  })
   t.equal(bridge.annotations?.readOnlyHint, true)
-  t.match(bridge.outputSchema, { type: 'object', properties: { id: { type: 'string' }, toAmountMin: { pattern: String } } }, "the route's success answer")
+  t.match(
+    bridge.outputSchema,
+    { type: 'object', properties: { id: { type: 'string' }, toAmountMin: { pattern: String } } },
+    "the route's success answer",
+  )
 })
 
 t.test('no key: only the paid agent tools, described as paid with x402', async (t) => {
@@ -80,14 +92,22 @@ t.test('no key: only the paid agent tools, described as paid with x402', async (
 t.test('an invalid key: the connection is refused with 401', async (t) => {
   const refused = await connect(t, 'atsk_00000000000000000000000000000000').catch((error: Error) => error)
   t.match(refused, { code: 401, message: /invalid or revoked API key/ })
-  const raw = await request('/mcp', { method: 'POST', key: 'atsk_00000000000000000000000000000000', body: { jsonrpc: '2.0', id: 1, method: 'tools/list' } })
+  const raw = await request('/mcp', {
+    method: 'POST',
+    key: 'atsk_00000000000000000000000000000000',
+    body: { jsonrpc: '2.0', id: 1, method: 'tools/list' },
+  })
   t.equal(raw.status, 401)
   t.equal(raw.body.error, 'invalid or revoked API key')
-  const malformed = await request('/mcp', { method: 'POST', headers: { authorization: 'Basic abc' }, body: { jsonrpc: '2.0', id: 1, method: 'tools/list' } })
+  const malformed = await request('/mcp', {
+    method: 'POST',
+    headers: { authorization: 'Basic abc' },
+    body: { jsonrpc: '2.0', id: 1, method: 'tools/list' },
+  })
   t.equal(malformed.status, 401)
 })
 
-t.test('a readonly key calls each read tool and gets the route\'s JSON as structured content', async (t) => {
+t.test("a readonly key calls each read tool and gets the route's JSON as structured content", async (t) => {
   const client = await connect(t, reader.key)
   const holder = devnet.accounts[0]!.address
   const prices = data(await call(client, 'get_prices'))
@@ -101,7 +121,9 @@ t.test('a readonly key calls each read tool and gets the route\'s JSON as struct
   t.ok(Array.isArray(data(await call(client, 'search_predictions', { q: 'bitcoin' })).markets))
   t.ok(data(await call(client, 'get_bridge_chains')).chains.length > 1)
   const usdc = devnet.book.tokens.find((token) => token.symbol === 'USDC')!.address
-  const bridge = data(await call(client, 'get_bridge_quote', { toChainId: 10, fromToken: usdc, toToken: 'USDC', amount: '50000000', userAddress: holder }))
+  const bridge = data(
+    await call(client, 'get_bridge_quote', { toChainId: 10, fromToken: usdc, toToken: 'USDC', amount: '50000000', userAddress: holder }),
+  )
   t.match(bridge, { fromChainId: 42161, toChainId: 10, fromAmount: '50000000' })
   t.ok(Array.isArray(data(await call(client, 'list_jobs')).jobs))
 
@@ -135,24 +157,40 @@ t.test('a readwrite key: the read and write tools; execute_swap swaps on the dev
   const client = await connect(t, writer.key)
   t.same(await names(client), [...readTools, ...writeTools].sort())
   const execute = (await client.listTools()).tools.find((tool) => tool.name === 'execute_swap')!
-  t.match(execute.inputSchema, { required: ['tokenIn', 'tokenOut', 'amountIn'], properties: { idempotencyKey: { type: 'string' }, slippageBps: { default: 50 } } })
+  t.match(execute.inputSchema, {
+    required: ['tokenIn', 'tokenOut', 'amountIn'],
+    properties: { idempotencyKey: { type: 'string' }, slippageBps: { default: 50 } },
+  })
   t.equal(execute.annotations?.readOnlyHint, false)
 
   const quote = data(await call(client, 'get_swap_quote', { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '2000000' }))
   t.match(quote, { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '2000000', amountOut: /^[0-9]+$/ })
-  const prepared = data(await call(client, 'prepare_swap', { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '2000000', from: devnet.accounts[3]!.address }))
+  const prepared = data(
+    await call(client, 'prepare_swap', { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '2000000', from: devnet.accounts[3]!.address }),
+  )
   t.match(prepared, { tokenIn: 'USDC', tokenOut: 'WETH', transactions: Array })
 
-  const swap = data(await call(client, 'execute_swap', { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '2000000', idempotencyKey: 'mcp-swap-1' }))
+  const swap = data(
+    await call(client, 'execute_swap', { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '2000000', idempotencyKey: 'mcp-swap-1' }),
+  )
   t.match(swap, { success: true, hash: /^0x[0-9a-f]{64}$/, tokenIn: 'USDC', tokenOut: 'WETH', idempotencyKey: 'mcp-swap-1' })
   const receipt = await fleet.publicClient.getTransactionReceipt({ hash: swap.hash })
   t.equal(receipt.status, 'success', 'mined on the devnet')
-  const again = data(await call(client, 'execute_swap', { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '2000000', idempotencyKey: 'mcp-swap-1' }))
+  const again = data(
+    await call(client, 'execute_swap', { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '2000000', idempotencyKey: 'mcp-swap-1' }),
+  )
   t.equal(again.hash, swap.hash, 'a retry with the same idempotencyKey swaps nothing more')
 
   const executions = await request('/swap/executions', { key: writer.key })
-  t.same(executions.body.executions.map((e: { id: string }) => e.id), [swap.executionId], 'the HTTP route shows the execution')
-  t.same(data(await call(client, 'list_swap_executions', { limit: 5 })).executions.map((e: { id: string }) => e.id), [swap.executionId])
+  t.same(
+    executions.body.executions.map((e: { id: string }) => e.id),
+    [swap.executionId],
+    'the HTTP route shows the execution',
+  )
+  t.same(
+    data(await call(client, 'list_swap_executions', { limit: 5 })).executions.map((e: { id: string }) => e.id),
+    [swap.executionId],
+  )
 
   const over = await call(client, 'execute_swap', { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '10000000' })
   t.equal(over.isError, true, 'over the policy cap')
@@ -174,7 +212,10 @@ t.test('automations: create, list, pause, resume', async (t) => {
   )
   t.match(created.automation, { id: /^aut_/, status: 'active', type: 'limit-order', walletAddress: wallet })
   const { id } = created.automation
-  t.same(data(await call(client, 'list_automations', { wallet })).automations.map((a: { id: string }) => a.id), [id])
+  t.same(
+    data(await call(client, 'list_automations', { wallet })).automations.map((a: { id: string }) => a.id),
+    [id],
+  )
   t.match(data(await call(client, 'pause_automation', { id })).automation, { id, status: 'paused', nextRunAt: null })
   t.match(data(await call(client, 'resume_automation', { id })).automation, { id, status: 'active', nextRunAt: Number })
   const missing = await call(client, 'pause_automation', {})
@@ -201,14 +242,20 @@ t.test('a readwrite key asks the agent through /v1/responses: the answer, then t
 t.test('resources and prompts: the token list, and the swap prompt', async (t) => {
   const client = await connect(t)
   const { resources } = await client.listResources()
-  t.same(resources.map((r) => r.uri), ['ats://tokens'])
+  t.same(
+    resources.map((r) => r.uri),
+    ['ats://tokens'],
+  )
   const read = await client.readResource({ uri: 'ats://tokens' })
   const { tokens } = JSON.parse((read.contents[0] as { text: string }).text)
   t.same(tokens.map((token: { symbol: string }) => token.symbol).sort(), devnet.book.tokens.map((token) => token.symbol).sort())
   t.match(tokens[0], { symbol: String, name: String, decimals: Number, address: /^0x[0-9a-fA-F]{40}$/ })
   t.match(await client.readResource({ uri: 'ats://nothing' }).catch((error: Error) => error), { code: -32002 })
   const { prompts } = await client.listPrompts()
-  t.same(prompts.map((p) => p.name), ['swap'])
+  t.same(
+    prompts.map((p) => p.name),
+    ['swap'],
+  )
   const prompt = await client.getPrompt({ name: 'swap', arguments: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '25' } })
   t.match(prompt.messages[0], { role: 'user', content: { type: 'text', text: /^Swap 25 USDC for ARB\.\n.*get_swap_quote.*execute_swap/s } })
 })
@@ -218,7 +265,9 @@ t.test('without a key a paid tool asks for its payment (a tool error); GET and D
   const unpaid = await call(client, 'agent_get_job', { id: 'job_1' })
   t.equal(unpaid.isError, true)
   const keyed = await call(client, 'get_prices')
-  t.match(keyed.content, [{ text: 'get_prices needs an API key of tier readonly or higher: send Authorization: Bearer <key> with the /mcp request' }])
+  t.match(keyed.content, [
+    { text: 'get_prices needs an API key of tier readonly or higher: send Authorization: Bearer <key> with the /mcp request' },
+  ])
   for (const method of ['GET', 'DELETE']) {
     const res = await request('/mcp', { method, key: reader.key })
     t.equal(res.status, 405, method)
@@ -230,7 +279,12 @@ t.test('without a key a paid tool asks for its payment (a tool error); GET and D
 t.test('keyless /mcp messages are rate limited per client address (PAID_RATE_LIMIT_PER_ADDRESS)', async (t) => {
   // listings, and calls of tools a keyless caller does not have (they run no route to count them)
   const messages = [{ method: 'tools/list' }, { method: 'tools/call', params: { name: 'get_prices', arguments: {} } }]
-  const send = (i: number) => request('/mcp', { method: 'POST', headers: { accept: 'application/json, text/event-stream' }, body: { jsonrpc: '2.0', id: i, ...messages[i % 2] } })
+  const send = (i: number) =>
+    request('/mcp', {
+      method: 'POST',
+      headers: { accept: 'application/json, text/event-stream' },
+      body: { jsonrpc: '2.0', id: i, ...messages[i % 2] },
+    })
   let last = await send(0)
   for (let i = 1; i <= perAddress && last.status === 200; i++) last = await send(i)
   t.equal(last.status, 429)

@@ -44,7 +44,11 @@ t.test('an unpaid call of a paid tool answers the payment requirements as a tool
     resource: { url: 'mcp://tool/agent_prompt', mimeType: 'application/json' },
     accepts: [{ scheme: 'exact', network, amount: '10000', asset: usdc, payTo }],
   })
-  t.match(required.extensions?.bazaar, { info: { input: { type: 'mcp', toolName: 'agent_prompt', inputSchema: { type: 'object', properties: { prompt: {} } } } } }, 'bazaar lists the MCP tool')
+  t.match(
+    required.extensions?.bazaar,
+    { info: { input: { type: 'mcp', toolName: 'agent_prompt', inputSchema: { type: 'object', properties: { prompt: {} } } } } },
+    'bazaar lists the MCP tool',
+  )
   t.match(required.error, /PaymentPayload in _meta\["x402\/payment"\]/, 'the words say where an MCP client puts the payment')
   t.match(wrapped(unpaid), { code: 402, message: required.error, data: { x402Version: 2, accepts: [{ payTo }] } })
 
@@ -62,7 +66,11 @@ t.test('a paid prompt (a real EIP-3009 payment in _meta) runs its job, answers i
   const paid = await call('agent_prompt', { prompt: 'price of ETH' }, { 'x402/payment': payment })
   t.notOk(paid.isError, JSON.stringify(paid.content))
   const job = paid.structuredContent as any
-  t.match(job, { id: /^job_/, status: 'complete', prompt: 'price of ETH', result: { text: /^ETH: \$[0-9.,]+/, toolCalls: ['get_prices'] } }, "the job's answer, not only its id")
+  t.match(
+    job,
+    { id: /^job_/, status: 'complete', prompt: 'price of ETH', result: { text: /^ETH: \$[0-9.,]+/, toolCalls: ['get_prices'] } },
+    "the job's answer, not only its id",
+  )
   t.match(paid._meta?.['x402/payment-response'], { success: true, network, payer: getAddress(payer.address) })
 
   // the same payment again: refused (its nonce is used), nothing runs, nothing more is charged
@@ -79,16 +87,28 @@ t.test('a paid prompt (a real EIP-3009 payment in _meta) runs its job, answers i
     },
     20_000,
   )
-  t.match(settled, [{ jobId: job.id, route: 'POST /agent/prompt', amount: '10000', txHash: /^0x[0-9a-f]{64}$/ }], 'one payment, for the job')
+  t.match(
+    settled,
+    [{ jobId: job.id, route: 'POST /agent/prompt', amount: '10000', txHash: /^0x[0-9a-f]{64}$/ }],
+    'one payment, for the job',
+  )
   t.equal(await balanceOf(payTo), before.payTo + 10_000n, 'PAY_TO received the price once')
   t.equal(await balanceOf(payer.address), before.payer - 10_000n, 'the payer paid it once')
 
   // the job was paid for: its other paid tools cost a payment each, as the HTTP routes do
   const look = await call('agent_get_job', { id: job.id })
   t.equal(look.isError, true, 'agent_get_job without a payment asks for one')
-  const lookPaid = await call('agent_get_job', { id: job.id }, { 'x402/payment': await payments.createPaymentPayload(look.structuredContent as unknown as PaymentRequired) })
+  const lookPaid = await call(
+    'agent_get_job',
+    { id: job.id },
+    { 'x402/payment': await payments.createPaymentPayload(look.structuredContent as unknown as PaymentRequired) },
+  )
   t.match(lookPaid.structuredContent, { id: job.id, status: 'complete' })
   const skillsAsked = await call('agent_skills', {})
-  const skills = await call('agent_skills', {}, { 'x402/payment': await payments.createPaymentPayload(skillsAsked.structuredContent as unknown as PaymentRequired) })
+  const skills = await call(
+    'agent_skills',
+    {},
+    { 'x402/payment': await payments.createPaymentPayload(skillsAsked.structuredContent as unknown as PaymentRequired) },
+  )
   t.match(skills.structuredContent, { skills: [{ name: String, url: String }] }, "the agent's skills, paid like GET /agent/skills")
 })

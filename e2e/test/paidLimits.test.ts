@@ -47,7 +47,9 @@ const fleet = await startPaidFleet(t, {
   adminEnv: { SETTLEMENT_ENABLED: 'false' },
 })
 const { request, pay, devnet } = fleet
-const from = (address: string, payment?: string) => ({ headers: { 'x-forwarded-for': address, ...(payment ? { 'x-payment': payment } : {}) } })
+const from = (address: string, payment?: string) => ({
+  headers: { 'x-forwarded-for': address, ...(payment ? { 'x-payment': payment } : {}) },
+})
 
 t.test('a payer over its paid limit gets 429 with retry-after, from any address; another payer does not', async (t) => {
   for (let i = 1; i <= 3; i++) t.equal((await request('/agent/skills', from('203.0.113.10', await pay()))).status, 200, `paid request ${i}`)
@@ -55,9 +57,13 @@ t.test('a payer over its paid limit gets 429 with retry-after, from any address;
   t.equal(over.status, 429)
   t.match(over.body, { error: /^rate limit exceeded: 3 paid requests per 60 s for this payer; retry in \d+ s$/ })
   t.ok(Number(over.headers.get('retry-after')) > 0, 'retry-after says when')
-  t.equal((await request('/agent/skills', from('203.0.113.11', await pay()))).status, 429, 'the count is the payer\'s, whatever its address')
+  t.equal((await request('/agent/skills', from('203.0.113.11', await pay()))).status, 429, "the count is the payer's, whatever its address")
   const other = privateKeyToAccount(devnet.accounts[2]!.privateKey)
-  t.equal((await request('/agent/skills', from('203.0.113.11', await pay({ payer: other })))).status, 200, 'another payer has its own count')
+  t.equal(
+    (await request('/agent/skills', from('203.0.113.11', await pay({ payer: other })))).status,
+    200,
+    'another payer has its own count',
+  )
 })
 
 t.test('a client address over its paid limit gets 429 before any payment check; another address does not', async (t) => {
@@ -84,6 +90,9 @@ t.test('a flood of unfunded payers from one address costs one balance read each 
   t.match(refused?.body, { error: /^too many failed authentications from this address; retry in \d+ s$/ })
   t.ok(Number(refused?.headers.get('retry-after')) > 0)
   t.equal(reads(), 5, 'the refused ten cost no RPC call')
-  const funded = await request('/agent/skills', from('203.0.113.31', await pay({ payer: privateKeyToAccount(devnet.accounts[3]!.privateKey) })))
+  const funded = await request(
+    '/agent/skills',
+    from('203.0.113.31', await pay({ payer: privateKeyToAccount(devnet.accounts[3]!.privateKey) })),
+  )
   t.equal(funded.status, 200, 'another address pays as usual')
 })

@@ -35,7 +35,10 @@ t.test('a paid route without a payment answers 402 with the requirements in the 
       },
     ],
   })
-  t.match(decode(res.headers.get('payment-required')), { x402Version: 2, accepts: [{ network: 'eip155:31337', amount: '10000', payTo, asset: usdc }] })
+  t.match(decode(res.headers.get('payment-required')), {
+    x402Version: 2,
+    accepts: [{ network: 'eip155:31337', amount: '10000', payTo, asset: usdc }],
+  })
 })
 
 t.test('a hand-signed X-PAYMENT passes once; the payer is the owner the service sees and the answer says it was charged', async (t) => {
@@ -47,7 +50,11 @@ t.test('a hand-signed X-PAYMENT passes once; the payer is the owner the service 
   t.equal(res.status, 200)
   t.equal(res.body.headers['x-ats-owner-id'], payer.address)
   const nonce = JSON.parse(Buffer.from(header, 'base64').toString('utf8')).payload.authorization.nonce
-  t.equal(res.body.headers['x-ats-payment'], `${payer.address.toLowerCase()}:${nonce}`, 'the verified payment goes to the service as <payer>:<nonce>')
+  t.equal(
+    res.body.headers['x-ats-payment'],
+    `${payer.address.toLowerCase()}:${nonce}`,
+    'the verified payment goes to the service as <payer>:<nonce>',
+  )
   t.notOk('x-payment' in res.body.headers, 'the payment header is not forwarded')
   const receipt = decode(res.headers.get('x-payment-response'))
   t.same(receipt, { success: true, transaction: '', network: 'anvil', payer: payer.address })
@@ -64,7 +71,11 @@ t.test('each bad payment answers 402 saying what is wrong', async (t) => {
   const tampered = structuredClone(good)
   tampered.payload.authorization.value = '20000'
   const cases: Array<[string, string, RegExp]> = [
-    ['tampered signature', Buffer.from(JSON.stringify(tampered)).toString('base64'), /^invalid signature: signed by 0x[0-9a-fA-F]{40}, not by authorization.from/],
+    [
+      'tampered signature',
+      Buffer.from(JSON.stringify(tampered)).toString('base64'),
+      /^invalid signature: signed by 0x[0-9a-fA-F]{40}, not by authorization.from/,
+    ],
     ['wrong payTo', await pay({ to: devnet.accounts[3]!.address }), /^wrong recipient/],
     ['value 9999', await pay({ value: 9_999n }), /^amount too low: 9999 < 10000/],
     ['expired validBefore', await pay({ validAfter: now - 120n, validBefore: now - 60n }), /^expired: validBefore/],
@@ -88,7 +99,7 @@ t.test('a payment is not charged when the service answers 4xx, and the answer sa
   t.match(decode(res.headers.get('x-payment-response')), { success: false, errorReason: /^not charged: the service answered 404/ })
 })
 
-t.test('SKIP_PAYMENT lets paid routes through unpaid: the owner is the header\'s from, else a development address', async (t) => {
+t.test("SKIP_PAYMENT lets paid routes through unpaid: the owner is the header's from, else a development address", async (t) => {
   const { request, pay, payer } = await paid(t, { gatewayEnv: { SKIP_PAYMENT: 'true' } })
   const res = await request('/agent/skills')
   t.equal(res.status, 200)
@@ -121,7 +132,13 @@ async function gatewayProcess(t: Test, env: NodeJS.ProcessEnv) {
   const url = `http://127.0.0.1:${port}`
   for (let i = 0; i < 600; i++) {
     if (child.exitCode !== null) throw new Error(`gateway process exited with ${child.exitCode}`)
-    if (await fetch(`${url}/health`).then((r) => r.ok, () => false)) return url
+    if (
+      await fetch(`${url}/health`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return url
     await new Promise((resolve) => setTimeout(resolve, 100))
   }
   throw new Error('gateway process never became ready')
@@ -133,10 +150,18 @@ t.test('one payment sent 50 times at once to two gateway processes succeeds exac
   const urls = await Promise.all([gatewayProcess(t, gatewayEnv), gatewayProcess(t, gatewayEnv)])
   const header = await pay()
   const answers = await Promise.all(
-    Array.from({ length: 50 }, (_, i) => fetch(`${urls[i % 2]}/agent/skills`, { headers: { 'x-payment': header } }).then(async (r) => ({ status: r.status, body: await r.json() }))),
+    Array.from({ length: 50 }, (_, i) =>
+      fetch(`${urls[i % 2]}/agent/skills`, { headers: { 'x-payment': header } }).then(async (r) => ({
+        status: r.status,
+        body: await r.json(),
+      })),
+    ),
   )
   t.equal(answers.filter((a) => a.status === 200).length, 1, 'exactly one success')
   const refused = answers.filter((a) => a.status !== 200)
   t.equal(refused.length, 49)
-  t.ok(refused.every((a) => a.status === 402 && /^nonce already used/.test(a.body.error)), 'the other 49 are refused as replays')
+  t.ok(
+    refused.every((a) => a.status === 402 && /^nonce already used/.test(a.body.error)),
+    'the other 49 are refused as replays',
+  )
 })

@@ -19,7 +19,13 @@ const walletOf = (account: PrivateKeyAccount) => createWalletClient({ account, t
 /** A new account holding `amount` USDC base units (from devnet account 1). */
 async function fundedAccount(amount: bigint) {
   const account = privateKeyToAccount(generatePrivateKey())
-  const hash = await walletOf(devnetAccount(1)).writeContract({ chain: null, address: fleet.usdc, abi: erc20Abi, functionName: 'transfer', args: [account.address, amount] })
+  const hash = await walletOf(devnetAccount(1)).writeContract({
+    chain: null,
+    address: fleet.usdc,
+    abi: erc20Abi,
+    functionName: 'transfer',
+    args: [account.address, amount],
+  })
   await fleet.publicClient.waitForTransactionReceipt({ hash })
   return account
 }
@@ -58,45 +64,69 @@ t.test('a payment whose nonce the payer already spent on chain is refused 402, b
   await burnNonce(payer, nonceOf(header))
   const res = await paid(header)
   t.equal(res.status, 402)
-  t.match(res.body.error, new RegExp(`^nonce already used on chain: authorization ${nonceOf(header)} of ${payer.address} was used or canceled`))
+  t.match(
+    res.body.error,
+    new RegExp(`^nonce already used on chain: authorization ${nonceOf(header)} of ${payer.address} was used or canceled`),
+  )
   t.equal((await paid(await fleet.pay({ payer }))).status, 200, 'a payment with a fresh nonce passes')
 })
 
-t.test('three concurrent payments of just over half the balance: one is served, the others are refused naming what is reserved', async (t) => {
-  const payer = await fundedAccount(30_000n)
-  const headers = await Promise.all([0, 1, 2].map(() => fleet.pay({ payer, value: 15_001n })))
-  const answers = await Promise.all(headers.map((header) => paid(header)))
-  t.same(answers.map((a) => a.status).sort(), [200, 402, 402])
-  for (const refused of answers.filter((a) => a.status === 402)) {
-    t.match(refused.body.error, new RegExp(`^insufficient funds: ${payer.address} holds \\d+, of which \\d+ is reserved by unsettled payments; the payment is 15001$`))
-  }
-  // once the served payment is settled its reservation ends with it: what is left can be spent
-  const rest = await eventually('the first payment settled', async () => {
-    const balance = await fleet.balanceOf(payer.address)
-    return balance === 30_000n - 15_001n ? balance : undefined
-  })
-  t.equal((await paid(await fleet.pay({ payer, value: rest }))).status, 200, 'the rest of the balance pays once the first payment settled')
-})
+t.test(
+  'three concurrent payments of just over half the balance: one is served, the others are refused naming what is reserved',
+  async (t) => {
+    const payer = await fundedAccount(30_000n)
+    const headers = await Promise.all([0, 1, 2].map(() => fleet.pay({ payer, value: 15_001n })))
+    const answers = await Promise.all(headers.map((header) => paid(header)))
+    t.same(answers.map((a) => a.status).sort(), [200, 402, 402])
+    for (const refused of answers.filter((a) => a.status === 402)) {
+      t.match(
+        refused.body.error,
+        new RegExp(
+          `^insufficient funds: ${payer.address} holds \\d+, of which \\d+ is reserved by unsettled payments; the payment is 15001$`,
+        ),
+      )
+    }
+    // once the served payment is settled its reservation ends with it: what is left can be spent
+    const rest = await eventually('the first payment settled', async () => {
+      const balance = await fleet.balanceOf(payer.address)
+      return balance === 30_000n - 15_001n ? balance : undefined
+    })
+    t.equal(
+      (await paid(await fleet.pay({ payer, value: rest }))).status,
+      200,
+      'the rest of the balance pays once the first payment settled',
+    )
+  },
+)
 
-t.test('a payer who spends the nonce on chain after being served is blocked once settlement finds it, and refused from then on', async (t) => {
-  const payer = await fundedAccount(100_000n)
-  // admin is down, so the payer can act between the answer and the settlement
-  const adminPort = new URL(fleet.admin.url).port
-  await fleet.admin.close()
-  const header = await fleet.pay({ payer })
-  t.equal((await paid(header)).status, 200, 'served')
-  await burnNonce(payer, nonceOf(header))
-  await startService(t, adminService, { ...fleet.adminEnv, PORT: adminPort })
+t.test(
+  'a payer who spends the nonce on chain after being served is blocked once settlement finds it, and refused from then on',
+  async (t) => {
+    const payer = await fundedAccount(100_000n)
+    // admin is down, so the payer can act between the answer and the settlement
+    const adminPort = new URL(fleet.admin.url).port
+    await fleet.admin.close()
+    const header = await fleet.pay({ payer })
+    t.equal((await paid(header)).status, 200, 'served')
+    await burnNonce(payer, nonceOf(header))
+    await startService(t, adminService, { ...fleet.adminEnv, PORT: adminPort })
 
-  const refused = await eventually('the payer refused', async () => {
-    // probed on a path the service answers 404: a probe that passes is not charged
-    const res = await paid(await fleet.pay({ payer }), '/agent/missing')
-    return res.status === 402 && /^payer refused/.test(res.body.error) ? res : undefined
-  })
-  t.match(refused.body.error, new RegExp(`^payer refused: ${payer.address} has a payment that could not settle \\(authorization ${nonceOf(header)} of ${payer.address} was used by transaction 0x[0-9a-f]{64}`, 'i'))
-  const revenue = await fleet.request('/admin/revenue', { key: adminKey })
-  t.match(
-    revenue.body.recentPayments.find((p: { payer: string }) => p.payer === payer.address),
-    { settlement: 'failed', settleError: /the payer signed another authorization with the same nonce/ },
-  )
-})
+    const refused = await eventually('the payer refused', async () => {
+      // probed on a path the service answers 404: a probe that passes is not charged
+      const res = await paid(await fleet.pay({ payer }), '/agent/missing')
+      return res.status === 402 && /^payer refused/.test(res.body.error) ? res : undefined
+    })
+    t.match(
+      refused.body.error,
+      new RegExp(
+        `^payer refused: ${payer.address} has a payment that could not settle \\(authorization ${nonceOf(header)} of ${payer.address} was used by transaction 0x[0-9a-f]{64}`,
+        'i',
+      ),
+    )
+    const revenue = await fleet.request('/admin/revenue', { key: adminKey })
+    t.match(
+      revenue.body.recentPayments.find((p: { payer: string }) => p.payer === payer.address),
+      { settlement: 'failed', settleError: /the payer signed another authorization with the same nonce/ },
+    )
+  },
+)

@@ -30,7 +30,10 @@ async function paidRequest(fleet: Fleet, header: string, path = '/agent/skills')
 
 /** Sends `amount` USDC base units from devnet account 1. */
 async function fundAccount(fleet: Fleet, to: Address, amount: bigint) {
-  const funder = createWalletClient({ account: privateKeyToAccount(fleet.devnet.accounts[1]!.privateKey as Hex), transport: http(fleet.devnet.rpcUrl) })
+  const funder = createWalletClient({
+    account: privateKeyToAccount(fleet.devnet.accounts[1]!.privateKey as Hex),
+    transport: http(fleet.devnet.rpcUrl),
+  })
   const hash = await funder.writeContract({ chain: null, address: fleet.usdc, abi: erc20Abi, functionName: 'transfer', args: [to, amount] })
   await fleet.publicClient.waitForTransactionReceipt({ hash })
 }
@@ -52,11 +55,25 @@ async function moveAll(fleet: Fleet, account: PrivateKeyAccount) {
     validBefore: BigInt(Math.floor(Date.now() / 1000) + 600),
     nonce: toHex(randomBytes(32)),
   }
-  const signature = await account.signTypedData({ domain: usdcDomain(31337, fleet.usdc), types: transferWithAuthorizationTypes, primaryType: 'TransferWithAuthorization', message })
+  const signature = await account.signTypedData({
+    domain: usdcDomain(31337, fleet.usdc),
+    types: transferWithAuthorizationTypes,
+    primaryType: 'TransferWithAuthorization',
+    message,
+  })
   const { r, s, v } = parseSignature(signature)
-  const sender = createWalletClient({ account: privateKeyToAccount(fleet.devnet.accounts[1]!.privateKey as Hex), transport: http(fleet.devnet.rpcUrl) })
+  const sender = createWalletClient({
+    account: privateKeyToAccount(fleet.devnet.accounts[1]!.privateKey as Hex),
+    transport: http(fleet.devnet.rpcUrl),
+  })
   const args = [message.from, message.to, message.value, message.validAfter, message.validBefore, message.nonce, Number(v), r, s] as const
-  const hash = await sender.writeContract({ chain: null, address: fleet.usdc, abi: eip3009Abi, functionName: 'transferWithAuthorization', args })
+  const hash = await sender.writeContract({
+    chain: null,
+    address: fleet.usdc,
+    abi: eip3009Abi,
+    functionName: 'transferWithAuthorization',
+    args,
+  })
   await fleet.publicClient.waitForTransactionReceipt({ hash })
 }
 
@@ -75,30 +92,39 @@ t.test('a payment through the gateway is settled on chain: USDC moves from payer
     const [latest] = (await revenue(fleet)).recentPayments
     return latest?.settlement === 'settled' ? latest : undefined
   })
-  t.match(settled, { payer: fleet.payer.address, amount: '10000', route: 'GET /agent/skills', txHash: /^0x[0-9a-f]{64}$/, settleError: null })
+  t.match(settled, {
+    payer: fleet.payer.address,
+    amount: '10000',
+    route: 'GET /agent/skills',
+    txHash: /^0x[0-9a-f]{64}$/,
+    settleError: null,
+  })
   const receipt = await fleet.publicClient.getTransactionReceipt({ hash: settled.txHash as Hex })
   t.equal(receipt.status, 'success')
   t.equal(await fleet.balanceOf(fleet.payer.address), before.payer - 10_000n, 'the payer paid 10000 base units')
   t.equal(await fleet.balanceOf(fleet.payTo), before.payTo + 10_000n, 'payTo received them')
 })
 
-t.test('the ledger records what the gateway charged: who paid, how much, for which route; a request answered 404 is not charged', async (t) => {
-  const fleet = await settling(t, { SETTLEMENT_ENABLED: 'false' })
-  const second = await fundedAccount(fleet, 1_000_000n)
-  t.equal(await paidRequest(fleet, await fleet.pay(), '/agent/missing'), 404, 'the service answers 404')
-  t.equal(await paidRequest(fleet, await fleet.pay()), 200)
-  t.equal(await paidRequest(fleet, await fleet.pay({ payer: second, value: 25_000n })), 200, 'paying more than the price is accepted')
+t.test(
+  'the ledger records what the gateway charged: who paid, how much, for which route; a request answered 404 is not charged',
+  async (t) => {
+    const fleet = await settling(t, { SETTLEMENT_ENABLED: 'false' })
+    const second = await fundedAccount(fleet, 1_000_000n)
+    t.equal(await paidRequest(fleet, await fleet.pay(), '/agent/missing'), 404, 'the service answers 404')
+    t.equal(await paidRequest(fleet, await fleet.pay()), 200)
+    t.equal(await paidRequest(fleet, await fleet.pay({ payer: second, value: 25_000n })), 200, 'paying more than the price is accepted')
 
-  const summary = await eventually('2 payments recorded', async () => {
-    const body = await revenue(fleet)
-    return body.requestCount === 2 ? body : undefined
-  })
-  t.match(summary, { totalUsdc: '35000', uniquePayers: 2, requestCount: 2 }, 'the 404 is not in the ledger')
-  t.match(summary.recentPayments, [
-    { payer: second.address, amount: '25000', route: 'GET /agent/skills' },
-    { payer: fleet.payer.address, amount: '10000', route: 'GET /agent/skills' },
-  ])
-})
+    const summary = await eventually('2 payments recorded', async () => {
+      const body = await revenue(fleet)
+      return body.requestCount === 2 ? body : undefined
+    })
+    t.match(summary, { totalUsdc: '35000', uniquePayers: 2, requestCount: 2 }, 'the 404 is not in the ledger')
+    t.match(summary.recentPayments, [
+      { payer: second.address, amount: '25000', route: 'GET /agent/skills' },
+      { payer: fleet.payer.address, amount: '10000', route: 'GET /agent/skills' },
+    ])
+  },
+)
 
 t.test('payments charged while admin is down are recorded when it is back', async (t) => {
   const fleet = await settling(t, { SETTLEMENT_ENABLED: 'false' })
@@ -123,7 +149,11 @@ t.test('a payer admin blocks for lack of funds is refused at the edge until an a
   const adminPort = new URL(fleet.admin.url).port
   await fleet.admin.close()
   t.equal(await paidRequest(fleet, await fleet.pay({ payer: poor })), 200)
-  t.equal(await paidRequest(fleet, await fleet.pay({ payer: poor })), 402, 'a second payment is more than the balance minus what is reserved')
+  t.equal(
+    await paidRequest(fleet, await fleet.pay({ payer: poor })),
+    402,
+    'a second payment is more than the balance minus what is reserved',
+  )
   await moveAll(fleet, poor)
   await startService(t, adminService, { ...fleet.adminEnv, PORT: adminPort })
 
@@ -140,5 +170,7 @@ t.test('a payer admin blocks for lack of funds is refused at the edge until an a
   const unblocked = await fleet.request(`/admin/payers/blocked/${poor.address}`, { method: 'DELETE', key: adminKey })
   t.same(unblocked.body, { ok: true, payer: poor.address.toLowerCase() })
   await fundAccount(fleet, poor.address, 20_000n)
-  await eventually('the payer accepted again', async () => ((await paidRequest(fleet, await fleet.pay({ payer: poor }))) === 200 ? true : undefined))
+  await eventually('the payer accepted again', async () =>
+    (await paidRequest(fleet, await fleet.pay({ payer: poor }))) === 200 ? true : undefined,
+  )
 })

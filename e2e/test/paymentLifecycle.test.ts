@@ -25,26 +25,48 @@ t.test('a failed job is never charged; a completed job is settled on chain', asy
   /** a job's state, read from the agent directly (through the gateway every read is a payment) */
   const finished = (jobId: string, owner: string) =>
     eventually(`job ${jobId} finished`, async () => {
-      const res = await fetch(`${fleet.agent.url}/agent/job/${jobId}`, { headers: { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.ownerId]: owner } })
+      const res = await fetch(`${fleet.agent.url}/agent/job/${jobId}`, {
+        headers: { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.ownerId]: owner },
+      })
       const job = (await res.json()) as any
       return ['complete', 'failed', 'cancelled'].includes(job.status) ? job : undefined
     })
   const ledgerEntry = (jobId: string, state: string) =>
-    eventually(`the payment of ${jobId} ${state}`, async () => {
-      const { body } = await request('/admin/revenue', { key: adminKey })
-      const entry = body.recentPayments.find((p: any) => p.jobId === jobId)
-      return entry?.settlement === state ? { entry, revenue: body } : undefined
-    }, 20_000)
+    eventually(
+      `the payment of ${jobId} ${state}`,
+      async () => {
+        const { body } = await request('/admin/revenue', { key: adminKey })
+        const entry = body.recentPayments.find((p: any) => p.jobId === jobId)
+        return entry?.settlement === state ? { entry, revenue: body } : undefined
+      },
+      20_000,
+    )
 
-  const before = { failing: await balanceOf(failing.address), completing: await balanceOf(completing.address), payTo: await balanceOf(payTo) }
+  const before = {
+    failing: await balanceOf(failing.address),
+    completing: await balanceOf(completing.address),
+    payTo: await balanceOf(payTo),
+  }
   fleet.upstreams.behave('/simple/price', 500)
 
   const failingPayment = await pay({ payer: failing })
   const nonce = JSON.parse(Buffer.from(failingPayment, 'base64').toString('utf8')).payload.authorization.nonce as Hex
-  const failed = await request('/agent/prompt', { method: 'POST', body: { prompt: 'price of ETH' }, headers: { 'x-payment': failingPayment } })
+  const failed = await request('/agent/prompt', {
+    method: 'POST',
+    body: { prompt: 'price of ETH' },
+    headers: { 'x-payment': failingPayment },
+  })
   t.equal(failed.status, 202)
-  t.match(JSON.parse(Buffer.from(failed.headers.get('x-payment-response')!, 'base64').toString('utf8')), { success: true }, 'accepted: the payment is authorized')
-  const completed = await request('/agent/prompt', { method: 'POST', body: { prompt: 'show trending pools' }, headers: { 'x-payment': await pay() } })
+  t.match(
+    JSON.parse(Buffer.from(failed.headers.get('x-payment-response')!, 'base64').toString('utf8')),
+    { success: true },
+    'accepted: the payment is authorized',
+  )
+  const completed = await request('/agent/prompt', {
+    method: 'POST',
+    body: { prompt: 'show trending pools' },
+    headers: { 'x-payment': await pay() },
+  })
   t.equal(completed.status, 202)
 
   const failedJob = await finished(failed.body.jobId, failing.address)
@@ -54,7 +76,13 @@ t.test('a failed job is never charged; a completed job is settled on chain', asy
 
   // settlement has run: the completed job's payment is on chain, the failed one's voided with the reason
   const settled = await ledgerEntry(completed.body.jobId, 'settled')
-  t.match(settled.entry, { payer: completing.address, route: 'POST /agent/prompt', amount: '10000', txHash: /^0x[0-9a-f]{64}$/, voidReason: null })
+  t.match(settled.entry, {
+    payer: completing.address,
+    route: 'POST /agent/prompt',
+    amount: '10000',
+    txHash: /^0x[0-9a-f]{64}$/,
+    voidReason: null,
+  })
   t.equal((await publicClient.getTransactionReceipt({ hash: settled.entry.txHash })).status, 'success')
   const { entry: voided, revenue } = await ledgerEntry(failed.body.jobId, 'voided')
   t.match(voided, { payer: failing.address, route: 'POST /agent/prompt', amount: '10000', txHash: null, voidReason: failedJob.error })
@@ -63,7 +91,12 @@ t.test('a failed job is never charged; a completed job is settled on chain', asy
   t.equal(await balanceOf(failing.address), before.failing, "the failing job's payer paid nothing")
   t.equal(await balanceOf(completing.address), before.completing - 10_000n, "the completed job's payer paid once")
   t.equal(await balanceOf(payTo), before.payTo + 10_000n)
-  const used = await publicClient.readContract({ address: usdc, abi: eip3009Abi, functionName: 'authorizationState', args: [failing.address, nonce] })
+  const used = await publicClient.readContract({
+    address: usdc,
+    abi: eip3009Abi,
+    functionName: 'authorizationState',
+    args: [failing.address, nonce],
+  })
   t.equal(used, false, 'the voided authorization was never used: it simply expires')
 
   t.test('a prompt paid with a window too short for its job is refused (402), its nonce kept', async (t) => {
@@ -85,6 +118,10 @@ t.test('a failed job is never charged; a completed job is settled on chain', asy
     const completedView = await request(`/agent/job/${completed.body.jobId}`, { headers: { 'x-payment': await pay() } })
     t.match(completedView.body, { status: 'complete', payment: { state: 'settled', txHash: settled.entry.txHash } })
     // other /agent/* routes settle at once, as before: this read of the failed job is charged
-    await eventually('the read settled', async () => ((await balanceOf(failing.address)) === before.failing - 10_000n ? true : undefined), 20_000)
+    await eventually(
+      'the read settled',
+      async () => ((await balanceOf(failing.address)) === before.failing - 10_000n ? true : undefined),
+      20_000,
+    )
   })
 })

@@ -63,7 +63,11 @@ function slowPost(key: string, address: string): { answer: Promise<SlowAnswer>; 
       socket.once('close', () => {
         clearInterval(drip)
         const text = Buffer.concat(chunks).toString()
-        slow.ended = { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? 0), body: text.split('\r\n\r\n')[1] ?? '', ms: Date.now() - started }
+        slow.ended = {
+          status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? 0),
+          body: text.split('\r\n\r\n')[1] ?? '',
+          ms: Date.now() - started,
+        }
         resolve(slow.ended)
       }),
     ),
@@ -80,7 +84,11 @@ t.test('slow bodies hold no connection to the service, are capped per key and ad
   // the keys are known to the gateway before the clock starts (a lookup at admin takes a moment)
   for (const key of [slowKey, otherKey, thirdKey]) t.equal((await request('/automations', as(key, '203.0.113.42'))).status, 200)
   // 24 slow requests of one key and 2 of another, all from one address
-  const slow = [...Array.from({ length: 24 }, () => slowPost(slowKey, '203.0.113.40')), slowPost(thirdKey, '203.0.113.40'), slowPost(thirdKey, '203.0.113.40')]
+  const slow = [
+    ...Array.from({ length: 24 }, () => slowPost(slowKey, '203.0.113.40')),
+    slowPost(thirdKey, '203.0.113.40'),
+    slowPost(thirdKey, '203.0.113.40'),
+  ]
   t.teardown(() => {
     for (const s of slow) s.stop()
   })
@@ -101,13 +109,25 @@ t.test('slow bodies hold no connection to the service, are capped per key and ad
   const ms = Date.now() - started
   t.equal(other.status, 200, "another key's GET on the same service answers")
   t.ok(ms < 2000, `promptly (${ms} ms), while 26 slow requests are open`)
-  t.same(arrivals.filter((arrival) => arrival.startsWith('POST')), [], 'no slow request reached the service')
+  t.same(
+    arrivals.filter((arrival) => arrival.startsWith('POST')),
+    [],
+    'no slow request reached the service',
+  )
 
   const answers = await Promise.all(slow.map((s) => s.answer))
-  t.same(answers.map((answer) => answer.status), Array(26).fill(408), 'each slow request gets 408')
+  t.same(
+    answers.map((answer) => answer.status),
+    Array(26).fill(408),
+    'each slow request gets 408',
+  )
   const slowest = Math.max(...answers.map((answer) => answer.ms))
   t.ok(slowest < requestTimeoutMs + 1000, `within the request timeout (the last after ${slowest} ms)`)
   t.same(JSON.parse(answers[0]!.body), { error: 'request timeout: the request, headers and body, did not arrive in time' })
-  t.same(arrivals.filter((arrival) => arrival.startsWith('POST')), [], 'still none reached the service')
+  t.same(
+    arrivals.filter((arrival) => arrival.startsWith('POST')),
+    [],
+    'still none reached the service',
+  )
   t.equal((await request('/automations', as(slowKey, '203.0.113.40'))).status, 200, 'their slots are free again')
 })

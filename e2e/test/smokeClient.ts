@@ -17,7 +17,10 @@ export interface SmokeTarget {
   adminKey: string
   rpcUrl: string
   /** the devnet's address book (tokens; devnet.accounts with their public test keys) */
-  book: { tokens: Array<{ symbol: string; address: string; decimals: number }>; devnet: { accounts: Array<{ address: string; privateKey: `0x${string}` }> } }
+  book: {
+    tokens: Array<{ symbol: string; address: string; decimals: number }>
+    devnet: { accounts: Array<{ address: string; privateKey: `0x${string}` }> }
+  }
 }
 
 export interface SmokeStep {
@@ -33,7 +36,8 @@ export async function runSmoke(target: SmokeTarget): Promise<SmokeStep[]> {
   const steps: SmokeStep[] = []
   const chain = createPublicClient({ transport: http(target.rpcUrl) })
   const token = (symbol: string) => getAddress(target.book.tokens.find((t) => t.symbol === symbol)!.address)
-  const balanceOf = (symbol: string, owner: Address) => chain.readContract({ address: token(symbol), abi: erc20Abi, functionName: 'balanceOf', args: [owner] })
+  const balanceOf = (symbol: string, owner: Address) =>
+    chain.readContract({ address: token(symbol), abi: erc20Abi, functionName: 'balanceOf', args: [owner] })
   const mined = async (hash: Hash) => {
     const receipt = await chain.getTransactionReceipt({ hash })
     if (receipt.status !== 'success') throw new Error(`${hash} reverted`)
@@ -70,23 +74,45 @@ export async function runSmoke(target: SmokeTarget): Promise<SmokeStep[]> {
   await step('health', async () => {
     const root = expect(await call('/'), 200, 'GET /')
     expect(await call('/health'), 200, 'GET /health')
-    return { value: true, detail: `GET /health 200; GET / names chain ${JSON.stringify(root.chain ?? root.network ?? root.chainName ?? '?')}` }
+    return {
+      value: true,
+      detail: `GET /health 200; GET / names chain ${JSON.stringify(root.chain ?? root.network ?? root.chainName ?? '?')}`,
+    }
   })
 
   // a trader (swaps from the server wallet) and a bot bound to a wallet of its own (its automation buys for it)
   const botWallet = getAddress(privateKeyToAccount(generatePrivateKey()).address)
   const keys = await step('key', async () => {
-    const trader = expect(await call('/admin/keys', { method: 'POST', key: target.adminKey, body: { tier: 'readwrite', label: 'image rehearsal trader' } }), 201, 'POST /admin/keys')
-    const bot = expect(await call('/admin/keys', { method: 'POST', key: target.adminKey, body: { tier: 'readwrite', label: 'image rehearsal bot', wallet: botWallet } }), 201, 'POST /admin/keys (bound)')
+    const trader = expect(
+      await call('/admin/keys', { method: 'POST', key: target.adminKey, body: { tier: 'readwrite', label: 'image rehearsal trader' } }),
+      201,
+      'POST /admin/keys',
+    )
+    const bot = expect(
+      await call('/admin/keys', {
+        method: 'POST',
+        key: target.adminKey,
+        body: { tier: 'readwrite', label: 'image rehearsal bot', wallet: botWallet },
+      }),
+      201,
+      'POST /admin/keys (bound)',
+    )
     const listed = expect(await call('/admin/keys', { key: target.adminKey }), 200, 'GET /admin/keys')
     const ids = JSON.stringify(listed)
     if (!ids.includes(trader.id) || !ids.includes(bot.id)) throw new Error('GET /admin/keys does not list the new keys')
-    return { value: { trader: trader.key as string, bot: bot.key as string }, detail: `POST /admin/keys 201 twice (${trader.id}; ${bot.id} bound to ${botWallet.slice(0, 10)}…), both listed` }
+    return {
+      value: { trader: trader.key as string, bot: bot.key as string },
+      detail: `POST /admin/keys 201 twice (${trader.id}; ${bot.id} bound to ${botWallet.slice(0, 10)}…), both listed`,
+    }
   })
   if (!keys) return steps
 
   await step('quote', async () => {
-    const quote = expect(await call('/swap/quote?tokenIn=WETH&tokenOut=USDC&amountIn=1000000000000000000', { key: keys.trader }), 200, 'GET /swap/quote')
+    const quote = expect(
+      await call('/swap/quote?tokenIn=WETH&tokenOut=USDC&amountIn=1000000000000000000', { key: keys.trader }),
+      200,
+      'GET /swap/quote',
+    )
     const usdc = Number(BigInt(quote.amountOut)) / 1e6
     if (!(usdc > 0)) throw new Error(`quote without an amount: ${JSON.stringify(quote)}`)
     return { value: quote, detail: `GET /swap/quote 200: 1 WETH -> ${usdc.toFixed(2)} USDC${quote.dex ? ` on ${quote.dex}` : ''}` }
@@ -96,7 +122,12 @@ export async function runSmoke(target: SmokeTarget): Promise<SmokeStep[]> {
     const serverWallet = getAddress(target.book.devnet.accounts[0]!.address)
     const before = await balanceOf('ARB', serverWallet)
     const swap = expect(
-      await call('/swap/execute', { method: 'POST', key: keys.trader, body: { tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '8000000' }, headers: { 'idempotency-key': `rehearse-${Date.now()}` } }),
+      await call('/swap/execute', {
+        method: 'POST',
+        key: keys.trader,
+        body: { tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '8000000' },
+        headers: { 'idempotency-key': `rehearse-${Date.now()}` },
+      }),
       200,
       'POST /swap/execute',
     )
@@ -104,7 +135,10 @@ export async function runSmoke(target: SmokeTarget): Promise<SmokeStep[]> {
     const block = await mined(swap.hash)
     const gained = (await balanceOf('ARB', serverWallet)) - before
     if (gained !== BigInt(swap.amountOut)) throw new Error(`the wallet got ${gained} ARB, the answer says ${swap.amountOut}`)
-    return { value: swap, detail: `POST /swap/execute 200: 8 USDC -> ${(Number(gained) / 1e18).toFixed(3)} ARB, ${swap.hash.slice(0, 12)}… mined in block ${block}` }
+    return {
+      value: swap,
+      detail: `POST /swap/execute 200: 8 USDC -> ${(Number(gained) / 1e18).toFixed(3)} ARB, ${swap.hash.slice(0, 12)}… mined in block ${block}`,
+    }
   })
 
   await step('paid prompt', async () => {
@@ -115,10 +149,18 @@ export async function runSmoke(target: SmokeTarget): Promise<SmokeStep[]> {
       spendControls: { allowedAssets: [{ network, asset: token('USDC'), maxAmountPerPayment: '100000' }] },
     })
     const pay = wrapFetchWithPayment(fetch, client)
-    const unpaid = await fetch(`${target.gatewayUrl}/agent/prompt`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"prompt":"x"}' })
+    const unpaid = await fetch(`${target.gatewayUrl}/agent/prompt`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"prompt":"x"}',
+    })
     if (unpaid.status !== 402) throw new Error(`an unpaid prompt got ${unpaid.status}, not 402`)
     await unpaid.body?.cancel()
-    const accepted = await pay(`${target.gatewayUrl}/agent/prompt`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: 'What is the price of ARB?' }) })
+    const accepted = await pay(`${target.gatewayUrl}/agent/prompt`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'What is the price of ARB?' }),
+    })
     const job = (await accepted.json()) as any
     if (accepted.status !== 202) throw new Error(`POST /agent/prompt (paid): ${accepted.status} ${JSON.stringify(job)}`)
     if (!accepted.headers.get('payment-response')) throw new Error('the answer carries no PAYMENT-RESPONSE')
@@ -143,7 +185,12 @@ export async function runSmoke(target: SmokeTarget): Promise<SmokeStep[]> {
       await call('/automations', {
         method: 'POST',
         key: keys.bot,
-        body: { walletAddress: botWallet, type: 'recurring-buy', name: 'image rehearsal', config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '2s' } },
+        body: {
+          walletAddress: botWallet,
+          type: 'recurring-buy',
+          name: 'image rehearsal',
+          config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '2s' },
+        },
       }),
       201,
       'POST /automations',
@@ -160,7 +207,10 @@ export async function runSmoke(target: SmokeTarget): Promise<SmokeStep[]> {
     if (arb < BigInt(run.amountOut)) throw new Error(`the bound wallet has ${arb} ARB, the run bought ${run.amountOut}`)
     const deleted = expect(await call(`/automations/${id}`, { method: 'DELETE', key: keys.bot }), 200, 'DELETE /automations/:id')
     if (deleted.ok !== true) throw new Error(`DELETE answered ${JSON.stringify(deleted)}`)
-    return { value: run, detail: `POST /automations 201 (${id}, 1 USDC -> ARB every 2 s); run ${run.txHash.slice(0, 12)}… mined in block ${block}, the wallet holds ${(Number(arb) / 1e18).toFixed(3)} ARB; deleted` }
+    return {
+      value: run,
+      detail: `POST /automations 201 (${id}, 1 USDC -> ARB every 2 s); run ${run.txHash.slice(0, 12)}… mined in block ${block}, the wallet holds ${(Number(arb) / 1e18).toFixed(3)} ARB; deleted`,
+    }
   })
   return steps
 }

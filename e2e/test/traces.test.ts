@@ -34,7 +34,11 @@ function render(spans: ReadableSpan[]): string {
 }
 
 t.test('a paid prompt is one trace: gateway → agent API → worker → market-data', async (t) => {
-  const accepted = await fleet.request('/agent/prompt', { method: 'POST', body: { prompt: 'What is the price of ARB?' }, headers: { 'x-payment': await fleet.pay() } })
+  const accepted = await fleet.request('/agent/prompt', {
+    method: 'POST',
+    body: { prompt: 'What is the price of ARB?' },
+    headers: { 'x-payment': await fleet.pay() },
+  })
   t.equal(accepted.status, 202, JSON.stringify(accepted.body))
   const jobId = accepted.body.jobId as string
   await eventually(
@@ -72,7 +76,9 @@ t.test('a paid prompt is one trace: gateway → agent API → worker → market-
     return chain
   }
 
-  const agent = trace.find((s) => s.kind === SpanKind.SERVER && s.attributes['ats.service'] === 'agent' && s.attributes['url.path'] === '/agent/prompt')
+  const agent = trace.find(
+    (s) => s.kind === SpanKind.SERVER && s.attributes['ats.service'] === 'agent' && s.attributes['url.path'] === '/agent/prompt',
+  )
   t.ok(agent, "the agent API's span of the prompt")
   t.equal(parentOf(agent!), idOf(gateway!), "a child of the gateway's: the proxied request carried traceparent")
 

@@ -40,7 +40,14 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
 
     const nfts = await request(`/nfts/${holder}`, { key: reader.key })
     t.equal(nfts.status, 200)
-    t.match(nfts.body.nfts[0], { contractAddress: String, tokenId: String, name: String, collection: String, imageUrl: String, isSpam: false })
+    t.match(nfts.body.nfts[0], {
+      contractAddress: String,
+      tokenId: String,
+      name: String,
+      collection: String,
+      imageUrl: String,
+      isSpam: false,
+    })
     const hidden = await request(`/nfts/${holder}?includeHidden=true`, { key: reader.key })
     t.ok(hidden.body.nfts.length > nfts.body.nfts.length, 'spam shows with includeHidden=true')
 
@@ -55,7 +62,10 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
 
     const chains = await request('/bridge/chains', { key: reader.key })
     t.ok(chains.body.chains.length > 1)
-    const quote = await request(`/bridge/quote?toChainId=10&fromToken=${usdc}&toToken=0x0b2C639c533813f4Aa9D7837CAf62653d097Ff85&amount=50000000&userAddress=${holder}`, { key: reader.key })
+    const quote = await request(
+      `/bridge/quote?toChainId=10&fromToken=${usdc}&toToken=0x0b2C639c533813f4Aa9D7837CAf62653d097Ff85&amount=50000000&userAddress=${holder}`,
+      { key: reader.key },
+    )
     t.equal(quote.status, 200, JSON.stringify(quote.body))
     t.match(quote.body, { fromChainId: 42161, toChainId: 10, fromAmount: '50000000' })
   })
@@ -80,7 +90,8 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
   const trader = await createKey('readwrite', 'trader')
   const reader = await createKey('readonly', 'dashboard')
   const token = (symbol: string) => fleet.devnet.book.tokens.find((x) => x.symbol === symbol)!.address
-  const balanceOf = (symbol: string, owner: Address) => publicClient.readContract({ address: token(symbol), abi: erc20Abi, functionName: 'balanceOf', args: [owner] })
+  const balanceOf = (symbol: string, owner: Address) =>
+    publicClient.readContract({ address: token(symbol), abi: erc20Abi, functionName: 'balanceOf', args: [owner] })
 
   t.test('quotes on both DEXes through the gateway; readonly keys may not swap', async (t) => {
     for (const dex of ['uniswap', 'camelot']) {
@@ -127,18 +138,29 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
     })
     t.equal(created.status, 201)
     const nonce = await publicClient.getTransactionCount({ address: serverWallet })
-    const res = await request('/swap/execute', { method: 'POST', key: created.body.key, body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '50000000' } })
+    const res = await request('/swap/execute', {
+      method: 'POST',
+      key: created.body.key,
+      body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '50000000' },
+    })
     t.equal(res.status, 403)
     t.match(res.body.error, /over its limit of \$5\.00 per swap/)
     t.equal(await publicClient.getTransactionCount({ address: serverWallet }), nonce)
   })
 
   t.test('a launched token reads back from the chain', async (t) => {
-    const res = await request('/launchpad/tokens', { method: 'POST', key: trader.key, body: { name: 'Gateway Token', symbol: 'GATE', supply: '21000000', decimals: 8 } })
+    const res = await request('/launchpad/tokens', {
+      method: 'POST',
+      key: trader.key,
+      body: { name: 'Gateway Token', symbol: 'GATE', supply: '21000000', decimals: 8 },
+    })
     t.equal(res.status, 201)
     const read = await request(`/launchpad/tokens/${res.body.address}`, { key: trader.key })
     t.match(read.body, { name: 'Gateway Token', symbol: 'GATE', decimals: 8, supply: '2100000000000000' })
-    t.equal(await publicClient.readContract({ address: res.body.address, abi: erc20Abi, functionName: 'totalSupply' }), 2_100_000_000_000_000n)
+    t.equal(
+      await publicClient.readContract({ address: res.body.address, abi: erc20Abi, functionName: 'totalSupply' }),
+      2_100_000_000_000_000n,
+    )
   })
 
   t.test('without a server wallet an execute through the gateway is 503, and quotes still work', async (t) => {
@@ -147,7 +169,10 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
     const gateway = await startService(t, gatewayService, { ...fleet.gatewayEnv, TRADING_URL: trading.url })
     const call = (path: string, init: RequestInit = {}) =>
       fetch(`${gateway.url}${path}`, { ...init, headers: { authorization: `Bearer ${trader.key}`, 'content-type': 'application/json' } })
-    const res = await call('/swap/execute', { method: 'POST', body: JSON.stringify({ tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1000000' }) })
+    const res = await call('/swap/execute', {
+      method: 'POST',
+      body: JSON.stringify({ tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1000000' }),
+    })
     t.equal(res.status, 503)
     t.same(await res.json(), { error: 'server wallet not configured' })
     t.equal((await call('/swap/quote?tokenIn=USDC&tokenOut=WETH&amountIn=1000000')).status, 200)
@@ -165,11 +190,16 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
   const weth = devnet.book.tokens.find((x) => x.symbol === 'WETH')!.address
   const nonceOf = () => publicClient.getTransactionCount({ address: serverWallet })
   const keyWith = async (policy?: object) => {
-    const res = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier: 'readwrite', label: 'spender', ...(policy ? { policy } : {}) } })
+    const res = await request('/admin/keys', {
+      method: 'POST',
+      key: adminKey,
+      body: { tier: 'readwrite', label: 'spender', ...(policy ? { policy } : {}) },
+    })
     if (res.status !== 201) throw new Error(`could not create a key: ${res.status} ${JSON.stringify(res.body)}`)
     return res.body.key as string
   }
-  const execute = (key: string, body: object, headers: Record<string, string> = {}) => request('/swap/execute', { method: 'POST', key, body, headers })
+  const execute = (key: string, body: object, headers: Record<string, string> = {}) =>
+    request('/swap/execute', { method: 'POST', key, body, headers })
 
   const npmAbi = parseAbi([
     'function createAndInitializePoolIfNecessary(address token0, address token1, uint24 fee, uint160 sqrtPriceX96) payable returns (address pool)',
@@ -185,19 +215,21 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
   async function fakeUsdcPool(): Promise<Address> {
     const attacker = privateKeyToAccount(devnet.accounts[5]!.privateKey)
     const wallet = createWalletClient({ account: attacker, transport: http(devnet.rpcUrl) })
-    const write = (call: { address: Address; abi: typeof npmAbi | ReturnType<typeof parseAbi>; functionName: string; args: readonly unknown[] }) =>
-      wallet.writeContract({ ...call, chain: null } as Parameters<typeof wallet.writeContract>[0])
+    const write = (call: {
+      address: Address
+      abi: typeof npmAbi | ReturnType<typeof parseAbi>
+      functionName: string
+      args: readonly unknown[]
+    }) => wallet.writeContract({ ...call, chain: null } as Parameters<typeof wallet.writeContract>[0])
     const mined = async (hash: Hex) => {
       const receipt = await publicClient.waitForTransactionReceipt({ hash, pollingInterval: 20 })
       if (receipt.status !== 'success') {
         // the reason, for the record: the same call replayed on the block before (failed once in CI, 2026-11-27, not since)
         const tx = await publicClient.getTransaction({ hash })
-        const reason = await publicClient
-          .call({ account: tx.from, to: tx.to, data: tx.input, blockNumber: receipt.blockNumber - 1n })
-          .then(
-            () => 'the replay does not revert',
-            (error: Error & { shortMessage?: string }) => error.shortMessage ?? error.message,
-          )
+        const reason = await publicClient.call({ account: tx.from, to: tx.to, data: tx.input, blockNumber: receipt.blockNumber - 1n }).then(
+          () => 'the replay does not revert',
+          (error: Error & { shortMessage?: string }) => error.shortMessage ?? error.message,
+        )
         throw new Error(`attacker transaction ${hash} reverted (gas ${receipt.gasUsed} of ${tx.gas}): ${reason}`)
       }
       return receipt
@@ -206,47 +238,80 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
     const fake = (await mined(await wallet.deployContract({ abi, bytecode, args: ['USD Coin', 'USDC', 6], chain: null }))).contractAddress!
     const fakeAmount = 10_000n // 0.01 "USDC" against 10 WETH: 0.1 WETH buys about 0.0001 of it
     const wethAmount = parseUnits('10', 18)
-    await mined(await write({ address: fake, abi: parseAbi(['function mint(address to, uint256 amount)']), functionName: 'mint', args: [attacker.address, fakeAmount] }))
+    await mined(
+      await write({
+        address: fake,
+        abi: parseAbi(['function mint(address to, uint256 amount)']),
+        functionName: 'mint',
+        args: [attacker.address, fakeAmount],
+      }),
+    )
     const npm = devnet.book.uniswapV3.positionManager
-    for (const token of [fake, weth]) await mined(await write({ address: token, abi: npmAbi, functionName: 'approve', args: [npm, maxUint256] }))
+    for (const token of [fake, weth])
+      await mined(await write({ address: token, abi: npmAbi, functionName: 'approve', args: [npm, maxUint256] }))
     const [token0, token1] = sortTokens(fake, weth)
     const [amount0, amount1] = token0 === fake ? [fakeAmount, wethAmount] : [wethAmount, fakeAmount]
     const price = sqrtPriceX96(weth, wethAmount, fake, fakeAmount)
-    await mined(await write({ address: npm, abi: npmAbi, functionName: 'createAndInitializePoolIfNecessary', args: [token0, token1, 3000, price] }))
-    const mint = { token0, token1, fee: 3000, tickLower: -887220, tickUpper: 887220, amount0Desired: amount0, amount1Desired: amount1, amount0Min: 0n, amount1Min: 0n }
-    await mined(await write({ address: npm, abi: npmAbi, functionName: 'mint', args: [{ ...mint, recipient: attacker.address, deadline: maxUint256 }] }))
+    await mined(
+      await write({ address: npm, abi: npmAbi, functionName: 'createAndInitializePoolIfNecessary', args: [token0, token1, 3000, price] }),
+    )
+    const mint = {
+      token0,
+      token1,
+      fee: 3000,
+      tickLower: -887220,
+      tickUpper: 887220,
+      amount0Desired: amount0,
+      amount1Desired: amount1,
+      amount0Min: 0n,
+      amount1Min: 0n,
+    }
+    await mined(
+      await write({
+        address: npm,
+        abi: npmAbi,
+        functionName: 'mint',
+        args: [{ ...mint, recipient: attacker.address, deadline: maxUint256 }],
+      }),
+    )
     return fake
   }
 
-  t.test('a token whose symbol() is "USDC" is neither the allowed USDC nor worth $1: a $1 key cannot swap server WETH into it', async (t) => {
-    const fake = await fakeUsdcPool()
-    const tenthWeth = { tokenIn: 'WETH', tokenOut: fake, amountIn: parseUnits('0.1', 18).toString() }
-    const quote = await request(`/swap/quote?tokenIn=WETH&tokenOut=${fake}&amountIn=${tenthWeth.amountIn}`, { key: await keyWith() })
-    t.equal(quote.status, 200, 'the pool quotes')
-    t.equal(quote.body.tokenOut, 'USDC', 'the token calls itself USDC')
-    t.ok(BigInt(quote.body.amountOut) < 1_000_000n, `0.1 WETH buys less than one of it (${quote.body.amountOut})`)
+  t.test(
+    'a token whose symbol() is "USDC" is neither the allowed USDC nor worth $1: a $1 key cannot swap server WETH into it',
+    async (t) => {
+      const fake = await fakeUsdcPool()
+      const tenthWeth = { tokenIn: 'WETH', tokenOut: fake, amountIn: parseUnits('0.1', 18).toString() }
+      const quote = await request(`/swap/quote?tokenIn=WETH&tokenOut=${fake}&amountIn=${tenthWeth.amountIn}`, { key: await keyWith() })
+      t.equal(quote.status, 200, 'the pool quotes')
+      t.equal(quote.body.tokenOut, 'USDC', 'the token calls itself USDC')
+      t.ok(BigInt(quote.body.amountOut) < 1_000_000n, `0.1 WETH buys less than one of it (${quote.body.amountOut})`)
 
-    const before = await nonceOf()
-    // the issue's probe: before, the symbol matched allowedTokens and the output was valued at $1 a "USDC"
-    const probe = await keyWith({ maxUsdPerSwap: 1, maxUsdPerDay: 1, allowedTokens: ['WETH', 'USDC'] })
-    const refused = await execute(probe, tenthWeth)
-    t.equal(refused.status, 403)
-    t.match(refused.body.error, new RegExp(`"USDC" at ${fake} \\(not in this chain's address book\\) is not among its allowed tokens \\(WETH, USDC\\)`, 'i'))
-    // an admin who allows the token by address still gets a swap valued by what it spends: WETH at its reference price
-    const byAddress = await keyWith({ maxUsdPerSwap: 1, allowedTokens: ['WETH', fake] })
-    const valued = await execute(byAddress, tenthWeth)
-    t.equal(valued.status, 403)
-    t.match(valued.body.error, /this swap is worth \$3\d\d\.\d\d, over its limit of \$1\.00 per swap/)
-    // without allowedTokens, a token outside the address book has no trusted price under a USD cap
-    const capped = await keyWith({ maxUsdPerSwap: 1 })
-    const unpriced = await execute(capped, tenthWeth)
-    t.equal(unpriced.status, 403)
-    t.match(unpriced.body.error, /"USDC" at 0x[0-9a-fA-F]{40} \(not in this chain's address book\) has no trusted USD price/)
-    t.equal(await nonceOf(), before, 'the chain shows no transaction')
-    // the real USDC stays allowed by its symbol, and is worth a dollar
-    const real = await execute(probe, { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '500000' })
-    t.equal(real.status, 200, 'the address book USDC is the USDC of allowedTokens')
-  })
+      const before = await nonceOf()
+      // the issue's probe: before, the symbol matched allowedTokens and the output was valued at $1 a "USDC"
+      const probe = await keyWith({ maxUsdPerSwap: 1, maxUsdPerDay: 1, allowedTokens: ['WETH', 'USDC'] })
+      const refused = await execute(probe, tenthWeth)
+      t.equal(refused.status, 403)
+      t.match(
+        refused.body.error,
+        new RegExp(`"USDC" at ${fake} \\(not in this chain's address book\\) is not among its allowed tokens \\(WETH, USDC\\)`, 'i'),
+      )
+      // an admin who allows the token by address still gets a swap valued by what it spends: WETH at its reference price
+      const byAddress = await keyWith({ maxUsdPerSwap: 1, allowedTokens: ['WETH', fake] })
+      const valued = await execute(byAddress, tenthWeth)
+      t.equal(valued.status, 403)
+      t.match(valued.body.error, /this swap is worth \$3\d\d\.\d\d, over its limit of \$1\.00 per swap/)
+      // without allowedTokens, a token outside the address book has no trusted price under a USD cap
+      const capped = await keyWith({ maxUsdPerSwap: 1 })
+      const unpriced = await execute(capped, tenthWeth)
+      t.equal(unpriced.status, 403)
+      t.match(unpriced.body.error, /"USDC" at 0x[0-9a-fA-F]{40} \(not in this chain's address book\) has no trusted USD price/)
+      t.equal(await nonceOf(), before, 'the chain shows no transaction')
+      // the real USDC stays allowed by its symbol, and is worth a dollar
+      const real = await execute(probe, { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '500000' })
+      t.equal(real.status, 200, 'the address book USDC is the USDC of allowedTokens')
+    },
+  )
 
   t.test('launches count against the key: its USD caps (their gas) and its launches per day', async (t) => {
     const tiny = await keyWith({ maxUsdPerDay: 0.01 })
@@ -254,7 +319,10 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
     const body = { name: 'Cheap Coin', symbol: 'CHEAP', supply: '1000' }
     const refused = await request('/launchpad/tokens', { method: 'POST', key: tiny, body })
     t.equal(refused.status, 403)
-    t.match(refused.body.error, /this launch's gas is worth \$\d+\.\d\d, over its limit of \$0\.01 per day|this launch's gas \(\$\d+\.\d\d\) would bring today's swaps and launches \(UTC\) to \$\d+\.\d\d, over its limit of \$0\.01 per day/)
+    t.match(
+      refused.body.error,
+      /this launch's gas is worth \$\d+\.\d\d, over its limit of \$0\.01 per day|this launch's gas \(\$\d+\.\d\d\) would bring today's swaps and launches \(UTC\) to \$\d+\.\d\d, over its limit of \$0\.01 per day/,
+    )
     t.equal(await nonceOf(), before, 'nothing was deployed')
 
     const launcher = await keyWith()

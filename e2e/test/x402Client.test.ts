@@ -57,13 +57,22 @@ t.test('a real @x402/fetch client pays, gets past the 402, and the payment appea
       authorization: { from: payer.address, to: payTo, value: '10000', nonce: /^0x[0-9a-f]{64}$/i },
     },
   })
-  t.match(decode(res.headers.get('payment-response')!), { success: true, network, payer: getAddress(payer.address) }, 'the answer carries PAYMENT-RESPONSE')
+  t.match(
+    decode(res.headers.get('payment-response')!),
+    { success: true, network, payer: getAddress(payer.address) },
+    'the answer carries PAYMENT-RESPONSE',
+  )
 
   const revenue = await eventually('the payment in /admin/revenue', async () => {
     const res = await request('/admin/revenue', { key: adminKey })
     return res.body.requestCount === 1 ? res.body : undefined
   })
-  t.match(revenue, { totalUsdc: '10000', totalUsd: '$0.01', uniquePayers: 1, recentPayments: [{ payer: getAddress(payer.address), amount: '10000', route: 'GET /agent/skills' }] })
+  t.match(revenue, {
+    totalUsdc: '10000',
+    totalUsd: '$0.01',
+    uniquePayers: 1,
+    recentPayments: [{ payer: getAddress(payer.address), amount: '10000', route: 'GET /agent/skills' }],
+  })
 })
 
 t.test('with spendControls: false the client pays too, and its payment cannot be replayed', async (t) => {

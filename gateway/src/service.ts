@@ -33,9 +33,12 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
     }
     if (config.SPEND_TIMEOUT_MS < config.UPSTREAM_TIMEOUT_MS) {
       // a swap outlived by the gateway's wait answers 504 while it goes on: a client retries it
-      throw new StartupError(`SPEND_TIMEOUT_MS (${config.SPEND_TIMEOUT_MS}) must be at least UPSTREAM_TIMEOUT_MS (${config.UPSTREAM_TIMEOUT_MS}): spending routes wait for receipts`)
+      throw new StartupError(
+        `SPEND_TIMEOUT_MS (${config.SPEND_TIMEOUT_MS}) must be at least UPSTREAM_TIMEOUT_MS (${config.UPSTREAM_TIMEOUT_MS}): spending routes wait for receipts`,
+      )
     }
-    if (!redis) log.warn('REDIS_URL is not set: rate limits are kept per gateway process (paid routes need Redis: they refuse to start without it)')
+    if (!redis)
+      log.warn('REDIS_URL is not set: rate limits are kept per gateway process (paid routes need Redis: they refuse to start without it)')
 
     const keys = createKeyResolver(nc, channels.admin, log, config.KEY_CACHE_TTL_MS)
     onClose(keys.close)
@@ -63,7 +66,12 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
     app.addHook('onRequest', async (request, reply) => {
       concurrency.enter(request, reply, `address:${request.ip}`, config.MAX_CONCURRENT_PER_ADDRESS, 'client address')
     })
-    const failures = createAuthFailureLimiter({ redis, namespace: config.NATS_NAMESPACE, limit: config.AUTH_FAILURE_LIMIT, windowMs: config.RATE_LIMIT_WINDOW_MS })
+    const failures = createAuthFailureLimiter({
+      redis,
+      namespace: config.NATS_NAMESPACE,
+      limit: config.AUTH_FAILURE_LIMIT,
+      windowMs: config.RATE_LIMIT_WINDOW_MS,
+    })
     const blockedPayers = await watchBlockedPayers(nc, channels.admin.payments.blockedPayers, log)
     const charges = await createChargePublisher(nc, channels.admin.payments, log)
     onClose(blockedPayers.close)
@@ -83,8 +91,20 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
       auth,
     })
     // a paid prompt's tool call waits for its job as long as a /v1 completion would
-    const followJob = createPaidJobFollower({ agentUrl: config.AGENT_URL, internalToken: config.INTERNAL_TOKEN, waitMs: config.CHAT_TIMEOUT_MS, log })
-    await app.register(mcpRoutes, { name: 'agent-trading-service', version, price: config.PAYMENT_PRICE, tokens: () => chain.tokens().all, auth, followJob })
+    const followJob = createPaidJobFollower({
+      agentUrl: config.AGENT_URL,
+      internalToken: config.INTERNAL_TOKEN,
+      waitMs: config.CHAT_TIMEOUT_MS,
+      log,
+    })
+    await app.register(mcpRoutes, {
+      name: 'agent-trading-service',
+      version,
+      price: config.PAYMENT_PRICE,
+      tokens: () => chain.tokens().all,
+      auth,
+      followJob,
+    })
     log.info({ name, upstreams }, 'routes ready')
   },
 }

@@ -51,12 +51,13 @@ export const gatewaySettings = {
   SERVER_REQUEST_TIMEOUT_MS: Type.Integer({
     minimum: 100,
     default: 30_000,
-    description: 'how long a client may take to send a whole request, headers and body (at least SERVER_HEADERS_TIMEOUT_MS); then 408 and the connection closes',
+    description:
+      'how long a client may take to send a whole request, headers and body (at least SERVER_HEADERS_TIMEOUT_MS); then 408 and the connection closes',
   }),
   SERVER_KEEP_ALIVE_TIMEOUT_MS: Type.Integer({
     minimum: 100,
     default: 72_000,
-    description: 'how long an idle keep-alive connection stays open (above a load balancer\'s idle timeout, 60 s on most)',
+    description: "how long an idle keep-alive connection stays open (above a load balancer's idle timeout, 60 s on most)",
   }),
   UPSTREAM_CONNECTIONS: Type.Integer({
     minimum: 1,
@@ -86,7 +87,7 @@ export const gatewaySettings = {
   CHAT_TIMEOUT_MS: Type.Integer({
     minimum: 1_000,
     default: 180_000,
-    description: 'how long the gateway waits for a /v1 answer, which runs a whole agent job (keep it above the agent\'s AGENT_CHAT_WAIT_MS)',
+    description: "how long the gateway waits for a /v1 answer, which runs a whole agent job (keep it above the agent's AGENT_CHAT_WAIT_MS)",
   }),
   PAY_TO: Type.Optional(
     // a mixed-case address must carry a valid checksum (EIP-55): viem refuses it otherwise
@@ -107,7 +108,7 @@ export const gatewaySettings = {
     Type.Integer({
       minimum: 10,
       description:
-        "how long a POST /agent/prompt payment must still be valid when it arrives (validBefore >= now + this): it settles only when its job completes, so a shorter window would buy a job for free; below PAYMENT_TIMEOUT_SECONDS (unset: half of it)",
+        'how long a POST /agent/prompt payment must still be valid when it arrives (validBefore >= now + this): it settles only when its job completes, so a shorter window would buy a job for free; below PAYMENT_TIMEOUT_SECONDS (unset: half of it)',
     }),
   ),
   PAYMENT_MIN_VALIDITY_SECONDS: Type.Integer({
@@ -120,11 +121,15 @@ export const gatewaySettings = {
     minimum: 60,
     maximum: 86_400,
     default: 86_400,
-    description: 'how long a payment id (x402 payment-identifier) is remembered: a repeat within it is answered again and not charged (at most 24 h: the agent keeps job keys 48 h)',
+    description:
+      'how long a payment id (x402 payment-identifier) is remembered: a repeat within it is answered again and not charged (at most 24 h: the agent keeps job keys 48 h)',
   }),
   SKIP_PAYMENT: Type.Boolean({ default: false, description: 'development only: paid routes pass without a verified payment' }),
   PUBLIC_URL: Type.Optional(
-    Type.String({ pattern: '^https?://[^/]+$', description: 'the gateway as clients reach it (scheme and host, no path), for the resource URL of 402 answers' }),
+    Type.String({
+      pattern: '^https?://[^/]+$',
+      description: 'the gateway as clients reach it (scheme and host, no path), for the resource URL of 402 answers',
+    }),
   ),
   CHAIN_NAME: Type.String({ default: 'arbitrum-one', description: 'chain name shown by GET /' }),
 }
@@ -135,11 +140,16 @@ const proxyRanges = new Set(['loopback', 'linklocal', 'uniquelocal'])
 /** What is wrong with a TRUST_PROXY value ("yes" used to stop the gateway with proxy-addr's own error). */
 function trustProxyProblem(value: string): string | undefined {
   if (value === 'true' || value === 'false' || /^[0-9]+$/.test(value)) return undefined
-  const bad = value.split(',').map((item) => item.trim()).find((item) => {
-    const [address = '', bits, ...rest] = item.split('/')
-    return !(proxyRanges.has(item) || (isIP(address) !== 0 && rest.length === 0 && (bits === undefined || /^[0-9]{1,3}$/.test(bits))))
-  })
-  return bad === undefined ? undefined : `must be false, true, a hop count, or comma-separated addresses/CIDRs (${JSON.stringify(bad)} is none of them)`
+  const bad = value
+    .split(',')
+    .map((item) => item.trim())
+    .find((item) => {
+      const [address = '', bits, ...rest] = item.split('/')
+      return !(proxyRanges.has(item) || (isIP(address) !== 0 && rest.length === 0 && (bits === undefined || /^[0-9]{1,3}$/.test(bits))))
+    })
+  return bad === undefined
+    ? undefined
+    : `must be false, true, a hop count, or comma-separated addresses/CIDRs (${JSON.stringify(bad)} is none of them)`
 }
 
 /** TRUST_PROXY as Fastify's trustProxy option. */

@@ -119,7 +119,10 @@ t.test('charges unsent at shutdown are logged without their signed authorization
   t.notMatch(logged, unsent.signature.slice(2, 40), 'the signature is not: whoever reads the log could spend it')
 })
 
-const recordedNonces = async (jsm: Awaited<ReturnType<NatsConnection['jetstreamManager']>>, channels: ReturnType<typeof natsChannels>['admin']['payments']) => {
+const recordedNonces = async (
+  jsm: Awaited<ReturnType<NatsConnection['jetstreamManager']>>,
+  channels: ReturnType<typeof natsChannels>['admin']['payments'],
+) => {
   const { messages } = (await jsm.streams.info(channels.stream)).state
   const nonces: string[] = []
   for (let seq = 1; seq <= messages; seq++) {
@@ -129,21 +132,28 @@ const recordedNonces = async (jsm: Awaited<ReturnType<NatsConnection['jetstreamM
   return nonces
 }
 
-t.test('retries of unsent batches never overlap, even when a publish takes longer than the retry interval: no batch is dropped', async (t) => {
-  const delay = { ms: 0 }
-  const { nc, channels, publisher, jsm } = await setup(t, undefined, { retryEveryMs: 100 }, delay)
-  await jsm.streams.delete(channels.stream)
-  for (const n of ['a1', 'a2', 'a3']) await publisher.charge(charge(n))
-  t.equal(publisher.unsentCount(), 3, 'three batches kept')
-  // the stream is back, but every publish now takes 12 retry intervals: overlapping retry loops
-  // would each send the oldest batch and each take one off the queue
-  delay.ms = 1_200
-  await ensureStream(nc, channels.streamSpec)
-  await eventually('all unsent charges delivered', async () => (publisher.unsentCount() === 0 ? true : undefined), 20_000)
-  const nonces = await recordedNonces(jsm, channels)
-  t.same([...new Set(nonces)].sort(), ['a1', 'a2', 'a3'].map((n) => `0x${n.repeat(32)}`), 'every kept charge is in the stream')
-  await publisher.close()
-})
+t.test(
+  'retries of unsent batches never overlap, even when a publish takes longer than the retry interval: no batch is dropped',
+  async (t) => {
+    const delay = { ms: 0 }
+    const { nc, channels, publisher, jsm } = await setup(t, undefined, { retryEveryMs: 100 }, delay)
+    await jsm.streams.delete(channels.stream)
+    for (const n of ['a1', 'a2', 'a3']) await publisher.charge(charge(n))
+    t.equal(publisher.unsentCount(), 3, 'three batches kept')
+    // the stream is back, but every publish now takes 12 retry intervals: overlapping retry loops
+    // would each send the oldest batch and each take one off the queue
+    delay.ms = 1_200
+    await ensureStream(nc, channels.streamSpec)
+    await eventually('all unsent charges delivered', async () => (publisher.unsentCount() === 0 ? true : undefined), 20_000)
+    const nonces = await recordedNonces(jsm, channels)
+    t.same(
+      [...new Set(nonces)].sort(),
+      ['a1', 'a2', 'a3'].map((n) => `0x${n.repeat(32)}`),
+      'every kept charge is in the stream',
+    )
+    await publisher.close()
+  },
+)
 
 t.test('at maxUnsent waiting charges the publisher stops accepting until they are delivered', async (t) => {
   const { nc, channels, publisher, jsm } = await setup(t, undefined, { retryEveryMs: 100, maxUnsent: 2 })
@@ -177,7 +187,11 @@ const payTo = devnet.accounts[9]!.address
 const { terms, wire, signed } = paymentFixtures({ usdc, payTo, chainId: devnet.chainId, payer })
 
 /** A v2 PAYMENT-SIGNATURE carrying `extensions` as x402's client builds them from a 402. */
-const headerWith = async (extensions: Record<string, unknown> | undefined, signer = payer, message?: Awaited<ReturnType<typeof signed>>) => {
+const headerWith = async (
+  extensions: Record<string, unknown> | undefined,
+  signer = payer,
+  message?: Awaited<ReturnType<typeof signed>>,
+) => {
   const { message: m, signature } = message ?? (await signed(signer))
   return b64({ x402Version: 2, accepted: paymentRequirementsV2(terms), payload: wire(m, signature), ...(extensions ? { extensions } : {}) })
 }
@@ -196,7 +210,14 @@ probe.all('/*', async (request, reply) => {
 })
 t.teardown(() => probe.close())
 const probeUrl = await probe.listen({ port: 0, host: '127.0.0.1' })
-const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ...chainEnv, REDIS_URL: redisUrl, PAY_TO: payTo, AGENT_URL: probeUrl, PAYMENT_ID_TTL_SECONDS: '120' }
+const env: NodeJS.ProcessEnv = {
+  ...(await baseTestEnv(t)),
+  ...chainEnv,
+  REDIS_URL: redisUrl,
+  PAY_TO: payTo,
+  AGENT_URL: probeUrl,
+  PAYMENT_ID_TTL_SECONDS: '120',
+}
 const gateways = [await createService(gatewayService, env), await createService(gatewayService, env)]
 t.teardown(() => Promise.all(gateways.map((g) => g.close())))
 
@@ -208,7 +229,8 @@ const payments = natsChannels(env.NATS_NAMESPACE!).admin.payments
 const charges: string[] = []
 const subscription = nc.subscribe(payments.charged.subject)
 void (async () => {
-  for await (const message of subscription) for (const charge of payments.charged.message.decode(message.data).charges) charges.push(charge.authorization.nonce)
+  for await (const message of subscription)
+    for (const charge of payments.charged.message.decode(message.data).charges) charges.push(charge.authorization.nonce)
 })()
 await nc.flush()
 /**
@@ -226,7 +248,11 @@ t.test('the payment id is read from PAYMENT-SIGNATURE with x402 validation; a ma
   const id = generatePaymentId()
   t.equal(decodePaymentSignature(await headerWith(withId(id))).paymentId, id)
   t.equal(decodePaymentSignature(await headerWith(undefined)).paymentId, undefined, 'no extension: no id')
-  t.equal(decodePaymentSignature(await headerWith({ [PAYMENT_IDENTIFIER]: { info: { required: false } } })).paymentId, undefined, 'the declaration echoed without an id')
+  t.equal(
+    decodePaymentSignature(await headerWith({ [PAYMENT_IDENTIFIER]: { info: { required: false } } })).paymentId,
+    undefined,
+    'the declaration echoed without an id',
+  )
   const bad = async (extension: unknown, message: RegExp) => {
     const header = await headerWith({ [PAYMENT_IDENTIFIER]: extension })
     t.throws(() => decodePaymentSignature(header), MalformedPaymentError)
@@ -255,23 +281,42 @@ const paymentOf = async (id: string, signer = payer): Promise<Payment> => decode
 const storeOn = (redis: Redis | undefined, namespace = 'ids-test') =>
   createPaymentIdStore({ ...(redis ? { redis } : {}), nonces: createNonceStore(redis ? { redis } : {}), namespace, ttlMs: 60_000 })
 
-t.test('first use claims the nonce; the same request again is a repeat paid by the first payment; another request is a conflict', async (t) => {
-  const [a, b] = [storeOn(redisA), storeOn(redisB)]
-  const id = generatePaymentId()
-  const first = await paymentOf(id)
-  t.same(await a.claim(payer.address, id, 'fp-1', first), { kind: 'first' })
-  t.same(await createNonceStore({ redis: redisB }).claim(first.authorization.from, first.authorization.nonce, first.authorization.validBefore), false, 'its nonce is claimed')
+t.test(
+  'first use claims the nonce; the same request again is a repeat paid by the first payment; another request is a conflict',
+  async (t) => {
+    const [a, b] = [storeOn(redisA), storeOn(redisB)]
+    const id = generatePaymentId()
+    const first = await paymentOf(id)
+    t.same(await a.claim(payer.address, id, 'fp-1', first), { kind: 'first' })
+    t.same(
+      await createNonceStore({ redis: redisB }).claim(first.authorization.from, first.authorization.nonce, first.authorization.validBefore),
+      false,
+      'its nonce is claimed',
+    )
 
-  const resigned = await paymentOf(id)
-  const repeat = await b.claim(payer.address, id, 'fp-1', resigned)
-  t.same(repeat, { kind: 'repeat', first }, 'on the other replica, paid by the first payment (bigints and all)')
-  t.equal(await createNonceStore({ redis: redisA }).claim(resigned.authorization.from, resigned.authorization.nonce, resigned.authorization.validBefore), true, "the repeat's own nonce was left unclaimed")
-  t.same(await b.claim(payer.address, id, 'fp-1', first), { kind: 'repeat', first }, 'the first payment sent again is a repeat too')
-  t.same(await a.claim(payer.address, id, 'fp-2', await paymentOf(id)), { kind: 'conflict' })
-  t.same(await a.claim(otherPayer.address, id, 'fp-2', await paymentOf(id, otherPayer)), { kind: 'first' }, "ids are per payer: another payer's same id is theirs")
-  const ttl = await redisA.pttl(`ats-x402-id:ids-test:${payer.address.toLowerCase()}:${id}`)
-  t.ok(ttl > 55_000 && ttl <= 60_000, `the record is kept for the TTL (${ttl} ms)`)
-})
+    const resigned = await paymentOf(id)
+    const repeat = await b.claim(payer.address, id, 'fp-1', resigned)
+    t.same(repeat, { kind: 'repeat', first }, 'on the other replica, paid by the first payment (bigints and all)')
+    t.equal(
+      await createNonceStore({ redis: redisA }).claim(
+        resigned.authorization.from,
+        resigned.authorization.nonce,
+        resigned.authorization.validBefore,
+      ),
+      true,
+      "the repeat's own nonce was left unclaimed",
+    )
+    t.same(await b.claim(payer.address, id, 'fp-1', first), { kind: 'repeat', first }, 'the first payment sent again is a repeat too')
+    t.same(await a.claim(payer.address, id, 'fp-2', await paymentOf(id)), { kind: 'conflict' })
+    t.same(
+      await a.claim(otherPayer.address, id, 'fp-2', await paymentOf(id, otherPayer)),
+      { kind: 'first' },
+      "ids are per payer: another payer's same id is theirs",
+    )
+    const ttl = await redisA.pttl(`ats-x402-id:ids-test:${payer.address.toLowerCase()}:${id}`)
+    t.ok(ttl > 55_000 && ttl <= 60_000, `the record is kept for the TTL (${ttl} ms)`)
+  },
+)
 
 t.test('a new id on a payment whose nonce was used is refused, and the id stays free', async (t) => {
   const store = storeOn(redisA)
@@ -290,7 +335,9 @@ t.test('50 concurrent claims of one id on two replicas: one first, 49 repeats; t
   ] as const) {
     const id = generatePaymentId()
     const payment = await paymentOf(id)
-    const claims = await Promise.all(Array.from({ length: 50 }, (_, i) => stores[i % stores.length]!.claim(payer.address, id, 'fp', payment)))
+    const claims = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => stores[i % stores.length]!.claim(payer.address, id, 'fp', payment)),
+    )
     t.equal(claims.filter((c) => c.kind === 'first').length, 1, `${name}: one first`)
     t.equal(claims.filter((c) => c.kind === 'repeat').length, 49, `${name}: the rest repeats`)
     const charges = await Promise.all(Array.from({ length: 50 }, (_, i) => stores[i % stores.length]!.charge(payer.address, id)))
@@ -299,14 +346,27 @@ t.test('50 concurrent claims of one id on two replicas: one first, 49 repeats; t
 })
 
 t.test('an unreachable Redis fails closed (503), never a free repeat', async (t) => {
-  const dead = new Redis('redis://127.0.0.1:1', { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null })
+  const dead = new Redis('redis://127.0.0.1:1', {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: false,
+    retryStrategy: () => null,
+  })
   t.teardown(() => dead.disconnect())
   const id = generatePaymentId()
-  await t.rejects(storeOn(dead).claim(payer.address, id, 'fp', await paymentOf(id)), { name: 'PaymentUnavailableError', message: /^payment id store unavailable/ })
+  await t.rejects(storeOn(dead).claim(payer.address, id, 'fp', await paymentOf(id)), {
+    name: 'PaymentUnavailableError',
+    message: /^payment id store unavailable/,
+  })
 })
 
 const post = (via: number, header: string, body: unknown, url = '/agent/prompt') =>
-  gateways[via]!.app.inject({ method: 'POST', url, headers: { 'payment-signature': header, 'content-type': 'application/json' }, payload: JSON.stringify(body) })
+  gateways[via]!.app.inject({
+    method: 'POST',
+    url,
+    headers: { 'payment-signature': header, 'content-type': 'application/json' },
+    payload: JSON.stringify(body),
+  })
 const decode = (header: string | string[] | number | undefined) => JSON.parse(Buffer.from(String(header), 'base64').toString('utf8'))
 
 t.test('402s advertise the payment-identifier extension (optional) beside bazaar discovery', async (t) => {
@@ -324,12 +384,21 @@ t.test('the same request with one payment id on two gateways: forwarded with one
   const header = await headerWith(withId(id), payer, message)
   const body = { prompt: 'What is the price of ETH?', context: { b: 1, a: [1, 2] } }
   const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => post(i % 2, header, body)))
-  t.same(answers.map((a) => a.statusCode), [202, 202, 202, 202, 202, 202])
+  t.same(
+    answers.map((a) => a.statusCode),
+    [202, 202, 202, 202, 202, 202],
+  )
   const seen = answers.map((a) => a.json() as { body: unknown; headers: Record<string, string> })
-  t.ok(seen.every((s) => JSON.stringify(s.body) === JSON.stringify(body)), 'the body reached the service whole, every time')
+  t.ok(
+    seen.every((s) => JSON.stringify(s.body) === JSON.stringify(body)),
+    'the body reached the service whole, every time',
+  )
   const key = `${payer.address.toLowerCase()}:${id}:${message.message.nonce}`
   t.same(new Set(seen.map((s) => s.headers['x-ats-idempotency-key'])), new Set([key]), 'every copy carries <payer>:<id>:<nonce>')
-  t.ok(answers.every((a) => decode(a.headers['payment-response']).success === true), 'every answer says it is paid')
+  t.ok(
+    answers.every((a) => decode(a.headers['payment-response']).success === true),
+    'every answer says it is paid',
+  )
 
   const resigned = await post(1, await headerWith(withId(id)), body)
   t.equal(resigned.statusCode, 202, 'a newly signed payment with the id is a repeat too')
@@ -353,14 +422,18 @@ t.test('the id with another body, path or query answers 409 naming it; nothing i
   ] as const) {
     const res = await post(1, await headerWith(withId(id)), body, url)
     t.equal(res.statusCode, 409, `${url} ${JSON.stringify(body)}`)
-    t.same(res.json(), { error: `payment id ${id} was first used with another request (method, path, query or body differ); use a new id for a new request` })
+    t.same(res.json(), {
+      error: `payment id ${id} was first used with another request (method, path, query or body differ); use a new id for a new request`,
+    })
     t.notOk(res.headers['payment-response'], 'refused before the service: no payment response')
   }
   t.equal((await chargedNonces()).length, before)
 })
 
 t.test('a malformed id answers 402 naming it; a new id on a spent payment answers 402 nonce already used', async (t) => {
-  const malformed = await post(0, await headerWith({ [PAYMENT_IDENTIFIER]: { info: { required: false, id: 'too-short' } } }), { prompt: 'x' })
+  const malformed = await post(0, await headerWith({ [PAYMENT_IDENTIFIER]: { info: { required: false, id: 'too-short' } } }), {
+    prompt: 'x',
+  })
   t.equal(malformed.statusCode, 402)
   t.match(malformed.json(), { error: /^PAYMENT-SIGNATURE: extensions\.payment-identifier: Invalid payment ID format/ })
 
@@ -379,7 +452,10 @@ t.test('when the first answer was an error, the repeat that succeeds is the one 
   failNext = 1
   const failed = await post(0, header, { prompt: 'retry me' })
   t.equal(failed.statusCode, 503)
-  t.match(decode(failed.headers['payment-response']), { success: false, errorReason: /^not charged: the service answered 503; send it again with the same payment id to retry$/ })
+  t.match(decode(failed.headers['payment-response']), {
+    success: false,
+    errorReason: /^not charged: the service answered 503; send it again with the same payment id to retry$/,
+  })
   const before = await chargedNonces()
   const retried = await post(1, header, { prompt: 'retry me' })
   t.equal(retried.statusCode, 202)
@@ -394,7 +470,11 @@ t.test('a client cannot send its own x-ats-idempotency-key', async (t) => {
   const res = await gateways[0]!.app.inject({
     method: 'POST',
     url: '/agent/prompt',
-    headers: { 'payment-signature': await headerWith(undefined, payer, { message, signature }), 'x-ats-idempotency-key': 'forged', 'content-type': 'application/json' },
+    headers: {
+      'payment-signature': await headerWith(undefined, payer, { message, signature }),
+      'x-ats-idempotency-key': 'forged',
+      'content-type': 'application/json',
+    },
     payload: { prompt: 'x' },
   })
   t.equal(res.statusCode, 202)

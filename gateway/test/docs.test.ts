@@ -9,11 +9,19 @@ import { gatewayService } from '../src/service.ts'
 /** Debian's Chromium (apt package chromium; .ci/run installs it). */
 const executablePath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 // the flags this machine's closed network needs: no background calls to Google's hosts
-const args = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
+const args = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+]
 
 t.test('GET /docs renders the API reference in a real headless Chromium, every route group listed, nothing from a CDN', async (t) => {
   const gateway = await startService(t, gatewayService, await baseTestEnv(t))
-  const root = await (await fetch(`${gateway.url}/`)).json() as { docs: string; openapi: string }
+  const root = (await (await fetch(`${gateway.url}/`)).json()) as { docs: string; openapi: string }
   t.equal(root.docs, '/docs', 'GET / names the reference page')
   t.equal(root.openapi, '/openapi.json')
 

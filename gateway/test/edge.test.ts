@@ -60,7 +60,12 @@ t.test('a flood of failed authentications from one address gets 429 with retry-a
 
 t.test('the 402 names the resource from PUBLIC_URL, never from the Host a client sends', async (t) => {
   // Arbitrum One's address book is built in: no chain is needed to answer a 402
-  const paid = { CHAIN_ID: '42161', PAY_TO: '0xa0Ee7A142d267C1f36714E4a8F75612F20a79720', RPC_URL: 'http://127.0.0.1:9', REDIS_URL: (await testInfra()).redisUrl }
+  const paid = {
+    CHAIN_ID: '42161',
+    PAY_TO: '0xa0Ee7A142d267C1f36714E4a8F75612F20a79720',
+    RPC_URL: 'http://127.0.0.1:9',
+    REDIS_URL: (await testInfra()).redisUrl,
+  }
   const bare = await gateway(t, paid)
   const spoofed = await bare.app.inject({ url: '/agent/skills', headers: { host: 'evil.example' } })
   t.equal(spoofed.statusCode, 402)
@@ -79,12 +84,19 @@ t.test('SKIP_PAYMENT=true is refused at start on Arbitrum One', async (t) => {
   await t.rejects(gateway(t, { SKIP_PAYMENT: 'true', CHAIN_ID: '42161' }), /SKIP_PAYMENT=true is refused on Arbitrum One/)
 })
 
-t.test('paid routes refuse to start without Redis: nonces per process could be replayed on another replica or after a restart', async (t) => {
-  const paid = { CHAIN_ID: '42161', PAY_TO: '0xa0Ee7A142d267C1f36714E4a8F75612F20a79720', RPC_URL: 'http://127.0.0.1:9' }
-  await t.rejects(gateway(t, paid), { name: 'StartupError', message: /^paid routes need Redis: set REDIS_URL/ })
-  const free = await gateway(t)
-  t.equal((await free.app.inject({ url: '/health' })).statusCode, 200, 'a gateway without paid routes (no PAY_TO) still starts without Redis')
-})
+t.test(
+  'paid routes refuse to start without Redis: nonces per process could be replayed on another replica or after a restart',
+  async (t) => {
+    const paid = { CHAIN_ID: '42161', PAY_TO: '0xa0Ee7A142d267C1f36714E4a8F75612F20a79720', RPC_URL: 'http://127.0.0.1:9' }
+    await t.rejects(gateway(t, paid), { name: 'StartupError', message: /^paid routes need Redis: set REDIS_URL/ })
+    const free = await gateway(t)
+    t.equal(
+      (await free.app.inject({ url: '/health' })).statusCode,
+      200,
+      'a gateway without paid routes (no PAY_TO) still starts without Redis',
+    )
+  },
+)
 
 // settings checked at start
 const { TRUST_PROXY, PAY_TO, AGENT_URL } = gatewaySettings
@@ -92,9 +104,15 @@ const settings = { TRUST_PROXY, PAY_TO, AGENT_URL }
 
 t.test('values that used to start and then fail are refused at start, naming the setting', async (t) => {
   const refused: Array<[NodeJS.ProcessEnv, RegExp]> = [
-    [{ TRUST_PROXY: 'yes' }, /^invalid setting TRUST_PROXY: must be false, true, a hop count, or comma-separated addresses\/CIDRs \("yes" is none of them\)/],
+    [
+      { TRUST_PROXY: 'yes' },
+      /^invalid setting TRUST_PROXY: must be false, true, a hop count, or comma-separated addresses\/CIDRs \("yes" is none of them\)/,
+    ],
     [{ TRUST_PROXY: '10.0.0.0/8,proxy.internal' }, /"proxy.internal" is none of them/],
-    [{ PAY_TO: '0xA0Ee7A142d267C1f36714E4a8F75612F20a79720' }, /^invalid setting PAY_TO: must be a 0x address whose mixed case is a valid EIP-55 checksum/],
+    [
+      { PAY_TO: '0xA0Ee7A142d267C1f36714E4a8F75612F20a79720' },
+      /^invalid setting PAY_TO: must be a 0x address whose mixed case is a valid EIP-55 checksum/,
+    ],
     [{ AGENT_URL: 'localhost:3001' }, /^invalid setting AGENT_URL: must be an absolute http\(s\) URL/],
   ]
   for (const [env, message] of refused) {
@@ -110,8 +128,16 @@ t.test('good values pass as they are', async (t) => {
     PAY_TO: '0xa0Ee7A142d267C1f36714E4a8F75612F20a79720',
     AGENT_URL: 'http://agent:3001',
   })
-  t.same(config, { TRUST_PROXY: '10.0.0.0/8, 192.168.1.1,loopback,::1', PAY_TO: '0xa0Ee7A142d267C1f36714E4a8F75612F20a79720', AGENT_URL: 'http://agent:3001' })
-  t.equal(loadConfig(settings, { PAY_TO: '0xa0ee7a142d267c1f36714e4a8f75612f20a79720' }).PAY_TO, '0xa0ee7a142d267c1f36714e4a8f75612f20a79720', 'lower case has no checksum to check')
+  t.same(config, {
+    TRUST_PROXY: '10.0.0.0/8, 192.168.1.1,loopback,::1',
+    PAY_TO: '0xa0Ee7A142d267C1f36714E4a8F75612F20a79720',
+    AGENT_URL: 'http://agent:3001',
+  })
+  t.equal(
+    loadConfig(settings, { PAY_TO: '0xa0ee7a142d267c1f36714e4a8f75612f20a79720' }).PAY_TO,
+    '0xa0ee7a142d267c1f36714e4a8f75612f20a79720',
+    'lower case has no checksum to check',
+  )
   t.equal(trustProxyOf(loadConfig(settings, { TRUST_PROXY: '2' }).TRUST_PROXY), 2)
 })
 
@@ -119,9 +145,19 @@ t.test('good values pass as they are', async (t) => {
 t.test('pnpm start binds the operations port (/ready, /metrics) to loopback; the public port follows HOST', async (t) => {
   const { env } = memberEnv({ name: 'gateway', dir: '', definition: gatewayService }, {}, {})
   t.match(env, { HOST: '0.0.0.0', OPS_HOST: '127.0.0.1' })
-  t.equal(memberEnv({ name: 'gateway', dir: '', definition: gatewayService }, {}, { OPS_HOST: '0.0.0.0' }).env.OPS_HOST, '0.0.0.0', 'unless OPS_HOST says otherwise')
+  t.equal(
+    memberEnv({ name: 'gateway', dir: '', definition: gatewayService }, {}, { OPS_HOST: '0.0.0.0' }).env.OPS_HOST,
+    '0.0.0.0',
+    'unless OPS_HOST says otherwise',
+  )
 
-  const svc = await createService(gatewayService, { ...(await baseTestEnv(t)), HOST: env.HOST, OPS_HOST: env.OPS_HOST, PORT: '0', OPS_PORT: '0' })
+  const svc = await createService(gatewayService, {
+    ...(await baseTestEnv(t)),
+    HOST: env.HOST,
+    OPS_HOST: env.OPS_HOST,
+    PORT: '0',
+    OPS_PORT: '0',
+  })
   t.teardown(() => svc.close())
   await svc.listen()
   const ops = svc.ops.server.address() as AddressInfo
@@ -156,7 +192,25 @@ interface Rule {
 }
 
 // PromQL words that are not metric names
-const promql = new Set(['sum', 'by', 'rate', 'max', 'histogram_quantile', 'changes', 'up', 'le', 'service', 'instance', 'job', 'route', 'status', 'without', 'on', 'and', 'or'])
+const promql = new Set([
+  'sum',
+  'by',
+  'rate',
+  'max',
+  'histogram_quantile',
+  'changes',
+  'up',
+  'le',
+  'service',
+  'instance',
+  'job',
+  'route',
+  'status',
+  'without',
+  'on',
+  'and',
+  'or',
+])
 
 t.test('the alert rules are valid rule groups, and every metric they use is exported', async (t) => {
   const file = await readFile(new URL('../../k8s/monitoring/prometheus-rules.yaml', import.meta.url), 'utf8')
@@ -165,7 +219,11 @@ t.test('the alert rules are valid rule groups, and every metric they use is expo
   const rules = groups.flatMap((g) => g.rules)
   t.equal(new Set(rules.map((r) => r.alert)).size, rules.length, 'alert names are unique')
   for (const rule of rules) {
-    t.match(rule, { alert: /^[A-Z][A-Za-z]+$/, expr: String, labels: { severity: /^(page|ticket)$/ }, annotations: { summary: String } }, rule.alert)
+    t.match(
+      rule,
+      { alert: /^[A-Z][A-Za-z]+$/, expr: String, labels: { severity: /^(page|ticket)$/ }, annotations: { summary: String } },
+      rule.alert,
+    )
     if (rule.for) t.match(rule.for, /^[0-9]+[smh]$/, `${rule.alert} for`)
   }
   const gateway = await createService(gatewayService, await baseTestEnv(t))
@@ -175,7 +233,14 @@ t.test('the alert rules are valid rule groups, and every metric they use is expo
   const names = new Set([...exported.matchAll(/^([a-z_:][a-z0-9_:]*)(?:\{| )/gm)].map((m) => m[1]!))
   const used = new Set(
     rules.flatMap((r) =>
-      [...r.expr.replace(/"[^"]*"/g, '').replace(/\{[^}]*\}/g, ' ').matchAll(/\b([a-z_][a-z0-9_]*)\b/g)].map((m) => m[1]!).filter((w) => !promql.has(w) && /_/.test(w)),
+      [
+        ...r.expr
+          .replace(/"[^"]*"/g, '')
+          .replace(/\{[^}]*\}/g, ' ')
+          .matchAll(/\b([a-z_][a-z0-9_]*)\b/g),
+      ]
+        .map((m) => m[1]!)
+        .filter((w) => !promql.has(w) && /_/.test(w)),
     ),
   )
   t.ok(used.size >= 4, `metrics used: ${[...used].join(', ')}`)
@@ -210,7 +275,12 @@ serveEndpoint(keyService, 'keys-verify', natsChannels(env.NATS_NAMESPACE!).admin
 const keyed = await createService(gatewayService, { ...env, AGENT_URL: probeUrl, MARKET_DATA_URL: probeUrl })
 t.teardown(() => keyed.close())
 const send = (url: string, headers: Record<string, string>) =>
-  keyed.app.inject({ method: url.startsWith('/v1') ? 'POST' : 'GET', url, headers: { 'content-type': 'application/json', ...headers }, payload: url.startsWith('/v1') ? '{}' : undefined })
+  keyed.app.inject({
+    method: url.startsWith('/v1') ? 'POST' : 'GET',
+    url,
+    headers: { 'content-type': 'application/json', ...headers },
+    payload: url.startsWith('/v1') ? '{}' : undefined,
+  })
 
 t.test('/v1/messages takes the key from x-api-key, and never forwards it', async (t) => {
   const res = await send('/v1/messages', { 'x-api-key': writer, 'anthropic-version': '2023-06-01' })
@@ -227,7 +297,10 @@ t.test('/v1/messages takes the key from x-api-key, and never forwards it', async
 t.test("/v1/messages failures at the gateway are Anthropic's shape", async (t) => {
   const none = await send('/v1/messages', {})
   t.equal(none.statusCode, 401)
-  t.same(none.json(), { type: 'error', error: { type: 'authentication_error', message: 'missing API key: send x-api-key: <key> or Authorization: Bearer <key>' } })
+  t.same(none.json(), {
+    type: 'error',
+    error: { type: 'authentication_error', message: 'missing API key: send x-api-key: <key> or Authorization: Bearer <key>' },
+  })
   const malformed = await send('/v1/messages', { 'x-api-key': 'sk-ant-not-ours' })
   t.equal(malformed.statusCode, 401)
   t.match(malformed.json(), { type: 'error', error: { type: 'authentication_error', message: /malformed API key/ } })
@@ -246,5 +319,9 @@ t.test('x-api-key is no key anywhere else', async (t) => {
   t.equal((await send('/market/prices', { authorization: `Bearer ${reader}` })).statusCode, 200, 'the same key as Bearer passes')
   const chat = await send('/v1/chat/completions', { 'x-api-key': writer })
   t.equal(chat.statusCode, 401)
-  t.match(chat.json(), { error: { code: 'invalid_api_key', message: 'missing API key: send Authorization: Bearer <key>' } }, "the rest of /v1 stays OpenAI's")
+  t.match(
+    chat.json(),
+    { error: { code: 'invalid_api_key', message: 'missing API key: send Authorization: Bearer <key>' } },
+    "the rest of /v1 stays OpenAI's",
+  )
 })

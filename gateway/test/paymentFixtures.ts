@@ -19,7 +19,17 @@ export const nowS = () => Math.floor(Date.now() / 1000)
 export const b64 = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64')
 
 /** Terms of a paid route and payments signed for them, as a client would send them: no chain needed. */
-export function paymentFixtures({ usdc, payTo, chainId, payer }: { usdc: Address; payTo: Address; chainId: number; payer: PrivateKeyAccount }) {
+export function paymentFixtures({
+  usdc,
+  payTo,
+  chainId,
+  payer,
+}: {
+  usdc: Address
+  payTo: Address
+  chainId: number
+  payer: PrivateKeyAccount
+}) {
   const terms: PaymentTerms = {
     price: 10_000n,
     payTo,
@@ -72,7 +82,10 @@ export function paymentFixtures({ usdc, payTo, chainId, payer }: { usdc: Address
 }
 
 /** Two clients of the test Redis, as two gateway replicas have; disconnected when the test ends. */
-export function redisPair(t: { teardown(fn: () => void): void }, redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'): [Redis, Redis] {
+export function redisPair(
+  t: { teardown(fn: () => void): void },
+  redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+): [Redis, Redis] {
   const pair: [Redis, Redis] = [new Redis(redisUrl, { maxRetriesPerRequest: 1 }), new Redis(redisUrl, { maxRetriesPerRequest: 1 })]
   t.teardown(() => {
     for (const redis of pair) redis.disconnect()

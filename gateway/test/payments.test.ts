@@ -35,8 +35,17 @@ t.test('x402 headers without a chain: decoding, digests and the 402 shapes', asy
     const { message, signature } = await signed()
     const payment = decodeXPayment(xPayment(message, signature))
     const digest = signing.digest(payment.authorization)
-    t.equal(toHex(digest), hashTypedData({ domain, types: transferWithAuthorizationTypes, primaryType: 'TransferWithAuthorization', message }))
-    const viemSigner = await recoverTypedDataAddress({ domain, types: transferWithAuthorizationTypes, primaryType: 'TransferWithAuthorization', message, signature })
+    t.equal(
+      toHex(digest),
+      hashTypedData({ domain, types: transferWithAuthorizationTypes, primaryType: 'TransferWithAuthorization', message }),
+    )
+    const viemSigner = await recoverTypedDataAddress({
+      domain,
+      types: transferWithAuthorizationTypes,
+      primaryType: 'TransferWithAuthorization',
+      message,
+      signature,
+    })
     t.equal(signing.recover(payment.authorization, payment.signature), viemSigner.toLowerCase())
     t.equal(viemSigner, payer.address)
   })
@@ -58,7 +67,14 @@ t.test('x402 headers without a chain: decoding, digests and the 402 shapes', asy
     t.same(paymentFromHeaders({ 'x-payment': xPayment(message, signature) }), fromV1)
     t.same(paymentFromHeaders({ 'payment-signature': paymentSignature(message, signature), 'x-payment': 'junk' }), fromV2)
     t.equal(paymentFromHeaders({}), undefined)
-    const hexValues = decodeXPayment(b64({ x402Version: 1, scheme: 'exact', network: 'anvil', payload: { signature, authorization: { ...wire(message, signature).authorization, value: '0x2710' } } }))
+    const hexValues = decodeXPayment(
+      b64({
+        x402Version: 1,
+        scheme: 'exact',
+        network: 'anvil',
+        payload: { signature, authorization: { ...wire(message, signature).authorization, value: '0x2710' } },
+      }),
+    )
     t.equal(hexValues.authorization.value, 10_000n, 'uint256 fields may be 0x-hex')
 
     const bad = (raw: string, error: RegExp, decode = decodeXPayment) => {
@@ -83,11 +99,20 @@ t.test('x402 headers without a chain: decoding, digests and the 402 shapes', asy
     bad(v1Of({ authorization: auth }), /^X-PAYMENT: payload\.signature is missing$/)
     bad(v1Of({ signature: '0x1234', authorization: auth }), /^X-PAYMENT: payload\.signature must be 65 bytes of 0x-hex$/)
     bad(v1Of({ signature }), /^X-PAYMENT: payload\.authorization is missing$/)
-    bad(v1Of({ signature, authorization: { ...auth, from: '0xnothex' } }), /^X-PAYMENT: payload\.authorization\.from must be a 0x-hex address$/)
+    bad(
+      v1Of({ signature, authorization: { ...auth, from: '0xnothex' } }),
+      /^X-PAYMENT: payload\.authorization\.from must be a 0x-hex address$/,
+    )
     bad(v1Of({ signature, authorization: { ...auth, to: undefined } }), /^X-PAYMENT: payload\.authorization\.to is missing$/)
     bad(v1Of({ signature, authorization: { ...auth, value: '-5' } }), /^X-PAYMENT: payload\.authorization\.value must be a uint256/)
-    bad(v1Of({ signature, authorization: { ...auth, validBefore: '1e9' } }), /^X-PAYMENT: payload\.authorization\.validBefore must be a uint256/)
-    bad(v1Of({ signature, authorization: { ...auth, nonce: '0x12' } }), /^X-PAYMENT: payload\.authorization\.nonce must be 32 bytes of 0x-hex$/)
+    bad(
+      v1Of({ signature, authorization: { ...auth, validBefore: '1e9' } }),
+      /^X-PAYMENT: payload\.authorization\.validBefore must be a uint256/,
+    )
+    bad(
+      v1Of({ signature, authorization: { ...auth, nonce: '0x12' } }),
+      /^X-PAYMENT: payload\.authorization\.nonce must be 32 bytes of 0x-hex$/,
+    )
     bad(b64({ x402Version: 2, payload: wire(message, signature) }), /^PAYMENT-SIGNATURE: accepted is missing$/, decodePaymentSignature)
     bad(b64({ x402Version: 1 }), /^PAYMENT-SIGNATURE: x402Version must be 2, not 1$/, decodePaymentSignature)
     bad(
@@ -125,7 +150,15 @@ t.test('x402 headers without a chain: decoding, digests and the 402 shapes', asy
       error: 'payment required',
       resource: { url: terms.resource, description: terms.description, mimeType: 'application/json' },
       accepts: [
-        { scheme: 'exact', network: 'eip155:31337', amount: '10000', asset: usdc, payTo, maxTimeoutSeconds: 60, extra: { name: 'USD Coin', version: '2' } },
+        {
+          scheme: 'exact',
+          network: 'eip155:31337',
+          amount: '10000',
+          asset: usdc,
+          payTo,
+          maxTimeoutSeconds: 60,
+          extra: { name: 'USD Coin', version: '2' },
+        },
       ],
     })
     const arbitrum = paymentRequiredBody({ ...terms, chainId: 42161 }, 'x').accepts[0]!
@@ -170,27 +203,52 @@ const refused = async (t: Test, payment: Payment | Promise<Payment>, reason: str
     (e: unknown) => e,
   )
   t.type(error, PaymentRefused)
-  t.match(error, { code: 'ATS_ERR_PAYMENT_REFUSED', statusCode: 402, reason, message }, `${reason}: ${(error as Error | undefined)?.message}`)
+  t.match(
+    error,
+    { code: 'ATS_ERR_PAYMENT_REFUSED', statusCode: 402, reason, message },
+    `${reason}: ${(error as Error | undefined)?.message}`,
+  )
 }
 
 t.test('each wrong payment fails with its own message', async (t) => {
   const good = await signed()
   // the last hex digit of s: s stays low and r a valid point, so some other key recovers
   const flipped = (good.signature.slice(0, 129) + (good.signature[129] === 'a' ? 'b' : 'a') + good.signature.slice(130)) as Hex
-  await refused(t, decodeXPayment(xPayment(good.message, flipped)), 'signer_mismatch', /^invalid signature: signed by 0x[0-9a-fA-F]{40}, not by authorization\.from/)
+  await refused(
+    t,
+    decodeXPayment(xPayment(good.message, flipped)),
+    'signer_mismatch',
+    /^invalid signature: signed by 0x[0-9a-fA-F]{40}, not by authorization\.from/,
+  )
   const zeroR = `0x${'0'.repeat(64)}${good.signature.slice(66)}` as Hex
-  await refused(t, decodeXPayment(xPayment(good.message, zeroR)), 'invalid_signature', /^invalid signature: no public key recovers from it$/)
-  const highS = `${good.signature.slice(0, 66)}${(SECP256K1_N - BigInt(`0x${good.signature.slice(66, 130)}`)).toString(16).padStart(64, '0')}${good.signature.slice(130)}` as Hex
+  await refused(
+    t,
+    decodeXPayment(xPayment(good.message, zeroR)),
+    'invalid_signature',
+    /^invalid signature: no public key recovers from it$/,
+  )
+  const highS =
+    `${good.signature.slice(0, 66)}${(SECP256K1_N - BigInt(`0x${good.signature.slice(66, 130)}`)).toString(16).padStart(64, '0')}${good.signature.slice(130)}` as Hex
   await refused(t, decodeXPayment(xPayment(good.message, highS)), 'invalid_signature', /^invalid signature: s is in the upper half/)
   const changedValue = decodeXPayment(xPayment({ ...good.message, value: 20_000n }, good.signature))
   await refused(t, changedValue, 'signer_mismatch', /^invalid signature: signed by/)
   const someoneElse = privateKeyToAccount(devnet.accounts[0]!.privateKey)
   const forged = await signed(someoneElse, { from: payer.address })
-  await refused(t, decodeXPayment(xPayment(forged.message, forged.signature)), 'signer_mismatch', new RegExp(`signed by ${someoneElse.address}, not by authorization.from ${payer.address}`))
+  await refused(
+    t,
+    decodeXPayment(xPayment(forged.message, forged.signature)),
+    'signer_mismatch',
+    new RegExp(`signed by ${someoneElse.address}, not by authorization.from ${payer.address}`),
+  )
   const badV = (good.signature.slice(0, 130) + '1d') as Hex
   await refused(t, decodeXPayment(xPayment(good.message, badV)), 'invalid_signature', /^invalid signature: v must be 27 or 28, not 29$/)
 
-  await refused(t, v1(payer, { to: devnet.accounts[0]!.address }), 'wrong_recipient', /^wrong recipient: authorization\.to 0x[0-9a-f]{40} is not payTo/)
+  await refused(
+    t,
+    v1(payer, { to: devnet.accounts[0]!.address }),
+    'wrong_recipient',
+    /^wrong recipient: authorization\.to 0x[0-9a-f]{40} is not payTo/,
+  )
   await refused(t, v1(payer, { value: 9_999n }), 'amount_too_low', /^amount too low: 9999 < 10000$/)
   await refused(t, v1(payer, { validBefore: BigInt(nowS() - 1) }), 'expired', /^expired: validBefore \d+ is not after now/)
   await refused(t, v1(payer, { validBefore: BigInt(nowS() + 3) }), 'expired', /^expires too soon/)
@@ -244,11 +302,22 @@ t.test('the in-memory store forgets a nonce after validBefore + margin', async (
 })
 
 t.test('an unreachable Redis or RPC fails closed with PaymentUnavailableError, not a 402', async (t) => {
-  const dead = new Redis('redis://127.0.0.1:1', { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null })
+  const dead = new Redis('redis://127.0.0.1:1', {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: false,
+    retryStrategy: () => null,
+  })
   t.teardown(() => dead.disconnect())
-  await t.rejects(createNonceStore({ redis: dead }).claim(payer.address, toHex(randomBytes(32)), BigInt(nowS() + 60)), PaymentUnavailableError)
+  await t.rejects(
+    createNonceStore({ redis: dead }).claim(payer.address, toHex(randomBytes(32)), BigInt(nowS() + 60)),
+    PaymentUnavailableError,
+  )
   const offline = createChainClients({ rpcUrl: 'http://127.0.0.1:8679', chainId: devnet.chainId }).publicClient
-  await t.rejects(createBalanceChecker({ publicClient: offline, asset: usdc }).balanceOf(payer.address), { name: 'PaymentUnavailableError', message: /^balance lookup failed: / })
+  await t.rejects(createBalanceChecker({ publicClient: offline, asset: usdc }).balanceOf(payer.address), {
+    name: 'PaymentUnavailableError',
+    message: /^balance lookup failed: /,
+  })
 })
 
 t.test('an account without USDC has insufficient funds', async (t) => {

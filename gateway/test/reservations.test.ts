@@ -5,7 +5,15 @@ import { startDevnet } from '@ats/devnet'
 import { freshNamespace } from '@ats/service-kit/testing'
 import { createTestClient, createWalletClient, erc20Abi, http, parseSignature, type Hex } from 'viem'
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
-import { createBalanceChecker, createNonceStore, createPayerChain, createPaymentVerifier, createReservations, decodeXPayment, type Payment } from '../src/payments/index.ts'
+import {
+  createBalanceChecker,
+  createNonceStore,
+  createPayerChain,
+  createPaymentVerifier,
+  createReservations,
+  decodeXPayment,
+  type Payment,
+} from '../src/payments/index.ts'
 import { createPaymentIdStore } from '../src/payments/paymentIds.ts'
 import { nowS, paymentFixtures, redisPair, type Message } from './paymentFixtures.ts'
 
@@ -42,7 +50,15 @@ const [a, b] = [replica(redisA), replica(redisB)]
 async function fundedAccount(amount: bigint) {
   const account = privateKeyToAccount(generatePrivateKey())
   const wallet = createWalletClient({ account: funder, transport: http(devnet.rpcUrl) })
-  await publicClient.waitForTransactionReceipt({ hash: await wallet.writeContract({ chain: null, address: usdc, abi: erc20Abi, functionName: 'transfer', args: [account.address, amount] }) })
+  await publicClient.waitForTransactionReceipt({
+    hash: await wallet.writeContract({
+      chain: null,
+      address: usdc,
+      abi: erc20Abi,
+      functionName: 'transfer',
+      args: [account.address, amount],
+    }),
+  })
   return account
 }
 
@@ -71,7 +87,12 @@ t.test('payments that together exceed the balance: across two replicas, only wha
   const results = await Promise.all(payments.map((p, i) => outcome([a, b][i % 2]!.verifier.verify(p, nowS()))))
   t.equal(results.filter((r) => r === 'ok').length, 1, 'one admitted')
   for (const r of results.filter((r) => r !== 'ok')) {
-    t.match(r, new RegExp(`^insufficient funds: ${payer.address} holds 30000, of which 15001 is reserved by unsettled payments; the payment is 15001$`))
+    t.match(
+      r,
+      new RegExp(
+        `^insufficient funds: ${payer.address} holds 30000, of which 15001 is reserved by unsettled payments; the payment is 15001$`,
+      ),
+    )
   }
   t.equal(await outcome(a.verifier.verify((await payment(payer, { value: 14_999n })).payment, nowS())), 'ok', 'what is left is admitted')
 })
@@ -86,7 +107,10 @@ t.test('a settled payment stops reserving; a replica whose cached balance predat
   t.equal(await outcome(b.verifier.verify(second.payment, nowS())), 'ok', 'the settled reservation ended: the rest is admitted')
   // A's cached 30000 minus the 14999 reserved would admit 10000 more; the balance is read again
   const third = await payment(payer, { value: 10_000n })
-  t.match(await outcome(a.verifier.verify(third.payment, nowS())), new RegExp(`^insufficient funds: ${payer.address} holds 14999, of which 14999 is reserved`))
+  t.match(
+    await outcome(a.verifier.verify(third.payment, nowS())),
+    new RegExp(`^insufficient funds: ${payer.address} holds 14999, of which 14999 is reserved`),
+  )
 })
 
 t.test("an uncharged payment's reservation is released; an authorization already used on chain is refused", async (t) => {
@@ -100,10 +124,13 @@ t.test("an uncharged payment's reservation is released; an authorization already
   const spent = await payment(payer, { to: payer.address, value: 0n })
   await settle(spent)
   const reused = await payment(payer, { nonce: spent.message.nonce })
-  t.match(await outcome(a.verifier.verify(reused.payment, nowS())), new RegExp(`^nonce already used on chain: authorization ${spent.message.nonce} of ${payer.address} was used or canceled`))
+  t.match(
+    await outcome(a.verifier.verify(reused.payment, nowS())),
+    new RegExp(`^nonce already used on chain: authorization ${spent.message.nonce} of ${payer.address} was used or canceled`),
+  )
 })
 
-t.test("the authorization states of one tick are read in one Multicall3 call; used and unused told apart", async (t) => {
+t.test('the authorization states of one tick are read in one Multicall3 call; used and unused told apart', async (t) => {
   const payer = await fundedAccount(1_000n)
   const spent = [await payment(payer, { to: payer.address, value: 0n }), await payment(payer, { to: payer.address, value: 0n })]
   for (const p of spent) await settle(p)
@@ -124,7 +151,11 @@ t.test("the authorization states of one tick are read in one Multicall3 call; us
 
   calls.length = 0
   t.equal(await chain.authorizationUsed(payer.address, nonces[0]!), true)
-  t.same(calls.map((call) => call.to), [usdc], 'a lone read is a plain eth_call to USDC')
+  t.same(
+    calls.map((call) => call.to),
+    [usdc],
+    'a lone read is a plain eth_call to USDC',
+  )
 
   // a chain without Multicall3: every read of the batch on its own, the same answers
   const anvil = createTestClient({ mode: 'anvil', transport: http(devnet.rpcUrl) })
@@ -134,16 +165,30 @@ t.test("the authorization states of one tick are read in one Multicall3 call; us
   t.teardown(() => anvil.setCode({ address: MULTICALL3_ADDRESS, bytecode: code! }))
   calls.length = 0
   t.same(await read(), [true, false, true, false, false], 'without Multicall3: the same answers')
-  t.same(calls.map((call) => call.to), [MULTICALL3_ADDRESS, usdc, usdc, usdc, usdc, usdc], 'after the batch call failed, one call each')
+  t.same(
+    calls.map((call) => call.to),
+    [MULTICALL3_ADDRESS, usdc, usdc, usdc, usdc, usdc],
+    'after the batch call failed, one call each',
+  )
 })
 
 t.test('a payment id reserves once: its repeats, with the first payment or a new one, reserve nothing again', async (t) => {
   const payer = await fundedAccount(25_000n)
-  const ids = createPaymentIdStore({ redis: redisA, nonces: createNonceStore({ redis: redisA }), reservations: a.reservations, namespace, ttlMs: 60_000 })
+  const ids = createPaymentIdStore({
+    redis: redisA,
+    nonces: createNonceStore({ redis: redisA }),
+    reservations: a.reservations,
+    namespace,
+    ttlMs: 60_000,
+  })
   const first = await payment(payer, { value: 12_000n })
   t.match(await ids.claim(payer.address, 'order-0001-abcdef', 'fp', first.payment), { kind: 'first' })
   t.match(await ids.claim(payer.address, 'order-0001-abcdef', 'fp', first.payment), { kind: 'repeat' }, 'the first payment again')
-  t.match(await ids.claim(payer.address, 'order-0001-abcdef', 'fp', (await payment(payer, { value: 12_000n })).payment), { kind: 'repeat' }, 'a new payment')
+  t.match(
+    await ids.claim(payer.address, 'order-0001-abcdef', 'fp', (await payment(payer, { value: 12_000n })).payment),
+    { kind: 'repeat' },
+    'a new payment',
+  )
   // 12000 reserved once, not three times: 12000 more fits in 25000
   t.equal(await outcome(b.verifier.verify((await payment(payer, { value: 12_000n })).payment, nowS())), 'ok')
   t.match(await outcome(b.verifier.verify((await payment(payer)).payment, nowS())), /^insufficient funds: .* of which 24000 is reserved/)

@@ -32,19 +32,32 @@ t.test('the OpenAPI document lists every public route with its auth', async (t) 
     const path = r.url.replace(/:(\w+)/g, '{$1}')
     t.ok(doc.paths[path]?.[r.method.toLowerCase()], `${r.method} ${r.url} documented`)
   }
-  const create = doc.paths['/admin/keys']?.post as { security: unknown; requestBody: { content: Record<string, { schema: { required: string[] } }> } }
+  const create = doc.paths['/admin/keys']?.post as {
+    security: unknown
+    requestBody: { content: Record<string, { schema: { required: string[] } }> }
+  }
   t.same(create.security, [{ apiKey: ['admin'] }])
   t.same(create.requestBody.content['application/json']?.schema.required.sort(), ['label', 'tier'])
   const revoke = doc.paths['/admin/keys/{id}']?.delete as { parameters: Array<{ name: string; in: string }> }
-  t.same(revoke.parameters.map((p) => [p.name, p.in]), [['id', 'path']])
+  t.same(
+    revoke.parameters.map((p) => [p.name, p.in]),
+    [['id', 'path']],
+  )
   t.same((doc.paths['/health']?.get as { security: unknown } | undefined)?.security, [])
   t.ok(adminRoutes.createKey.schema.response[201])
   const skills = doc.paths['/agent/skills']?.get as { security: unknown; responses: Record<string, unknown> }
   t.same(skills.security, [{ x402: [] }], 'agent routes are paid')
   t.same(Object.keys(skills.responses).sort(), ['200', '402', '503'])
-  const chat = doc.paths['/v1/chat/completions']?.post as { security: unknown; responses: Record<string, { content: Record<string, { schema: { $id?: string; properties?: Record<string, unknown> } }> }> }
+  const chat = doc.paths['/v1/chat/completions']?.post as {
+    security: unknown
+    responses: Record<string, { content: Record<string, { schema: { $id?: string; properties?: Record<string, unknown> } }> }>
+  }
   t.same(chat.security, [{ apiKey: ['readwrite'] }], '/v1 needs a readwrite key')
-  t.same(Object.keys(chat.responses['200']!.content).sort(), ['application/json', 'text/event-stream'], 'a completion, or its chunks streamed')
+  t.same(
+    Object.keys(chat.responses['200']!.content).sort(),
+    ['application/json', 'text/event-stream'],
+    'a completion, or its chunks streamed',
+  )
   t.equal(chat.responses['400']!.content['application/json']!.schema.$id, 'OpenAiError', "/v1 errors are OpenAI's shape")
   t.ok(doc.paths['/v1/models']?.get, 'the models')
 })
@@ -57,7 +70,10 @@ t.test("/v1/messages is a group of its own: Anthropic's errors, and its key also
   t.same(groupFor('/v1/chat/completions')?.auth, { kind: 'key', tier: 'readwrite' }, 'and reads Authorization only')
   t.equal(groupFor('/v1/messagesx')?.prefix, '/v1')
   const doc = buildOpenApi({ title: 't', version: '1' }, publicRoutes)
-  const create = doc.paths['/v1/messages']?.post as { security: unknown; responses: Record<string, { content: Record<string, { schema: { $id?: string } }> }> }
+  const create = doc.paths['/v1/messages']?.post as {
+    security: unknown
+    responses: Record<string, { content: Record<string, { schema: { $id?: string } }> }>
+  }
   t.same(create.security, [{ apiKey: ['readwrite'] }, { xApiKey: ['readwrite'] }], 'either header')
   t.same(Object.keys(create.responses['200']!.content).sort(), ['application/json', 'text/event-stream'])
   t.equal(create.responses['400']!.content['application/json']!.schema.$id, 'AnthropicError')
@@ -65,7 +81,8 @@ t.test("/v1/messages is a group of its own: Anthropic's errors, and its key also
 
 // MCP tools: one per route, with its access and schemas
 const tools = mcpTools({ price: 10_000 })
-const byName = (name: string, kind: 'key' | 'paid' = 'key') => tools.find((tool) => tool.name === name && tool.access.kind === kind) as McpTool
+const byName = (name: string, kind: 'key' | 'paid' = 'key') =>
+  tools.find((tool) => tool.name === name && tool.access.kind === kind) as McpTool
 
 t.test('each tool has the access of its route group: read tools readonly, spending and /v1 readwrite, /agent paid', async (t) => {
   t.same(byName('get_prices').access, { kind: 'key', tier: 'readonly' })
@@ -79,8 +96,14 @@ t.test('each tool has the access of its route group: read tools readonly, spendi
 })
 
 t.test('arguments go where the route reads them: path, query, body, Idempotency-Key', async (t) => {
-  t.same(requestOf(byName('get_nfts'), { address: '0xabc', includeHidden: true, pageKey: 'p 2' }), { url: '/nfts/0xabc?includeHidden=true&pageKey=p+2' })
-  t.same(requestOf(byName('get_prediction'), { conditionId: '../admin' }), { url: '/predictions/..%2Fadmin' }, 'a path argument cannot leave its segment')
+  t.same(requestOf(byName('get_nfts'), { address: '0xabc', includeHidden: true, pageKey: 'p 2' }), {
+    url: '/nfts/0xabc?includeHidden=true&pageKey=p+2',
+  })
+  t.same(
+    requestOf(byName('get_prediction'), { conditionId: '../admin' }),
+    { url: '/predictions/..%2Fadmin' },
+    'a path argument cannot leave its segment',
+  )
   t.same(requestOf(byName('execute_swap'), { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1', idempotencyKey: 'k1' }), {
     url: '/swap/execute',
     body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1' },
@@ -98,20 +121,36 @@ t.test('arguments that fit no part of the route, or a missing path argument, are
   t.same(requestOf(byName('get_prices'), { symbol: 'ETH' }), { problem: 'unknown argument symbol: get_prices takes no arguments' })
   t.same(requestOf(byName('get_prediction'), {}), { problem: 'missing argument conditionId' })
   t.same(requestOf(byName('agent_cancel_job'), { id: '..' }), { problem: 'argument id cannot be . or ..' })
-  t.same(requestOf(byName('get_swap_quote'), { idempotencyKey: 'x' }), { problem: 'unknown argument idempotencyKey: get_swap_quote takes tokenIn, tokenOut, amountIn, dex' })
+  t.same(requestOf(byName('get_swap_quote'), { idempotencyKey: 'x' }), {
+    problem: 'unknown argument idempotencyKey: get_swap_quote takes tokenIn, tokenOut, amountIn, dex',
+  })
 })
 
-t.test('input schemas: the route\'s properties, required unless the route gives a default', async (t) => {
-  t.match(byName('get_bridge_quote').inputSchema, { type: 'object', required: ['toChainId', 'fromToken', 'toToken', 'amount', 'userAddress'], additionalProperties: false })
+t.test("input schemas: the route's properties, required unless the route gives a default", async (t) => {
+  t.match(byName('get_bridge_quote').inputSchema, {
+    type: 'object',
+    required: ['toChainId', 'fromToken', 'toToken', 'amount', 'userAddress'],
+    additionalProperties: false,
+  })
   t.same(byName('get_prices').inputSchema, { type: 'object', properties: {}, additionalProperties: false })
 })
 
 t.test("output schemas: the route's success answer for keyed tools; none for paid ones, whose result the x402 helpers shape", async (t) => {
-  t.match(byName('execute_swap').outputSchema, {
+  t.match(
+    byName('execute_swap').outputSchema,
+    {
+      type: 'object',
+      anyOf: [
+        { type: 'object', properties: { hash: { pattern: String }, executionId: { type: 'string' } } },
+        { type: 'object', properties: { status: { const: 'awaiting_approval' } } },
+      ],
+    },
+    'the swap, or (202) the approval it waits for',
+  )
+  t.match(byName('approve_swap').outputSchema, {
     type: 'object',
-    anyOf: [{ type: 'object', properties: { hash: { pattern: String }, executionId: { type: 'string' } } }, { type: 'object', properties: { status: { const: 'awaiting_approval' } } }],
-  }, 'the swap, or (202) the approval it waits for')
-  t.match(byName('approve_swap').outputSchema, { type: 'object', properties: { id: { type: 'string' }, status: { enum: ['pending', 'approved', 'rejected', 'expired'] } } })
+    properties: { id: { type: 'string' }, status: { enum: ['pending', 'approved', 'rejected', 'expired'] } },
+  })
   t.match(byName('create_automation').outputSchema, { type: 'object', properties: { automation: { type: 'object' } } }, 'a 201 answer')
   t.equal(byName('agent_prompt', 'paid').outputSchema, undefined)
 })
@@ -123,7 +162,10 @@ t.test('docs/mcp.md lists every tool with who may call it and its route', async 
   for (const tool of tools) {
     const who = tool.access.kind === 'paid' ? 'paid' : tool.access.tier
     const row = `| \`${tool.name}\` | ${who} | \`${tool.method} ${tool.url}\` |`
-    t.ok(rows.some((line) => line.startsWith(row)), row)
+    t.ok(
+      rows.some((line) => line.startsWith(row)),
+      row,
+    )
   }
 })
 
@@ -144,7 +186,10 @@ const log = { warn: () => {} } as unknown as Logger
 
 t.test('a paid prompt answers a job that waits for approval at once, with the approval and its notice', async (t) => {
   const approval = { id: 'apr_1', status: 'pending' }
-  const agentUrl = await agentWith(t, [{ status: 'running' }, { status: 'awaiting_approval', approval, notice: 'Approval needed: swap 50 USDC for WETH' }])
+  const agentUrl = await agentWith(t, [
+    { status: 'running' },
+    { status: 'awaiting_approval', approval, notice: 'Approval needed: swap 50 USDC for WETH' },
+  ])
   const follow = createPaidJobFollower({ agentUrl, internalToken: 'token-0123456789abcdef', waitMs: 60_000, log })
   const started = Date.now()
   const job = await follow('job_1', '0xabc', 'req_1')
@@ -169,7 +214,9 @@ t.test('every paid route has a bazaar extension that x402 validates, with its me
     ['skills', 'GET', '/agent/skills'],
   ]
   for (const [name, method, path] of requests) {
-    const extensions = discoveryFor(method, path) as { bazaar: DiscoveryExtension & { info: { input: { method: string } }; routeTemplate: string } }
+    const extensions = discoveryFor(method, path) as {
+      bazaar: DiscoveryExtension & { info: { input: { method: string } }; routeTemplate: string }
+    }
     t.ok(extensions, `${method} ${path}`)
     t.same(validateDiscoveryExtension(extensions.bazaar), { valid: true }, `${name} validates`)
     t.equal(extensions.bazaar.info.input.method, method)
@@ -185,11 +232,17 @@ t.test('every paid route has a bazaar extension that x402 validates, with its me
 
 t.test("each output example matches its route's response schema (they cannot drift)", async (t) => {
   const { jobEvents, ...plainJson } = discoveryExamples
-  t.ok(Compile(JobEvent.properties.data).Check((jobEvents.output as { data: unknown }).data), 'the event example carries event data of the stream')
+  t.ok(
+    Compile(JobEvent.properties.data).Check((jobEvents.output as { data: unknown }).data),
+    'the event example carries event data of the stream',
+  )
   for (const [name, example] of Object.entries(plainJson)) {
     const responses: Record<number, TSchema> = agentRoutes[name as keyof typeof discoveryExamples].schema.response
     const schema = responses[example.status]!
     const check = Compile(schema)
-    t.ok(check.Check(example.output), `${name}: ${[...check.Errors(example.output)].map((e) => `${e.instancePath} ${e.message}`).join('; ')}`)
+    t.ok(
+      check.Check(example.output),
+      `${name}: ${[...check.Errors(example.output)].map((e) => `${e.instancePath} ${e.message}`).join('; ')}`,
+    )
   }
 })

@@ -25,7 +25,8 @@ function rawKey(request: FastifyRequest, keyHeaders: readonly KeyHeader[]): stri
   }
   const key = header ? bearer.exec(header)?.[1] : apiKey
   if (header && !key) throw new Unauthorized('malformed Authorization header: expected Bearer <key>')
-  if (typeof key !== 'string' || !apiKeyPattern.test(key)) throw new Unauthorized('malformed API key: keys are atsk_ followed by 32 characters')
+  if (typeof key !== 'string' || !apiKeyPattern.test(key))
+    throw new Unauthorized('malformed API key: keys are atsk_ followed by 32 characters')
   return key
 }
 
@@ -41,7 +42,8 @@ export interface AuthDeps {
 }
 
 /** whether the client sent a payment (a request without one is the 402 that asks for it, no failure) */
-const sentPayment = (request: FastifyRequest) => request.headers['x-payment'] !== undefined || request.headers['payment-signature'] !== undefined
+const sentPayment = (request: FastifyRequest) =>
+  request.headers['x-payment'] !== undefined || request.headers['payment-signature'] !== undefined
 
 export function authHook(auth: RouteAuth, { keys, limit, pay, failures, paid, concurrency, maxPerKey }: AuthDeps): onRequestHookHandler {
   if (auth.kind === 'none') return async () => {}

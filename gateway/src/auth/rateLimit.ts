@@ -74,9 +74,17 @@ export interface PaidLimiter {
  * createKeyLimiter, which registers the plugin.
  */
 export function createPaidLimiter(app: FastifyInstance, limits: PaidLimits): PaidLimiter {
-  const byAddress = app.createRateLimit({ keyGenerator: (request) => `paid-address:${limits.namespace}:${request.ip}`, max: limits.perAddress, timeWindow: limits.windowMs })
+  const byAddress = app.createRateLimit({
+    keyGenerator: (request) => `paid-address:${limits.namespace}:${request.ip}`,
+    max: limits.perAddress,
+    timeWindow: limits.windowMs,
+  })
   const payers = new WeakMap<FastifyRequest, string>()
-  const byPayer = app.createRateLimit({ keyGenerator: (request) => `paid-payer:${limits.namespace}:${payers.get(request)}`, max: limits.perPayer, timeWindow: limits.windowMs })
+  const byPayer = app.createRateLimit({
+    keyGenerator: (request) => `paid-payer:${limits.namespace}:${payers.get(request)}`,
+    max: limits.perPayer,
+    timeWindow: limits.windowMs,
+  })
   const windowSeconds = limits.windowMs / 1000
   const check = async (request: FastifyRequest, reply: FastifyReply, limiter: typeof byAddress, who: string) => {
     const result = await limiter(request)

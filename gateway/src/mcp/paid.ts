@@ -64,7 +64,12 @@ const decoded = (value: string | undefined): Record<string, unknown> | undefined
 
 /** The bazaar discovery extension of a paid tool: `input.type: "mcp"`. */
 export function toolDiscovery(tool: PaidTool) {
-  return declareDiscoveryExtension({ toolName: tool.name, description: tool.description, transport: 'streamable-http', inputSchema: tool.inputSchema })
+  return declareDiscoveryExtension({
+    toolName: tool.name,
+    description: tool.description,
+    transport: 'streamable-http',
+    inputSchema: tool.inputSchema,
+  })
 }
 
 /**
@@ -76,7 +81,8 @@ export function toolDiscovery(tool: PaidTool) {
 export function paymentRequiredResult(tool: PaidTool, answer: RouteAnswer, sentPayment: boolean): CallToolResult | undefined {
   if (answer.statusCode !== 402) return undefined
   const required = decoded(header(answer, 'payment-required'))
-  if (!required) return { isError: true, content: [{ type: 'text', text: 'payment required, but the payment terms could not be read; try again' }] }
+  if (!required)
+    return { isError: true, content: [{ type: 'text', text: 'payment required, but the payment terms could not be read; try again' }] }
   const extensions = { ...(required.extensions as Record<string, unknown> | undefined), ...toolDiscovery(tool) }
   const paymentRequired = {
     ...required,
@@ -120,7 +126,11 @@ const answered = new Set(['complete', 'failed', 'cancelled', 'awaiting_approval'
 export function createPaidJobFollower({ agentUrl, internalToken, waitMs, log }: PaidJobFollowerOptions) {
   const base = agentUrl.replace(/\/+$/, '')
   async function read(jobId: string, payer: string, requestId: string): Promise<JobView | undefined> {
-    const headers: Record<string, string> = { [identityHeaders.internalToken]: internalToken, [identityHeaders.ownerId]: payer, [identityHeaders.requestId]: requestId }
+    const headers: Record<string, string> = {
+      [identityHeaders.internalToken]: internalToken,
+      [identityHeaders.ownerId]: payer,
+      [identityHeaders.requestId]: requestId,
+    }
     // the agent's span of each look joins the tool call's trace
     if (tracingEnabled()) injectHttp(headers)
     const response = await fetch(`${base}/agent/job/${encodeURIComponent(jobId)}`, {

@@ -23,7 +23,8 @@ export function mcpResources({ tokens }: { tokens: () => readonly Token[] }) {
     {
       uri: 'ats://tokens',
       name: 'tokens',
-      description: "The tokens of this deployment's chain (symbol, name, decimals, address): what quotes, swaps and automations take by symbol",
+      description:
+        "The tokens of this deployment's chain (symbol, name, decimals, address): what quotes, swaps and automations take by symbol",
       read: () => ({ tokens: tokens() }),
     },
   ]
@@ -35,7 +36,8 @@ export function mcpResources({ tokens }: { tokens: () => readonly Token[] }) {
       server.setRequestHandler(ReadResourceRequestSchema, async ({ params }) => {
         const resource = list.find((r) => r.uri === params.uri)
         // -32002: the code the MCP specification gives an unknown resource
-        if (!resource) throw new McpError(-32002 as ErrorCode, `unknown resource ${params.uri}: this server has ${list.map((r) => r.uri).join(', ')}`)
+        if (!resource)
+          throw new McpError(-32002 as ErrorCode, `unknown resource ${params.uri}: this server has ${list.map((r) => r.uri).join(', ')}`)
         return { contents: [{ uri: resource.uri, mimeType: 'application/json', text: JSON.stringify(resource.read()) }] }
       })
     },
@@ -44,7 +46,7 @@ export function mcpResources({ tokens }: { tokens: () => readonly Token[] }) {
 
 const swapPrompt = {
   name: 'swap',
-  description: 'Quote a swap, check its price impact, then execute it from the server wallet under this key\'s spend policy',
+  description: "Quote a swap, check its price impact, then execute it from the server wallet under this key's spend policy",
   arguments: [
     { name: 'tokenIn', description: 'the token to sell (a symbol such as USDC, or an address)', required: true },
     { name: 'tokenOut', description: 'the token to buy', required: true },
@@ -58,7 +60,8 @@ export function mcpPrompts() {
     register(server: Server) {
       server.setRequestHandler(ListPromptsRequestSchema, async () => ({ prompts: [swapPrompt] }))
       server.setRequestHandler(GetPromptRequestSchema, async ({ params }) => {
-        if (params.name !== swapPrompt.name) throw new McpError(ErrorCode.InvalidParams, `unknown prompt ${params.name}: this server has ${swapPrompt.name}`)
+        if (params.name !== swapPrompt.name)
+          throw new McpError(ErrorCode.InvalidParams, `unknown prompt ${params.name}: this server has ${swapPrompt.name}`)
         const { tokenIn, tokenOut, amount } = params.arguments ?? {}
         const missing = swapPrompt.arguments.filter((a) => !params.arguments?.[a.name]).map((a) => a.name)
         if (missing.length) throw new McpError(ErrorCode.InvalidParams, `missing prompt argument ${missing.join(', ')}`)

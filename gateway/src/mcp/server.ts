@@ -10,7 +10,14 @@ import { CallToolRequestSchema, ListToolsRequestSchema, McpError, ErrorCode, typ
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { authHook, type AuthDeps } from '../auth/authHook.ts'
 import { MethodNotAllowed } from '../errors.ts'
-import { paymentHeaders, paymentRequiredResult, paymentResponseMeta, paymentResponseMetaKey, type PaidJobFollower, type RouteAnswer } from './paid.ts'
+import {
+  paymentHeaders,
+  paymentRequiredResult,
+  paymentResponseMeta,
+  paymentResponseMetaKey,
+  type PaidJobFollower,
+  type RouteAnswer,
+} from './paid.ts'
 import { mcpPrompts, mcpResources } from './resources.ts'
 import { mcpTools, requestOf, type McpTool } from './tools.ts'
 
@@ -42,15 +49,24 @@ function messageOf(body: string): string {
 }
 
 /** The result of a route's answer: its JSON on success (with the paid tools' payment response), its error as a tool error otherwise. */
-function resultOf(tool: McpTool, answer: RouteAnswer, payment: { sent: boolean; meta: Record<string, unknown> | undefined }): CallToolResult {
+function resultOf(
+  tool: McpTool,
+  answer: RouteAnswer,
+  payment: { sent: boolean; meta: Record<string, unknown> | undefined },
+): CallToolResult {
   if (answer.statusCode === 402 && tool.access.kind === 'paid') {
     const asked = paymentRequiredResult(tool, answer, payment.sent)
     if (asked) return asked
   }
   if (answer.statusCode >= 300) return toolError(`${tool.name} failed (${answer.statusCode}): ${messageOf(answer.body)}`)
   const json: unknown = answer.body ? JSON.parse(answer.body) : {}
-  const structured = json !== null && typeof json === 'object' && !Array.isArray(json) ? (json as Record<string, unknown>) : { result: json }
-  return { content: [{ type: 'text', text: JSON.stringify(json) }], structuredContent: structured, ...(payment.meta ? { _meta: payment.meta } : {}) }
+  const structured =
+    json !== null && typeof json === 'object' && !Array.isArray(json) ? (json as Record<string, unknown>) : { result: json }
+  return {
+    content: [{ type: 'text', text: JSON.stringify(json) }],
+    structuredContent: structured,
+    ...(payment.meta ? { _meta: payment.meta } : {}),
+  }
 }
 
 export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
@@ -62,9 +78,17 @@ export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
   const identify = authHook({ kind: 'key', tier: 'readonly' }, { ...options.auth, limit: async () => {} })
 
   const visible = (caller: Caller) =>
-    tools.filter((tool) => (caller.tier ? tool.access.kind === 'key' && tierAllows(caller.tier, tool.access.tier) : tool.access.kind === 'paid'))
+    tools.filter((tool) =>
+      caller.tier ? tool.access.kind === 'key' && tierAllows(caller.tier, tool.access.tier) : tool.access.kind === 'paid',
+    )
 
-  async function callTool(request: FastifyRequest, caller: Caller, name: string, args: Record<string, unknown>, meta: Record<string, unknown> | undefined): Promise<CallToolResult> {
+  async function callTool(
+    request: FastifyRequest,
+    caller: Caller,
+    name: string,
+    args: Record<string, unknown>,
+    meta: Record<string, unknown> | undefined,
+  ): Promise<CallToolResult> {
     const tool = visible(caller).find((t) => t.name === name)
     if (!tool) {
       const needs = tools.find((t) => t.name === name && t.access.kind === 'key')?.access
@@ -122,7 +146,9 @@ export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
         annotations: { readOnlyHint: tool.readOnly, openWorldHint: true },
       })),
     }))
-    server.setRequestHandler(CallToolRequestSchema, async ({ params }) => callTool(request, caller, params.name, params.arguments ?? {}, params._meta))
+    server.setRequestHandler(CallToolRequestSchema, async ({ params }) =>
+      callTool(request, caller, params.name, params.arguments ?? {}, params._meta),
+    )
     resources.register(server)
     prompts.register(server)
     return server
@@ -132,7 +158,11 @@ export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
    * Every /mcp request counts once: a call of a tool the caller has as the route it runs, any
    * other message here (by key, or by address without one).
    */
-  async function count(request: FastifyRequest<{ Body: { method: string; params?: { name?: unknown } } }>, reply: FastifyReply, caller: Caller) {
+  async function count(
+    request: FastifyRequest<{ Body: { method: string; params?: { name?: unknown } } }>,
+    reply: FastifyReply,
+    caller: Caller,
+  ) {
     const { method, params } = request.body
     if (method === 'tools/call' && visible(caller).some((tool) => tool.name === params?.name)) return
     if (caller.tier) await options.auth.limit(request, reply)
@@ -143,7 +173,8 @@ export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
   api.route({
     ...gatewayRoutes.mcp,
     onRequest: async function (request, reply) {
-      if (request.headers.authorization !== undefined) await (identify as (request: FastifyRequest, reply: FastifyReply) => Promise<void>).call(this, request, reply)
+      if (request.headers.authorization !== undefined)
+        await (identify as (request: FastifyRequest, reply: FastifyReply) => Promise<void>).call(this, request, reply)
     },
     handler: async (request, typedReply) => {
       // the transport's answer is sent as it wrote it (JSON text), not through the route's serializer

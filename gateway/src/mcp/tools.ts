@@ -1,6 +1,18 @@
 // The MCP tool table: each tool is one route of the public API, called as that route with the
 // caller's key (or payment); its input schema is the route's own (params, query and body merged).
-import { agentRoutes, approvalRoutes, automationRoutes, marketRoutes, maxPromptLength, responsesRoutes, tradingRoutes, FreeText, type ApiRoute, type HttpMethod, type Tier } from '@ats/contracts'
+import {
+  agentRoutes,
+  approvalRoutes,
+  automationRoutes,
+  marketRoutes,
+  maxPromptLength,
+  responsesRoutes,
+  tradingRoutes,
+  FreeText,
+  type ApiRoute,
+  type HttpMethod,
+  type Tier,
+} from '@ats/contracts'
 import { Type, type TSchema } from 'typebox'
 import { plain } from '../routing/openapi.ts'
 import { groupFor } from '../routing/routeTable.ts'
@@ -42,7 +54,8 @@ const idempotencyKeyArgument = {
   type: 'string',
   minLength: 1,
   maxLength: 128,
-  description: 'retries with the same key return the first result and spend nothing more; the result carries the key used (generated when none is sent)',
+  description:
+    'retries with the same key return the first result and spend nothing more; the result carries the key used (generated when none is sent)',
 }
 
 /** One object schema of every argument: path params, query and body, as the route validates them. */
@@ -104,7 +117,9 @@ const automationUpdate = { ...automationRoutes.update, schema: { params: Automat
 
 const KeyedPrompt = Type.Object({
   prompt: FreeText({ minLength: 1, maxLength: maxPromptLength, description: 'what to do, in plain words' }),
-  previousResponseId: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'continue the conversation of this earlier answer (its id, resp_…)' })),
+  previousResponseId: Type.Optional(
+    Type.String({ minLength: 1, maxLength: 128, description: 'continue the conversation of this earlier answer (its id, resp_…)' }),
+  ),
 })
 /** A key's agent tools call the /v1 Responses routes (the key's own jobs), with the tool's simpler arguments. */
 const { createResponse, retrieveResponse, cancelResponse } = responsesRoutes
@@ -158,9 +173,17 @@ export function mcpTools({ price }: { price: number }): readonly McpTool[] {
       description:
         "Ask the agent (it quotes, swaps under this key's spend policy, reads markets) and wait for its answer; the answer's id continues the conversation (previousResponseId). A swap over the policy's approvalAboveUsd answers at once, in_progress, saying what waits and where to decide it (approve_swap, reject_swap): agent_get_job later has the answer",
       route: responses.create,
-      bodyOf: (args) => ({ model: 'ats-agent', input: args.prompt, ...(args.previousResponseId ? { previous_response_id: args.previousResponseId } : {}) }),
+      bodyOf: (args) => ({
+        model: 'ats-agent',
+        input: args.prompt,
+        ...(args.previousResponseId ? { previous_response_id: args.previousResponseId } : {}),
+      }),
     }),
-    tool({ name: 'agent_get_job', description: 'An answer of the agent to this key by its id (resp_…) or job id: its status and output', route: responses.get }),
+    tool({
+      name: 'agent_get_job',
+      description: 'An answer of the agent to this key by its id (resp_…) or job id: its status and output',
+      route: responses.get,
+    }),
     tool({ name: 'agent_cancel_job', description: 'Cancel an agent answer of this key still under way', route: responses.cancel }),
 
     tool({
@@ -171,7 +194,11 @@ export function mcpTools({ price }: { price: number }): readonly McpTool[] {
     }),
     tool({ name: 'agent_get_job', description: `${agentRoutes.job.summary}. ${paidNote}`, route: agentRoutes.job }),
     tool({ name: 'agent_cancel_job', description: `${agentRoutes.cancelJob.summary}. ${paidNote}`, route: agentRoutes.cancelJob }),
-    tool({ name: 'agent_skills', description: `What the agent can do: its skills, each with the route that serves it. ${paidNote}`, route: agentRoutes.skills }),
+    tool({
+      name: 'agent_skills',
+      description: `What the agent can do: its skills, each with the route that serves it. ${paidNote}`,
+      route: agentRoutes.skills,
+    }),
   ]
 }
 

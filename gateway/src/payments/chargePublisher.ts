@@ -27,7 +27,10 @@ export interface ChargePublisherOptions {
  * Where a batch's publish span sits: one charge, in its request's trace (the ledger continues
  * it); several, in a trace of its own linked to each request's.
  */
-function tracedAs(waiters: Waiter[]): { parent?: Context; links?: Array<{ context: NonNullable<ReturnType<typeof trace.getSpanContext>> }> } {
+function tracedAs(waiters: Waiter[]): {
+  parent?: Context
+  links?: Array<{ context: NonNullable<ReturnType<typeof trace.getSpanContext>> }>
+} {
   if (waiters.length === 1 && waiters[0]!.trace) return { parent: waiters[0]!.trace }
   const links = waiters.flatMap((w) => {
     const linked = w.trace && trace.getSpanContext(w.trace)
@@ -49,7 +52,12 @@ function tracedAs(waiters: Waiter[]): { parent?: Context; links?: Array<{ contex
  * still unsent at shutdown is logged by payer, nonce and amount, never with its signature: a
  * signed authorization in a log would let anyone who reads it move the payer's money.
  */
-export async function createChargePublisher(nc: NatsConnection, channels: PaymentChannels, log: Logger, options: ChargePublisherOptions = {}) {
+export async function createChargePublisher(
+  nc: NatsConnection,
+  channels: PaymentChannels,
+  log: Logger,
+  options: ChargePublisherOptions = {},
+) {
   const { retryEveryMs = 1_000, maxUnsent = 10_000, publishTimeoutMs = 5_000 } = options
   await ensureStream(nc, channels.streamSpec)
   const js = nc.jetstream()
@@ -59,7 +67,13 @@ export async function createChargePublisher(nc: NatsConnection, channels: Paymen
   let publishing = false
 
   const send = (batch: PaymentsCharged, waiters: Waiter[] = []) =>
-    publishTraced(js, channels.charged.subject, channels.charged.message.encode(batch), { msgID: paymentsMessageId(batch), timeout: publishTimeoutMs }, tracingEnabled() ? tracedAs(waiters) : undefined)
+    publishTraced(
+      js,
+      channels.charged.subject,
+      channels.charged.message.encode(batch),
+      { msgID: paymentsMessageId(batch), timeout: publishTimeoutMs },
+      tracingEnabled() ? tracedAs(waiters) : undefined,
+    )
 
   const keep = (batch: PaymentsCharged) => {
     unsent.push(batch)
@@ -131,12 +145,14 @@ export async function createChargePublisher(nc: NatsConnection, channels: Paymen
       clearInterval(timer)
       await retryUnsent()
       if (unsent.length > 0) {
-        const events = unsent.flatMap((b) => b.charges).map(({ payer, authorization, requestId }) => ({
-          payer,
-          nonce: authorization.nonce,
-          value: authorization.value,
-          requestId,
-        }))
+        const events = unsent
+          .flatMap((b) => b.charges)
+          .map(({ payer, authorization, requestId }) => ({
+            payer,
+            nonce: authorization.nonce,
+            value: authorization.value,
+            requestId,
+          }))
         log.error({ unsent: events.length, events }, 'payment events could not be published before shutdown')
       }
     },

@@ -42,7 +42,14 @@ export const discoveryExamples: Record<PaidRoute, { status: number; input: Recor
       updatedAt: createdAt + 40,
       messages: [
         { id: 'msg_1', role: 'user', content: 'What is the price of ETH?', createdAt, metadata: { jobId } },
-        { id: 'msg_2', role: 'assistant', content: 'ETH: $3,012.45 (+1.25% in 24h)', createdAt: createdAt + 40, toolCalls: ['get_prices'], metadata: { jobId } },
+        {
+          id: 'msg_2',
+          role: 'assistant',
+          content: 'ETH: $3,012.45 (+1.25% in 24h)',
+          createdAt: createdAt + 40,
+          toolCalls: ['get_prices'],
+          metadata: { jobId },
+        },
       ],
     },
   },

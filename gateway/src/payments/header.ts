@@ -41,7 +41,10 @@ export const V2_HEADER = 'PAYMENT-SIGNATURE'
 // x402's exact/EVM spec: uint256 fields are decimal strings, or hex when 0x-prefixed
 const uint256Description = 'a uint256 as a decimal or 0x-hex string'
 const uint256 = Type.Union(
-  [Type.String({ pattern: `${integerStringPattern}|^0x[0-9a-fA-F]{1,64}$` }), Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })],
+  [
+    Type.String({ pattern: `${integerStringPattern}|^0x[0-9a-fA-F]{1,64}$` }),
+    Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }),
+  ],
   { description: uint256Description },
 )
 const ExactEvmPayload = Type.Object({
@@ -123,7 +126,8 @@ function exact(header: string, scheme: string, payload: unknown): Pick<Payment, 
     nonce: a.nonce.toLowerCase() as Hex,
   }
   for (const field of ['value', 'validAfter', 'validBefore'] as const) {
-    if (authorization[field] > maxUint256) throw new MalformedPaymentError(header, `payload.authorization.${field} must be ${uint256Description}`)
+    if (authorization[field] > maxUint256)
+      throw new MalformedPaymentError(header, `payload.authorization.${field} must be ${uint256Description}`)
   }
   return { signature: signature.toLowerCase() as Hex, authorization }
 }

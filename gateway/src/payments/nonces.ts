@@ -13,7 +13,8 @@ export const nonceKeyOf = (from: string, nonce: string) => `${NONCE_KEY_PREFIX}$
 /** how long a claim is kept past validBefore, against clock skew between replicas and the chain */
 export const NONCE_MARGIN_MS = 60_000
 /** how long the claim of a nonce valid until `validBefore` (unix seconds) is kept from `now` (ms) */
-export const nonceTtlMs = (validBefore: bigint, now: number, marginMs = NONCE_MARGIN_MS) => Math.max(1, Number(validBefore) * 1000 + marginMs - now)
+export const nonceTtlMs = (validBefore: bigint, now: number, marginMs = NONCE_MARGIN_MS) =>
+  Math.max(1, Number(validBefore) * 1000 + marginMs - now)
 
 export interface NonceStoreOptions {
   /** shared by all replicas; without it claims are per process */

@@ -35,7 +35,16 @@ declare module 'fastify' {
 
 export type PaymentSettings = Pick<
   ServiceConfig<typeof gatewaySettings>,
-  'PAY_TO' | 'PAYMENT_PRICE' | 'PAYMENT_TIMEOUT_SECONDS' | 'JOB_PAYMENT_MIN_VALIDITY_SECONDS' | 'PAYMENT_MIN_VALIDITY_SECONDS' | 'SKIP_PAYMENT' | 'PUBLIC_URL' | 'PORT' | 'PAYMENT_ID_TTL_SECONDS' | 'NATS_NAMESPACE'
+  | 'PAY_TO'
+  | 'PAYMENT_PRICE'
+  | 'PAYMENT_TIMEOUT_SECONDS'
+  | 'JOB_PAYMENT_MIN_VALIDITY_SECONDS'
+  | 'PAYMENT_MIN_VALIDITY_SECONDS'
+  | 'SKIP_PAYMENT'
+  | 'PUBLIC_URL'
+  | 'PORT'
+  | 'PAYMENT_ID_TTL_SECONDS'
+  | 'NATS_NAMESPACE'
 >
 
 /** The owner of paid requests when SKIP_PAYMENT is on and no payment header names one. */
@@ -71,7 +80,10 @@ const encodeResponse = (value: Record<string, unknown>) => Buffer.from(JSON.stri
  * id. Without PAY_TO paid routes answer 503; with SKIP_PAYMENT they pass unpaid (owner:
  * the header's unverified `from`, else a fixed development address).
  */
-export function createPaymentGuard(settings: PaymentSettings, { redis, log, blockedPayers, charges, chain }: PaymentGuardDeps): PaymentGuard {
+export function createPaymentGuard(
+  settings: PaymentSettings,
+  { redis, log, blockedPayers, charges, chain }: PaymentGuardDeps,
+): PaymentGuard {
   if (settings.SKIP_PAYMENT) {
     log.warn('SKIP_PAYMENT is on: paid routes accept requests WITHOUT payment. Development only.')
     return {
@@ -102,7 +114,9 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
   // nonces, payment ids and reservations must be shared by every gateway and outlive a restart:
   // per process, a payment could be replayed on another replica or after a restart (issue 23)
   if (!redis) {
-    throw new StartupError('paid routes need Redis: set REDIS_URL (used nonces, payment ids and reservations are shared there by every gateway), or SKIP_PAYMENT=true in development')
+    throw new StartupError(
+      'paid routes need Redis: set REDIS_URL (used nonces, payment ids and reservations are shared there by every gateway), or SKIP_PAYMENT=true in development',
+    )
   }
   const usdc = chain.tokens().find('USDC')
   if (!usdc) throw new StartupError(`the address book of chain ${chain.chainId} has no USDC`)
@@ -244,7 +258,8 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
         if (!payment) return paymentRequired(request, reply, 'payment required: send X-PAYMENT (x402 v1) or PAYMENT-SIGNATURE (v2)')
         checkJobWindow(request, payment)
         // with a payment id, the nonce is claimed (or not: a repeat) once the body is known
-        payer = payment.paymentId === undefined ? await verifier.verify(payment, Date.now() / 1000) : verifier.check(payment, Date.now() / 1000)
+        payer =
+          payment.paymentId === undefined ? await verifier.verify(payment, Date.now() / 1000) : verifier.check(payment, Date.now() / 1000)
       } catch (error) {
         return refused(request, reply, error)
       }
@@ -262,7 +277,12 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
       if (!paid || id === undefined) return
       // refused here, the request never reaches the service: no payment response, as in onRequest
       request.payment = null
-      const fingerprint = requestFingerprint(request.method, request.url, request.headers['content-type'], request.bodyBytes ?? Buffer.alloc(0))
+      const fingerprint = requestFingerprint(
+        request.method,
+        request.url,
+        request.headers['content-type'],
+        request.bodyBytes ?? Buffer.alloc(0),
+      )
       let claim: PaymentIdClaim
       try {
         await verifier.funded(paid.payment, paid.payer)
@@ -292,7 +312,10 @@ export function createPaymentGuard(settings: PaymentSettings, { redis, log, bloc
       } else {
         // never settled, so it reserves nothing (a payment id's may still be charged by a repeat)
         if (paid.payment.paymentId === undefined) await reservations.release(paid.payer, paid.payment.authorization.nonce, request.log)
-        const retry = paid.payment.paymentId === undefined ? "this payment's nonce is used, sign a new one to retry" : 'send it again with the same payment id to retry'
+        const retry =
+          paid.payment.paymentId === undefined
+            ? "this payment's nonce is used, sign a new one to retry"
+            : 'send it again with the same payment id to retry'
         const errorReason = `not charged: the service answered ${reply.statusCode}; ${retry}`
         response = { success: false, errorReason, transaction: '', network, payer: paid.payer }
       }

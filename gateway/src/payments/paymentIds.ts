@@ -93,15 +93,25 @@ if not redis.call('SET', KEYS[2], '1', 'PX', ARGV[3], 'NX') then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1`
 
-type ScriptedRedis = Redis & { claimPaymentId(record: string, nonce: string, value: string, ttlMs: number, nonceTtlMs: number): Promise<string | number> }
+type ScriptedRedis = Redis & {
+  claimPaymentId(record: string, nonce: string, value: string, ttlMs: number, nonceTtlMs: number): Promise<string | number>
+}
 
-export function createPaymentIdStore({ redis, nonces, reservations, namespace, ttlMs, now = Date.now }: PaymentIdStoreOptions): PaymentIdStore {
+export function createPaymentIdStore({
+  redis,
+  nonces,
+  reservations,
+  namespace,
+  ttlMs,
+  now = Date.now,
+}: PaymentIdStoreOptions): PaymentIdStore {
   const keyOf = (payer: Address, id: string) => `${PAYMENT_ID_KEY_PREFIX}${namespace}:${payer.toLowerCase()}:${id}`
   if (redis) {
     redis.defineCommand('claimPaymentId', { numberOfKeys: 2, lua: claimScript })
     const scripted = redis as ScriptedRedis
     // fail closed, as the nonce store does: without the record a payment could pay twice
-    const unavailable = (error: unknown) => new PaymentUnavailableError(`payment id store unavailable: ${(error as Error).message}`, { cause: error })
+    const unavailable = (error: unknown) =>
+      new PaymentUnavailableError(`payment id store unavailable: ${(error as Error).message}`, { cause: error })
     return {
       async claim(payer, id, fingerprint, payment) {
         if (reservations) {
@@ -112,7 +122,13 @@ export function createPaymentIdStore({ redis, nonces, reservations, namespace, t
         const a = payment.authorization
         let result: string | number
         try {
-          result = await scripted.claimPaymentId(keyOf(payer, id), nonceKeyOf(a.from, a.nonce), encode(fingerprint, payment), ttlMs, nonceTtlMs(a.validBefore, now()))
+          result = await scripted.claimPaymentId(
+            keyOf(payer, id),
+            nonceKeyOf(a.from, a.nonce),
+            encode(fingerprint, payment),
+            ttlMs,
+            nonceTtlMs(a.validBefore, now()),
+          )
         } catch (error) {
           throw unavailable(error)
         }

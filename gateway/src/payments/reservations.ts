@@ -6,7 +6,16 @@
 import { eip3009Abi, MULTICALL3_ADDRESS, multicall3Abi } from '@ats/chain'
 import { cachedLoader, type Logger } from '@ats/service-kit'
 import type { Redis } from 'ioredis'
-import { decodeFunctionResult, encodeFunctionData, getAbiItem, numberToHex, toFunctionSelector, type Address, type Hex, type PublicClient } from 'viem'
+import {
+  decodeFunctionResult,
+  encodeFunctionData,
+  getAbiItem,
+  numberToHex,
+  toFunctionSelector,
+  type Address,
+  type Hex,
+  type PublicClient,
+} from 'viem'
 import { PaymentRefused, PaymentUnavailableError } from '../errors.ts'
 import type { Payment } from './header.ts'
 import { nonceKeyOf, nonceTtlMs, NONCE_MARGIN_MS } from './nonces.ts'
@@ -40,7 +49,13 @@ export function createPayerChain({ publicClient, asset, ttlMs = 5_000, now }: Pa
     // the block number first: the balance is read at it or later, so `block` is a lower bound
     const block = blockNumber ?? (await publicClient.getBlockNumber({ cacheTime: 0 }).catch(unavailable('block number lookup')))
     const balance = await publicClient
-      .readContract({ address: asset, abi: eip3009Abi, functionName: 'balanceOf', args: [payer], ...(blockNumber === undefined ? {} : { blockNumber }) })
+      .readContract({
+        address: asset,
+        abi: eip3009Abi,
+        functionName: 'balanceOf',
+        args: [payer],
+        ...(blockNumber === undefined ? {} : { blockNumber }),
+      })
       .catch(unavailable('balance lookup'))
     return { balance, block }
   }
@@ -340,7 +355,8 @@ export function createReservations({ redis, chain, namespace, marginMs = NONCE_M
           if (kind === 'record') return { kind: 'record', existing: detail }
           if (kind === 'stale') {
             // another gateway ended reservations from a newer balance than ours: read it again
-            if (++stale > 3) throw new PaymentUnavailableError(`the chain node answers with blocks older than ${detail}, which another gateway has read`)
+            if (++stale > 3)
+              throw new PaymentUnavailableError(`the chain node answers with blocks older than ${detail}, which another gateway has read`)
             balance = await chain.freshBalance(payer)
             continue
           }

@@ -13,7 +13,9 @@ const halfN = 0x7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0
 
 /** keccak-256 in native code (the `keccak` addon): ~7 µs a hash here, where viem's pure-JS one took ~17 µs (issue 26) */
 const keccak = (data: Uint8Array): Buffer =>
-  createKeccak('keccak256').update(Buffer.from(data.buffer, data.byteOffset, data.byteLength)).digest()
+  createKeccak('keccak256')
+    .update(Buffer.from(data.buffer, data.byteOffset, data.byteLength))
+    .digest()
 
 const writeHex = (buf: Buffer, offset: number, hex: string) => buf.write(hex, offset, 'hex')
 const writeUint = (buf: Buffer, offset: number, n: bigint) => writeHex(buf, offset, n.toString(16).padStart(64, '0'))

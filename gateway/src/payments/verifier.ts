@@ -65,17 +65,27 @@ export function createPaymentVerifier({
     if (a.validAfter > t) throw new PaymentRefused('not_yet_valid', `not yet valid: validAfter ${a.validAfter} is after now (${t})`)
     if (a.validBefore <= t) throw new PaymentRefused('expired', `expired: validBefore ${a.validBefore} is not after now (${t})`)
     if (a.validBefore <= t + minValidity)
-      throw new PaymentRefused('expired', `expires too soon: validBefore ${a.validBefore} must be more than ${minValidity} s after now (${t})`)
+      throw new PaymentRefused(
+        'expired',
+        `expires too soon: validBefore ${a.validBefore} must be more than ${minValidity} s after now (${t})`,
+      )
     if (a.validBefore > t + maxValidity)
-      throw new PaymentRefused('validity_too_long', `valid too long: validBefore ${a.validBefore} is more than ${maxValidity} s after now (${t})`)
+      throw new PaymentRefused(
+        'validity_too_long',
+        `valid too long: validBefore ${a.validBefore} is more than ${maxValidity} s after now (${t})`,
+      )
 
     const signer = signing.recover(a, payment.signature)
     if (signer !== a.from)
-      throw new PaymentRefused('signer_mismatch', `invalid signature: signed by ${getAddress(signer)}, not by authorization.from ${getAddress(a.from)}`)
+      throw new PaymentRefused(
+        'signer_mismatch',
+        `invalid signature: signed by ${getAddress(signer)}, not by authorization.from ${getAddress(a.from)}`,
+      )
 
     const payer = checksums.memo(a.from)
     const refused = refusedPayer(a.from)
-    if (refused !== undefined) throw new PaymentRefused('payer_blocked', `payer refused: ${payer} has a payment that could not settle (${refused})`)
+    if (refused !== undefined)
+      throw new PaymentRefused('payer_blocked', `payer refused: ${payer} has a payment that could not settle (${refused})`)
     return payer
   }
 
@@ -83,7 +93,8 @@ export function createPaymentVerifier({
   async function funded(payment: Payment, payer: Address): Promise<void> {
     const balance = await balances.balanceOf(payer)
     const { value } = payment.authorization
-    if (balance < value) throw new PaymentRefused('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${value}`)
+    if (balance < value)
+      throw new PaymentRefused('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${value}`)
   }
 
   /** The payer's checksummed address once the payment is checked, funded and its nonce claimed; else a PaymentRefused. */

@@ -90,7 +90,13 @@ async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: Prox
     disableRequestLogging: true,
     // each group has its own pool; a body is read whole at the edge (bodyLimit.ts) before the
     // request takes one of these connections, so a slow client never holds one
-    undici: { connections: options.connections, pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: timeoutMs, bodyTimeout: timeoutMs },
+    undici: {
+      connections: options.connections,
+      pipelining: 1,
+      keepAliveTimeout: 60_000,
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+    },
     replyOptions: {
       rewriteRequestHeaders: (request, headers) => forwardedHeaders(request, headers, options.internalToken),
       // the client gets the id the gateway logged and forwarded, to quote when asking for help

@@ -6,7 +6,10 @@ import { StartupError, type ServiceConfig } from '@ats/service-kit'
 import type { FastifyInstance, FastifyServerOptions } from 'fastify'
 import type { gatewaySettings } from '../settings.ts'
 
-type TimeoutSettings = Pick<ServiceConfig<typeof gatewaySettings>, 'SERVER_HEADERS_TIMEOUT_MS' | 'SERVER_REQUEST_TIMEOUT_MS' | 'SERVER_KEEP_ALIVE_TIMEOUT_MS'>
+type TimeoutSettings = Pick<
+  ServiceConfig<typeof gatewaySettings>,
+  'SERVER_HEADERS_TIMEOUT_MS' | 'SERVER_REQUEST_TIMEOUT_MS' | 'SERVER_KEEP_ALIVE_TIMEOUT_MS'
+>
 
 /**
  * The Node server's timeouts as Fastify options: headers (SERVER_HEADERS_TIMEOUT_MS), the whole

@@ -37,7 +37,9 @@ function describeAuth(auth: RouteAuth | undefined): string {
   if (!auth || auth.kind === 'none') return 'No authentication.'
   if (auth.kind === 'payment')
     return 'Paid per request with x402 (X-PAYMENT or PAYMENT-SIGNATURE). A v2 payment may carry a payment id (extension payment-identifier): the same request sent again with it is answered again and not charged; another request with it answers 409.'
-  const where = auth.keyHeaders?.includes('x-api-key') ? ' (Authorization: Bearer <key>, or x-api-key: <key> as Anthropic\'s SDKs send it)' : ''
+  const where = auth.keyHeaders?.includes('x-api-key')
+    ? " (Authorization: Bearer <key>, or x-api-key: <key> as Anthropic's SDKs send it)"
+    : ''
   return `API key of tier ${auth.tier} or higher${where}.`
 }
 
@@ -66,7 +68,11 @@ export function buildOpenApi(info: OpenApiInfo, routes: readonly ApiRoute[]) {
         summary: r.summary,
         description: describeAuth(auth),
         security: security(auth),
-        parameters: [...parameters(r.schema.params, 'path'), ...parameters(r.schema.querystring, 'query'), ...parameters(r.schema.headers, 'header')],
+        parameters: [
+          ...parameters(r.schema.params, 'path'),
+          ...parameters(r.schema.querystring, 'query'),
+          ...parameters(r.schema.headers, 'header'),
+        ],
         ...(r.schema.body && {
           requestBody: { required: true, content: { 'application/json': { schema: plain(r.schema.body) } } },
         }),

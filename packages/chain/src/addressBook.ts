@@ -63,5 +63,7 @@ export function addressBookFor({ chainId, addressBookPath }: { chainId: number; 
     }
     return book
   }
-  throw new AddressBookError(`no address book for chain ${chainId}: supported are ${ARBITRUM_ONE_CHAIN_ID} (Arbitrum One) and ${DEVNET_CHAIN_ID} (devnet)`)
+  throw new AddressBookError(
+    `no address book for chain ${chainId}: supported are ${ARBITRUM_ONE_CHAIN_ID} (Arbitrum One) and ${DEVNET_CHAIN_ID} (devnet)`,
+  )
 }

@@ -15,7 +15,17 @@ t.test('tokens are found by symbol or address, case-insensitively', async (t) =>
 t.test('the Arbitrum One registry holds the nine tokens with their decimals', async (t) => {
   t.same(
     registry.all.map((token) => [token.symbol, token.decimals]),
-    [['WETH', 18], ['USDC', 6], ['USDC.e', 6], ['USDT', 6], ['ARB', 18], ['WBTC', 8], ['GMX', 18], ['LINK', 18], ['DAI', 18]],
+    [
+      ['WETH', 18],
+      ['USDC', 6],
+      ['USDC.e', 6],
+      ['USDT', 6],
+      ['ARB', 18],
+      ['WBTC', 8],
+      ['GMX', 18],
+      ['LINK', 18],
+      ['DAI', 18],
+    ],
   )
 })
 

@@ -114,7 +114,11 @@ export const natsUses: Record<FleetComponent, (c: NatsChannels) => NatsUse> = {
   admin: ({ admin }) => ({
     publishes: [admin.keyRevoked],
     streams: [
-      { stream: admin.payments.streamSpec, consume: [admin.payments.ledgerConsumer, admin.payments.jobOutcomeConsumer], publish: [admin.payments.deadLetters] },
+      {
+        stream: admin.payments.streamSpec,
+        consume: [admin.payments.ledgerConsumer, admin.payments.jobOutcomeConsumer],
+        publish: [admin.payments.deadLetters],
+      },
       eventsStream(admin.events, [admin.events.webhookConsumer]),
     ],
     reads: [admin.payments.blockedPayers, admin.walletControl],
@@ -140,7 +144,9 @@ export function endpointsOf(channels: unknown): Endpoint<unknown, unknown>[] {
 
 /** the endpoints a component serves: those of its own contract */
 export function servedEndpoints(component: FleetComponent, channels: NatsChannels): Endpoint<unknown, unknown>[] {
-  const contract = (Object.keys(componentOfContract) as Array<keyof typeof serviceContracts>).find((k) => componentOfContract[k] === component)
+  const contract = (Object.keys(componentOfContract) as Array<keyof typeof serviceContracts>).find(
+    (k) => componentOfContract[k] === component,
+  )
   return contract ? endpointsOf(channels[contract]) : []
 }
 
@@ -203,7 +209,8 @@ export function natsPermissions(component: FleetComponent, namespace: string): N
     // a consumer hands a message back by publishing it again on its own subject (workers.ts)
     if (s.consume) for (const subject of s.publish ?? []) publish.add(subject)
   }
-  for (const bucket of new Set([...(use.reads ?? []), ...(use.writes ?? [])])) for (const subject of bucketRead(bucket)) publish.add(subject)
+  for (const bucket of new Set([...(use.reads ?? []), ...(use.writes ?? [])]))
+    for (const subject of bucketRead(bucket)) publish.add(subject)
   for (const bucket of use.writes ?? []) publish.add(`$KV.${bucket}.>`)
   return { publish: [...publish].sort(), subscribe: [...subscribe].sort() }
 }

@@ -1,6 +1,20 @@
 import t from 'tap'
 import { Compile } from 'typebox/compile'
-import { Address, adminContract, apiKeyPattern, Bytes32, codec, hashApiKey, KeyVerifyReply, MessageError, natsChannels, paymentsMessageId, publicRoutes, serviceContracts, tierAllows } from '../src/index.ts'
+import {
+  Address,
+  adminContract,
+  apiKeyPattern,
+  Bytes32,
+  codec,
+  hashApiKey,
+  KeyVerifyReply,
+  MessageError,
+  natsChannels,
+  paymentsMessageId,
+  publicRoutes,
+  serviceContracts,
+  tierAllows,
+} from '../src/index.ts'
 
 t.test('a higher tier may use the routes of lower tiers, never the reverse', async (t) => {
   t.ok(tierAllows('admin', 'readonly'))
@@ -53,8 +67,16 @@ t.test("a batch's message id covers all its payments: batches that share a first
   const [a, b, c] = ['0x' + 'a'.repeat(40), '0x' + 'b'.repeat(40), '0x' + 'c'.repeat(40)]
   const nonce = (n: number) => `0x${n.toString(16).padStart(64, '0')}`
   const first = paymentsMessageId({ charges: [charge(a, nonce(1)), charge(b, nonce(2))] })
-  t.not(first, paymentsMessageId({ charges: [charge(a, nonce(1)), charge(c, nonce(3))] }), "another payer's charge behind the same first payment")
+  t.not(
+    first,
+    paymentsMessageId({ charges: [charge(a, nonce(1)), charge(c, nonce(3))] }),
+    "another payer's charge behind the same first payment",
+  )
   t.not(first, paymentsMessageId({ charges: [charge(a, nonce(1)), charge(b, nonce(3))] }), 'another nonce')
-  t.equal(first, paymentsMessageId({ charges: [charge(a.toUpperCase().replace('0X', '0x'), nonce(1)), charge(b, nonce(2))] }), 'the same batch again (any case) is a duplicate')
+  t.equal(
+    first,
+    paymentsMessageId({ charges: [charge(a.toUpperCase().replace('0X', '0x'), nonce(1)), charge(b, nonce(2))] }),
+    'the same batch again (any case) is a duplicate',
+  )
   t.match(first, /^charges:[0-9a-f]{64}$/)
 })

@@ -18,7 +18,10 @@ import {
 
 const namespace = 'ats'
 const channels = natsChannels(namespace)
-const permissions = Object.fromEntries(fleetComponents.map((c) => [c, natsPermissions(c, namespace)])) as Record<FleetComponent, ReturnType<typeof natsPermissions>>
+const permissions = Object.fromEntries(fleetComponents.map((c) => [c, natsPermissions(c, namespace)])) as Record<
+  FleetComponent,
+  ReturnType<typeof natsPermissions>
+>
 const may = (patterns: string[], subject: string) => patterns.some((p) => subjectMatches(p, subject))
 const contracts = Object.keys(serviceContracts) as Array<keyof typeof serviceContracts>
 
@@ -45,9 +48,16 @@ t.test('every endpoint a contract declares is served by its component, and only 
 t.test('every stream, consumer, bucket, topic and event type is somebody’s, and each event type one emitter’s', async (t) => {
   const { admin, agent } = channels
   const streams = [admin.payments.streamSpec.name, admin.events.streamSpec.name, agent.jobsStream.name]
-  for (const stream of streams) t.ok(fleetComponents.some((c) => may(permissions[c].publish, `$JS.API.STREAM.INFO.${stream}`)), `${stream} is used`)
+  for (const stream of streams)
+    t.ok(
+      fleetComponents.some((c) => may(permissions[c].publish, `$JS.API.STREAM.INFO.${stream}`)),
+      `${stream} is used`,
+    )
   for (const bucket of [admin.payments.blockedPayers, admin.walletControl]) {
-    t.ok(fleetComponents.some((c) => may(permissions[c].publish, `$KV.${bucket}.x`)), `${bucket} is written by someone`)
+    t.ok(
+      fleetComponents.some((c) => may(permissions[c].publish, `$KV.${bucket}.x`)),
+      `${bucket} is written by someone`,
+    )
   }
   const consumers: Array<[string, string]> = [
     [admin.payments.streamSpec.name, admin.payments.ledgerConsumer],
@@ -55,9 +65,16 @@ t.test('every stream, consumer, bucket, topic and event type is somebody’s, an
     [admin.events.streamSpec.name, admin.events.webhookConsumer],
     [agent.jobsStream.name, agent.workers],
   ]
-  for (const [stream, durable] of consumers) t.ok(fleetComponents.some((c) => may(permissions[c].publish, `$JS.API.CONSUMER.MSG.NEXT.${stream}.${durable}`)), `${durable} is pulled`)
+  for (const [stream, durable] of consumers)
+    t.ok(
+      fleetComponents.some((c) => may(permissions[c].publish, `$JS.API.CONSUMER.MSG.NEXT.${stream}.${durable}`)),
+      `${durable} is pulled`,
+    )
   for (const topic of [admin.keyRevoked, agent.cancelled, admin.payments.charged, admin.payments.jobOutcome, agent.jobs]) {
-    t.ok(fleetComponents.some((c) => may(permissions[c].publish, topic.subject)), `${topic.subject} has a publisher`)
+    t.ok(
+      fleetComponents.some((c) => may(permissions[c].publish, topic.subject)),
+      `${topic.subject} has a publisher`,
+    )
   }
   for (const type of webhookEventTypes) {
     const emitters = fleetComponents.filter((c) => may(permissions[c].publish, admin.events.subjectOf(type)))
@@ -73,7 +90,9 @@ t.test('a component may not call what it does not declare: market-data calls not
   t.ok(may(permissions.automation.publish, channels.trading.execute.subject))
   t.same(natsUses['market-data'](channels), {})
   // the subjects of the whole namespace are never granted wholesale
-  for (const c of fleetComponents) for (const p of [...permissions[c].publish, ...permissions[c].subscribe]) t.notOk(['>', `${namespace}.>`, '$JS.API.>'].includes(p), `${c}: ${p}`)
+  for (const c of fleetComponents)
+    for (const p of [...permissions[c].publish, ...permissions[c].subscribe])
+      t.notOk(['>', `${namespace}.>`, '$JS.API.>'].includes(p), `${c}: ${p}`)
 })
 
 /** Every channel a service's source names (`channels.trading.execute`, `const { quote } = channels.trading`). */
@@ -117,7 +136,10 @@ t.test("every endpoint a service's code calls is allowed to it (a new call witho
       if (componentOfContract[contract] === component) {
         t.ok(may(permissions[component].subscribe, endpoint.subject), `${component} serves ${endpoint.subject}`)
       } else {
-        t.ok(may(permissions[component].publish, endpoint.subject), `${component} may call ${endpoint.subject} (channels.${contract}.${name})`)
+        t.ok(
+          may(permissions[component].publish, endpoint.subject),
+          `${component} may call ${endpoint.subject} (channels.${contract}.${name})`,
+        )
       }
     }
   }
@@ -127,7 +149,12 @@ t.test('the nats-server authorization block: one user per component, passwords a
   const withVariables = natsAuthorization({ namespace })
   for (const c of fleetComponents) t.match(withVariables, `user: "${c}"`)
   t.match(withVariables, 'password: $ATS_NATS_PASSWORD_MARKET_DATA')
-  const literal = natsAuthorization({ namespace, userPrefix: 'x-', passwords: { trading: 'p"w' }, unrestricted: [{ user: 'ops', password: 'o' }] })
+  const literal = natsAuthorization({
+    namespace,
+    userPrefix: 'x-',
+    passwords: { trading: 'p"w' },
+    unrestricted: [{ user: 'ops', password: 'o' }],
+  })
   t.match(literal, 'user: "x-trading"')
   t.match(literal, 'password: "p\\"w"')
   t.match(literal, '{ user: "ops", password: "o" }')

@@ -26,7 +26,8 @@ export async function checkAccessFiles(root: string, problems: string[]): Promis
     const file = accessFiles[kind]
     const path = join(root, file)
     if (!existsSync(path)) problems.push(`${file}: missing; run pnpm access:config`)
-    else if (readFileSync(path, 'utf8') !== expected[kind]) problems.push(`${file}: not what the contracts and the fleet generate now; run pnpm access:config`)
+    else if (readFileSync(path, 'utf8') !== expected[kind])
+      problems.push(`${file}: not what the contracts and the fleet generate now; run pnpm access:config`)
   }
 }
 
@@ -35,19 +36,27 @@ export function checkComposeAccess(services: Obj, fleet: Array<{ name: string; d
   for (const { name, database } of fleet) {
     const env: Obj = services[name]?.environment ?? {}
     const nats = String(env.NATS_URL ?? '')
-    if (!nats.startsWith(`nats://${name}:`)) problems.push(`docker-compose.yml: ${name}'s NATS_URL must carry its own user (nats://${name}:<password>@…), found ${nats || 'none'}`)
+    if (!nats.startsWith(`nats://${name}:`))
+      problems.push(`docker-compose.yml: ${name}'s NATS_URL must carry its own user (nats://${name}:<password>@…), found ${nats || 'none'}`)
     if (database) {
       const role = databaseRoleOf(name)
-      if (!String(env.DATABASE_URL ?? '').startsWith(`postgresql://${role}:`)) problems.push(`docker-compose.yml: ${name}'s DATABASE_URL must use its own role ${role}`)
+      if (!String(env.DATABASE_URL ?? '').startsWith(`postgresql://${role}:`))
+        problems.push(`docker-compose.yml: ${name}'s DATABASE_URL must use its own role ${role}`)
     }
   }
   const nats = services.nats
   const command = arr(nats?.command).join(' ')
   const config = /-c\s+(\S+)/.exec(command)?.[1]
-  const mounted = arr(nats?.volumes).some((v: unknown) => typeof v === 'string' && v.startsWith(`./${accessFiles.nats}:`) && v.split(':')[1] === config)
-  if (!config || !mounted) problems.push(`docker-compose.yml: nats must run with -c <the mounted ${accessFiles.nats}> (one user per component)`)
-  const roles = arr(services.postgres?.volumes).some((v: unknown) => typeof v === 'string' && v.startsWith(`./${accessFiles.postgres}:/docker-entrypoint-initdb.d/`))
-  if (!roles) problems.push(`docker-compose.yml: postgres must mount ${accessFiles.postgres} in /docker-entrypoint-initdb.d (each component's role)`)
+  const mounted = arr(nats?.volumes).some(
+    (v: unknown) => typeof v === 'string' && v.startsWith(`./${accessFiles.nats}:`) && v.split(':')[1] === config,
+  )
+  if (!config || !mounted)
+    problems.push(`docker-compose.yml: nats must run with -c <the mounted ${accessFiles.nats}> (one user per component)`)
+  const roles = arr(services.postgres?.volumes).some(
+    (v: unknown) => typeof v === 'string' && v.startsWith(`./${accessFiles.postgres}:/docker-entrypoint-initdb.d/`),
+  )
+  if (!roles)
+    problems.push(`docker-compose.yml: postgres must mount ${accessFiles.postgres} in /docker-entrypoint-initdb.d (each component's role)`)
 }
 
 /** k8s: the Secret key each component's NATS_URL / DATABASE_URL is read from is its own */
@@ -56,7 +65,9 @@ export function checkDeploymentAccess(id: string, component: string, container: 
     const e = arr(container.env).find((x: Obj) => x.name === setting)
     const key = e?.valueFrom?.secretKeyRef?.key
     if (e && key !== `${setting}_${secretSuffix(component)}`) {
-      problems.push(`${id}: ${setting} must come from the Secret key ${setting}_${secretSuffix(component)} (its own credentials), not ${key ?? 'a literal'}`)
+      problems.push(
+        `${id}: ${setting} must come from the Secret key ${setting}_${secretSuffix(component)} (its own credentials), not ${key ?? 'a literal'}`,
+      )
     }
   }
 }
@@ -67,6 +78,9 @@ export function checkNatsWorkload(where: string, w: Obj, problems: string[]): vo
     const args = [...arr(c.command), ...arr(c.args)].join(' ')
     const config = /-c\s+(\S+)/.exec(args)?.[1]
     const mounted = config && arr(c.volumeMounts).some((m: Obj) => config.startsWith(`${m.mountPath}/`))
-    if (!mounted) problems.push(`${where}: ${w.kind} ${w.metadata?.name}: nats-server must run with -c <authorization file from a volume> (one user per component, ${accessFiles.nats})`)
+    if (!mounted)
+      problems.push(
+        `${where}: ${w.kind} ${w.metadata?.name}: nats-server must run with -c <authorization file from a volume> (one user per component, ${accessFiles.nats})`,
+      )
   }
 }

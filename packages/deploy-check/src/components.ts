@@ -18,7 +18,10 @@ export interface Component {
 export async function deployables(repoRoot: string): Promise<{ fleet: Component[]; devnet: Component }> {
   const fleet = (await fleetMembers()).map((m) => {
     const settings = Object.fromEntries(
-      Object.entries(settingsOf(m.definition) as Obj).map(([k, v]) => [k, { secret: v.secret === true, optional: v['~optional'] === true, schema: v }]),
+      Object.entries(settingsOf(m.definition) as Obj).map(([k, v]) => [
+        k,
+        { secret: v.secret === true, optional: v['~optional'] === true, schema: v },
+      ]),
     )
     const dir = relative(repoRoot, m.dir)
     return { name: m.name, dir, packageName: JSON.parse(readFileSync(join(m.dir, 'package.json'), 'utf8')).name as string, settings }

@@ -11,7 +11,13 @@ import { arr, isObj, type Obj } from './objects.ts'
 /** contents whose `docker-compose config -q` passed (only successes: a failure is re-run, so its message names its copy) */
 const composePassed = new Set<string>()
 
-export function checkCompose(root: string, components: Component[], imageHealth: Map<string, boolean>, problems: string[], notes: string[]): void {
+export function checkCompose(
+  root: string,
+  components: Component[],
+  imageHealth: Map<string, boolean>,
+  problems: string[],
+  notes: string[],
+): void {
   const file = join(root, 'docker-compose.yml')
   const envFile = join(root, '.env.example')
   if (!existsSync(file)) return void problems.push('docker-compose.yml: file not found')
@@ -52,28 +58,37 @@ export function checkCompose(root: string, components: Component[], imageHealth:
       continue
     }
     const dockerfile = isObj(s.build) ? s.build.dockerfile : undefined
-    if (dockerfile !== `${c.dir}/Dockerfile`) problems.push(`docker-compose.yml: service "${c.name}" must build ${c.dir}/Dockerfile (found ${dockerfile ?? 'no build'})`)
+    if (dockerfile !== `${c.dir}/Dockerfile`)
+      problems.push(`docker-compose.yml: service "${c.name}" must build ${c.dir}/Dockerfile (found ${dockerfile ?? 'no build'})`)
   }
   for (const [name, s] of Object.entries(services)) {
     if (!isObj(s)) continue
     const fromImage = isObj(s.build) && imageHealth.get(s.build.dockerfile) === true
-    if (!isObj(s.healthcheck) && !fromImage) problems.push(`docker-compose.yml: service "${name}" has no healthcheck (in compose or its Dockerfile)`)
-    if (isObj(s.healthcheck) && s.healthcheck.disable === true) problems.push(`docker-compose.yml: service "${name}" disables its healthcheck`)
+    if (!isObj(s.healthcheck) && !fromImage)
+      problems.push(`docker-compose.yml: service "${name}" has no healthcheck (in compose or its Dockerfile)`)
+    if (isObj(s.healthcheck) && s.healthcheck.disable === true)
+      problems.push(`docker-compose.yml: service "${name}" disables its healthcheck`)
     const deps = s.depends_on
-    if (Array.isArray(deps)) problems.push(`docker-compose.yml: service "${name}": depends_on must wait for health (condition: service_healthy)`)
+    if (Array.isArray(deps))
+      problems.push(`docker-compose.yml: service "${name}": depends_on must wait for health (condition: service_healthy)`)
     else if (isObj(deps)) {
       for (const [dep, cond] of Object.entries(deps)) {
-        if (!isObj(cond) || cond.condition !== 'service_healthy') problems.push(`docker-compose.yml: service "${name}" depends on "${dep}" without condition: service_healthy`)
+        if (!isObj(cond) || cond.condition !== 'service_healthy')
+          problems.push(`docker-compose.yml: service "${name}" depends on "${dep}" without condition: service_healthy`)
         if (!services[dep]) problems.push(`docker-compose.yml: service "${name}" depends on "${dep}", which is not a service`)
       }
     }
-    if (name !== 'gateway' && arr(s.ports).length > 0) problems.push(`docker-compose.yml: service "${name}" publishes ports; only the gateway is reachable from outside`)
+    if (name !== 'gateway' && arr(s.ports).length > 0)
+      problems.push(`docker-compose.yml: service "${name}" publishes ports; only the gateway is reachable from outside`)
   }
   const nats = services.nats
   const natsCommand = arr(nats?.command).join(' ')
   const store = /-sd\s+(\S+)/.exec(natsCommand)?.[1]
   if (!/(^|\s)(-js|--jetstream)(\s|$)/.test(natsCommand)) problems.push('docker-compose.yml: nats must run with JetStream (-js)')
-  else if (!store || !arr(nats.volumes).some((v: unknown) => typeof v === 'string' && v.split(':')[1] === store && !v.startsWith('/') && !v.startsWith('.'))) {
-    problems.push('docker-compose.yml: JetStream\'s store (-sd) must be on a named volume')
+  else if (
+    !store ||
+    !arr(nats.volumes).some((v: unknown) => typeof v === 'string' && v.split(':')[1] === store && !v.startsWith('/') && !v.startsWith('.'))
+  ) {
+    problems.push("docker-compose.yml: JetStream's store (-sd) must be on a named volume")
   }
 }

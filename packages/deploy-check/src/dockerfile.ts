@@ -66,9 +66,7 @@ export function readImage(text: string): ImageFacts {
   const runtime = stages.at(-1) ?? []
   const env: Record<string, string> = {}
   for (const e of runtime.filter((i) => i.keyword === 'ENV')) for (const m of e.args.matchAll(/([A-Z0-9_]+)=(\S+)/g)) env[m[1]!] = m[2]!
-  const deploy = instructions
-    .map((i) => (i.keyword === 'RUN' ? /scripts\/deploy-package\.sh\s+(\S+)\s/.exec(i.args) : null))
-    .find(Boolean)
+  const deploy = instructions.map((i) => (i.keyword === 'RUN' ? /scripts\/deploy-package\.sh\s+(\S+)\s/.exec(i.args) : null)).find(Boolean)
   const healthcheck = runtime.filter((i) => i.keyword === 'HEALTHCHECK').at(-1)
   const cmd = runtime.filter((i) => i.keyword === 'CMD' || i.keyword === 'ENTRYPOINT').at(-1)
   return {
@@ -111,13 +109,19 @@ export function lintDockerfile(text: string, problem: (line: number, message: st
 
   const runs = instructions.filter((i) => i.keyword === 'RUN')
   if (!facts.deployedPackage && !runs.some((r) => /pnpm\b.*\bdeploy\b.*--prod/.test(r.args))) {
-    problem(1, 'the build stage must deploy the package with its production dependencies only (scripts/deploy-package.sh, i.e. pnpm deploy --prod)')
+    problem(
+      1,
+      'the build stage must deploy the package with its production dependencies only (scripts/deploy-package.sh, i.e. pnpm deploy --prod)',
+    )
   }
   for (const r of runs) {
-    if (/apt-get install/.test(r.args) && !/--no-install-recommends/.test(r.args)) problem(r.line, 'apt-get install without --no-install-recommends')
-    if (/apt-get install/.test(r.args) && !/rm -rf \/var\/lib\/apt\/lists/.test(r.args)) problem(r.line, 'apt-get install without removing /var/lib/apt/lists in the same RUN')
+    if (/apt-get install/.test(r.args) && !/--no-install-recommends/.test(r.args))
+      problem(r.line, 'apt-get install without --no-install-recommends')
+    if (/apt-get install/.test(r.args) && !/rm -rf \/var\/lib\/apt\/lists/.test(r.args))
+      problem(r.line, 'apt-get install without removing /var/lib/apt/lists in the same RUN')
   }
-  for (const add of instructions.filter((i) => i.keyword === 'ADD')) problem(add.line, 'ADD: use COPY (and fetch remote files in a RUN you can verify)')
+  for (const add of instructions.filter((i) => i.keyword === 'ADD'))
+    problem(add.line, 'ADD: use COPY (and fetch remote files in a RUN you can verify)')
   for (const env of instructions.filter((i) => i.keyword === 'ENV' || i.keyword === 'ARG')) {
     const secret = /\b([A-Z0-9_]*(?:PASSWORD|SECRET|TOKEN|PRIVATE_KEY|API_KEY)[A-Z0-9_]*)\s*=\s*\S/.exec(env.args)
     if (secret) problem(env.line, `${env.keyword} ${secret[1]}: secrets never go into an image (pass them at run time)`)
@@ -129,7 +133,8 @@ export function lintDockerfile(text: string, problem: (line: number, message: st
     problem(from.line, `the runtime stage must be a Node 22 or 24 LTS slim image (found ${from.args})`)
   }
   for (const copy of runtime.filter((i) => i.keyword === 'COPY')) {
-    if (!/--from=/.test(copy.args)) problem(copy.line, 'the runtime stage copies from the build context: it must copy only the build stage\'s output (COPY --from=build)')
+    if (!/--from=/.test(copy.args))
+      problem(copy.line, "the runtime stage copies from the build context: it must copy only the build stage's output (COPY --from=build)")
   }
   const user = runtime.filter((i) => i.keyword === 'USER').at(-1)
   if (!user) problem(from?.line ?? 1, 'the runtime stage has no USER: the container would run as root')
@@ -138,10 +143,15 @@ export function lintDockerfile(text: string, problem: (line: number, message: st
   const { cmd } = facts
   const argv = cmd && execForm(cmd.args)
   if (!cmd) problem(from?.line ?? 1, 'the runtime stage has no CMD')
-  else if (!argv) problem(cmd.line, `${cmd.keyword} must be in exec form (a JSON array): the shell form puts sh, not node, at PID 1 and SIGTERM never reaches the process`)
+  else if (!argv)
+    problem(
+      cmd.line,
+      `${cmd.keyword} must be in exec form (a JSON array): the shell form puts sh, not node, at PID 1 and SIGTERM never reaches the process`,
+    )
   else {
     if (argv[0] !== 'node') problem(cmd.line, `${cmd.keyword} must start node directly (found ${argv[0]})`)
-    if (argv.some((a) => /\btsx\b|\bts-node\b|\.ts$|^pnpm$|^npm$/.test(a))) problem(cmd.line, `${cmd.keyword} runs ${argv.join(' ')}: the image runs compiled JavaScript, without tsx or a package manager`)
+    if (argv.some((a) => /\btsx\b|\bts-node\b|\.ts$|^pnpm$|^npm$/.test(a)))
+      problem(cmd.line, `${cmd.keyword} runs ${argv.join(' ')}: the image runs compiled JavaScript, without tsx or a package manager`)
     if (!argv.some((a) => /\.js$/.test(a))) problem(cmd.line, `${cmd.keyword} names no .js entry point`)
   }
   return facts

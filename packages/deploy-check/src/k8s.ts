@@ -12,7 +12,11 @@ import { arr, isObj, type Obj } from './objects.ts'
 
 export const overlays = (root: string): string[] => [
   'k8s/base',
-  ...(existsSync(join(root, 'k8s/overlays')) ? readdirSync(join(root, 'k8s/overlays')).sort().map((d) => `k8s/overlays/${d}`) : []),
+  ...(existsSync(join(root, 'k8s/overlays'))
+    ? readdirSync(join(root, 'k8s/overlays'))
+        .sort()
+        .map((d) => `k8s/overlays/${d}`)
+    : []),
 ]
 
 /** Renders and checks k8s/base and every overlay against the fleet's components. */
@@ -66,7 +70,10 @@ async function validateSchema(where: string, doc: Obj, problems: string[]): Prom
     return
   }
   // kustomize folds long base64 values over lines; Kubernetes' decoder skips the newlines
-  const data = doc.kind === 'Secret' && isObj(doc.data) ? Object.fromEntries(Object.entries(doc.data).map(([k, v]) => [k, String(v).replace(/\s/g, '')])) : undefined
+  const data =
+    doc.kind === 'Secret' && isObj(doc.data)
+      ? Object.fromEntries(Object.entries(doc.data).map(([k, v]) => [k, String(v).replace(/\s/g, '')]))
+      : undefined
   try {
     new Model(data ? { ...doc, data } : doc).validate()
   } catch (error) {
@@ -74,7 +81,11 @@ async function validateSchema(where: string, doc: Obj, problems: string[]): Prom
   }
 }
 
-const imageName = (image: string) => image.replace(/[:@].*$/, '').split('/').at(-1) ?? ''
+const imageName = (image: string) =>
+  image
+    .replace(/[:@].*$/, '')
+    .split('/')
+    .at(-1) ?? ''
 const podSpec = (workload: Obj): Obj => workload.spec?.template?.spec ?? {}
 const podLabels = (workload: Obj): Obj => workload.spec?.template?.metadata?.labels ?? {}
 const matches = (selector: Obj | undefined, labels: Obj) => {
@@ -102,17 +113,26 @@ const peerNames = (peer: Obj): string[] | undefined => {
  * What the Ingress NetworkPolicies selecting these pods let in beyond `allowed`: pod names,
  * or "anything" for a rule without a pod selector. undefined: no policy selects the pods.
  */
-function admittedBeyond(policies: Obj[], labels: Obj, allowed: (name: string, rule: Obj) => boolean): Array<{ policy: string; who: string[] }> | undefined {
+function admittedBeyond(
+  policies: Obj[],
+  labels: Obj,
+  allowed: (name: string, rule: Obj) => boolean,
+): Array<{ policy: string; who: string[] }> | undefined {
   const mine = policies.filter((p) => matches(p.spec?.podSelector, labels) && arr(p.spec?.policyTypes).includes('Ingress'))
   if (mine.length === 0) return undefined
-  return mine.flatMap((p) =>
-    arr(p.spec.ingress).flatMap((rule: Obj) =>
-      (rule.from ? arr(rule.from) : [{}]).map((peer: Obj) => {
-        const admitted = peerNames(peer)
-        return { policy: p.metadata.name as string, who: admitted === undefined ? ['anything'] : admitted.filter((n) => !allowed(n, rule)) }
-      }),
-    ),
-  ).filter((x) => x.who.length > 0)
+  return mine
+    .flatMap((p) =>
+      arr(p.spec.ingress).flatMap((rule: Obj) =>
+        (rule.from ? arr(rule.from) : [{}]).map((peer: Obj) => {
+          const admitted = peerNames(peer)
+          return {
+            policy: p.metadata.name as string,
+            who: admitted === undefined ? ['anything'] : admitted.filter((n) => !allowed(n, rule)),
+          }
+        }),
+      ),
+    )
+    .filter((x) => x.who.length > 0)
 }
 
 function checkManifests(where: string, docs: Obj[], fleet: Component[], example: Obj | undefined, problems: string[]): void {
@@ -123,12 +143,18 @@ function checkManifests(where: string, docs: Obj[], fleet: Component[], example:
   const secrets = new Map(of('Secret').map((s) => [s.metadata.name as string, new Set(Object.keys({ ...s.data, ...s.stringData }))]))
   const secretsShipped = secrets.size > 0
   if (secretsShipped && !/^dev(-|$)/.test(basename(where))) {
-    problems.push(`${where}: ships a Secret: only overlays/dev and the overlays built on it (dev-*) may (development values); operators create ats-secrets`)
+    problems.push(
+      `${where}: ships a Secret: only overlays/dev and the overlays built on it (dev-*) may (development values); operators create ats-secrets`,
+    )
   }
   // an overlay's own resources are in no namespace unless it sets one: they would land in kubectl's
   const namespaces = new Set(docs.filter((d) => d.kind !== 'Namespace').map((d) => d.metadata?.namespace ?? '(none)'))
-  if (namespaces.size > 1) problems.push(`${where}: documents in ${namespaces.size} namespaces (${[...namespaces].join(', ')}): set namespace: in the kustomization`)
-  if (example && !secrets.has(example.metadata?.name)) secrets.set(example.metadata?.name, new Set(Object.keys({ ...example.data, ...example.stringData })))
+  if (namespaces.size > 1)
+    problems.push(
+      `${where}: documents in ${namespaces.size} namespaces (${[...namespaces].join(', ')}): set namespace: in the kustomization`,
+    )
+  if (example && !secrets.has(example.metadata?.name))
+    secrets.set(example.metadata?.name, new Set(Object.keys({ ...example.data, ...example.stringData })))
   const policies = of('NetworkPolicy')
 
   // every workload: no root, resources, probes
@@ -154,21 +180,32 @@ function checkManifests(where: string, docs: Obj[], fleet: Component[], example:
 
   // the fleet's components
   for (const component of fleet) {
-    const deployments = of('Deployment').filter((d) => arr(podSpec(d).containers).some((c: Obj) => imageName(c.image) === `ats-${component.name}`))
+    const deployments = of('Deployment').filter((d) =>
+      arr(podSpec(d).containers).some((c: Obj) => imageName(c.image) === `ats-${component.name}`),
+    )
     if (deployments.length === 0) problems.push(`${where}: no Deployment runs ${component.name} (image ats-${component.name})`)
     for (const d of deployments) checkComponent(where, d, component, { docs, configMaps, secrets, policies }, problems)
   }
 
   // datastores (overlays that run them): only the fleet reaches them
-  const fleetPods = new Set(of('Deployment').filter((d) => arr(podSpec(d).containers).some((c: Obj) => imageName(c.image).startsWith('ats-'))).map((d) => podLabels(d)['app.kubernetes.io/name']))
+  const fleetPods = new Set(
+    of('Deployment')
+      .filter((d) => arr(podSpec(d).containers).some((c: Obj) => imageName(c.image).startsWith('ats-')))
+      .map((d) => podLabels(d)['app.kubernetes.io/name']),
+  )
   const isDatastore = (w: Obj) =>
-    podLabels(w)['app.kubernetes.io/component'] === 'datastore' || arr(podSpec(w).containers).some((c: Obj) => /^(postgres|nats|redis)$/.test(imageName(c.image)))
+    podLabels(w)['app.kubernetes.io/component'] === 'datastore' ||
+    arr(podSpec(w).containers).some((c: Obj) => /^(postgres|nats|redis)$/.test(imageName(c.image)))
   // and KEDA's operator NATS's monitoring port, when the render scales on JetStream
   const kedaReadsNats = scalesOnJetStream(docs)
   const monitoringOnly = (rule: Obj) => arr(rule.ports).length > 0 && arr(rule.ports).every((p: Obj) => p.port === natsMonitoringPort)
   for (const w of workloads.filter(isDatastore)) {
     const kedaMayRead = kedaReadsNats && podLabels(w)['app.kubernetes.io/name'] === 'nats'
-    const beyond = admittedBeyond(policies, podLabels(w), (name, rule) => fleetPods.has(name) || (kedaMayRead && name === kedaOperator && monitoringOnly(rule)))
+    const beyond = admittedBeyond(
+      policies,
+      podLabels(w),
+      (name, rule) => fleetPods.has(name) || (kedaMayRead && name === kedaOperator && monitoringOnly(rule)),
+    )
     if (!beyond) problems.push(`${where}: ${w.kind} ${w.metadata.name}: no NetworkPolicy; only the services may reach a datastore`)
     for (const { policy, who } of beyond ?? []) {
       problems.push(`${where}: NetworkPolicy ${policy} lets ${who.join(', ')} reach ${w.metadata.name}; only the fleet's pods may`)
@@ -177,7 +214,9 @@ function checkManifests(where: string, docs: Obj[], fleet: Component[], example:
 
   // the Ingress goes to the gateway's Service
   const ingresses = of('Ingress')
-  const toGateway = ingresses.some((i) => arr(i.spec?.rules).some((r: Obj) => arr(r.http?.paths).some((p: Obj) => p.backend?.service?.name === 'gateway')))
+  const toGateway = ingresses.some((i) =>
+    arr(i.spec?.rules).some((r: Obj) => arr(r.http?.paths).some((p: Obj) => p.backend?.service?.name === 'gateway')),
+  )
   if (!toGateway) problems.push(`${where}: no Ingress routes to the gateway Service`)
 }
 
@@ -206,11 +245,15 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
   const port = Number(literal('PORT'))
   const readyPort = component.settings.OPS_PORT ? Number(literal('OPS_PORT')) : port
   if (!Number.isInteger(port)) problems.push(`${id}: PORT must be set as a literal (it is the containerPort the probes use)`)
-  if (component.settings.OPS_PORT && !Number.isInteger(readyPort)) problems.push(`${id}: OPS_PORT must be set as a literal (/ready answers there only)`)
+  if (component.settings.OPS_PORT && !Number.isInteger(readyPort))
+    problems.push(`${id}: OPS_PORT must be set as a literal (/ready answers there only)`)
   const probe = (kind: string, path: string, expected: number) => {
     const p = container[kind]
     if (p?.httpGet?.path !== path) problems.push(`${id}: ${kind} must be an httpGet on ${path} (found ${p?.httpGet?.path ?? 'none'})`)
-    else if (portOf(p) !== expected) problems.push(`${id}: ${kind} probes port ${String(p.httpGet.port)} (${portOf(p) ?? '?'}), but ${component.name} serves ${path} on ${expected}`)
+    else if (portOf(p) !== expected)
+      problems.push(
+        `${id}: ${kind} probes port ${String(p.httpGet.port)} (${portOf(p) ?? '?'}), but ${component.name} serves ${path} on ${expected}`,
+      )
   }
   probe('startupProbe', '/health', port)
   probe('readinessProbe', '/ready', readyPort)
@@ -221,14 +264,21 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
   const seconds = sleep[0] === 'sleep' ? Number(sleep[1]) : Number.NaN
   if (!Number.isFinite(seconds) || seconds < 1) problems.push(`${id}: needs a preStop sleep so endpoints drain before SIGTERM`)
   const grace = pod.terminationGracePeriodSeconds ?? 30
-  if (Number.isFinite(seconds) && grace < seconds + 15) problems.push(`${id}: terminationGracePeriodSeconds ${grace} does not cover the preStop sleep (${seconds} s) and 15 s of drain`)
+  if (Number.isFinite(seconds) && grace < seconds + 15)
+    problems.push(`${id}: terminationGracePeriodSeconds ${grace} does not cover the preStop sleep (${seconds} s) and 15 s of drain`)
 
   // HPA, PDB, Service, NetworkPolicy
   const scales = (x: Obj) =>
-    (x.kind === 'HorizontalPodAutoscaler' || isScaledObject(x)) && (x.spec?.scaleTargetRef?.kind ?? 'Deployment') === 'Deployment' && x.spec?.scaleTargetRef?.name === d.metadata.name
+    (x.kind === 'HorizontalPodAutoscaler' || isScaledObject(x)) &&
+    (x.spec?.scaleTargetRef?.kind ?? 'Deployment') === 'Deployment' &&
+    x.spec?.scaleTargetRef?.name === d.metadata.name
   if (!ctx.docs.some(scales)) problems.push(`${id}: no HorizontalPodAutoscaler scales it (nor a KEDA ScaledObject)`)
-  if (!ctx.docs.some((x) => x.kind === 'PodDisruptionBudget' && matches(x.spec?.selector, labels))) problems.push(`${id}: no PodDisruptionBudget selects its pods`)
-  if (d.metadata.name === component.name && !ctx.docs.some((x) => x.kind === 'Service' && isObj(x.spec?.selector) && matches({ matchLabels: x.spec.selector }, labels))) {
+  if (!ctx.docs.some((x) => x.kind === 'PodDisruptionBudget' && matches(x.spec?.selector, labels)))
+    problems.push(`${id}: no PodDisruptionBudget selects its pods`)
+  if (
+    d.metadata.name === component.name &&
+    !ctx.docs.some((x) => x.kind === 'Service' && isObj(x.spec?.selector) && matches({ matchLabels: x.spec.selector }, labels))
+  ) {
     problems.push(`${id}: no Service selects its pods`)
   }
   if (component.name !== 'gateway') {
@@ -264,15 +314,26 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
     const secretRef = e?.valueFrom?.secretKeyRef
     if (setting.secret) {
       if (!secretRef) {
-        problems.push(`${id}: ${name} is a secret setting: it must come from a Secret (secretKeyRef)${e || fromConfigMaps.has(name) ? ', not a literal or a ConfigMap' : ''}`)
-      } else if (!ctx.secrets.get(secretRef.name)?.has(secretRef.key) && !(secretRef.optional === true && ctx.secrets.has(secretRef.name))) {
+        problems.push(
+          `${id}: ${name} is a secret setting: it must come from a Secret (secretKeyRef)${e || fromConfigMaps.has(name) ? ', not a literal or a ConfigMap' : ''}`,
+        )
+      } else if (
+        !ctx.secrets.get(secretRef.name)?.has(secretRef.key) &&
+        !(secretRef.optional === true && ctx.secrets.has(secretRef.name))
+      ) {
         // an optional key may be absent (the dev Secret leaves the wallet and API keys out); a Secret may not
-        problems.push(`${id}: ${name} reads key ${secretRef.key} of Secret ${secretRef.name}, which ${ctx.secrets.has(secretRef.name) ? 'lacks it' : 'is neither in the output nor in secret.example.yaml'}`)
+        problems.push(
+          `${id}: ${name} reads key ${secretRef.key} of Secret ${secretRef.name}, which ${ctx.secrets.has(secretRef.name) ? 'lacks it' : 'is neither in the output nor in secret.example.yaml'}`,
+        )
       } else if (setting.optional !== (secretRef.optional === true)) {
-        problems.push(`${id}: ${name} is ${setting.optional ? 'optional' : 'required'}, so its secretKeyRef must ${setting.optional ? '' : 'not '}be optional`)
+        problems.push(
+          `${id}: ${name} is ${setting.optional ? 'optional' : 'required'}, so its secretKeyRef must ${setting.optional ? '' : 'not '}be optional`,
+        )
       }
     } else if (!e && !fromConfigMaps.has(name)) {
-      problems.push(`${id}: setting ${name} is not in its ConfigMaps (envFrom) or env: every setting the process reads is spelled out (an empty value means unset)`)
+      problems.push(
+        `${id}: setting ${name} is not in its ConfigMaps (envFrom) or env: every setting the process reads is spelled out (an empty value means unset)`,
+      )
     }
     // the value must be one the process accepts at start (as the kit reads it: empty is unset)
     const value = values.get(name)

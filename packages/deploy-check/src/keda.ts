@@ -36,29 +36,41 @@ function natsNamespaceOf(deployment: Obj, docs: Obj[]): string {
 export function checkScaledObjects(where: string, docs: Obj[], problems: string[]): void {
   for (const so of docs.filter(isScaledObject)) {
     const id = `${where}: ScaledObject ${so.metadata?.name ?? '?'}`
-    if (so.apiVersion !== scaledObjectApiVersion) problems.push(`${id}: apiVersion ${so.apiVersion}: KEDA 2 serves ${scaledObjectApiVersion}`)
+    if (so.apiVersion !== scaledObjectApiVersion)
+      problems.push(`${id}: apiVersion ${so.apiVersion}: KEDA 2 serves ${scaledObjectApiVersion}`)
     const spec: Obj = so.spec ?? {}
 
     // the target: a Deployment of this render, and no HPA of ours beside KEDA's
     const target: Obj = spec.scaleTargetRef ?? {}
     const targetKind = target.kind ?? 'Deployment'
     const deployment = docs.find((d) => d.kind === targetKind && d.metadata?.name === target.name)
-    if (typeof target.name !== 'string' || target.name === '') problems.push(`${id}: spec.scaleTargetRef.name must name the Deployment it scales`)
-    else if (targetKind !== 'Deployment' || !deployment) problems.push(`${id}: scales ${targetKind} ${target.name}, which is not a Deployment in the render`)
-    for (const hpa of docs.filter((d) => d.kind === 'HorizontalPodAutoscaler' && (d.spec?.scaleTargetRef?.kind ?? 'Deployment') === targetKind && d.spec?.scaleTargetRef?.name === target.name)) {
-      problems.push(`${id}: HorizontalPodAutoscaler ${hpa.metadata?.name} scales ${targetKind} ${target.name} too: KEDA makes its own, and two would fight over its replicas (delete it with $patch: delete)`)
+    if (typeof target.name !== 'string' || target.name === '')
+      problems.push(`${id}: spec.scaleTargetRef.name must name the Deployment it scales`)
+    else if (targetKind !== 'Deployment' || !deployment)
+      problems.push(`${id}: scales ${targetKind} ${target.name}, which is not a Deployment in the render`)
+    for (const hpa of docs.filter(
+      (d) =>
+        d.kind === 'HorizontalPodAutoscaler' &&
+        (d.spec?.scaleTargetRef?.kind ?? 'Deployment') === targetKind &&
+        d.spec?.scaleTargetRef?.name === target.name,
+    )) {
+      problems.push(
+        `${id}: HorizontalPodAutoscaler ${hpa.metadata?.name} scales ${targetKind} ${target.name} too: KEDA makes its own, and two would fight over its replicas (delete it with $patch: delete)`,
+      )
     }
 
     // bounds, with KEDA's defaults
     const min = spec.minReplicaCount ?? 0
     const max = spec.maxReplicaCount ?? 100
-    if (!Number.isInteger(min) || min < 0 || !Number.isInteger(max) || max < 1) problems.push(`${id}: minReplicaCount (${min}) and maxReplicaCount (${max}) must be whole numbers, max at least 1`)
+    if (!Number.isInteger(min) || min < 0 || !Number.isInteger(max) || max < 1)
+      problems.push(`${id}: minReplicaCount (${min}) and maxReplicaCount (${max}) must be whole numbers, max at least 1`)
     else if (min > max) problems.push(`${id}: minReplicaCount ${min} is above maxReplicaCount ${max}`)
 
     const triggers = arr(spec.triggers)
     if (triggers.length === 0) problems.push(`${id}: no triggers: KEDA has nothing to scale on`)
     for (const [i, trigger] of triggers.entries()) {
-      if (trigger?.type === 'nats-jetstream') checkJetStreamTrigger(`${id} trigger ${i + 1} (nats-jetstream)`, trigger.metadata ?? {}, deployment, docs, problems)
+      if (trigger?.type === 'nats-jetstream')
+        checkJetStreamTrigger(`${id} trigger ${i + 1} (nats-jetstream)`, trigger.metadata ?? {}, deployment, docs, problems)
     }
   }
 }
@@ -68,7 +80,9 @@ function checkJetStreamTrigger(id: string, meta: Obj, deployment: Obj | undefine
     if (typeof meta[key] !== 'string' || meta[key] === '') problems.push(`${id}: metadata.${key} must be set (a string)`)
   }
   if (typeof meta.lagThreshold === 'string' && !/^[1-9][0-9]*$/.test(meta.lagThreshold)) {
-    problems.push(`${id}: lagThreshold must be a positive whole number in a string (jobs per replica), got ${JSON.stringify(meta.lagThreshold)}`)
+    problems.push(
+      `${id}: lagThreshold must be a positive whole number in a string (jobs per replica), got ${JSON.stringify(meta.lagThreshold)}`,
+    )
   }
   if (meta.activationLagThreshold !== undefined && !/^[0-9]+$/.test(String(meta.activationLagThreshold))) {
     problems.push(`${id}: activationLagThreshold must be a whole number in a string, got ${JSON.stringify(meta.activationLagThreshold)}`)
@@ -79,23 +93,33 @@ function checkJetStreamTrigger(id: string, meta: Obj, deployment: Obj | undefine
     const namespace = natsNamespaceOf(deployment, docs)
     const channels = agentChannels(namespace)
     if (typeof meta.stream === 'string' && meta.stream !== channels.jobsStream.name) {
-      problems.push(`${id}: stream ${meta.stream} is not the agent job stream ${channels.jobsStream.name} (NATS_NAMESPACE ${namespace}): KEDA would see no lag and never scale up`)
+      problems.push(
+        `${id}: stream ${meta.stream} is not the agent job stream ${channels.jobsStream.name} (NATS_NAMESPACE ${namespace}): KEDA would see no lag and never scale up`,
+      )
     }
     if (typeof meta.consumer === 'string' && meta.consumer !== channels.workers) {
-      problems.push(`${id}: consumer ${meta.consumer} is not the workers' durable consumer ${channels.workers}: KEDA would read the stream's last sequence as the lag and scale to the maximum`)
+      problems.push(
+        `${id}: consumer ${meta.consumer} is not the workers' durable consumer ${channels.workers}: KEDA would read the stream's last sequence as the lag and scale to the maximum`,
+      )
     }
   }
 
   // a NATS Service of this render: the endpoint must name it, in its namespace, on a port it exposes
-  const endpoint = /^(?:https?:\/\/)?([a-z0-9-]+)(?:\.([a-z0-9-]+))?[a-z0-9.-]*:([0-9]+)$/.exec(String(meta.natsServerMonitoringEndpoint ?? ''))
+  const endpoint = /^(?:https?:\/\/)?([a-z0-9-]+)(?:\.([a-z0-9-]+))?[a-z0-9.-]*:([0-9]+)$/.exec(
+    String(meta.natsServerMonitoringEndpoint ?? ''),
+  )
   const service = endpoint && docs.find((d) => d.kind === 'Service' && d.metadata?.name === endpoint[1])
   if (endpoint && service) {
     const [, name, namespace, port] = endpoint
     if (service.metadata.namespace && namespace !== service.metadata.namespace) {
-      problems.push(`${id}: natsServerMonitoringEndpoint ${meta.natsServerMonitoringEndpoint}: Service ${name} is in namespace ${service.metadata.namespace}; KEDA's operator runs in its own, so name it ${name}.${service.metadata.namespace}.svc.cluster.local`)
+      problems.push(
+        `${id}: natsServerMonitoringEndpoint ${meta.natsServerMonitoringEndpoint}: Service ${name} is in namespace ${service.metadata.namespace}; KEDA's operator runs in its own, so name it ${name}.${service.metadata.namespace}.svc.cluster.local`,
+      )
     }
     if (!arr(service.spec?.ports).some((p: Obj) => p.port === Number(port))) {
-      problems.push(`${id}: natsServerMonitoringEndpoint ${meta.natsServerMonitoringEndpoint}: Service ${name} does not expose port ${port} (NATS's monitoring port, -m ${natsMonitoringPort})`)
+      problems.push(
+        `${id}: natsServerMonitoringEndpoint ${meta.natsServerMonitoringEndpoint}: Service ${name} does not expose port ${port} (NATS's monitoring port, -m ${natsMonitoringPort})`,
+      )
     }
   }
 }

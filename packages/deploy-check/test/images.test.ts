@@ -115,7 +115,8 @@ t.test('every image built as its Dockerfile builds it runs the fleet, as compose
   if (process.getuid?.() === 0) chownSync(book, NODE_UID, NODE_UID)
   const ports = new Map<string, number>() // "agent:3001" -> a local port
   for (const image of images) {
-    for (const key of ['PORT', 'OPS_PORT', 'DEVNET_PORT']) if (image.env[key]) ports.set(`${image.name}:${image.env[key]}`, await freePort())
+    for (const key of ['PORT', 'OPS_PORT', 'DEVNET_PORT'])
+      if (image.env[key]) ports.set(`${image.name}:${image.env[key]}`, await freePort())
   }
   const local = (value: string) =>
     value
@@ -125,7 +126,9 @@ t.test('every image built as its Dockerfile builds it runs the fleet, as compose
       .replace(/^nats:\/\/(?:[^@/]+@)?nats:4222$/, natsUrl)
       .replace(/^redis:\/\/redis:6379$/, redisUrl)
       .replace(/^\/devnet\//, `${book}/`)
-      .replace(/^http:\/\/([a-z-]+):(\d+)$/, (url, host: string, port: string) => (ports.has(`${host}:${port}`) ? `http://127.0.0.1:${ports.get(`${host}:${port}`)}` : url))
+      .replace(/^http:\/\/([a-z-]+):(\d+)$/, (url, host: string, port: string) =>
+        ports.has(`${host}:${port}`) ? `http://127.0.0.1:${ports.get(`${host}:${port}`)}` : url,
+      )
   // the node user's home, as the base image has it (/home/node)
   const home = join(work, 'home')
   mkdirSync(home)
@@ -177,18 +180,25 @@ t.test('every image built as its Dockerfile builds it runs the fleet, as compose
     let promise = started.get(image.name)
     if (!promise) {
       promise = (async () => {
-        await Promise.all(image.dependsOn.filter((d) => images.some((i) => i.name === d)).map((d) => start(images.find((i) => i.name === d)!)))
+        await Promise.all(
+          image.dependsOn.filter((d) => images.some((i) => i.name === d)).map((d) => start(images.find((i) => i.name === d)!)),
+        )
         const [command, ...args] = image.cmd
         t.equal(command, 'node', `${image.name}: the image starts node`)
         const child = spawn(...inContainer(image, args), { cwd: join(work, image.name), stdio: ['ignore', 'pipe', 'pipe'], ...asNode })
         children.push(child)
         let output = ''
-        for (const stream of [child.stdout!, child.stderr!]) stream.on('data', (chunk: Buffer) => (output = (output + chunk.toString()).slice(-4000)))
+        for (const stream of [child.stdout!, child.stderr!])
+          stream.on('data', (chunk: Buffer) => (output = (output + chunk.toString()).slice(-4000)))
         await healthy(image, child, () => output)
         // env exec'd node in its place: the process is node, and it has the container's environment only
         if (!existsSync(`/proc/${child.pid}/environ`)) return // no procfs (not Linux): not checked
         const environ = readFileSync(`/proc/${child.pid}/environ`, 'utf8').split('\0').filter(Boolean)
-        t.same(environ.map((e) => e.slice(0, e.indexOf('='))).sort(), Object.keys(envOf(image)).sort(), `${image.name}: only the container's environment`)
+        t.same(
+          environ.map((e) => e.slice(0, e.indexOf('='))).sort(),
+          Object.keys(envOf(image)).sort(),
+          `${image.name}: only the container's environment`,
+        )
       })()
       started.set(image.name, promise)
     }
@@ -222,7 +232,11 @@ t.test('every image built as its Dockerfile builds it runs the fleet, as compose
   t.match(root, { docs: '/docs', openapi: '/openapi.json', chainId: 31337 })
   t.match(await (await fetch(`${gateway}/docs`)).text(), /swagger-ui/i)
   const admin = { authorization: `Bearer ${dotenv.ADMIN_API_KEY}`, 'content-type': 'application/json' }
-  const created = await fetch(`${gateway}/admin/keys`, { method: 'POST', headers: admin, body: JSON.stringify({ tier: 'readwrite', label: 'images test' }) })
+  const created = await fetch(`${gateway}/admin/keys`, {
+    method: 'POST',
+    headers: admin,
+    body: JSON.stringify({ tier: 'readwrite', label: 'images test' }),
+  })
   t.equal(created.status, 201, 'the bootstrap admin key from .env.example creates a key')
   const { key } = (await created.json()) as { key: string }
   const auth = { authorization: `Bearer ${key}` }

@@ -168,7 +168,8 @@ const cases: Array<{ name: string; file: string; from: string | RegExp; to: stri
     file: 'k8s/base/config/shared.env',
     from: 'NATS_NAMESPACE=ats',
     to: 'NATS_NAMESPACE=fleet1',
-    expect: /dev-keda: ScaledObject agent-worker trigger 1 \(nats-jetstream\): stream ats_agent_jobs is not the agent job stream fleet1_agent_jobs/,
+    expect:
+      /dev-keda: ScaledObject agent-worker trigger 1 \(nats-jetstream\): stream ats_agent_jobs is not the agent job stream fleet1_agent_jobs/,
   },
   {
     name: 'a KEDA lagThreshold that is not a positive number',
@@ -182,7 +183,8 @@ const cases: Array<{ name: string; file: string; from: string | RegExp; to: stri
     file: 'k8s/overlays/dev/nats.yaml',
     from: /\n +# \/healthz, \/jsz.*\n.*\n.*\n.*targetPort: monitor/,
     to: '',
-    expect: /dev-keda: ScaledObject agent-worker trigger 1 \(nats-jetstream\): natsServerMonitoringEndpoint nats\.agent-trading\.svc\.cluster\.local:8222: Service nats does not expose port 8222/,
+    expect:
+      /dev-keda: ScaledObject agent-worker trigger 1 \(nats-jetstream\): natsServerMonitoringEndpoint nats\.agent-trading\.svc\.cluster\.local:8222: Service nats does not expose port 8222/,
   },
   {
     name: "KEDA's operator let in beyond NATS's monitoring port",

@@ -13,10 +13,10 @@ import { pathToFileURL } from 'node:url'
 const solc = createRequire(import.meta.url)('solc')
 if (!String(solc.version()).startsWith('0.8.26+')) throw new Error(`compile: need solc 0.8.26, got ${solc.version()}`)
 const dir = process.argv[2] ? pathToFileURL(`${resolve(process.argv[2])}/`) : new URL('..', import.meta.url)
-const files = readdirSync(new URL('contracts/', dir)).filter((f) => f.endsWith('.sol')).sort()
-const sources = Object.fromEntries(
-  files.map((f) => [f, { content: readFileSync(new URL(`contracts/${f}`, dir), 'utf8') }]),
-)
+const files = readdirSync(new URL('contracts/', dir))
+  .filter((f) => f.endsWith('.sol'))
+  .sort()
+const sources = Object.fromEntries(files.map((f) => [f, { content: readFileSync(new URL(`contracts/${f}`, dir), 'utf8') }]))
 const input = {
   language: 'Solidity',
   sources,

@@ -9,7 +9,15 @@ export interface AlgebraAddresses {
   quoterV2: Address
   swapRouter: Address
   positionManager: Address
-  pools: { WETH_USDC: Address; WBTC_USDC: Address; ARB_USDC: Address; WETH_ARB: Address; GMX_WETH: Address; USDT_USDC: Address; LINK_USDC: Address }
+  pools: {
+    WETH_USDC: Address
+    WBTC_USDC: Address
+    ARB_USDC: Address
+    WETH_ARB: Address
+    GMX_WETH: Address
+    USDT_USDC: Address
+    LINK_USDC: Address
+  }
 }
 
 const npmAbi = parseAbi([
@@ -28,10 +36,9 @@ export async function deployAlgebra(s: DeployerSession, weth: Address, seeded: r
   // next contract this account creates, so its address follows from the nonce.
   const nonce = await s.publicClient.getTransactionCount({ address: s.account.address })
   const expectedPoolDeployer = getContractAddress({ from: s.account.address, nonce: BigInt(nonce + 1) })
-  const factory = await s.deploy(
-    npmArtifact('@cryptoalgebra/integral-core', 'contracts/AlgebraFactory.sol/AlgebraFactory'),
-    [expectedPoolDeployer],
-  )
+  const factory = await s.deploy(npmArtifact('@cryptoalgebra/integral-core', 'contracts/AlgebraFactory.sol/AlgebraFactory'), [
+    expectedPoolDeployer,
+  ])
   const poolDeployer = await s.deploy(
     npmArtifact('@cryptoalgebra/integral-core', 'contracts/AlgebraPoolDeployer.sol/AlgebraPoolDeployer'),
     [factory],
@@ -41,10 +48,11 @@ export async function deployAlgebra(s: DeployerSession, weth: Address, seeded: r
     npmArtifact('@cryptoalgebra/integral-periphery', 'contracts/NonfungiblePositionManager.sol/NonfungiblePositionManager'),
     [factory, weth, zeroAddress, poolDeployer],
   )
-  const quoterV2 = await s.deploy(
-    npmArtifact('@cryptoalgebra/integral-periphery', 'contracts/lens/QuoterV2.sol/QuoterV2'),
-    [factory, weth, poolDeployer],
-  )
+  const quoterV2 = await s.deploy(npmArtifact('@cryptoalgebra/integral-periphery', 'contracts/lens/QuoterV2.sol/QuoterV2'), [
+    factory,
+    weth,
+    poolDeployer,
+  ])
   const swapRouter = await s.deploy(
     npmArtifact('@cryptoalgebra/integral-periphery', 'contracts/SwapRouter.sol/SwapRouter'),
     [factory, weth, poolDeployer], // (factory, WNativeToken, poolDeployer)
@@ -73,7 +81,12 @@ export async function deployAlgebra(s: DeployerSession, weth: Address, seeded: r
   )
   const addresses = await Promise.all(
     seeded.map(({ position }) =>
-      s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'poolByPair', args: [position.token0, position.token1] }),
+      s.publicClient.readContract({
+        address: factory,
+        abi: factoryAbi,
+        functionName: 'poolByPair',
+        args: [position.token0, position.token1],
+      }),
     ),
   )
   const pools = Object.fromEntries(seeded.map(({ key }, i) => [key, addresses[i]!]))

@@ -87,7 +87,16 @@ export async function startAnvil({ port: wanted, host = ANVIL_HOST, timeoutMs = 
   const port = await claimPort(wanted, host)
   const child = spawn(
     bin,
-    ['--host', host, '--port', String(port), '--chain-id', String(ANVIL_CHAIN_ID), '--silent', ...(loadState ? ['--load-state', loadState] : [])],
+    [
+      '--host',
+      host,
+      '--port',
+      String(port),
+      '--chain-id',
+      String(ANVIL_CHAIN_ID),
+      '--silent',
+      ...(loadState ? ['--load-state', loadState] : []),
+    ],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   )
   let stderr = ''

@@ -64,7 +64,10 @@ async function main() {
   let devnet: Devnet
   try {
     port = devnetPort()
-    devnet = await startDevnetOrExplain(port, { host: process.env.DEVNET_HOST || undefined, addressBookPath: process.env.ADDRESS_BOOK || undefined })
+    devnet = await startDevnetOrExplain(port, {
+      host: process.env.DEVNET_HOST || undefined,
+      addressBookPath: process.env.ADDRESS_BOOK || undefined,
+    })
   } catch (error) {
     process.stderr.write(`${(error as Error).message}\n`)
     process.exit(1)

@@ -149,7 +149,12 @@ export async function startDevnet({
       book,
       ...(path ? { addressBookPath: path } : {}),
       accounts,
-      timings: { anvilMs: ms(started, anvilDone), deployMs: ms(anvilDone, deployDone), fundMs: ms(deployDone, fundDone), totalMs: ms(started, fundDone) },
+      timings: {
+        anvilMs: ms(started, anvilDone),
+        deployMs: ms(anvilDone, deployDone),
+        fundMs: ms(deployDone, fundDone),
+        totalMs: ms(started, fundDone),
+      },
       stop: async () => {
         if (path) removeAddressBook(book, path)
         await anvil.stop()

@@ -34,8 +34,7 @@ export function devAccounts(count = 10): DevAccount[] {
 export const FUNDING: Record<string, string> = { USDC: '1000000', WETH: '100', WBTC: '10' }
 export const DEFAULT_FUNDING = '100000'
 
-export const fundingOf = (token: Pick<Token, 'symbol' | 'decimals'>) =>
-  parseUnits(FUNDING[token.symbol] ?? DEFAULT_FUNDING, token.decimals)
+export const fundingOf = (token: Pick<Token, 'symbol' | 'decimals'>) => parseUnits(FUNDING[token.symbol] ?? DEFAULT_FUNDING, token.decimals)
 
 const fundingAbi = parseAbi(['function mint(address to, uint256 amount)', 'function deposit() payable'])
 

@@ -17,7 +17,14 @@ export { WETH_PRICE_USDC } from './seed.ts'
 export type { UniswapV3Addresses } from './uniswap.ts'
 export type { AlgebraAddresses } from './algebra.ts'
 export { sqrtPriceX96, sortTokens } from './price.ts'
-export { eip3009Abi, transferWithAuthorizationTypes, receiveWithAuthorizationTypes, usdcDomain, aavePoolAbi, gmxReaderAbi } from '@ats/chain'
+export {
+  eip3009Abi,
+  transferWithAuthorizationTypes,
+  receiveWithAuthorizationTypes,
+  usdcDomain,
+  aavePoolAbi,
+  gmxReaderAbi,
+} from '@ats/chain'
 export { collectionAbi, listTokensByLogs } from './collection.ts'
 export { SEEDED_LENDING, SEEDED_PERP } from './positions.ts'
 export { startTestDevnet } from './testing.ts'

@@ -16,12 +16,7 @@ export function sqrtBigInt(value: bigint): bigint {
  * are worth `amountB` raw units of b. The pool's price is token1 per token0, with token0
  * the lower address, so the ratio is flipped when b sorts first.
  */
-export function sqrtPriceX96(
-  tokenA: string,
-  amountA: bigint,
-  tokenB: string,
-  amountB: bigint,
-): bigint {
+export function sqrtPriceX96(tokenA: string, amountA: bigint, tokenB: string, amountB: bigint): bigint {
   const aIsToken0 = tokenA.toLowerCase() < tokenB.toLowerCase()
   const [amount0, amount1] = aIsToken0 ? [amountA, amountB] : [amountB, amountA]
   return sqrtBigInt((amount1 << 192n) / amount0)

@@ -1,13 +1,4 @@
-import {
-  createPublicClient,
-  createTestClient,
-  createWalletClient,
-  getAddress,
-  http,
-  type Abi,
-  type Address,
-  type Hex,
-} from 'viem'
+import { createPublicClient, createTestClient, createWalletClient, getAddress, http, type Abi, type Address, type Hex } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { anvilChain } from '@ats/chain'
 import type { Artifact } from './artifacts.ts'

@@ -68,7 +68,12 @@ export async function deployUniswapV3(s: DeployerSession, weth: Address, seeded:
   )
   const addresses = await Promise.all(
     seeded.map(({ position, uniswapFee }) =>
-      s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'getPool', args: [position.token0, position.token1, uniswapFee] }),
+      s.publicClient.readContract({
+        address: factory,
+        abi: factoryAbi,
+        functionName: 'getPool',
+        args: [position.token0, position.token1, uniswapFee],
+      }),
     ),
   )
   const pools = Object.fromEntries(seeded.map(({ key, uniswapFee }, i) => [`${key}_${uniswapFee}`, addresses[i]!]))

@@ -16,15 +16,17 @@ import { privateKeyToAccount } from 'viem/accounts'
 import { anvilChain } from '@ats/chain'
 import { startAnvil } from '../src/anvil.ts'
 import { deployerSession } from '../src/session.ts'
-import { aavePoolAbi, eip3009Abi, gmxReaderAbi, receiveWithAuthorizationTypes, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
+import {
+  aavePoolAbi,
+  eip3009Abi,
+  gmxReaderAbi,
+  receiveWithAuthorizationTypes,
+  transferWithAuthorizationTypes,
+  usdcDomain,
+} from '@ats/chain'
 import { deployUsdc } from '../src/usdc.ts'
 import { collectionAbi, deployCollection, listTokensByLogs } from '../src/collection.ts'
-import {
-  deployPositions,
-  positionsAdminAbi,
-  SEEDED_LENDING,
-  SEEDED_PERP,
-} from '../src/positions.ts'
+import { deployPositions, positionsAdminAbi, SEEDED_LENDING, SEEDED_PERP } from '../src/positions.ts'
 
 // Default anvil accounts 1-4 (account 0 is the deployer).
 const KEYS: Hex[] = [
@@ -78,8 +80,15 @@ t.test('DevUsdc: EIP-3009 transferWithAuthorization', async (t) => {
     })
     const { v, r, s: sigS } = parseSignature(signature)
     const args = [
-      message.from, message.to, message.value, message.validAfter, message.validBefore, message.nonce,
-      Number(v), r, sigS,
+      message.from,
+      message.to,
+      message.value,
+      message.validAfter,
+      message.validBefore,
+      message.nonce,
+      Number(v),
+      r,
+      sigS,
     ] as const
     return args
   }
@@ -91,7 +100,10 @@ t.test('DevUsdc: EIP-3009 transferWithAuthorization', async (t) => {
   const message = { from: payer.address, to: payee.address, value, validAfter: 0n, validBefore: now + 3600n, nonce }
   const args = await authorize(payer, message)
   const before = { payer: await balance(payer.address), payee: await balance(payee.address) }
-  t.equal(await client.readContract({ address: usdc, abi: eip3009Abi, functionName: 'authorizationState', args: [payer.address, nonce] }), false)
+  t.equal(
+    await client.readContract({ address: usdc, abi: eip3009Abi, functionName: 'authorizationState', args: [payer.address, nonce] }),
+    false,
+  )
 
   const { request } = await transfer(args)
   const hash = await walletOf(submitter).writeContract(request)
@@ -99,8 +111,16 @@ t.test('DevUsdc: EIP-3009 transferWithAuthorization', async (t) => {
   t.equal(receipt.status, 'success', 'a third account submits the authorization')
   t.equal(await balance(payer.address), before.payer - value, 'payer pays the value')
   t.equal(await balance(payee.address), before.payee + value, 'payee receives the value')
-  t.equal(await client.readContract({ address: usdc, abi: eip3009Abi, functionName: 'authorizationState', args: [payer.address, nonce] }), true)
-  const [used] = await client.getContractEvents({ address: usdc, abi: eip3009Abi, eventName: 'AuthorizationUsed', blockHash: receipt.blockHash })
+  t.equal(
+    await client.readContract({ address: usdc, abi: eip3009Abi, functionName: 'authorizationState', args: [payer.address, nonce] }),
+    true,
+  )
+  const [used] = await client.getContractEvents({
+    address: usdc,
+    abi: eip3009Abi,
+    eventName: 'AuthorizationUsed',
+    blockHash: receipt.blockHash,
+  })
   t.same(used?.args, { authorizer: payer.address, nonce }, 'AuthorizationUsed emitted')
 
   await t.rejects(transfer(args), /authorization is used/, 'a replay reverts')
@@ -115,7 +135,11 @@ t.test('DevUsdc: EIP-3009 transferWithAuthorization', async (t) => {
   await t.rejects(transfer(forged), /invalid signature/, 'a signature by someone other than `from` reverts')
 
   const tampered = await authorize(payer, { ...message, nonce: toHex(randomBytes(32)) })
-  await t.rejects(transfer([tampered[0], tampered[1], value + 1n, ...tampered.slice(3)] as unknown as typeof tampered), /invalid signature/, 'a changed value reverts')
+  await t.rejects(
+    transfer([tampered[0], tampered[1], value + 1n, ...tampered.slice(3)] as unknown as typeof tampered),
+    /invalid signature/,
+    'a changed value reverts',
+  )
 
   const good = await authorize(payer, { ...message, nonce: toHex(randomBytes(32)) })
   const highS = toHex(SECP256K1_N - BigInt(good[8]), { size: 32 })
@@ -124,14 +148,25 @@ t.test('DevUsdc: EIP-3009 transferWithAuthorization', async (t) => {
 
   const receiveArgs = good
   await t.rejects(
-    client.simulateContract({ account: submitter, address: usdc, abi: eip3009Abi, functionName: 'receiveWithAuthorization', args: receiveArgs }),
+    client.simulateContract({
+      account: submitter,
+      address: usdc,
+      abi: eip3009Abi,
+      functionName: 'receiveWithAuthorization',
+      args: receiveArgs,
+    }),
     /caller must be the payee/,
     'receiveWithAuthorization only from the payee',
   )
 
   const receiveMessage = { ...message, nonce: toHex(randomBytes(32)) }
   const receiveSig = parseSignature(
-    await payer.signTypedData({ domain, types: receiveWithAuthorizationTypes, primaryType: 'ReceiveWithAuthorization', message: receiveMessage }),
+    await payer.signTypedData({
+      domain,
+      types: receiveWithAuthorizationTypes,
+      primaryType: 'ReceiveWithAuthorization',
+      message: receiveMessage,
+    }),
   )
   const payeeBefore = await balance(payee.address)
   const { request: receiveRequest } = await client.simulateContract({
@@ -140,8 +175,15 @@ t.test('DevUsdc: EIP-3009 transferWithAuthorization', async (t) => {
     abi: eip3009Abi,
     functionName: 'receiveWithAuthorization',
     args: [
-      receiveMessage.from, receiveMessage.to, receiveMessage.value, receiveMessage.validAfter, receiveMessage.validBefore,
-      receiveMessage.nonce, Number(receiveSig.v), receiveSig.r, receiveSig.s,
+      receiveMessage.from,
+      receiveMessage.to,
+      receiveMessage.value,
+      receiveMessage.validAfter,
+      receiveMessage.validBefore,
+      receiveMessage.nonce,
+      Number(receiveSig.v),
+      receiveSig.r,
+      receiveSig.s,
     ],
   })
   const receiveHash = await walletOf(payee).writeContract(receiveRequest)
@@ -161,12 +203,20 @@ t.test('DevPositions: Aave V3 getUserAccountData and GMX V2 getAccountPositions'
     SEEDED_LENDING,
     'Aave account data of the server wallet',
   )
-  const [, , , , , emptyHealth] = await client.readContract({ address: positions, abi: aavePoolAbi, functionName: 'getUserAccountData', args: [payer.address] })
+  const [, , , , , emptyHealth] = await client.readContract({
+    address: positions,
+    abi: aavePoolAbi,
+    functionName: 'getUserAccountData',
+    args: [payer.address],
+  })
   t.equal(emptyHealth, 2n ** 256n - 1n, 'no debt: health factor is max uint256, as on Aave')
 
   const dataStore = getAddress('0xfd70de6b91282d8017aa4e741e9ae325cab992d8') // any address is accepted
   const list = await client.readContract({
-    address: positions, abi: gmxReaderAbi, functionName: 'getAccountPositions', args: [dataStore, server.address, 0n, 10n],
+    address: positions,
+    abi: gmxReaderAbi,
+    functionName: 'getAccountPositions',
+    args: [dataStore, server.address, 0n, 10n],
   })
   t.equal(list.length, 1, 'one perp position')
   const p = list[0]!
@@ -178,17 +228,33 @@ t.test('DevPositions: Aave V3 getUserAccountData and GMX V2 getAccountPositions'
   t.ok(p.numbers.increasedAtTime > 0n, 'increasedAtTime is set')
   t.equal(p.flags.isLong, true)
   t.same(
-    await client.readContract({ address: positions, abi: gmxReaderAbi, functionName: 'getAccountPositions', args: [dataStore, server.address, 1n, 10n] }),
+    await client.readContract({
+      address: positions,
+      abi: gmxReaderAbi,
+      functionName: 'getAccountPositions',
+      args: [dataStore, server.address, 1n, 10n],
+    }),
     [],
     'range past the end is empty',
   )
   t.same(
-    await client.readContract({ address: positions, abi: gmxReaderAbi, functionName: 'getAccountPositions', args: [dataStore, payer.address, 0n, 10n] }),
+    await client.readContract({
+      address: positions,
+      abi: gmxReaderAbi,
+      functionName: 'getAccountPositions',
+      args: [dataStore, payer.address, 0n, 10n],
+    }),
     [],
     'other accounts have none',
   )
   await t.rejects(
-    client.simulateContract({ account: payer, address: positions, abi: positionsAdminAbi, functionName: 'setAccountData', args: [payer.address, 1n, 0n, 0n, 0n] }),
+    client.simulateContract({
+      account: payer,
+      address: positions,
+      abi: positionsAdminAbi,
+      functionName: 'setAccountData',
+      args: [payer.address, 1n, 0n, 0n, 0n],
+    }),
     /not the owner/,
     'only the deployer seeds positions',
   )
@@ -199,11 +265,25 @@ t.test('DevCollection: list owned tokens from Transfer logs + ownerOf', async (t
   const { address: nft, tokens } = await deployCollection(s, owners)
   t.same(
     tokens.map((x) => [x.owner, x.tokenId]),
-    [[payer.address, 1n], [payer.address, 2n], [payer.address, 3n], [submitter.address, 4n], [submitter.address, 5n]],
+    [
+      [payer.address, 1n],
+      [payer.address, 2n],
+      [payer.address, 3n],
+      [submitter.address, 4n],
+      [submitter.address, 5n],
+    ],
   )
-  t.equal(await client.readContract({ address: nft, abi: collectionAbi, functionName: 'tokenURI', args: [3n] }), 'https://devnet.invalid/collection/3')
+  t.equal(
+    await client.readContract({ address: nft, abi: collectionAbi, functionName: 'tokenURI', args: [3n] }),
+    'https://devnet.invalid/collection/3',
+  )
   const supports = (id: Hex) =>
-    client.readContract({ address: nft, abi: parseAbi(['function supportsInterface(bytes4) view returns (bool)']), functionName: 'supportsInterface', args: [id] })
+    client.readContract({
+      address: nft,
+      abi: parseAbi(['function supportsInterface(bytes4) view returns (bool)']),
+      functionName: 'supportsInterface',
+      args: [id],
+    })
   t.equal(await supports('0x80ac58cd'), true, 'ERC-721')
   t.equal(await supports('0x5b5e139f'), true, 'ERC-721 metadata')
   t.equal(await supports('0xffffffff'), false)
@@ -212,7 +292,10 @@ t.test('DevCollection: list owned tokens from Transfer logs + ownerOf', async (t
   t.same(await listTokensByLogs(client, nft, submitter.address), [4n, 5n])
 
   const hash = await walletOf(payer).writeContract({
-    address: nft, abi: collectionAbi, functionName: 'transferFrom', args: [payer.address, submitter.address, 2n],
+    address: nft,
+    abi: collectionAbi,
+    functionName: 'transferFrom',
+    args: [payer.address, submitter.address, 2n],
   })
   t.equal((await client.waitForTransactionReceipt({ hash, pollingInterval: 20 })).status, 'success')
   t.equal(await client.readContract({ address: nft, abi: collectionAbi, functionName: 'ownerOf', args: [2n] }), submitter.address)
@@ -220,7 +303,13 @@ t.test('DevCollection: list owned tokens from Transfer logs + ownerOf', async (t
   t.same(await listTokensByLogs(client, nft, payer.address), [1n, 3n], 'the sender no longer lists token 2')
   t.same(await listTokensByLogs(client, nft, submitter.address), [2n, 4n, 5n], 'the receiver lists it')
   await t.rejects(
-    client.simulateContract({ account: payer, address: nft, abi: collectionAbi, functionName: 'transferFrom', args: [submitter.address, payer.address, 4n] }),
+    client.simulateContract({
+      account: payer,
+      address: nft,
+      abi: collectionAbi,
+      functionName: 'transferFrom',
+      args: [submitter.address, payer.address, 4n],
+    }),
     /not owner nor approved/,
     'a non-owner cannot move a token',
   )

@@ -60,7 +60,9 @@ t.test('devnet: every token, funded accounts, address book; Uniswap V3 and Algeb
   const devnet = await startDevnet({ port: 0, addressBookPath })
   t.teardown(() => devnet.stop())
   const { book, timings } = devnet
-  t.comment(`start + deploy + fund took ${timings.totalMs} ms (anvil ${timings.anvilMs}, deploy ${timings.deployMs}, fund ${timings.fundMs})`)
+  t.comment(
+    `start + deploy + fund took ${timings.totalMs} ms (anvil ${timings.anvilMs}, deploy ${timings.deployMs}, fund ${timings.fundMs})`,
+  )
   t.ok(timings.totalMs < 20_000, 'ready in under 20 s')
   t.comment(JSON.stringify({ ...book, devnet: undefined }))
   t.equal(book.chainId, 31337)
@@ -87,7 +89,9 @@ t.test('devnet: every token, funded accounts, address book; Uniswap V3 and Algeb
   )
   for (const token of book.tokens) {
     const [name, symbol, decimals] = await Promise.all(
-      (['name', 'symbol', 'decimals'] as const).map((functionName) => client.readContract({ address: token.address, abi: tokenAbi, functionName })),
+      (['name', 'symbol', 'decimals'] as const).map((functionName) =>
+        client.readContract({ address: token.address, abi: tokenAbi, functionName }),
+      ),
     )
     t.same({ name, symbol, decimals }, { name: token.name, symbol: token.symbol, decimals: token.decimals }, `${token.symbol} on chain`)
   }
@@ -96,7 +100,9 @@ t.test('devnet: every token, funded accounts, address book; Uniswap V3 and Algeb
   const expected: Record<string, bigint> = { USDC: parseUnits('1000000', 6), WETH: parseUnits('100', 18), WBTC: parseUnits('10', 8) }
   for (const account of devnet.accounts) {
     const held = await Promise.all(
-      book.tokens.map((token) => client.readContract({ address: token.address, abi: tokenAbi, functionName: 'balanceOf', args: [account.address] })),
+      book.tokens.map((token) =>
+        client.readContract({ address: token.address, abi: tokenAbi, functionName: 'balanceOf', args: [account.address] }),
+      ),
     )
     const isDeployer = account === devnet.accounts[0]
     const funding = (token: { symbol: string; decimals: number }) => expected[token.symbol] ?? parseUnits('100000', token.decimals)
@@ -301,7 +307,9 @@ t.test('a snapshot start is the fresh chain: same book, balances, nonces and blo
       nonce: await client.getTransactionCount({ address: holders[0]! }),
       balances: await Promise.all(
         book.tokens.flatMap((token) =>
-          holders.map((holder) => client.readContract({ address: token.address, abi: tokenAbi, functionName: 'balanceOf', args: [holder] })),
+          holders.map((holder) =>
+            client.readContract({ address: token.address, abi: tokenAbi, functionName: 'balanceOf', args: [holder] }),
+          ),
         ),
       ),
       code: await client.getCode({ address: book.uniswapV3.swapRouter02 }),

@@ -69,7 +69,14 @@ export interface FleetAccess {
 }
 
 /** This run's credentials: NATS passwords made up, and each role created (or updated) with a new password. */
-export async function fleetAccess({ members, namespace = defaultNamespace, databaseUrl, rolePrefix = 'ats', userPrefix = '', unrestricted }: FleetAccessOptions): Promise<FleetAccess> {
+export async function fleetAccess({
+  members,
+  namespace = defaultNamespace,
+  databaseUrl,
+  rolePrefix = 'ats',
+  userPrefix = '',
+  unrestricted,
+}: FleetAccessOptions): Promise<FleetAccess> {
   const nats = Object.fromEntries(fleetComponents.map((c) => [c, password()])) as Record<FleetComponent, string>
   const roles = databaseUrl ? databaseRolesOf(members, rolePrefix).map((r) => ({ ...r, password: password() })) : []
   if (databaseUrl && roles.length > 0) await ensureRoles(databaseUrl, roles)

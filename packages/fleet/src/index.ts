@@ -47,7 +47,11 @@ export async function fleetMembers(): Promise<FleetMember[]> {
  * 127.0.0.1 unless set (issue 23: it listened on every interface). Compose and k8s leave
  * OPS_HOST unset, so there it follows HOST and their probes reach it.
  */
-export function memberEnv(member: FleetMember, base: NodeJS.ProcessEnv, settings: NodeJS.ProcessEnv): { env: NodeJS.ProcessEnv; port: number; opsPort: number } {
+export function memberEnv(
+  member: FleetMember,
+  base: NodeJS.ProcessEnv,
+  settings: NodeJS.ProcessEnv,
+): { env: NodeJS.ProcessEnv; port: number; opsPort: number } {
   if (member.name !== 'gateway') {
     const port = member.definition.port as number
     return { env: { ...base, PORT: String(port), HOST: '127.0.0.1' }, port, opsPort: port }
@@ -55,6 +59,12 @@ export function memberEnv(member: FleetMember, base: NodeJS.ProcessEnv, settings
   const port = Number(settings.PORT || member.definition.port)
   // the gateway answers /ready on its operations port only
   const opsPort = Number(settings.OPS_PORT || port + 6000)
-  const env = { ...base, PORT: String(port), HOST: settings.HOST || '0.0.0.0', OPS_PORT: String(opsPort), OPS_HOST: settings.OPS_HOST || '127.0.0.1' }
+  const env = {
+    ...base,
+    PORT: String(port),
+    HOST: settings.HOST || '0.0.0.0',
+    OPS_PORT: String(opsPort),
+    OPS_HOST: settings.OPS_HOST || '127.0.0.1',
+  }
   return { env, port, opsPort }
 }

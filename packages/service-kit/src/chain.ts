@@ -1,4 +1,13 @@
-import { ARBITRUM_ONE_CHAIN_ID, DEVNET_CHAIN_ID, addressBookFor, createChainClients, createTokenRegistry, type AddressBook, type ChainClients, type TokenRegistry } from '@ats/chain'
+import {
+  ARBITRUM_ONE_CHAIN_ID,
+  DEVNET_CHAIN_ID,
+  addressBookFor,
+  createChainClients,
+  createTokenRegistry,
+  type AddressBook,
+  type ChainClients,
+  type TokenRegistry,
+} from '@ats/chain'
 import { bytes32Pattern } from '@ats/contracts'
 import { Type } from 'typebox'
 import type { Hex, Transport } from 'viem'
@@ -74,8 +83,13 @@ export function tracedTransport(transport: Transport): Transport {
   return (params) => {
     const inner = transport(params)
     const request: typeof inner.request = (args, options) =>
-      inSpan(`rpc ${args.method}`, { kind: SpanKind.CLIENT, attributes: { 'rpc.system': 'jsonrpc', 'rpc.method': args.method, 'ats.chain_id': params.chain?.id ?? 0 } }, () =>
-        inner.request(args, options),
+      inSpan(
+        `rpc ${args.method}`,
+        {
+          kind: SpanKind.CLIENT,
+          attributes: { 'rpc.system': 'jsonrpc', 'rpc.method': args.method, 'ats.chain_id': params.chain?.id ?? 0 },
+        },
+        () => inner.request(args, options),
       )
     return { ...inner, request }
   }
@@ -104,7 +118,9 @@ export function createChainContext(config: ChainConfig, log?: Logger): ChainCont
       if (sender) return sender
       const { account } = clients.wallet()
       if (!config.DATABASE_URL) {
-        log?.warn('no DATABASE_URL: the nonces of the server wallet are coordinated in this process only; another process sending from it would collide')
+        log?.warn(
+          'no DATABASE_URL: the nonces of the server wallet are coordinated in this process only; another process sending from it would collide',
+        )
       }
       lock = createWalletLock(walletLockName(config.CHAIN_ID, account.address), config.DATABASE_URL, log)
       sender = createWalletSender({ publicClient: clients.publicClient, account, chainId: config.CHAIN_ID, lock })

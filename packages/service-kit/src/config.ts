@@ -56,7 +56,8 @@ export const baseSettings = {
   // the OpenTelemetry names, so a collector's docs apply as written (tracing.ts)
   OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(
     httpUrlSetting({
-      description: 'OTLP/HTTP collector base URL (traces are posted to its /v1/traces); with this and the next unset, tracing is off and costs nothing',
+      description:
+        'OTLP/HTTP collector base URL (traces are posted to its /v1/traces); with this and the next unset, tracing is off and costs nothing',
     }),
   ),
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(
@@ -88,7 +89,8 @@ const isSecret = (schema: TSchema) => (schema as { secret?: boolean }).secret ==
 function beyondSchema(name: string, value: unknown): string | undefined {
   if (typeof value !== 'number') return undefined
   if (name.endsWith('_MS') && value > maxTimerMs) return `must be at most ${maxTimerMs} ms (about 24 days)`
-  if (Number.isInteger(value) && !Number.isSafeInteger(value)) return `must be between -${Number.MAX_SAFE_INTEGER} and ${Number.MAX_SAFE_INTEGER}`
+  if (Number.isInteger(value) && !Number.isSafeInteger(value))
+    return `must be between -${Number.MAX_SAFE_INTEGER} and ${Number.MAX_SAFE_INTEGER}`
   return undefined
 }
 
@@ -105,17 +107,15 @@ function problemOf(schema: TSchema, message: string | undefined): string {
  * unset. A bad one fails with a message that names it (never echoing a secret) and,
  * where the schema gives a `hint`, says how to make a good one.
  */
-export function loadConfig<P extends TProperties>(
-  properties: P,
-  env: NodeJS.ProcessEnv = process.env,
-): Static<TObject<P>> {
+export function loadConfig<P extends TProperties>(properties: P, env: NodeJS.ProcessEnv = process.env): Static<TObject<P>> {
   const out: Record<string, unknown> = {}
   for (const [name, schema] of Object.entries(properties)) {
     const raw = env[name] === '' ? undefined : env[name]
     const fallback = (schema as { default?: unknown }).default
     if (raw === undefined) {
       if (fallback !== undefined) out[name] = fallback
-      else if (!Type.IsOptional(schema)) throw new StartupError(`missing setting ${name}: ${(schema as { description?: string }).description ?? 'required'}`)
+      else if (!Type.IsOptional(schema))
+        throw new StartupError(`missing setting ${name}: ${(schema as { description?: string }).description ?? 'required'}`)
       continue
     }
     const value = Value.Convert(schema, raw)

@@ -37,7 +37,11 @@ export const UpstreamFailed = createError<[string, string, Cause?]>('ATS_ERR_UPS
  */
 export const UpstreamTimeout = createError<[string, number, Cause?]>('ATS_ERR_UPSTREAM_TIMEOUT', '%s did not answer within %d ms', 503)
 /** The upstream kept answering 429 through the retries, or asked to wait longer than allowed. */
-export const UpstreamRateLimited = createError<[string]>('ATS_ERR_UPSTREAM_RATE_LIMITED', '%s is rate limiting our requests (429 Too Many Requests); try again later', 503)
+export const UpstreamRateLimited = createError<[string]>(
+  'ATS_ERR_UPSTREAM_RATE_LIMITED',
+  '%s is rate limiting our requests (429 Too Many Requests); try again later',
+  503,
+)
 
 const UpstreamStatus = createError<[string, string]>('ATS_ERR_UPSTREAM_STATUS', '%s answered %s', 502)
 
@@ -183,7 +187,8 @@ export const errorBody: ErrorFormat = ({ message }) => ({ error: message })
 export function publicFailure(error: FastifyError): Failure & { internal: boolean } {
   if (error.validation) return { status: 400, message: validationMessage(error), param: validationParam(error), internal: false }
   const status = statusOf(error)
-  if (status >= 500 && !isOurs(error)) return { status, message: status === 503 ? 'service unavailable' : 'internal server error', internal: true }
+  if (status >= 500 && !isOurs(error))
+    return { status, message: status === 503 ? 'service unavailable' : 'internal server error', internal: true }
   const { param } = error as { param?: unknown }
   return { status, message: error.message, code: error.code, param: typeof param === 'string' ? param : undefined, internal: false }
 }
@@ -210,6 +215,8 @@ export function installErrorHandler(app: FastifyInstance, format: ErrorFormat = 
   app.setErrorHandler(errorHandler(format))
   app.setNotFoundHandler((request, reply) => {
     reply.header(identityHeaders.requestId, request.id)
-    reply.code(404).send(format({ status: 404, message: `no route ${request.method} ${request.url.split('?')[0]}`, code: 'ATS_ERR_NOT_FOUND' }))
+    reply
+      .code(404)
+      .send(format({ status: 404, message: `no route ${request.method} ${request.url.split('?')[0]}`, code: 'ATS_ERR_NOT_FOUND' }))
   })
 }

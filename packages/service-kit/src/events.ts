@@ -88,7 +88,14 @@ function createTable(pool: pg.Pool, schema: string): Promise<void> {
  * before anything records an event), publishes sent ids at once and sweeps what is left.
  * Published rows are deleted after a day.
  */
-export async function startEventOutbox({ nc, channels, databaseUrl, schema, log, sweepEveryMs = 5_000 }: EventOutboxOptions): Promise<EventOutbox> {
+export async function startEventOutbox({
+  nc,
+  channels,
+  databaseUrl,
+  schema,
+  log,
+  sweepEveryMs = 5_000,
+}: EventOutboxOptions): Promise<EventOutbox> {
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 3 })
   pool.on('error', (error) => log.warn({ err: error }, 'event outbox connection failed'))
   const table = `${quoteIdent(schema)}.event_outbox`
@@ -107,10 +114,14 @@ export async function startEventOutbox({ nc, channels, databaseUrl, schema, log,
     log,
     sweepEveryMs,
     publish: async (id) => {
-      const { rows } = await pool.query<{ id: string; type: WebhookEventType; owner: EventOwner; data: Record<string, unknown>; at: Date; published: boolean }>(
-        `SELECT id, type, owner, data, created_at AS at, published_at IS NOT NULL AS published FROM ${table} WHERE id = $1`,
-        [id],
-      )
+      const { rows } = await pool.query<{
+        id: string
+        type: WebhookEventType
+        owner: EventOwner
+        data: Record<string, unknown>
+        at: Date
+        published: boolean
+      }>(`SELECT id, type, owner, data, created_at AS at, published_at IS NOT NULL AS published FROM ${table} WHERE id = $1`, [id])
       const row = rows[0]
       if (!row || row.published) return
       const event: DomainEvent = { id: row.id, type: row.type, at: row.at.getTime(), owner: row.owner, data: row.data }
@@ -123,7 +134,10 @@ export async function startEventOutbox({ nc, channels, databaseUrl, schema, log,
         purgedAt = Date.now()
         await pool.query(`DELETE FROM ${table} WHERE published_at < now() - interval '1 day'`)
       }
-      const { rows } = await pool.query<{ id: string }>(`SELECT id FROM ${table} WHERE published_at IS NULL AND created_at < $1 ORDER BY created_at LIMIT $2`, [olderThan, limit])
+      const { rows } = await pool.query<{ id: string }>(
+        `SELECT id FROM ${table} WHERE published_at IS NULL AND created_at < $1 ORDER BY created_at LIMIT $2`,
+        [olderThan, limit],
+      )
       return rows.map((r) => r.id)
     },
   })

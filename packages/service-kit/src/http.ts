@@ -78,11 +78,8 @@ const backoffMs = (attempt: number) => {
   return base + Math.random() * (base / 2)
 }
 
-
 /** What one attempt came to: an answer to return, or a failure that may be retried. */
-type Attempt =
-  | { ok: true; value: unknown }
-  | { ok: false; error: Error; retryable: boolean; waitMs?: number; reason: string }
+type Attempt = { ok: true; value: unknown } | { ok: false; error: Error; retryable: boolean; waitMs?: number; reason: string }
 
 /**
  * A client for one upstream over a keep-alive undici Pool. Every call has a whole
@@ -189,7 +186,12 @@ export function createHttpClient(options: HttpClientOptions): HttpClient {
     const { span, ctx } = startSpan(`${verb} ${name}`, {
       kind: SpanKind.CLIENT,
       // the path without its query: query strings carry api keys
-      attributes: { 'http.request.method': verb, 'server.address': base.hostname, 'url.path': `${prefix}${path.split('?', 1)[0]}`, 'ats.upstream': name },
+      attributes: {
+        'http.request.method': verb,
+        'server.address': base.hostname,
+        'url.path': `${prefix}${path.split('?', 1)[0]}`,
+        'ats.upstream': name,
+      },
     })
     try {
       return await traceContext.with(ctx, () => send<T>(method, path, opts))

@@ -2,7 +2,14 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { clientErrorStatus, IdempotencyInProgress, IdempotencyKeyInvalid, IdempotencyMismatch, IdempotencyReplayed, IdempotencyUnstorable } from './errors.ts'
+import {
+  clientErrorStatus,
+  IdempotencyInProgress,
+  IdempotencyKeyInvalid,
+  IdempotencyMismatch,
+  IdempotencyReplayed,
+  IdempotencyUnstorable,
+} from './errors.ts'
 import type { Logger } from './logger.ts'
 import { ensureKitTables, quoteIdent } from './migrator.ts'
 import { startWorkerLoop, type WorkerLoop } from './workers.ts'
@@ -52,7 +59,6 @@ interface Outcome<T> {
   /** the result as repeats see it: parsed back from its JSON */
   stored: unknown
 }
-
 
 /** Statuses that say "try again later" (423: the server wallet is paused): storing them would fail the key for good. */
 const transientStatuses = new Set([408, 423, 429])
@@ -133,11 +139,14 @@ export async function createIdempotencyStore(database: string | pg.Pool, options
   }
 
   async function execute<T>(scope: string, key: string, owner: string, fn: () => Promise<T>): Promise<Outcome<T>> {
-    const renewal = setInterval(() => {
-      pool
-        .query(sql.renew, [scope, key, owner, leaseMs])
-        .catch((error) => log?.warn({ err: error, scope, key }, 'idempotency lease not renewed'))
-    }, Math.max(1, Math.floor(leaseMs / 3)))
+    const renewal = setInterval(
+      () => {
+        pool
+          .query(sql.renew, [scope, key, owner, leaseMs])
+          .catch((error) => log?.warn({ err: error, scope, key }, 'idempotency lease not renewed'))
+      },
+      Math.max(1, Math.floor(leaseMs / 3)),
+    )
     let result: T
     try {
       result = await fn()

@@ -2,17 +2,83 @@
 // `export *` of every module). A name not listed here is the kit's own; export it when a
 // service needs it, from the module that owns it.
 export { StartupError, databaseSettings, httpUrlSetting, isHttpUrl, loadConfig, paymentSettings, safeUrl } from './config.ts'
-export { BadRequest, BodyTooLarge, Forbidden, IdempotencyInProgress, NotFound, ServiceCallError, Unauthorized, Unavailable, UpstreamFailed, UpstreamRateLimited, UpstreamStatusError, UpstreamTimeout, WalletPaused, clientErrorStatus, createError, errorBody, errorHandler, installErrorHandler, publicFailure, type ErrorFormat } from './errors.ts'
-export { createService, runService, settingsOf, type KitConfig, type ReadinessCheck, type Service, type ServiceConfig, type ServiceContext, type ServiceDefinition } from './service.ts'
+export {
+  BadRequest,
+  BodyTooLarge,
+  Forbidden,
+  IdempotencyInProgress,
+  NotFound,
+  ServiceCallError,
+  Unauthorized,
+  Unavailable,
+  UpstreamFailed,
+  UpstreamRateLimited,
+  UpstreamStatusError,
+  UpstreamTimeout,
+  WalletPaused,
+  clientErrorStatus,
+  createError,
+  errorBody,
+  errorHandler,
+  installErrorHandler,
+  publicFailure,
+  type ErrorFormat,
+} from './errors.ts'
+export {
+  createService,
+  runService,
+  settingsOf,
+  type KitConfig,
+  type ReadinessCheck,
+  type Service,
+  type ServiceConfig,
+  type ServiceContext,
+  type ServiceDefinition,
+} from './service.ts'
 export { ensureStream, openBucket, publishTraced, setJetStreamReplicas, type StreamSpec } from './jetstream.ts'
 export { addNatsService, callEndpoint, publish, serveEndpoint, subscribe, type CallContext } from './rpc.ts'
-export { startDurableConsumer, startWorkQueueConsumer, startWorkerLoop, type Delivery, type DurableConsumerOptions, type WorkItem, type WorkOutcome, type WorkQueueOptions, type WorkerLoop, type WorkerLoopOptions } from './workers.ts'
+export {
+  startDurableConsumer,
+  startWorkQueueConsumer,
+  startWorkerLoop,
+  type Delivery,
+  type DurableConsumerOptions,
+  type WorkItem,
+  type WorkOutcome,
+  type WorkQueueOptions,
+  type WorkerLoop,
+  type WorkerLoopOptions,
+} from './workers.ts'
 export { startOutbox, type Outbox, type OutboxOptions } from './outbox.ts'
-export { eventOwner, newEventId, recordEvent, startEventOutbox, type EventOutbox, type EventOutboxOptions, type EventToRecord, type RawExecutor } from './events.ts'
+export {
+  eventOwner,
+  newEventId,
+  recordEvent,
+  startEventOutbox,
+  type EventOutbox,
+  type EventOutboxOptions,
+  type EventToRecord,
+  type RawExecutor,
+} from './events.ts'
 export { cachedLoader, type CachedLoader, type CachedLoaderOptions } from './cache.ts'
 export { createSharedCache, type CacheHit, type SharedCache, type SharedCacheOptions } from './sharedCache.ts'
 export { createChainContext, type ChainConfig, type ChainContext, type SignedTx, type WalletSender } from './chain.ts'
-export { ROOT_CONTEXT, SpanKind, SpanStatusCode, inSpan, injectHttp, requestTraceContext, startTracing, trace, traceContext, tracesUrl, tracingEnabled, type Context, type Span, type SpanSpec } from './tracing.ts'
+export {
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  inSpan,
+  injectHttp,
+  requestTraceContext,
+  startTracing,
+  trace,
+  traceContext,
+  tracesUrl,
+  tracingEnabled,
+  type Context,
+  type Span,
+  type SpanSpec,
+} from './tracing.ts'
 export { migrate, type MigrationPlan, type MigrationResult } from './migrator.ts'
 export { callContextOf, operationalRoutes } from './identity.ts'
 export { redactedHeaders, type Logger } from './logger.ts'
@@ -20,7 +86,14 @@ export type { CounterMetric, GaugeMetric, GaugeOptions, LabelValuesOf, MetricLab
 export type { DatabaseClient, DatabaseOptions } from './database.ts'
 export type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 export { createHttpClient, type HttpClient, type HttpClientOptions, type Query, type QueryValue, type RequestOptions } from './http.ts'
-export { createIdempotencyStore, fingerprintOf, idempotencyKeyOf, startIdempotencyPurge, type IdempotencyOptions, type IdempotencyStore } from './idempotency.ts'
+export {
+  createIdempotencyStore,
+  fingerprintOf,
+  idempotencyKeyOf,
+  startIdempotencyPurge,
+  type IdempotencyOptions,
+  type IdempotencyStore,
+} from './idempotency.ts'
 export { parseAmount } from './amounts.ts'
 export { findToken, tradingTokens, type ListedToken, type TradingTokens } from './tradingTokens.ts'
 export { pauseMessage, watchWalletControl, type WalletControlWatch } from './walletControl.ts'

@@ -1,5 +1,16 @@
 import { StartupError } from './config.ts'
-import { DiscardPolicy, RetentionPolicy, StorageType, nanos, type JetStreamClient, type JetStreamManager, type JetStreamPublishOptions, type KV, type NatsConnection, type PubAck } from 'nats'
+import {
+  DiscardPolicy,
+  RetentionPolicy,
+  StorageType,
+  nanos,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JetStreamPublishOptions,
+  type KV,
+  type NatsConnection,
+  type PubAck,
+} from 'nats'
 import { SpanKind, failSpan, injectNats, startSpan, tracingEnabled, type SpanSpec } from './tracing.ts'
 
 export interface StreamSpec {

@@ -38,7 +38,10 @@ export const migrationLock = (schema: string) => `ats-migrate:${schema}`
 
 async function readMigrations(dir: string): Promise<Migration[]> {
   const entries = await readdir(dir, { withFileTypes: true }).catch(() => [])
-  const names = entries.filter((e) => e.isDirectory()).map((e) => e.name).sort()
+  const names = entries
+    .filter((e) => e.isDirectory())
+    .map((e) => e.name)
+    .sort()
   return Promise.all(
     names.map(async (name) => {
       const sql = await readFile(join(dir, name, 'migration.sql'), 'utf8')
@@ -115,9 +118,7 @@ export async function migrate(databaseUrl: string, plan: MigrationPlan): Promise
 
 export function unreachable(databaseUrl: string, error: unknown): StartupError {
   const where = safeUrl(databaseUrl)
-  return new StartupError(
-    `PostgreSQL is not reachable at ${where} (${(error as Error).message}): start PostgreSQL or set DATABASE_URL`,
-  )
+  return new StartupError(`PostgreSQL is not reachable at ${where} (${(error as Error).message}): start PostgreSQL or set DATABASE_URL`)
 }
 
 /** The URL without its password, for messages and logs. */

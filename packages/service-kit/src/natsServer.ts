@@ -28,11 +28,25 @@ export interface NatsServer {
  * given authorization block; `env` resolves its password references. Resolves once it accepts
  * connections; stop() ends it and removes the directory.
  */
-export async function startNatsServer({ authorization, env = {}, binary = 'nats-server', timeoutMs = 10_000 }: { authorization: string; env?: Record<string, string>; binary?: string; timeoutMs?: number }): Promise<NatsServer> {
+export async function startNatsServer({
+  authorization,
+  env = {},
+  binary = 'nats-server',
+  timeoutMs = 10_000,
+}: {
+  authorization: string
+  env?: Record<string, string>
+  binary?: string
+  timeoutMs?: number
+}): Promise<NatsServer> {
   const dir = await mkdtemp(join(tmpdir(), 'ats-nats-'))
   const port = await freePort()
   const config = join(dir, 'nats.conf')
-  await writeFile(config, `listen: "127.0.0.1:${port}"\njetstream { store_dir: ${JSON.stringify(join(dir, 'jetstream'))} }\n${authorization}`, { mode: 0o600 })
+  await writeFile(
+    config,
+    `listen: "127.0.0.1:${port}"\njetstream { store_dir: ${JSON.stringify(join(dir, 'jetstream'))} }\n${authorization}`,
+    { mode: 0o600 },
+  )
   const child = spawn(binary, ['-c', config], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] })
   let output = ''
   child.stderr!.on('data', (chunk) => (output = (output + chunk).slice(-20_000)))
@@ -54,4 +68,3 @@ export async function startNatsServer({ authorization, env = {}, binary = 'nats-
   }
   return { url: `nats://127.0.0.1:${port}`, child, log: () => output, stop }
 }
-

@@ -13,8 +13,6 @@ export async function connectRedis(url: string, log: Logger): Promise<Redis> {
     return redis
   } catch (error) {
     redis.disconnect()
-    throw new StartupError(
-      `Redis is not reachable at ${safeUrl(url)} (${(error as Error).message}): start redis-server or unset REDIS_URL`,
-    )
+    throw new StartupError(`Redis is not reachable at ${safeUrl(url)} (${(error as Error).message}): start redis-server or unset REDIS_URL`)
   }
 }

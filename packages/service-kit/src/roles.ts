@@ -104,7 +104,9 @@ export async function ensureRoles(adminUrl: string, roles: Array<DatabaseRole & 
       for (const statement of roleStatements(role, client.escapeLiteral(role.password))) await client.query(statement)
     }
   } catch (error) {
-    throw new StartupError(`cannot create the database roles as ${new URL(adminUrl).username || 'this user'} (${(error as Error).message}): it needs CREATEROLE and to own the schemas, or be a superuser`)
+    throw new StartupError(
+      `cannot create the database roles as ${new URL(adminUrl).username || 'this user'} (${(error as Error).message}): it needs CREATEROLE and to own the schemas, or be a superuser`,
+    )
   } finally {
     await client.end().catch(() => {})
   }

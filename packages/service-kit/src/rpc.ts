@@ -1,5 +1,14 @@
 import { identityHeaders, isTier, type Endpoint, type Identity, type Topic } from '@ats/contracts'
-import { headers as natsHeaders, ServiceErrorCodeHeader, ServiceErrorHeader, type Msg, type MsgHdrs, type NatsConnection, type Service, type ServiceMsg } from 'nats'
+import {
+  headers as natsHeaders,
+  ServiceErrorCodeHeader,
+  ServiceErrorHeader,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+  type Service,
+  type ServiceMsg,
+} from 'nats'
 import { ServiceCallError, forwardedErrorStatus, isForwardedStatus } from './errors.ts'
 import type { Logger } from './logger.ts'
 import { SpanKind, SpanStatusCode, contextOfHeaders, failSpan, injectNats, startSpan, traceContext, tracingEnabled } from './tracing.ts'
@@ -137,7 +146,13 @@ export async function callEndpoint<Req, Rep>(
 }
 
 /** callEndpoint in a client span, whose context travels in the `traceparent` header. */
-async function callTraced<Req, Rep>(nc: NatsConnection, endpoint: Endpoint<Req, Rep>, request: Req, timeoutMs: number, context: CallContext): Promise<Rep> {
+async function callTraced<Req, Rep>(
+  nc: NatsConnection,
+  endpoint: Endpoint<Req, Rep>,
+  request: Req,
+  timeoutMs: number,
+  context: CallContext,
+): Promise<Rep> {
   const { span, ctx } = startSpan(`request ${endpoint.subject}`, {
     kind: SpanKind.CLIENT,
     attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.subject, 'messaging.operation.type': 'send' },
@@ -161,7 +176,13 @@ async function callTraced<Req, Rep>(nc: NatsConnection, endpoint: Endpoint<Req, 
  */
 const noResponderRetryMs = (timeoutMs: number) => Math.min(timeoutMs / 2, 1500)
 
-async function call<Req, Rep>(nc: NatsConnection, endpoint: Endpoint<Req, Rep>, request: Req, timeoutMs: number, h: MsgHdrs | undefined): Promise<Rep> {
+async function call<Req, Rep>(
+  nc: NatsConnection,
+  endpoint: Endpoint<Req, Rep>,
+  request: Req,
+  timeoutMs: number,
+  h: MsgHdrs | undefined,
+): Promise<Rep> {
   const service = serviceOf(endpoint.subject)
   const started = Date.now()
   const retryUntil = started + noResponderRetryMs(timeoutMs)

@@ -116,7 +116,9 @@ export async function compareSchemaWithDatabase(schemaPath: string, databaseUrl:
             : (compatible[field.type] ?? []).includes(column.data_type)
         if (!typeOk) problems.push(`model ${model.name}: ${model.table}.${field.column} is ${column.data_type}, schema says ${field.type}`)
         if ((column.is_nullable === 'YES') !== field.optional) {
-          problems.push(`model ${model.name}: ${model.table}.${field.column} nullability differs (database ${column.is_nullable === 'YES' ? 'NULL' : 'NOT NULL'})`)
+          problems.push(
+            `model ${model.name}: ${model.table}.${field.column} nullability differs (database ${column.is_nullable === 'YES' ? 'NULL' : 'NOT NULL'})`,
+          )
         }
         columns.delete(field.column)
       }

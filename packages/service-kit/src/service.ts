@@ -112,7 +112,9 @@ function kitSettings(definition: ServiceDefinition<TProperties, DatabaseClient>)
     ...(definition.edge
       ? {
           OPS_PORT: portSetting(definition.port + 6000, 'port of /ready and /metrics'),
-          OPS_HOST: Type.Optional(Type.String({ minLength: 1, description: 'interface of /ready and /metrics (unset: HOST); pnpm start uses 127.0.0.1' })),
+          OPS_HOST: Type.Optional(
+            Type.String({ minLength: 1, description: 'interface of /ready and /metrics (unset: HOST); pnpm start uses 127.0.0.1' }),
+          ),
         }
       : {}),
     ...(definition.database ? databaseSettings : {}),
@@ -296,9 +298,7 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
  * taking requests, drains NATS and closes Prisma. A start-up problem an operator
  * can fix prints one line naming it and exits 1, never a stack trace.
  */
-export async function runService<S extends TProperties, Db extends DatabaseClient>(
-  definition: ServiceDefinition<S, Db>,
-): Promise<void> {
+export async function runService<S extends TProperties, Db extends DatabaseClient>(definition: ServiceDefinition<S, Db>): Promise<void> {
   let service: Service<S, Db>
   try {
     service = await createService(definition)
@@ -328,4 +328,3 @@ export async function runService<S extends TProperties, Db extends DatabaseClien
   process.once('SIGTERM', () => stop('SIGTERM'))
   process.once('SIGINT', () => stop('SIGINT'))
 }
-

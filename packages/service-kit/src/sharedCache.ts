@@ -56,7 +56,14 @@ class LoadFailed {
   constructor(readonly error: unknown) {}
 }
 
-export function createSharedCache({ redis, prefix, log, lockMs = 15_000, pollMs = 20, errorTtlMs = 2000 }: SharedCacheOptions): SharedCache {
+export function createSharedCache({
+  redis,
+  prefix,
+  log,
+  lockMs = 15_000,
+  pollMs = 20,
+  errorTtlMs = 2000,
+}: SharedCacheOptions): SharedCache {
   // each replica keeps what it read until the stored expiry: hits cost no Redis round trip
   const memory = new LRUCache<string, Stored>({ max: 1000 })
   const flights = new Map<string, Promise<CacheHit<unknown>>>()
@@ -91,7 +98,11 @@ export function createSharedCache({ redis, prefix, log, lockMs = 15_000, pollMs 
       value = await load()
     } catch (error) {
       if (isRegistryError(error)) {
-        const stored: Stored = { at, exp: Date.now() + errorTtlMs, error: { statusCode: error.statusCode, code: error.code, message: error.message } }
+        const stored: Stored = {
+          at,
+          exp: Date.now() + errorTtlMs,
+          error: { statusCode: error.statusCode, code: error.code, message: error.message },
+        }
         await redis.set(dataKey, JSON.stringify(stored), 'PX', errorTtlMs).catch(() => undefined)
       }
       throw new LoadFailed(error)

@@ -72,7 +72,10 @@ const listening = (port: number) =>
       socket.destroy()
       resolve(open)
     }
-    socket.once('connect', () => done(true)).once('error', () => done(false)).once('timeout', () => done(false))
+    socket
+      .once('connect', () => done(true))
+      .once('error', () => done(false))
+      .once('timeout', () => done(false))
   })
 
 async function resolveOne(candidate: Candidate): Promise<string> {
@@ -139,7 +142,8 @@ export async function freshNamespace(t: Teardown): Promise<string> {
     const nc = await connect({ servers: natsUrl })
     const jsm = await nc.jetstreamManager()
     const { payments, events } = natsChannels(namespace).admin
-    for (const name of [payments.stream, `KV_${payments.blockedPayers}`, events.streamSpec.name]) await jsm.streams.delete(name).catch(() => false)
+    for (const name of [payments.stream, `KV_${payments.blockedPayers}`, events.streamSpec.name])
+      await jsm.streams.delete(name).catch(() => false)
     await nc.close()
   })
   return namespace
@@ -185,7 +189,12 @@ const freePort = async () => (await freePorts(1))[0]!
  * A service as a process of its own (`node --import tsx <entry>`, its server.ts), for tests
  * about what replicas share: ready when its /ready answers 200, stopped with SIGTERM at teardown.
  */
-export async function startServiceProcess(t: Teardown, entry: string, env: NodeJS.ProcessEnv, timeoutMs = 60_000): Promise<{ url: string; pid: number }> {
+export async function startServiceProcess(
+  t: Teardown,
+  entry: string,
+  env: NodeJS.ProcessEnv,
+  timeoutMs = 60_000,
+): Promise<{ url: string; pid: number }> {
   const port = await freePort()
   const child = spawn(process.execPath, ['--import', 'tsx', entry], {
     env: { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' },
@@ -204,7 +213,10 @@ export async function startServiceProcess(t: Teardown, entry: string, env: NodeJ
   const deadline = Date.now() + timeoutMs
   for (;;) {
     if (child.exitCode !== null) throw new Error(`${entry} exited with ${child.exitCode}: ${stderr.slice(-2000)}`)
-    const ready = await fetch(`${url}/ready`).then((res) => res.ok, () => false)
+    const ready = await fetch(`${url}/ready`).then(
+      (res) => res.ok,
+      () => false,
+    )
     if (ready) return { url, pid: child.pid! }
     if (Date.now() > deadline) throw new Error(`${entry} was not ready within ${timeoutMs} ms: ${stderr.slice(-2000)}`)
     await sleep(100)
@@ -256,7 +268,19 @@ export async function startNatsCluster({
   const launch = (i: number) => {
     const port = ports[i]!
     const routes = ports.filter((_, j) => j !== i).map((p) => `nats://127.0.0.1:${p.route}`)
-    const args = ['-a', '127.0.0.1', '-p', String(port.client), '-m', String(port.monitor), '-n', names[i]!, '-js', '-sd', join(root, names[i]!)]
+    const args = [
+      '-a',
+      '127.0.0.1',
+      '-p',
+      String(port.client),
+      '-m',
+      String(port.monitor),
+      '-n',
+      names[i]!,
+      '-js',
+      '-sd',
+      join(root, names[i]!),
+    ]
     args.push('--cluster_name', cluster, '--cluster', `nats://127.0.0.1:${port.route}`, '--routes', routes.join(','))
     if (authorization) args.push('-c', config)
     const child = spawn(natsServerPath, args, { stdio: ['ignore', 'ignore', 'pipe'] })
@@ -276,7 +300,10 @@ export async function startNatsCluster({
   }
   type Meta = { leader?: string; cluster_size?: number; replicas?: Array<{ current?: boolean }> }
   const metaOf = (monitor: number): Promise<Meta | undefined> =>
-    fetch(`http://127.0.0.1:${monitor}/jsz`).then(async (res) => (res.ok ? ((await res.json()) as { meta_cluster?: Meta }).meta_cluster : undefined), () => undefined)
+    fetch(`http://127.0.0.1:${monitor}/jsz`).then(
+      async (res) => (res.ok ? ((await res.json()) as { meta_cluster?: Meta }).meta_cluster : undefined),
+      () => undefined,
+    )
   // every node follows one meta leader, and the leader (the only one that lists its followers)
   // has all of them current: a stream with a copy on every node can be placed
   const formed = (metas: Array<Meta | undefined>) =>
@@ -342,12 +369,13 @@ export { createDatabase } from './database.ts'
  * first provider registered.
  */
 export async function startTestTracing() {
-  const [{ InMemorySpanExporter, SimpleSpanProcessor }, { NodeTracerProvider }, { W3CTraceContextPropagator }, { useTracerProvider }] = await Promise.all([
-    import('@opentelemetry/sdk-trace-base'),
-    import('@opentelemetry/sdk-trace-node'),
-    import('@opentelemetry/core'),
-    import('./tracing.ts'),
-  ])
+  const [{ InMemorySpanExporter, SimpleSpanProcessor }, { NodeTracerProvider }, { W3CTraceContextPropagator }, { useTracerProvider }] =
+    await Promise.all([
+      import('@opentelemetry/sdk-trace-base'),
+      import('@opentelemetry/sdk-trace-node'),
+      import('@opentelemetry/core'),
+      import('./tracing.ts'),
+    ])
   const exporter = new InMemorySpanExporter()
   const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] })
   provider.register({ propagator: new W3CTraceContextPropagator() })

@@ -47,7 +47,13 @@ export function tracesUrl(config: TracingConfig): string | undefined {
 export async function startTracing(serviceName: string, version: string, config: TracingConfig): Promise<void> {
   const url = tracesUrl(config)
   if (!url || enabled) return
-  const [{ NodeSDK }, { OTLPTraceExporter }, { BatchSpanProcessor }, { W3CTraceContextPropagator }, { defaultResource, resourceFromAttributes }] = await Promise.all([
+  const [
+    { NodeSDK },
+    { OTLPTraceExporter },
+    { BatchSpanProcessor },
+    { W3CTraceContextPropagator },
+    { defaultResource, resourceFromAttributes },
+  ] = await Promise.all([
     import('@opentelemetry/sdk-node'),
     import('@opentelemetry/exporter-trace-otlp-http'),
     import('@opentelemetry/sdk-trace-base'),
@@ -131,7 +137,15 @@ export function failSpan(span: Span, error: unknown): void {
 /** Starts a span (not made active). Call only with tracing on. */
 export function startSpan(name: string, spec: SpanSpec = {}): { span: Span; ctx: Context } {
   const parent = spec.parent ?? context.active()
-  const span = tracer().startSpan(name, { kind: spec.kind ?? SpanKind.INTERNAL, ...(spec.attributes ? { attributes: spec.attributes } : {}), ...(spec.links ? { links: spec.links } : {}) }, parent)
+  const span = tracer().startSpan(
+    name,
+    {
+      kind: spec.kind ?? SpanKind.INTERNAL,
+      ...(spec.attributes ? { attributes: spec.attributes } : {}),
+      ...(spec.links ? { links: spec.links } : {}),
+    },
+    parent,
+  )
   return { span, ctx: trace.setSpan(parent, span) }
 }
 

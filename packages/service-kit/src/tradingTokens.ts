@@ -13,7 +13,10 @@ const aliases: Record<string, string> = { eth: 'weth', btc: 'wbtc' }
 /** The token a symbol (any case; ETH and BTC for the wrapped ones) or an address names in `list`, else undefined. */
 export function findToken<T extends { symbol: string; address: string }>(list: readonly T[], ref: string): T | undefined {
   const wanted = ref.toLowerCase()
-  return list.find((t) => t.symbol.toLowerCase() === wanted || t.address.toLowerCase() === wanted) ?? list.find((t) => t.symbol.toLowerCase() === aliases[wanted])
+  return (
+    list.find((t) => t.symbol.toLowerCase() === wanted || t.address.toLowerCase() === wanted) ??
+    list.find((t) => t.symbol.toLowerCase() === aliases[wanted])
+  )
 }
 
 export function tradingTokens(nc: NatsConnection, endpoint: Endpoint<object, TokenList>, { timeoutMs = 5_000, ttlMs = 600_000 } = {}) {

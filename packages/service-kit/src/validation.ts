@@ -42,7 +42,9 @@ function firstControl(text: string, policy: ControlPolicy): number | undefined {
 
 /** An Ajv `validate` keyword from a function naming the problem, if any (Ajv reads the errors off the function). */
 type Check = ((value: any, data: unknown, parent: Schema, context?: KeywordContext) => boolean) & { errors?: ValidationError[] | null }
-function keywordCheck(problem: (value: any, data: unknown, parent: Schema, context?: KeywordContext) => ValidationError | undefined): Check {
+function keywordCheck(
+  problem: (value: any, data: unknown, parent: Schema, context?: KeywordContext) => ValidationError | undefined,
+): Check {
   const check: Check = (value, data, parent, context) => {
     const error = problem(value, data, parent, context)
     check.errors = error ? [error] : null
@@ -56,14 +58,20 @@ const controlCharacters = keywordCheck((policy: ControlPolicy, data) => {
   const code = firstControl(data, policy)
   if (code === undefined) return undefined
   const allowed = policy === 'whitespace' ? ' other than tab, line feed and carriage return' : ''
-  return { keyword: controlCharactersKeyword, message: `must not contain control characters${allowed} (found ${hex(code)})`, params: { policy } }
+  return {
+    keyword: controlCharactersKeyword,
+    message: `must not contain control characters${allowed} (found ${hex(code)})`,
+    params: { policy },
+  }
 })
 
 const safeNumber = keywordCheck((_, data, parent) => {
   if (typeof data !== 'number') return undefined
   const integer = typesOf(parent).includes('integer')
   if (integer ? Number.isSafeInteger(data) : Number.isFinite(data)) return undefined
-  const message = integer ? `must be an integer between -${Number.MAX_SAFE_INTEGER} and ${Number.MAX_SAFE_INTEGER}` : 'must be a finite number'
+  const message = integer
+    ? `must be an integer between -${Number.MAX_SAFE_INTEGER} and ${Number.MAX_SAFE_INTEGER}`
+    : 'must be a finite number'
   return { keyword: 'safeNumber', message, params: {} }
 })
 
@@ -81,7 +89,11 @@ function firstUnsafe(value: unknown): { path: string; message: string } | undefi
     } else if (item !== null && typeof item === 'object') {
       const entries = Array.isArray(item) ? item.map((inner, i) => [String(i), inner] as const) : Object.entries(item)
       const named = entries.find(([key]) => key.includes('\u0000'))
-      if (named) return { path: pointer(path, named[0].replaceAll('\u0000', '\\u0000')), message: 'must not have NUL characters (U+0000) in its name' }
+      if (named)
+        return {
+          path: pointer(path, named[0].replaceAll('\u0000', '\\u0000')),
+          message: 'must not have NUL characters (U+0000) in its name',
+        }
       // pushed last to first, so the first problem in the document's order is the one named
       for (let i = entries.length - 1; i >= 0; i--) stack.push([entries[i]![1], pointer(path, entries[i]![0])])
     }
@@ -118,7 +130,8 @@ function harden(schema: unknown): unknown {
   for (const key of nested) if (key in out) out[key] = harden(out[key])
   for (const key of nestedLists) if (Array.isArray(out[key])) out[key] = (out[key] as unknown[]).map(harden)
   for (const key of nestedMaps) {
-    if (out[key] && typeof out[key] === 'object') out[key] = Object.fromEntries(Object.entries(out[key] as Schema).map(([name, inner]) => [name, harden(inner)]))
+    if (out[key] && typeof out[key] === 'object')
+      out[key] = Object.fromEntries(Object.entries(out[key] as Schema).map(([name, inner]) => [name, harden(inner)]))
   }
   return out
 }

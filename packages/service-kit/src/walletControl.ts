@@ -27,7 +27,12 @@ export interface WalletControlWatch {
  * 503 and the watch is retried every `retryMs`. A watch that ends (the connection closed) makes the
  * state unknown again until it is re-established.
  */
-export async function watchWalletControl(nc: NatsConnection, bucket: string, log: Logger, { retryMs = 1000 } = {}): Promise<WalletControlWatch> {
+export async function watchWalletControl(
+  nc: NatsConnection,
+  bucket: string,
+  log: Logger,
+  { retryMs = 1000 } = {},
+): Promise<WalletControlWatch> {
   let current: WalletControl | undefined
   let revision = 0
   let closed = false
@@ -43,7 +48,8 @@ export async function watchWalletControl(nc: NatsConnection, bucket: string, log
     revision = entry.revision
     try {
       const next = entry.operation === 'PUT' ? walletControlCodec.decode(entry.value) : walletRunning
-      if (current?.paused !== next.paused) log.warn({ paused: next.paused, by: next.by, reason: next.reason }, next.paused ? 'server wallet paused' : 'server wallet resumed')
+      if (current?.paused !== next.paused)
+        log.warn({ paused: next.paused, by: next.by, reason: next.reason }, next.paused ? 'server wallet paused' : 'server wallet resumed')
       current = next
     } catch (error) {
       // an entry nobody can read: refuse spends rather than guess

@@ -61,7 +61,14 @@ export function startWorkerLoop({ name, log, idleMs, errorDelayMs = idleMs, roun
 }
 
 /** The stream, and the durable pull consumer with explicit acks that both consumer helpers read from. */
-async function openDurable(nc: NatsConnection, stream: StreamSpec, durable: string, subject: string, ackWaitMs: number, maxDeliver?: number) {
+async function openDurable(
+  nc: NatsConnection,
+  stream: StreamSpec,
+  durable: string,
+  subject: string,
+  ackWaitMs: number,
+  maxDeliver?: number,
+) {
   const jsm = await ensureStream(nc, stream)
   await jsm.consumers.add(stream.name, {
     durable_name: durable,
@@ -101,7 +108,10 @@ function consumeSpan(messages: JsMsg[], durable: string) {
     kind: SpanKind.CONSUMER,
     parent: one ? parents[0]! : traceContext.active(),
     ...(links.length > 0 ? { links } : {}),
-    attributes: { ...consumeAttributes(subject, durable, messages.length), ...(one ? { 'ats.deliveries': messages[0]!.info.deliveryCount } : {}) },
+    attributes: {
+      ...consumeAttributes(subject, durable, messages.length),
+      ...(one ? { 'ats.deliveries': messages[0]!.info.deliveryCount } : {}),
+    },
   })
   return { span, ctx }
 }
@@ -419,7 +429,12 @@ export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): P
 
   /** one message: in a consumer span continuing the submitter's trace, when tracing is on */
   const run = async (m: JsMsg): Promise<void> => {
-    await consuming([m], durable, () => runOne(m), (outcome) => outcome)
+    await consuming(
+      [m],
+      durable,
+      () => runOne(m),
+      (outcome) => outcome,
+    )
   }
 
   /** handles one message; resolves to what became of it */

@@ -34,22 +34,44 @@ t.test('an invalid secret is named but its value never shown', async (t) => {
 })
 
 t.test('a setting whose value starts but fails later is refused at start: URLs, tokens, timers, huge integers, booleans', async (t) => {
-  const kit = { ...baseSettings, ...chainSettings, UPSTREAM: httpUrlSetting({ default: 'http://127.0.0.1:1' }), WAIT_MS: Type.Integer({ minimum: 1, default: 10 }) }
+  const kit = {
+    ...baseSettings,
+    ...chainSettings,
+    UPSTREAM: httpUrlSetting({ default: 'http://127.0.0.1:1' }),
+    WAIT_MS: Type.Integer({ minimum: 1, default: 10 }),
+  }
   const base = { INTERNAL_TOKEN: 'a-good-internal-token' }
   const refused: Array<[NodeJS.ProcessEnv, string]> = [
-    [{ UPSTREAM: 'localhost:3001' }, 'invalid setting UPSTREAM: must be an absolute http(s) URL, like http://host:port (got "localhost:3001")'],
-    [{ UPSTREAM: 'ftp://files.example' }, 'invalid setting UPSTREAM: must be an absolute http(s) URL, like http://host:port (got "ftp://files.example")'],
+    [
+      { UPSTREAM: 'localhost:3001' },
+      'invalid setting UPSTREAM: must be an absolute http(s) URL, like http://host:port (got "localhost:3001")',
+    ],
+    [
+      { UPSTREAM: 'ftp://files.example' },
+      'invalid setting UPSTREAM: must be an absolute http(s) URL, like http://host:port (got "ftp://files.example")',
+    ],
     [{ RPC_URL: 'ws://127.0.0.1:8545' }, 'invalid setting RPC_URL: must be an absolute http(s) URL, like http://host:port'],
     [{ CHAIN_ID: '1' }, 'invalid setting CHAIN_ID: must be 42161 (Arbitrum One) or 31337 (the devnet) (got "1")'],
-    [{ INTERNAL_TOKEN: 'sixteen chars with spaces' }, 'invalid setting INTERNAL_TOKEN: must be 16 or more visible ASCII characters (no spaces); make one with: openssl rand -hex 24'],
-    [{ INTERNAL_TOKEN: 'token-with-an-émoji-🙂' }, 'invalid setting INTERNAL_TOKEN: must be 16 or more visible ASCII characters (no spaces); make one with: openssl rand -hex 24'],
+    [
+      { INTERNAL_TOKEN: 'sixteen chars with spaces' },
+      'invalid setting INTERNAL_TOKEN: must be 16 or more visible ASCII characters (no spaces); make one with: openssl rand -hex 24',
+    ],
+    [
+      { INTERNAL_TOKEN: 'token-with-an-émoji-🙂' },
+      'invalid setting INTERNAL_TOKEN: must be 16 or more visible ASCII characters (no spaces); make one with: openssl rand -hex 24',
+    ],
     [{ WAIT_MS: '9999999999' }, 'invalid setting WAIT_MS: must be at most 2147483647 ms (about 24 days) (got "9999999999")'],
-    [{ BODY_LIMIT_BYTES: '99999999999999999999999' }, 'invalid setting BODY_LIMIT_BYTES: must be <= 67108864 (got "99999999999999999999999")'],
+    [
+      { BODY_LIMIT_BYTES: '99999999999999999999999' },
+      'invalid setting BODY_LIMIT_BYTES: must be <= 67108864 (got "99999999999999999999999")',
+    ],
   ]
   for (const [env, message] of refused) t.throws(() => loadConfig(kit, { ...base, ...env }), new StartupError(message), JSON.stringify(env))
   const flag = { ON: Type.Boolean({ default: false }), HUGE: Type.Integer({ default: 1 }) }
   t.throws(() => loadConfig(flag, { ON: 'yes' }), new StartupError('invalid setting ON: must be true or false (or 1 or 0) (got "yes")'))
-  t.throws(() => loadConfig(flag, { HUGE: '99999999999999999999999' }), { message: /^invalid setting HUGE: must be between -9007199254740991 and 9007199254740991/ })
+  t.throws(() => loadConfig(flag, { HUGE: '99999999999999999999999' }), {
+    message: /^invalid setting HUGE: must be between -9007199254740991 and 9007199254740991/,
+  })
   t.match(loadConfig(kit, { ...base, UPSTREAM: 'https://api.example.com/v1', WAIT_MS: '2147483647', CHAIN_ID: '31337' }), {
     UPSTREAM: 'https://api.example.com/v1',
     WAIT_MS: 2147483647,
@@ -60,7 +82,10 @@ t.test('a setting whose value starts but fails later is refused at start: URLs, 
 
 t.test('a chain id without an address book is refused at start, naming the file', async (t) => {
   const config = { RPC_URL: 'http://127.0.0.1:8545', CHAIN_ID: 31337, ADDRESS_BOOK: '/nonexistent/address-book.json' }
-  t.throws(() => checkAddressBook(config), { name: 'StartupError', message: /^invalid setting ADDRESS_BOOK: address book \/nonexistent\/address-book.json not found/ })
+  t.throws(() => checkAddressBook(config), {
+    name: 'StartupError',
+    message: /^invalid setting ADDRESS_BOOK: address book \/nonexistent\/address-book.json not found/,
+  })
   t.doesNotThrow(() => checkAddressBook({ ...config, CHAIN_ID: 42161 }), "Arbitrum One's book is built in")
 })
 

@@ -7,7 +7,10 @@ import t from 'tap'
 const root = join(import.meta.dirname, '../../..')
 
 /** the source folders of the gateway, every package and every service */
-const sourceDirs = ['gateway/src', ...['packages', 'services'].flatMap((group) => readdirSync(join(root, group)).map((name) => `${group}/${name}/src`))]
+const sourceDirs = [
+  'gateway/src',
+  ...['packages', 'services'].flatMap((group) => readdirSync(join(root, group)).map((name) => `${group}/${name}/src`)),
+]
 
 function sourceFiles(dir: string): string[] {
   let entries: Dirent[]
@@ -41,7 +44,10 @@ interface Scan {
 
 const quoted = String.raw`(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\x60(?:[^\x60\\]|\\.)*\x60)`
 /** `const Name = createError<[…]>('ATS_ERR_…', 'message', 404)` */
-const createErrorDeclaration = new RegExp(String.raw`const\s+(\w+)\s*=\s*createError(?:<[^(]*?>)?\(\s*'(ATS_ERR_\w+)'\s*,\s*${quoted}\s*,\s*(\d{3})\s*,?\s*\)`, 'g')
+const createErrorDeclaration = new RegExp(
+  String.raw`const\s+(\w+)\s*=\s*createError(?:<[^(]*?>)?\(\s*'(ATS_ERR_\w+)'\s*,\s*${quoted}\s*,\s*(\d{3})\s*,?\s*\)`,
+  'g',
+)
 /** `class Name extends … { … readonly code = 'ATS_ERR_…' … readonly statusCode = 503 … }` */
 const classDeclaration = /class\s+(\w+)\s+extends[^{]*\{([\s\S]*?)\n\}/g
 
@@ -60,8 +66,12 @@ function scan(sources: Array<{ file: string; text: string }>): Scan {
       result.declarations.push({ file, name: name!, code, status: status === undefined ? undefined : Number(status) })
     }
     const calls = [...text.matchAll(/\bcreateError\s*(?:<[^(]*?>)?\(/g)].length
-    if (calls > declared) result.stray.push(`${file}: ${calls - declared} createError call(s) not of the form const Name = createError('ATS_ERR_…', 'message', status)`)
-    for (const [code] of text.matchAll(/ATS_ERR_[A-Z][A-Z0-9_]*[A-Z0-9](?![\w*…])/g)) if (!result.named.has(code)) result.named.set(code, file)
+    if (calls > declared)
+      result.stray.push(
+        `${file}: ${calls - declared} createError call(s) not of the form const Name = createError('ATS_ERR_…', 'message', status)`,
+      )
+    for (const [code] of text.matchAll(/ATS_ERR_[A-Z][A-Z0-9_]*[A-Z0-9](?![\w*…])/g))
+      if (!result.named.has(code)) result.named.set(code, file)
   }
   return result
 }
@@ -88,13 +98,20 @@ function namesFor(code: string): string[] {
 }
 
 const misnamed = (declarations: Declaration[]) =>
-  declarations.filter((d) => !namesFor(d.code).includes(d.name)).map((d) => `${d.name} (${d.code}) in ${d.file}: name it ${namesFor(d.code).join(' or ')}`)
+  declarations
+    .filter((d) => !namesFor(d.code).includes(d.name))
+    .map((d) => `${d.name} (${d.code}) in ${d.file}: name it ${namesFor(d.code).join(' or ')}`)
 
 const repository = scan(sourceDirs.flatMap(sourceFiles).map((file) => ({ file, text: readFileSync(join(root, file), 'utf8') })))
 
 t.test('the scan finds the registries of the kit, the chain, the gateway and the services', async (t) => {
   const files = new Set(repository.declarations.map((d) => d.file))
-  const registries = ['packages/service-kit/src/errors.ts', 'packages/chain/src/errors.ts', 'gateway/src/errors.ts', ...['agent', 'trading', 'market-data', 'admin', 'automation'].map((s) => `services/${s}/src/errors.ts`)]
+  const registries = [
+    'packages/service-kit/src/errors.ts',
+    'packages/chain/src/errors.ts',
+    'gateway/src/errors.ts',
+    ...['agent', 'trading', 'market-data', 'admin', 'automation'].map((s) => `services/${s}/src/errors.ts`),
+  ]
   for (const file of registries) t.ok(files.has(file), `${file} declares codes`)
   t.ok(repository.declarations.length >= 50, `${repository.declarations.length} declarations`)
 })
@@ -129,7 +146,10 @@ t.test('the checks catch a code of two statuses, a wrong name and an inline erro
         "export const JobNotCancellable = createError<[string]>('ATS_ERR_AGENT_JOB_NOT_FOUND', 'job %s not found, or already finished', 404)",
       ].join('\n'),
     },
-    { file: 'services/trading/src/chainTx.ts', text: "const codeOf = (c: string) => c\nexport const X = createError(codeOf('ATS_ERR_X'), '%s', 400)" },
+    {
+      file: 'services/trading/src/chainTx.ts',
+      text: "const codeOf = (c: string) => c\nexport const X = createError(codeOf('ATS_ERR_X'), '%s', 400)",
+    },
   ])
   t.same(declaredTwice(declarations), [
     'ATS_ERR_MODEL_NOT_FOUND: ModelNotFound 400 in services/agent/src/errors.ts, UnknownModel 404 in services/agent/src/errors.ts',

@@ -148,7 +148,11 @@ t.test('a 429 waits for retry-after, then succeeds', async (t) => {
 t.test('a 429 asking for a long wait is not retried', async (t) => {
   const server = await upstream(t, (_req, res) => json(res, 429, {}, { 'retry-after': '60' }))
   const error = await failure(client(t, server.url).getJson('/x'))
-  t.match(error, { statusCode: 503, code: 'ATS_ERR_UPSTREAM_RATE_LIMITED', message: 'quotes is rate limiting our requests (429 Too Many Requests); try again later' })
+  t.match(error, {
+    statusCode: 503,
+    code: 'ATS_ERR_UPSTREAM_RATE_LIMITED',
+    message: 'quotes is rate limiting our requests (429 Too Many Requests); try again later',
+  })
   t.equal(server.seen.length, 1)
 })
 

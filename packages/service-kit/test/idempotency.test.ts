@@ -2,7 +2,13 @@
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { BadRequest } from '../src/errors.ts'
-import { createIdempotencyStore, fingerprintOf, idempotencyKeyOf, type IdempotencyOptions, type IdempotencyStore } from '../src/idempotency.ts'
+import {
+  createIdempotencyStore,
+  fingerprintOf,
+  idempotencyKeyOf,
+  type IdempotencyOptions,
+  type IdempotencyStore,
+} from '../src/idempotency.ts'
 import { freshDatabase } from '../src/testing.ts'
 
 const schema = 'trading'

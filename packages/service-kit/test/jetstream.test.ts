@@ -36,24 +36,28 @@ t.test('ensureStream creates a stream, and brings an existing one to its spec', 
   t.equal((await jsm.streams.info(name)).config.max_age, 120_000 * 1_000_000, 'updated in place')
 })
 
-t.test('a NATS without JetStream is a start-up error that says so', { skip: !existsSync(natsServerPath) && 'no nats-server binary here' }, async (t) => {
-  const port = 4300 + Math.floor(Math.random() * 500)
-  const server = spawn(natsServerPath, ['-a', '127.0.0.1', '-p', String(port)], { stdio: 'ignore' })
-  t.teardown(() => void server.kill())
-  let nc: NatsConnection | undefined
-  for (let i = 0; i < 50 && !nc; i++) {
-    nc = await connect({ servers: `nats://127.0.0.1:${port}` }).catch(() => undefined)
-    if (!nc) await new Promise((resolve) => setTimeout(resolve, 100))
-  }
-  if (!nc) throw new Error('nats-server without JetStream did not start')
-  t.teardown(() => nc.close())
-  const error = await ensureStream(nc, spec('NOJS')).then(
-    () => undefined,
-    (e: Error) => e,
-  )
-  t.type(error, StartupError)
-  t.match(error?.message, /^NATS has no JetStream .*start nats-server with -js$/)
-})
+t.test(
+  'a NATS without JetStream is a start-up error that says so',
+  { skip: !existsSync(natsServerPath) && 'no nats-server binary here' },
+  async (t) => {
+    const port = 4300 + Math.floor(Math.random() * 500)
+    const server = spawn(natsServerPath, ['-a', '127.0.0.1', '-p', String(port)], { stdio: 'ignore' })
+    t.teardown(() => void server.kill())
+    let nc: NatsConnection | undefined
+    for (let i = 0; i < 50 && !nc; i++) {
+      nc = await connect({ servers: `nats://127.0.0.1:${port}` }).catch(() => undefined)
+      if (!nc) await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+    if (!nc) throw new Error('nats-server without JetStream did not start')
+    t.teardown(() => nc.close())
+    const error = await ensureStream(nc, spec('NOJS')).then(
+      () => undefined,
+      (e: Error) => e,
+    )
+    t.type(error, StartupError)
+    t.match(error?.message, /^NATS has no JetStream .*start nats-server with -js$/)
+  },
+)
 
 // the durable consumer
 const Note = Type.Object({ id: Type.String() })
@@ -99,11 +103,19 @@ t.test('a redelivery that arrives while the process is busy is handled after its
   const jsm = await nc.jetstreamManager()
   await nc.jetstream().publish(notes.subject, notes.message.encode({ id: 'n1' }))
 
-  const dead = await eventually('the note in the dead letters', () => jsm.streams.getMessage(stream.name, { last_by_subj: deadLetters }).catch(() => undefined), 30_000)
+  const dead = await eventually(
+    'the note in the dead letters',
+    () => jsm.streams.getMessage(stream.name, { last_by_subj: deadLetters }).catch(() => undefined),
+    30_000,
+  )
   t.match(dead.header.get('ats-dead-letter-reason'), /^failed 4 times: this note cannot be stored/)
   const gaps = seen.slice(1).map((at, i) => at - seen[i]!)
   t.equal(gaps.length, 3, 'delivered 4 times')
-  for (const gap of gaps) t.ok(gap < retryDelayMs + 1_500, `redelivered after ${gap} ms: the nak delay (${retryDelayMs} ms) and the busy stretch, not the ack wait (${ackWaitMs} ms)`)
+  for (const gap of gaps)
+    t.ok(
+      gap < retryDelayMs + 1_500,
+      `redelivered after ${gap} ms: the nak delay (${retryDelayMs} ms) and the busy stretch, not the ack wait (${ackWaitMs} ms)`,
+    )
   t.match(await jsm.consumers.info(stream.name, 'notes'), { num_pending: 0, num_ack_pending: 0 }, 'nothing left on the consumer')
 })
 
@@ -145,46 +157,61 @@ async function streamed(natsUrl: string, namespace: string): Promise<DomainEvent
   }
 }
 
-t.test('an event written in a transaction is published once: at once when sent, by the sweep when its process never sent it, never when rolled back', async (t) => {
-  const { natsUrl } = await testInfra()
-  const databaseUrl = await freshDatabase(t)
-  const namespace = await freshNamespace(t)
-  const nc = await connect({ servers: natsUrl })
-  t.teardown(() => nc.close())
-  const channels = natsChannels(namespace).admin.events
-  const outbox = await startEventOutbox({ nc, channels, databaseUrl, schema, log, sweepEveryMs: 200 })
-  t.teardown(() => outbox.stop())
-  const pool = new pg.Pool({ connectionString: databaseUrl })
-  t.teardown(() => pool.end())
+t.test(
+  'an event written in a transaction is published once: at once when sent, by the sweep when its process never sent it, never when rolled back',
+  async (t) => {
+    const { natsUrl } = await testInfra()
+    const databaseUrl = await freshDatabase(t)
+    const namespace = await freshNamespace(t)
+    const nc = await connect({ servers: natsUrl })
+    t.teardown(() => nc.close())
+    const channels = natsChannels(namespace).admin.events
+    const outbox = await startEventOutbox({ nc, channels, databaseUrl, schema, log, sweepEveryMs: 200 })
+    t.teardown(() => outbox.stop())
+    const pool = new pg.Pool({ connectionString: databaseUrl })
+    t.teardown(() => pool.end())
 
-  let sent = ''
-  let left = ''
-  await inTransaction(pool, async (tx) => {
-    sent = await recordEvent(tx, { type: 'job.completed', owner: { keyId: 'key_a', wallet: '0xAbCdEf0123456789aBcDeF0123456789AbCdEf01' }, data: { jobId: 'job_1' } })
-  })
-  await inTransaction(pool, async (tx) => {
-    left = await recordEvent(tx, { type: 'swap.confirmed', owner: { keyId: 'key_b' }, data: { executionId: 'exe_1' } })
-  })
-  await inTransaction(pool, async (tx) => void (await recordEvent(tx, { type: 'job.failed', owner: { keyId: 'key_c' }, data: {} })), false)
-  // the first is sent after its commit, twice (a retry): stored once
-  outbox.send(sent, sent)
+    let sent = ''
+    let left = ''
+    await inTransaction(pool, async (tx) => {
+      sent = await recordEvent(tx, {
+        type: 'job.completed',
+        owner: { keyId: 'key_a', wallet: '0xAbCdEf0123456789aBcDeF0123456789AbCdEf01' },
+        data: { jobId: 'job_1' },
+      })
+    })
+    await inTransaction(pool, async (tx) => {
+      left = await recordEvent(tx, { type: 'swap.confirmed', owner: { keyId: 'key_b' }, data: { executionId: 'exe_1' } })
+    })
+    await inTransaction(
+      pool,
+      async (tx) => void (await recordEvent(tx, { type: 'job.failed', owner: { keyId: 'key_c' }, data: {} })),
+      false,
+    )
+    // the first is sent after its commit, twice (a retry): stored once
+    outbox.send(sent, sent)
 
-  let events: DomainEvent[] = []
-  for (let i = 0; i < 50 && events.length < 2; i++) {
-    await new Promise((resolve) => setTimeout(resolve, 100))
-    events = await streamed(natsUrl, namespace).catch(() => [])
-  }
-  t.same(
-    events.map((e) => e.id).sort(),
-    [sent, left].sort(),
-    'the sent one and the one left to the sweep, each once; the rolled-back one never',
-  )
-  const first = events.find((e) => e.id === sent)!
-  t.match(first, { type: 'job.completed', owner: { keyId: 'key_a', wallet: '0xabcdef0123456789abcdef0123456789abcdef01' }, data: { jobId: 'job_1' } })
-  t.ok(Math.abs(first.at - Date.now()) < 10_000, 'stamped with the time it was written')
-  const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${schema}.event_outbox WHERE published_at IS NULL`)
-  t.equal(rows[0].n, 0, 'both marked published')
-})
+    let events: DomainEvent[] = []
+    for (let i = 0; i < 50 && events.length < 2; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      events = await streamed(natsUrl, namespace).catch(() => [])
+    }
+    t.same(
+      events.map((e) => e.id).sort(),
+      [sent, left].sort(),
+      'the sent one and the one left to the sweep, each once; the rolled-back one never',
+    )
+    const first = events.find((e) => e.id === sent)!
+    t.match(first, {
+      type: 'job.completed',
+      owner: { keyId: 'key_a', wallet: '0xabcdef0123456789abcdef0123456789abcdef01' },
+      data: { jobId: 'job_1' },
+    })
+    t.ok(Math.abs(first.at - Date.now()) < 10_000, 'stamped with the time it was written')
+    const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${schema}.event_outbox WHERE published_at IS NULL`)
+    t.equal(rows[0].n, 0, 'both marked published')
+  },
+)
 
 // the work-queue consumer
 const Task = Type.Object({ id: Type.String() })
@@ -196,7 +223,13 @@ async function queue(t: Test, options: Partial<WorkQueueOptions<Task>> & Pick<Wo
   t.teardown(() => nc.close())
   const ns = await freshNamespace(t)
   const tasks = topic(`${ns}.test.tasks`, Task)
-  const stream = { name: `${ns}_tasks`, subjects: [tasks.subject], maxAgeMs: 60_000, duplicateWindowMs: 10_000, retention: 'workqueue' as const }
+  const stream = {
+    name: `${ns}_tasks`,
+    subjects: [tasks.subject],
+    maxAgeMs: 60_000,
+    duplicateWindowMs: 10_000,
+    retention: 'workqueue' as const,
+  }
   const exhausted: Array<[string, number]> = []
   const consumer = await startWorkQueueConsumer({
     nc,
@@ -238,7 +271,11 @@ t.test('each task is handled once and acked: it leaves the work queue', async (t
   for (const id of ['a', 'b', 'c']) await q.publish(id)
   await until('three tasks', () => seen.length === 3)
   await until('an empty queue', async () => (await q.pending()) === 0)
-  t.same(seen.sort(), [['a', 1], ['b', 1], ['c', 1]])
+  t.same(seen.sort(), [
+    ['a', 1],
+    ['b', 1],
+    ['c', 1],
+  ])
 })
 
 t.test('a task that runs past the ack wait is not redelivered while its handler runs (progress signals)', async (t) => {
@@ -286,8 +323,14 @@ t.test('retryInMs redelivers; a handler that keeps failing is bounded: `exhauste
   await q.publish('broken')
   await until('the broken task to be exhausted', () => q.exhausted.length === 1)
   t.same(q.exhausted, [['broken', 3]], 'after maxDeliveries (2) handler runs, the third delivery goes to exhausted')
-  t.same(seen.filter(([id]) => id === 'broken').map(([, n]) => n), [1, 2])
-  t.same(seen.filter(([id]) => id === 'later').map(([, n]) => n), [1, 2])
+  t.same(
+    seen.filter(([id]) => id === 'broken').map(([, n]) => n),
+    [1, 2],
+  )
+  t.same(
+    seen.filter(([id]) => id === 'later').map(([, n]) => n),
+    [1, 2],
+  )
   await until('an empty queue', async () => (await q.pending()) === 0)
 })
 
@@ -296,7 +339,13 @@ t.test('a task handed back by stopping processes more often than maxDeliveries s
   t.teardown(() => nc.close())
   const ns = await freshNamespace(t)
   const tasks = topic(`${ns}.test.tasks`, Task)
-  const stream = { name: `${ns}_tasks`, subjects: [tasks.subject], maxAgeMs: 60_000, duplicateWindowMs: 10_000, retention: 'workqueue' as const }
+  const stream = {
+    name: `${ns}_tasks`,
+    subjects: [tasks.subject],
+    maxAgeMs: 60_000,
+    duplicateWindowMs: 10_000,
+    retention: 'workqueue' as const,
+  }
   const exhausted: string[] = []
   const seen: number[] = []
   // one process of the fleet: its own consumer on the shared durable

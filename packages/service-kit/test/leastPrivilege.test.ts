@@ -41,7 +41,10 @@ t.test('NATS: each component may use the subjects its contract declares, and no 
   /** the server logs each refused publish and subscription with the user and the subject */
   const violation = async (t: Test, kind: 'Publish' | 'Subscription', user: string, subject: string) => {
     const what = `a ${kind} Violation of ${user} on ${subject}`
-    t.ok(await eventually(what, async () => server.log().includes(`${kind} Violation - User "${user}", Subject "${subject}"`) || undefined), what)
+    t.ok(
+      await eventually(what, async () => server.log().includes(`${kind} Violation - User "${user}", Subject "${subject}"`) || undefined),
+      what,
+    )
   }
 
   t.test('a wrong password is refused', async (t) => {
@@ -58,11 +61,18 @@ t.test('NATS: each component may use the subjects its contract declares, and no 
     throw new Refused('refused by the test')
   })
   await trading.flush()
-  const swap = { tokenIn: 'WETH', tokenOut: 'USDC', amountIn: '1', slippageBps: 50, idempotencyKey: 'run:test' } as Parameters<(typeof channels.trading.execute)['request']['encode']>[0]
+  const swap = { tokenIn: 'WETH', tokenOut: 'USDC', amountIn: '1', slippageBps: 50, idempotencyKey: 'run:test' } as Parameters<
+    (typeof channels.trading.execute)['request']['encode']
+  >[0]
 
-  t.test("market-data cannot ask trading to execute a swap: its publish is refused, trading never hears it", async (t) => {
+  t.test('market-data cannot ask trading to execute a swap: its publish is refused, trading never hears it', async (t) => {
     const marketData = await as('market-data')
-    const error = await callEndpoint(marketData, channels.trading.execute, { ...swap, idempotencyKey: 'forged' }, { identity: { keyId: 'key_someone' }, timeoutMs: 1000 }).catch((e: Error) => e)
+    const error = await callEndpoint(
+      marketData,
+      channels.trading.execute,
+      { ...swap, idempotencyKey: 'forged' },
+      { identity: { keyId: 'key_someone' }, timeoutMs: 1000 },
+    ).catch((e: Error) => e)
     t.match(error, { statusCode: 503, message: /Permissions Violation/ }, 'the caller is told it may not')
     await violation(t, 'Publish', 'market-data', channels.trading.execute.subject)
     t.notOk(executed.includes('forged'), 'trading never received it')
@@ -81,7 +91,11 @@ t.test('NATS: each component may use the subjects its contract declares, and no 
 
   t.test('what a component does do works: calls it declares, broadcasts, its streams and buckets', async (t) => {
     const [agent, automation, admin, gateway] = await Promise.all([as('agent'), as('automation'), as('admin'), as('gateway')])
-    t.same(await callEndpoint(agent, channels.trading.tokens, {}, { timeoutMs: 2000 }), { chainId: 31337, tokens: [] }, 'the agent calls trading.tokens')
+    t.same(
+      await callEndpoint(agent, channels.trading.tokens, {}, { timeoutMs: 2000 }),
+      { chainId: 31337, tokens: [] },
+      'the agent calls trading.tokens',
+    )
     const refused = await callEndpoint(automation, channels.trading.execute, swap, { timeoutMs: 2000 }).catch((e: Error) => e)
     t.match(refused, { statusCode: 409, message: 'refused by the test' }, 'automation reaches trading.execute (its 409)')
     t.ok(executed.includes('run:test'))

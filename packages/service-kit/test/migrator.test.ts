@@ -24,7 +24,7 @@ async function query<T extends pg.QueryResultRow>(url: string, sql: string): Pro
   }
 }
 
-t.test('migrations apply in order, once, recorded in Prisma\'s table', async (t) => {
+t.test("migrations apply in order, once, recorded in Prisma's table", async (t) => {
   const url = await freshDatabase(t)
   const first = await migrate(url, { schema: 'shop', dir })
   t.same(first.applied, ['20260101000000_init', '20260102000000_more'])
@@ -34,14 +34,21 @@ t.test('migrations apply in order, once, recorded in Prisma\'s table', async (t)
     url,
     'SELECT migration_name, checksum, finished_at FROM shop._prisma_migrations ORDER BY migration_name',
   )
-  t.same(rows.map((r) => r.migration_name), first.applied)
+  t.same(
+    rows.map((r) => r.migration_name),
+    first.applied,
+  )
   t.ok(rows.every((r) => /^[0-9a-f]{64}$/.test(r.checksum) && r.finished_at instanceof Date))
 })
 
 t.test('replicas starting together migrate once (advisory lock)', async (t) => {
   const url = await freshDatabase(t)
   const results = await Promise.all([1, 2, 3, 4].map(() => migrate(url, { schema: 'shop', dir })))
-  t.equal(results.reduce((n, r) => n + r.applied.length, 0), 2, 'each migration applied by exactly one replica')
+  t.equal(
+    results.reduce((n, r) => n + r.applied.length, 0),
+    2,
+    'each migration applied by exactly one replica',
+  )
   const [{ count }] = (await query<{ count: string }>(url, 'SELECT count(*) FROM shop._prisma_migrations')) as [{ count: string }]
   t.equal(Number(count), 2)
 })
@@ -63,7 +70,10 @@ t.test('a failing migration rolls back and names itself', async (t) => {
   await writeFile(join(copy, '20260103000000_broken', 'migration.sql'), 'CREATE TABLE "gadgets" (id TEXT); SELECT nonsense FROM nowhere;')
   await t.rejects(migrate(url, { schema: 'shop', dir: copy }), /20260103000000_broken failed/)
   const tables = await query<{ table_name: string }>(url, "SELECT table_name FROM information_schema.tables WHERE table_schema = 'shop'")
-  t.notOk(tables.some((r) => r.table_name === 'gadgets'), 'the failed migration left nothing behind')
+  t.notOk(
+    tables.some((r) => r.table_name === 'gadgets'),
+    'the failed migration left nothing behind',
+  )
 })
 
 t.test('an unreachable database is named with how to fix it', async (t) => {

@@ -10,7 +10,8 @@ import { freshNamespace, testInfra } from '../src/testing.ts'
  * "No responders" is asked again for a moment (half the timeout, 1.5 s at most): while a NATS
  * cluster fails over, a service's subscriptions are away until it reconnects to another server.
  */
-const echo = (namespace: string) => endpoint(`${namespace}.echo.say`, Type.Object({ text: Type.String() }), Type.Object({ text: Type.String() }))
+const echo = (namespace: string) =>
+  endpoint(`${namespace}.echo.say`, Type.Object({ text: Type.String() }), Type.Object({ text: Type.String() }))
 
 async function setup(t: Test) {
   const { natsUrl } = await testInfra()

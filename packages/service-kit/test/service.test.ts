@@ -37,7 +37,11 @@ const probe: ServiceDefinition<{}, never> = {
     })
     api.post(
       '/items',
-      { schema: { body: Type.Object({ name: Type.String({ maxLength: 3 }), kind: Type.Unsafe<string>({ type: 'string', enum: ['a', 'b'] }) }) } },
+      {
+        schema: {
+          body: Type.Object({ name: Type.String({ maxLength: 3 }), kind: Type.Unsafe<string>({ type: 'string', enum: ['a', 'b'] }) }),
+        },
+      },
       async (request) => request.body,
     )
     api.get('/slow', async () => {
@@ -163,7 +167,13 @@ t.test("a service's own counters and gauges are on /metrics, labelled with the s
     },
   }
   const { natsUrl } = await testInfra()
-  const svc = await startService(t, shop, { NATS_URL: natsUrl, INTERNAL_TOKEN: testInternalToken, LOG_LEVEL: 'silent', HOST: '127.0.0.1', PORT: '0' })
+  const svc = await startService(t, shop, {
+    NATS_URL: natsUrl,
+    INTERNAL_TOKEN: testInternalToken,
+    LOG_LEVEL: 'silent',
+    HOST: '127.0.0.1',
+    PORT: '0',
+  })
   const scrape = async () => {
     const res = await fetch(`${svc.url}/metrics`)
     t.equal(res.status, 200)
@@ -205,7 +215,10 @@ t.test('credentials in logged headers are redacted', async (t) => {
     },
   })
   const log = pino(loggerOptions('probe', 'info'), sink)
-  log.info({ req: { headers: { authorization: 'Bearer atsk_secret', 'x-api-key': 'atsk_other', 'x-payment': 'sig', accept: 'json' } } }, 'in')
+  log.info(
+    { req: { headers: { authorization: 'Bearer atsk_secret', 'x-api-key': 'atsk_other', 'x-payment': 'sig', accept: 'json' } } },
+    'in',
+  )
   t.notMatch(lines.join(''), /atsk_secret|atsk_other|"sig"/)
   t.match(lines.join(''), /"accept":"json"/)
 })
@@ -214,7 +227,10 @@ t.test('credentials in logged headers are redacted', async (t) => {
 /** A route with every kind of field the kit's rules cover: an id in the path, query values, a label, free text, numbers, a free-form record. */
 const itemSchema = {
   params: Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }),
-  querystring: Type.Object({ limit: Type.Optional(Type.Integer({ minimum: 1 })), q: Type.Optional(Type.String()) }, { additionalProperties: false }),
+  querystring: Type.Object(
+    { limit: Type.Optional(Type.Integer({ minimum: 1 })), q: Type.Optional(Type.String()) },
+    { additionalProperties: false },
+  ),
   body: Type.Object(
     {
       label: Type.String({ maxLength: 64 }),
@@ -237,7 +253,13 @@ const itemsProbe: ServiceDefinition<{}, never> = {
 }
 
 const { natsUrl } = await testInfra()
-const svc = await startService(t, itemsProbe, { NATS_URL: natsUrl, INTERNAL_TOKEN: testInternalToken, LOG_LEVEL: 'silent', HOST: '127.0.0.1', PORT: '0' })
+const svc = await startService(t, itemsProbe, {
+  NATS_URL: natsUrl,
+  INTERNAL_TOKEN: testInternalToken,
+  LOG_LEVEL: 'silent',
+  HOST: '127.0.0.1',
+  PORT: '0',
+})
 
 /** POST /items/:id with a raw path, query and JSON text: the status and the answer. */
 async function post(path: string, body: string) {
@@ -250,7 +272,10 @@ async function post(path: string, body: string) {
 }
 
 t.test('a request within the rules passes, tabs and line breaks in free text included', async (t) => {
-  const res = await post('item-1?limit=10&q=swap', JSON.stringify({ label: 'main', prompt: 'buy\tETH\r\nthen sell', amount: 1.5, config: { note: ['x'] } }))
+  const res = await post(
+    'item-1?limit=10&q=swap',
+    JSON.stringify({ label: 'main', prompt: 'buy\tETH\r\nthen sell', amount: 1.5, config: { note: ['x'] } }),
+  )
   t.equal(res.status, 200, JSON.stringify(res.body))
   t.same(res.body.query, { limit: 10, q: 'swap' })
   t.equal(res.body.body.prompt, 'buy\tETH\r\nthen sell')
@@ -274,10 +299,15 @@ t.test('a control character in a path parameter, a query value or a label answer
 })
 
 t.test('free text refuses NUL and the other control characters, but not tab, CR and LF', async (t) => {
-  for (const [bad, code] of [['\u0000', 'U+0000'], ['\u001b', 'U+001B']]) {
+  for (const [bad, code] of [
+    ['\u0000', 'U+0000'],
+    ['\u001b', 'U+001B'],
+  ]) {
     const res = await post('x', JSON.stringify({ label: 'x', prompt: `a${bad}b` }))
     t.equal(res.status, 400)
-    t.same(res.body, { error: `body/prompt must not contain control characters other than tab, line feed and carriage return (found ${code})` })
+    t.same(res.body, {
+      error: `body/prompt must not contain control characters other than tab, line feed and carriage return (found ${code})`,
+    })
   }
 })
 
@@ -365,7 +395,11 @@ async function booksAndShelf(t: Parameters<typeof freshNamespace>[0], timeoutMs 
   return { responder, caller }
 }
 
-const asKey = { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.keyId]: 'key_7', [identityHeaders.requestId]: 'req-42' }
+const asKey = {
+  [identityHeaders.internalToken]: testInternalToken,
+  [identityHeaders.keyId]: 'key_7',
+  [identityHeaders.requestId]: 'req-42',
+}
 
 t.test('an endpoint answers its caller, who learns who asked and under which request id', async (t) => {
   const { caller } = await booksAndShelf(t)

@@ -76,7 +76,11 @@ t.test('an upstream failure is shared briefly: the other replica gets the same e
     throw new Down('coingecko')
   }
   await t.rejects(a.get('prices', 5000, failing), { statusCode: 502, message: 'coingecko failed: 500 Internal Server Error' })
-  await t.rejects(b.get('prices', 5000, failing), { statusCode: 502, code: 'ATS_ERR_TEST_UPSTREAM', message: 'coingecko failed: 500 Internal Server Error' })
+  await t.rejects(b.get('prices', 5000, failing), {
+    statusCode: 502,
+    code: 'ATS_ERR_TEST_UPSTREAM',
+    message: 'coingecko failed: 500 Internal Server Error',
+  })
   t.equal(calls, 1)
   await sleep(350)
   const source = upstream(1)
@@ -85,7 +89,10 @@ t.test('an upstream failure is shared briefly: the other replica gets the same e
 
 t.test('a bug in the loader is not shared: it is thrown to its caller only', async (t) => {
   const cache = replica(t, prefix())
-  await t.rejects(cache.get('x', 1000, async () => Promise.reject(new TypeError('boom'))), { message: 'boom' })
+  await t.rejects(
+    cache.get('x', 1000, async () => Promise.reject(new TypeError('boom'))),
+    { message: 'boom' },
+  )
   t.match(await cache.get('x', 1000, async () => 1), { value: 1, cached: false })
 })
 

@@ -40,8 +40,19 @@ t.test('one request through HTTP, NATS and JetStream is one trace', async (t) =>
   const echo = endpoint(`${ns}.traced.echo`, Type.Object({ text: Type.String() }), Type.Object({ text: Type.String() }))
   const jobs = topic(`${ns}.traced.jobs`, Type.Object({ id: Type.String() }))
   const notes = topic(`${ns}.traced.notes`, Type.Object({ id: Type.String() }))
-  const jobStream = { name: `${ns}_traced_jobs`, subjects: [jobs.subject], maxAgeMs: 60_000, duplicateWindowMs: 10_000, retention: 'workqueue' as const }
-  const noteStream = { name: `${ns}_traced_notes`, subjects: [notes.subject, `${ns}.traced.dead`], maxAgeMs: 60_000, duplicateWindowMs: 10_000 }
+  const jobStream = {
+    name: `${ns}_traced_jobs`,
+    subjects: [jobs.subject],
+    maxAgeMs: 60_000,
+    duplicateWindowMs: 10_000,
+    retention: 'workqueue' as const,
+  }
+  const noteStream = {
+    name: `${ns}_traced_notes`,
+    subjects: [notes.subject, `${ns}.traced.dead`],
+    maxAgeMs: 60_000,
+    duplicateWindowMs: 10_000,
+  }
   const { log, lines } = capturedLog()
 
   const backend: ServiceDefinition<{}, never> = {
@@ -127,7 +138,12 @@ t.test('one request through HTTP, NATS and JetStream is one trace', async (t) =>
   t.not(trace, clientTrace, "the gateway starts its own trace, whatever the client's traceparent")
   t.equal(parentOf(root), undefined, 'the request span is the root')
   t.equal(root.kind, SpanKind.SERVER)
-  t.match(root.attributes, { 'http.request.method': 'POST', 'http.route': '/go', 'http.response.status_code': 200, 'ats.service': 'traced-front' })
+  t.match(root.attributes, {
+    'http.request.method': 'POST',
+    'http.route': '/go',
+    'http.response.status_code': 200,
+    'ats.service': 'traced-front',
+  })
 
   const inTrace = await eventually('every span of the trace', async () => {
     const all = spans().filter((s) => traceOf(s) === trace)
@@ -135,7 +151,9 @@ t.test('one request through HTTP, NATS and JetStream is one trace', async (t) =>
     return all.length >= 9 ? all : undefined
   })
   const named = (name: string) => inTrace.filter((s) => s.name === name)
-  const [call, callInJob] = named(`request ${echo.subject}`).sort((a, b) => a.startTime[0] - b.startTime[0] || a.startTime[1] - b.startTime[1])
+  const [call, callInJob] = named(`request ${echo.subject}`).sort(
+    (a, b) => a.startTime[0] - b.startTime[0] || a.startTime[1] - b.startTime[1],
+  )
   const serves = named(`serve ${echo.subject}`)
   const [publishJob] = named(`publish ${jobs.subject}`)
   const [publishNote] = named(`publish ${notes.subject}`)
@@ -151,7 +169,12 @@ t.test('one request through HTTP, NATS and JetStream is one trace', async (t) =>
     'the endpoint serves it in a child span: the traceparent crossed NATS',
   )
   const serve = serves.find((s) => parentOf(s) === idOf(call!))!
-  t.match(serve.attributes, { 'messaging.system': 'nats', 'messaging.destination.name': echo.subject, 'ats.service': 'traced-backend', 'ats.status': 200 })
+  t.match(serve.attributes, {
+    'messaging.system': 'nats',
+    'messaging.destination.name': echo.subject,
+    'ats.service': 'traced-backend',
+    'ats.status': 200,
+  })
   t.equal(serve.kind, SpanKind.SERVER)
 
   t.equal(parentOf(publishJob!), idOf(root), 'the JetStream publish is a child of the request')
@@ -170,7 +193,8 @@ t.test('one request through HTTP, NATS and JetStream is one trace', async (t) =>
   // log lines written inside spans carry the trace id
   const logged = (msg: string) => lines.filter((l) => l.msg === msg)
   t.equal(logged('echo handled').length, 2)
-  for (const line of [...logged('echo handled'), ...logged('job ran'), ...logged('note taken')]) t.equal(line.trace_id, trace, `"${line.msg}" carries the trace id`)
+  for (const line of [...logged('echo handled'), ...logged('job ran'), ...logged('note taken')])
+    t.equal(line.trace_id, trace, `"${line.msg}" carries the trace id`)
 })
 
 t.test("a service continues the traceparent it is sent; its handler's log lines carry the trace id", async (t) => {
@@ -196,7 +220,11 @@ t.test("a service continues the traceparent it is sent; its handler's log lines 
   const trace = '4bf92f3577b34da6a3ce929d0e0e4736'
   const res = await fetch(`${service.url}/work`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', traceparent: `00-${trace}-${parent}-01`, [identityHeaders.internalToken]: testInternalToken },
+    headers: {
+      'content-type': 'application/json',
+      traceparent: `00-${trace}-${parent}-01`,
+      [identityHeaders.internalToken]: testInternalToken,
+    },
     body: JSON.stringify({ n: 3 }),
   })
   t.equal(res.status, 200)

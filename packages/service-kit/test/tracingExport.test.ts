@@ -24,7 +24,10 @@ const definition: ServiceDefinition<{}, never> = {
 t.test('the traces URL: the traces endpoint as given, or the base endpoint with /v1/traces', async (t) => {
   t.equal(tracesUrl({}), undefined)
   t.equal(tracesUrl({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' }), 'http://collector:4318/v1/traces')
-  t.equal(tracesUrl({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://a:4318', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://b:4318/x' }), 'http://b:4318/x')
+  t.equal(
+    tracesUrl({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://a:4318', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://b:4318/x' }),
+    'http://b:4318/x',
+  )
 })
 
 t.test('without an endpoint nothing is registered and nothing is added to messages or log lines', async (t) => {
@@ -39,7 +42,10 @@ t.test('without an endpoint nothing is registered and nothing is added to messag
   t.teardown(() => nc.close())
   const ns = env.NATS_NAMESPACE!
   const echo = endpoint(`${ns}.off.echo`, Type.Object({}), Type.Object({}))
-  const sub = nc.subscribe(echo.subject, { max: 1, callback: (_error, msg) => msg.respond(echo.reply.encode({}), { headers: msg.headers }) })
+  const sub = nc.subscribe(echo.subject, {
+    max: 1,
+    callback: (_error, msg) => msg.respond(echo.reply.encode({}), { headers: msg.headers }),
+  })
   const seen = new Promise<boolean>((resolve) => {
     const spy = nc.subscribe(echo.subject, { max: 1, callback: (_error, msg) => resolve(msg.headers === undefined) })
     t.teardown(() => spy.unsubscribe())
@@ -73,7 +79,10 @@ t.test('with an endpoint the SDK exports spans over OTLP/HTTP', async (t) => {
     receiver.close()
   })
   const env = await baseTestEnv(t)
-  const service = await startService(t, definition, { ...env, OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}` })
+  const service = await startService(t, definition, {
+    ...env,
+    OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`,
+  })
   t.equal(tracingEnabled(), true)
   const res = await fetch(`${service.url}/hello`, { headers: { 'x-ats-internal-token': env.INTERNAL_TOKEN! } })
   t.equal(res.status, 200)

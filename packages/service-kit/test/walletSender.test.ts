@@ -40,7 +40,8 @@ function processChain(t: Test, config: ChainConfig, log?: Logger): ChainContext 
 }
 
 const freshAddress = (): Address => privateKeyToAccount(generatePrivateKey()).address
-const pendingNonce = (chain: ChainContext) => chain.publicClient.getTransactionCount({ address: chain.sender().address, blockTag: 'pending' })
+const pendingNonce = (chain: ChainContext) =>
+  chain.publicClient.getTransactionCount({ address: chain.sender().address, blockTag: 'pending' })
 /** 1 wei to an address that holds nothing */
 const transfer = () => ({ to: freshAddress(), value: 1n })
 /** a call the devnet's USDC refuses with "EIP3009: authorization is expired" */
@@ -69,9 +70,16 @@ t.test('two processes sending from one wallet at once get distinct nonces, and a
   const sent = await Promise.all([first, second].flatMap((chain) => Array.from({ length: 10 }, () => chain.sender().send(transfer()))))
 
   const nonces = sent.map((s) => s.nonce).sort((a, b) => a - b)
-  t.same(nonces, Array.from({ length: 20 }, (_, i) => start + i), 'one nonce each, none skipped')
+  t.same(
+    nonces,
+    Array.from({ length: 20 }, (_, i) => start + i),
+    'one nonce each, none skipped',
+  )
   const receipts = await Promise.all(sent.map(({ hash }) => first.publicClient.waitForTransactionReceipt({ hash })))
-  t.ok(receipts.every((r) => r.status === 'success'), 'all mined with success')
+  t.ok(
+    receipts.every((r) => r.status === 'success'),
+    'all mined with success',
+  )
   t.same(new Set(receipts.map((r) => r.from)), new Set([first.sender().address.toLowerCase()]), 'all from the server wallet')
 })
 
@@ -125,7 +133,10 @@ t.test('onSigned runs before the broadcast, with the hash and raw transaction th
 
   const sent = await chain.sender().send(transfer(), {
     onSigned: async (signed) => {
-      const known = await chain.publicClient.getTransaction({ hash: signed.hash }).then(() => true, () => false)
+      const known = await chain.publicClient.getTransaction({ hash: signed.hash }).then(
+        () => true,
+        () => false,
+      )
       seen = { signed, knownToNode: known }
     },
   })
@@ -146,7 +157,10 @@ t.test('without DATABASE_URL a process still sends one transaction at a time, an
 
   const sent = await Promise.all(Array.from({ length: 5 }, () => chain.sender().send(transfer())))
 
-  t.same(sent.map((s) => s.nonce).sort((a, b) => a - b), [start, start + 1, start + 2, start + 3, start + 4])
+  t.same(
+    sent.map((s) => s.nonce).sort((a, b) => a - b),
+    [start, start + 1, start + 2, start + 3, start + 4],
+  )
   t.equal(warnings.length, 1, 'one warning')
   t.match(warnings[0], [/no DATABASE_URL: .* coordinated in this process only/])
 })
@@ -160,7 +174,13 @@ t.test('without a server wallet key, sender() says the server wallet is not conf
 
 t.test("a write service's sender locks on the service's DATABASE_URL, and shutdown ends that pool", async (t) => {
   const net = await devnet()
-  const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), RPC_URL: net.rpcUrl, CHAIN_ID: String(net.chainId), ADDRESS_BOOK: net.addressBookPath!, SERVER_WALLET_PRIVATE_KEY: net.accounts[0]!.privateKey }
+  const env: NodeJS.ProcessEnv = {
+    ...(await baseTestEnv(t)),
+    RPC_URL: net.rpcUrl,
+    CHAIN_ID: String(net.chainId),
+    ADDRESS_BOOK: net.addressBookPath!,
+    SERVER_WALLET_PRIVATE_KEY: net.accounts[0]!.privateKey,
+  }
   const service = await createService(
     {
       name: 'sender',
@@ -181,7 +201,9 @@ t.test("a write service's sender locks on the service's DATABASE_URL, and shutdo
   await watcher.connect()
   t.teardown(() => watcher.end())
   const others = async () => {
-    const { rows } = await watcher.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')
+    const { rows } = await watcher.query(
+      'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+    )
     return rows[0].n as number
   }
 

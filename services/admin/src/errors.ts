@@ -8,4 +8,8 @@ export const PolicyOnReadonlyKey = createError(
   400,
 )
 /** One more webhook subscription than WEBHOOK_MAX_PER_KEY allows. */
-export const TooManyWebhooks = createError<[number]>('ATS_ERR_ADMIN_TOO_MANY_WEBHOOKS', 'this key has %d webhook subscriptions already (WEBHOOK_MAX_PER_KEY): delete one first', 409)
+export const TooManyWebhooks = createError<[number]>(
+  'ATS_ERR_ADMIN_TOO_MANY_WEBHOOKS',
+  'this key has %d webhook subscriptions already (WEBHOOK_MAX_PER_KEY): delete one first',
+  409,
+)

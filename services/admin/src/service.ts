@@ -66,17 +66,33 @@ const settings = {
     minimum: 100,
     maximum: 60_000,
     default: 2_000,
-    description: 'how long a batch of charged payments that could not be recorded waits before it is tried again (3 tries, then the dead letters)',
+    description:
+      'how long a batch of charged payments that could not be recorded waits before it is tried again (3 tries, then the dead letters)',
   }),
-  WEBHOOK_MAX_PER_KEY: Type.Integer({ minimum: 1, maximum: 1000, default: 20, description: 'webhook subscriptions one API key may have (409 past it)' }),
+  WEBHOOK_MAX_PER_KEY: Type.Integer({
+    minimum: 1,
+    maximum: 1000,
+    default: 20,
+    description: 'webhook subscriptions one API key may have (409 past it)',
+  }),
   WEBHOOK_SECRET_GRACE_MS: Type.Integer({
     minimum: 0,
     maximum: 30 * 86_400_000,
     default: 86_400_000,
     description: 'how long the old secret of a rotated webhook stays valid; meanwhile deliveries are signed with both',
   }),
-  WEBHOOK_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 200, default: 10, description: 'webhook deliveries one admin replica sends at once' }),
-  WEBHOOK_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 60_000, default: 10_000, description: 'how long one webhook delivery attempt may take before it counts as failed' }),
+  WEBHOOK_CONCURRENCY: Type.Integer({
+    minimum: 1,
+    maximum: 200,
+    default: 10,
+    description: 'webhook deliveries one admin replica sends at once',
+  }),
+  WEBHOOK_TIMEOUT_MS: Type.Integer({
+    minimum: 100,
+    maximum: 60_000,
+    default: 10_000,
+    description: 'how long one webhook delivery attempt may take before it counts as failed',
+  }),
   WEBHOOK_POLL_MS: Type.Integer({
     minimum: 50,
     maximum: 60_000,
@@ -87,23 +103,27 @@ const settings = {
     minimum: 1_000,
     maximum: 300_000,
     default: 10_000,
-    description: 'how long an event taken by an admin replica for webhook fan-out stays its own; an event of a replica that died is fanned out by another after it',
+    description:
+      'how long an event taken by an admin replica for webhook fan-out stays its own; an event of a replica that died is fanned out by another after it',
   }),
   WEBHOOK_RETRY_SCHEDULE: Type.String({
     pattern: retrySchedulePattern,
     default: '5s,5m,30m,2h,5h,10h,10h',
     hint: 'must be durations like 100ms, 5s, 5m or 2h, comma-separated',
-    description: 'delays between tries of a failed webhook delivery (each ±20% jitter); past the last one the delivery is marked failed. The default spans about a day',
+    description:
+      'delays between tries of a failed webhook delivery (each ±20% jitter); past the last one the delivery is marked failed. The default spans about a day',
   }),
   WEBHOOK_DISABLE_AFTER_MS: Type.Integer({
     minimum: 1,
     default: 5 * 86_400_000,
-    description: 'a webhook subscription whose deliveries have all failed for this long is disabled (with the reason) when one more fails for good',
+    description:
+      'a webhook subscription whose deliveries have all failed for this long is disabled (with the reason) when one more fails for good',
   }),
   WEBHOOK_ALLOW_HTTP: Type.Boolean({ default: false, description: 'development only: allow http:// webhook URLs (otherwise https only)' }),
   WEBHOOK_ALLOW_PRIVATE_ADDRESSES: Type.Boolean({
     default: false,
-    description: 'development only: allow webhook URLs that resolve to loopback, private, link-local or metadata addresses (otherwise refused, also at delivery time)',
+    description:
+      'development only: allow webhook URLs that resolve to loopback, private, link-local or metadata addresses (otherwise refused, also at delivery time)',
   }),
 }
 
@@ -158,7 +178,9 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     const jobPayments = createJobPayments(db, { settle: config.SETTLEMENT_ENABLED, events, counted })
     const outcomes = await startJobOutcomes({ nc, channels: payments, jobPayments, log, intervalMs: config.SETTLEMENT_INTERVAL_MS })
     onClose(outcomes.stop)
-    serveEndpoint(nats, 'payments-of-jobs', channels.admin.paymentsOfJobs, log, async ({ jobIds }) => ({ payments: await jobPayments.ofJobs(jobIds) }))
+    serveEndpoint(nats, 'payments-of-jobs', channels.admin.paymentsOfJobs, log, async ({ jobIds }) => ({
+      payments: await jobPayments.ofJobs(jobIds),
+    }))
     const blockedPayers = await openBucket(nc, payments.blockedPayers)
     if (settlement) {
       const settler = startSettler({
@@ -179,7 +201,11 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     await app.register(agentPayerRoutes, { payers: agentPayers })
     await app.register(walletRoutes, { bucket: await openBucket(nc, channels.admin.walletControl) })
     await startWebhooks(app, { db, nc, channels: channels.admin, config, log, onClose })
-    await app.register(revenueRoutes, { ledger, price: BigInt(config.PAYMENT_PRICE), storage: `postgres (schema ${schema}, table payments)` })
+    await app.register(revenueRoutes, {
+      ledger,
+      price: BigInt(config.PAYMENT_PRICE),
+      storage: `postgres (schema ${schema}, table payments)`,
+    })
   },
 }
 
@@ -192,7 +218,14 @@ type AdminConfig = AdminContext['config']
  */
 async function startWebhooks(
   app: Parameters<typeof adminService.register>[0],
-  { db, nc, channels, config, log, onClose }: Pick<AdminContext, 'db' | 'nc' | 'config' | 'log' | 'onClose'> & { channels: AdminContext['channels']['admin'] },
+  {
+    db,
+    nc,
+    channels,
+    config,
+    log,
+    onClose,
+  }: Pick<AdminContext, 'db' | 'nc' | 'config' | 'log' | 'onClose'> & { channels: AdminContext['channels']['admin'] },
 ) {
   let retrySchedule: number[]
   try {
@@ -226,5 +259,7 @@ function chooseSettlement(config: AdminConfig, chain: ChainContext): Settlement 
   // the chain (RPC_URL) is read only to trace an authorization the facilitator says is used
   if (config.FACILITATOR_URL) return facilitatorSettlement(config.FACILITATOR_URL, chain)
   // the receipt wait ends well inside the lease (the settler starts attempts in its first third only)
-  return chain.hasWallet ? onchainSettlement(chain, { receiptTimeoutMs: Math.min(60_000, Math.floor(config.SETTLEMENT_LEASE_MS / 3)) }) : undefined
+  return chain.hasWallet
+    ? onchainSettlement(chain, { receiptTimeoutMs: Math.min(60_000, Math.floor(config.SETTLEMENT_LEASE_MS / 3)) })
+    : undefined
 }

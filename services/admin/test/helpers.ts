@@ -4,7 +4,15 @@ import { createChainClients, eip3009Abi, erc20Abi, transferWithAuthorizationType
 import { identityHeaders, natsChannels, type PaymentCharged } from '@ats/contracts'
 import { startTestDevnet, type Devnet } from '@ats/devnet'
 import { openBucket } from '@ats/service-kit'
-import { baseTestEnv, eventually, scrapeMetric, startService, startServiceProcess, testInfra, testInternalToken } from '@ats/service-kit/testing'
+import {
+  baseTestEnv,
+  eventually,
+  scrapeMetric,
+  startService,
+  startServiceProcess,
+  testInfra,
+  testInternalToken,
+} from '@ats/service-kit/testing'
 
 export { eventually }
 import { connect } from 'nats'
@@ -89,7 +97,6 @@ export async function signCharge(asset: Address, payer: PrivateKeyAccount, overr
   }
 }
 
-
 export interface RecentPayment {
   payer: string
   amount: string
@@ -119,7 +126,9 @@ export interface AdminOptions {
 export async function startAdmin(t: Test, extra: NodeJS.ProcessEnv = {}, options: AdminOptions = {}) {
   const env: NodeJS.ProcessEnv = options.env ?? { ...(await baseTestEnv(t)), ...extra }
   // a child process (`tsx src/server.ts`) when the test kills it; pid is set then
-  const svc: { url: string; pid?: number } = options.process ? await startServiceProcess(t, adminEntry, env) : await startService(t, adminService, env)
+  const svc: { url: string; pid?: number } = options.process
+    ? await startServiceProcess(t, adminEntry, env)
+    : await startService(t, adminService, env)
   const payments = natsChannels(env.NATS_NAMESPACE!).admin.payments
 
   const nc = await connect({ servers: (await testInfra()).natsUrl })
@@ -137,15 +146,25 @@ export async function startAdmin(t: Test, extra: NodeJS.ProcessEnv = {}, options
   const revenue = async () => {
     const res = await call('GET', '/admin/revenue')
     if (res.status !== 200) throw new Error(`GET /admin/revenue answered ${res.status}: ${JSON.stringify(res.body)}`)
-    return res.body as { totalUsdc: string; totalUsd: string; uniquePayers: number; requestCount: number; recentPayments: RecentPayment[] } & Record<string, unknown>
+    return res.body as {
+      totalUsdc: string
+      totalUsd: string
+      uniquePayers: number
+      requestCount: number
+      recentPayments: RecentPayment[]
+    } & Record<string, unknown>
   }
 
   /** the recent payments once `done` says they are all there */
   const paymentsWhen = (what: string, done: (payments: RecentPayment[]) => boolean, timeoutMs?: number) =>
-    eventually(what, async () => {
-      const { recentPayments } = await revenue()
-      return done(recentPayments) ? recentPayments : undefined
-    }, timeoutMs)
+    eventually(
+      what,
+      async () => {
+        const { recentPayments } = await revenue()
+        return done(recentPayments) ? recentPayments : undefined
+      },
+      timeoutMs,
+    )
 
   return {
     svc,
@@ -185,7 +204,8 @@ export async function devnetUsdc() {
   const usdc = net.book.tokens.find((token) => token.symbol === 'USDC')!.address
   const { publicClient } = createChainClients({ rpcUrl: net.rpcUrl, chainId: devnetChainId })
   const funder = createWalletClient({ account: privateKeyToAccount(net.accounts[1]!.privateKey), transport: http(net.rpcUrl) })
-  const balanceOf = (owner: Address) => publicClient.readContract({ address: usdc, abi: eip3009Abi, functionName: 'balanceOf', args: [owner] })
+  const balanceOf = (owner: Address) =>
+    publicClient.readContract({ address: usdc, abi: eip3009Abi, functionName: 'balanceOf', args: [owner] })
 
   /** Sends `amount` USDC base units from devnet account 1 to `to` (one transfer at a time: they share its nonces). */
   const fund = (to: Address, amount: bigint) => {

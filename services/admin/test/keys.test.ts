@@ -56,7 +56,10 @@ t.test('the list shows entries without raw keys or hashes', async (t) => {
   const created = await call('POST', '/admin/keys', { tier: 'readonly', label: 'dashboard' })
   const list = await call('GET', '/admin/keys')
   t.equal(list.status, 200)
-  t.same(list.body.keys.map((k: { label: string }) => k.label), ['bootstrap (ADMIN_API_KEY)', 'dashboard'])
+  t.same(
+    list.body.keys.map((k: { label: string }) => k.label),
+    ['bootstrap (ADMIN_API_KEY)', 'dashboard'],
+  )
   const text = JSON.stringify(list.body)
   t.notOk(text.includes(created.body.key), 'no raw key')
   t.notOk(text.includes(hashApiKey(created.body.key)), 'no hash')
@@ -100,7 +103,11 @@ t.test('a readonly key with a spend policy answers 400: it cannot swap', async (
   const res = await call('POST', '/admin/keys', { tier: 'readonly', label: 'dashboard', policy: { maxUsdPerSwap: 10 } })
   t.equal(res.status, 400)
   t.same(res.body, { error: 'a readonly key cannot swap; spend policies apply to readwrite and admin keys' })
-  t.same((await call('GET', '/admin/keys')).body.keys.map((k: { label: string }) => k.label), ['bootstrap (ADMIN_API_KEY)'], 'nothing created')
+  t.same(
+    (await call('GET', '/admin/keys')).body.keys.map((k: { label: string }) => k.label),
+    ['bootstrap (ADMIN_API_KEY)'],
+    'nothing created',
+  )
 })
 
 t.test('a bad spend policy answers 400 saying what is wrong', async (t) => {
@@ -126,7 +133,15 @@ t.test('PUT /admin/keys/:id/policy sets and clears the spend policy', async (t) 
   const created = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'bot' })
   const set = await call('PUT', `/admin/keys/${created.body.id}/policy`, { policy })
   t.equal(set.status, 200)
-  t.same(set.body, { id: created.body.id, tier: 'readwrite', label: 'bot', prefix: created.body.prefix, createdAt: created.body.createdAt, policy, wallet: null })
+  t.same(set.body, {
+    id: created.body.id,
+    tier: 'readwrite',
+    label: 'bot',
+    prefix: created.body.prefix,
+    createdAt: created.body.createdAt,
+    policy,
+    wallet: null,
+  })
   const changed = await call('PUT', `/admin/keys/${created.body.id}/policy`, { policy: { maxUsdPerSwap: 1 } })
   t.same(changed.body.policy, { maxUsdPerSwap: 1 }, 'a new policy replaces the old one whole')
   const cleared = await call('PUT', `/admin/keys/${created.body.id}/policy`, { policy: null })
@@ -161,12 +176,20 @@ t.test('the keys.policy endpoint answers an active key with its policy and walle
   const wallet = '0x000000000000000000000000000000000000dEaD'
   const capped = await call('POST', '/admin/keys', { tier: 'readwrite', label: 'capped', policy, wallet: wallet.toLowerCase() })
   const free = await call('POST', '/admin/keys', { tier: 'admin', label: 'free' })
-  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: capped.body.id }), { key: { id: capped.body.id, tier: 'readwrite', policy, wallet } })
-  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: free.body.id }), { key: { id: free.body.id, tier: 'admin', policy: null, wallet: null } })
+  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: capped.body.id }), {
+    key: { id: capped.body.id, tier: 'readwrite', policy, wallet },
+  })
+  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: free.body.id }), {
+    key: { id: free.body.id, tier: 'admin', policy: null, wallet: null },
+  })
 
   const recipients = { maxUsdPerDay: 20, allowedRecipients: ['0x1111111111111111111111111111111111111111'] }
   t.equal((await call('PUT', `/admin/keys/${free.body.id}/policy`, { policy: recipients })).status, 200)
-  t.same(await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: free.body.id }), { key: { id: free.body.id, tier: 'admin', policy: recipients, wallet: null } }, 'a change applies at once')
+  t.same(
+    await callEndpoint(svc.ctx.nc, keyPolicy, { keyId: free.body.id }),
+    { key: { id: free.body.id, tier: 'admin', policy: recipients, wallet: null } },
+    'a change applies at once',
+  )
   const bad = await call('PUT', `/admin/keys/${free.body.id}/policy`, { policy: { allowedRecipients: ['0x123'] } })
   t.equal(bad.status, 400, 'a recipient that is not an address')
   t.match(bad.body.error, /body\/policy\/allowedRecipients\/0 must match pattern/)
@@ -180,7 +203,9 @@ t.test('revoking is permanent: gone from the list, refused by verify, 404 the se
   const { call, svc } = await sharedAdmin()
   const created = await call('POST', '/admin/keys', { tier: 'readonly', label: 'temp' })
   const hash = hashApiKey(created.body.key)
-  t.same(await callEndpoint(svc.ctx.nc, svc.ctx.channels.admin.keyVerify, { hash }), { key: { id: created.body.id, tier: 'readonly', wallet: null } })
+  t.same(await callEndpoint(svc.ctx.nc, svc.ctx.channels.admin.keyVerify, { hash }), {
+    key: { id: created.body.id, tier: 'readonly', wallet: null },
+  })
 
   const revoked = await call('DELETE', `/admin/keys/${created.body.id}`)
   t.equal(revoked.status, 200)
@@ -210,11 +235,21 @@ t.test('a revocation is broadcast with the key id and hash', async (t) => {
 t.test('verify answers an unknown hash with null and a malformed request with a service error', async (t) => {
   const { svc } = await sharedAdmin()
   t.same(await callEndpoint(svc.ctx.nc, svc.ctx.channels.admin.keyVerify, { hash: 'a'.repeat(64) }), { key: null })
-  await t.rejects(callEndpoint(svc.ctx.nc, { ...svc.ctx.channels.admin.keyVerify, request: { ...svc.ctx.channels.admin.keyVerify.request, encode: () => new TextEncoder().encode('{"hash":"nope"}') } }, { hash: '' }), {
-    name: 'ServiceCallError',
-    statusCode: 400,
-    message: /invalid message: \/hash/,
-  })
+  await t.rejects(
+    callEndpoint(
+      svc.ctx.nc,
+      {
+        ...svc.ctx.channels.admin.keyVerify,
+        request: { ...svc.ctx.channels.admin.keyVerify.request, encode: () => new TextEncoder().encode('{"hash":"nope"}') },
+      },
+      { hash: '' },
+    ),
+    {
+      name: 'ServiceCallError',
+      statusCode: 400,
+      message: /invalid message: \/hash/,
+    },
+  )
 })
 
 t.test('ADMIN_API_KEY is seeded as an admin key; changing it retires the old one', async (t) => {

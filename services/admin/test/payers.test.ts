@@ -21,7 +21,13 @@ t.test('every blocked payer is listed, oldest first', async (t) => {
 
   const res = await admin.call('GET', '/admin/payers/blocked')
   t.equal(res.status, 200)
-  t.same(res.body, { payers: [{ payer: b, ...entry(1_000) }, { payer: c, ...entry(2_000) }, { payer: a, ...entry(3_000) }] })
+  t.same(res.body, {
+    payers: [
+      { payer: b, ...entry(1_000) },
+      { payer: c, ...entry(2_000) },
+      { payer: a, ...entry(3_000) },
+    ],
+  })
 })
 
 t.test('a malformed blocked-payer entry is skipped, not a 500', async (t) => {
@@ -62,7 +68,10 @@ t.test('the agent allowlist and wallet-bound keys', async (t) => {
   const call = async (method: string, path: string, body?: unknown) => {
     const res = await fetch(`${svc.url}${path}`, {
       method,
-      headers: { [identityHeaders.internalToken]: testInternalToken, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      headers: {
+        [identityHeaders.internalToken]: testInternalToken,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
     })
     return { status: res.status, body: (await res.json()) as any }
@@ -72,13 +81,25 @@ t.test('the agent allowlist and wallet-bound keys', async (t) => {
   const channels = natsChannels(env.NATS_NAMESPACE!).admin
 
   t.test('PUT allows a payer with a policy, GET lists it, the NATS lookup finds it in any case, DELETE removes it', async (t) => {
-    const put = await call('PUT', `/admin/agent-payers/${payer.toLowerCase()}`, { label: 'bot', policy: { maxUsdPerSwap: 25, allowedTokens: ['USDC', 'ARB'] } })
+    const put = await call('PUT', `/admin/agent-payers/${payer.toLowerCase()}`, {
+      label: 'bot',
+      policy: { maxUsdPerSwap: 25, allowedTokens: ['USDC', 'ARB'] },
+    })
     t.equal(put.status, 200)
-    t.match(put.body, { address: payer, label: 'bot', policy: { maxUsdPerSwap: 25, allowedTokens: ['USDC', 'ARB'] }, createdAt: Number, updatedAt: Number })
+    t.match(put.body, {
+      address: payer,
+      label: 'bot',
+      policy: { maxUsdPerSwap: 25, allowedTokens: ['USDC', 'ARB'] },
+      createdAt: Number,
+      updatedAt: Number,
+    })
     const replaced = await call('PUT', `/admin/agent-payers/${payer}`, { policy: { maxUsdPerDay: 100 } })
     t.same(replaced.body.policy, { maxUsdPerDay: 100 }, 'the policy is replaced')
     t.equal(replaced.body.label, 'bot', 'the label is kept when not given')
-    t.same((await call('GET', '/admin/agent-payers')).body.payers.map((p: any) => p.address), [payer])
+    t.same(
+      (await call('GET', '/admin/agent-payers')).body.payers.map((p: any) => p.address),
+      [payer],
+    )
     const found = await callEndpoint(nc, channels.agentPayer, { address: payer.toLowerCase() })
     t.match(found.payer, { address: payer, policy: { maxUsdPerDay: 100 } })
     t.same(await callEndpoint(nc, channels.agentPayer, { address: '0x0000000000000000000000000000000000000001' }), { payer: null })

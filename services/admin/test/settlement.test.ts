@@ -21,7 +21,14 @@ t.test('a settled payment moves its USDC from payer to payTo on chain, and its t
   await admin.publish([await signCharge(chain.usdc, payer, { payTo })])
 
   const [settled] = await admin.paymentsWhen('the payment settled', (payments) => payments.some(inState('settled')))
-  t.match(settled, { payer: payer.address, amount: '10000', route: 'GET /agent/skills', settlement: 'settled', txHash: /^0x[0-9a-f]{64}$/, settleError: null })
+  t.match(settled, {
+    payer: payer.address,
+    amount: '10000',
+    route: 'GET /agent/skills',
+    settlement: 'settled',
+    txHash: /^0x[0-9a-f]{64}$/,
+    settleError: null,
+  })
   const receipt = await chain.publicClient.getTransactionReceipt({ hash: settled!.txHash as Hex })
   t.match(receipt, { status: 'success', from: chain.serverWallet.toLowerCase() }, 'sent by the server wallet')
   t.equal(await chain.balanceOf(payer.address), 990_000n, 'the payer paid 10000 base units')
@@ -81,7 +88,14 @@ t.test('revenue and its history count the recorded payments to the unit, by UTC 
     const body = await admin.revenue()
     return body.requestCount === 4 ? body : undefined
   })
-  t.match(summary, { totalUsdc: '55000', totalUsd: '$0.055', uniquePayers: 2, pricePerRequest: '$0.01', requestCount: 4, storage: /postgres/ })
+  t.match(summary, {
+    totalUsdc: '55000',
+    totalUsd: '$0.055',
+    uniquePayers: 2,
+    pricePerRequest: '$0.01',
+    requestCount: 4,
+    storage: /postgres/,
+  })
   t.same(
     summary.recentPayments.map((p) => [p.payer, p.amount, p.route]),
     [
@@ -103,7 +117,10 @@ t.test('revenue and its history count the recorded payments to the unit, by UTC 
   t.same(history.body.history.at(-1), { date: date(now), count: 3, totalUsdc: '45000', totalUsd: '$0.045' })
   t.same(history.body.history.at(-3), { date: date(now - 2 * day), count: 1, totalUsdc: '10000', totalUsd: '$0.01' })
   const quiet = history.body.history.filter((_: unknown, i: number) => i !== 29 && i !== 27)
-  t.ok(quiet.every((d: { count: number; totalUsdc: string }) => d.count === 0 && d.totalUsdc === '0'), 'the other days count 0')
+  t.ok(
+    quiet.every((d: { count: number; totalUsdc: string }) => d.count === 0 && d.totalUsdc === '0'),
+    'the other days count 0',
+  )
 
   const week = await admin.call('GET', '/admin/revenue/history?days=7')
   t.equal(week.body.history.length, 7)
@@ -122,15 +139,30 @@ t.test('a payer whose payment fails to settle for lack of funds is blocked until
   // each alone is covered by the 15000 the payer holds; both are not
   await admin.publish([await signCharge(chain.usdc, poor, { payTo }), await signCharge(chain.usdc, poor, { payTo })])
 
-  const payments = await admin.paymentsWhen('one settled, one failed', (payments) => payments.map((p) => p.settlement).sort().join() === 'failed,settled')
+  const payments = await admin.paymentsWhen(
+    'one settled, one failed',
+    (payments) =>
+      payments
+        .map((p) => p.settlement)
+        .sort()
+        .join() === 'failed,settled',
+  )
   const failed = payments.find(inState('failed'))!
-  t.match(failed, { payer: poor.address, txHash: null, settleError: `insufficient funds: ${poor.address} holds 5000, the payment is 10000` })
+  t.match(failed, {
+    payer: poor.address,
+    txHash: null,
+    settleError: `insufficient funds: ${poor.address} holds 5000, the payment is 10000`,
+  })
   t.equal(await chain.balanceOf(payTo), 10_000n, 'only the payment that settled moved USDC')
   t.match(await admin.revenue(), { totalUsdc: '10000', requestCount: 1, uniquePayers: 1 }, 'a payment that failed to settle earns nothing')
   t.same(await admin.paymentsCounted(), { charged: 2, settled: 1, failed: 1, voided: 0 }, 'both outcomes counted on /metrics')
 
   const entry = await admin.blockedPayers.get(poor.address.toLowerCase())
-  t.match(entry && blockedPayerCodec.decode(entry.value), { reason: failed.settleError, since: Number }, 'the payer is in the bucket the gateways watch')
+  t.match(
+    entry && blockedPayerCodec.decode(entry.value),
+    { reason: failed.settleError, since: Number },
+    'the payer is in the bucket the gateways watch',
+  )
   const blocked = await admin.call('GET', '/admin/payers/blocked')
   t.equal(blocked.status, 200)
   t.match(blocked.body, { payers: [{ payer: poor.address.toLowerCase(), reason: /^insufficient funds/, since: Number }] })
@@ -142,47 +174,69 @@ t.test('a payer whose payment fails to settle for lack of funds is blocked until
   t.same((await admin.call('GET', '/admin/payers/blocked')).body, { payers: [] })
 })
 
-t.test('with FACILITATOR_URL payments settle through its /settle, a 503 is retried, and a refusal is recorded and blocks the payer', async (t) => {
-  const received: any[] = []
-  const facilitator = Fastify()
-  facilitator.post('/settle', async (request, reply) => {
-    const body = request.body as any
-    received.push(body)
-    const payer = body.paymentPayload.payload.authorization.from
-    // the first call meets a facilitator in trouble: a transient failure, retried
-    if (received.length === 1) return reply.code(503).send({ error: 'try again' })
-    if (received.length > 2) return { success: false, errorReason: 'insufficient_funds', transaction: '', network: body.paymentPayload.network, payer }
-    return { success: true, transaction: `0x${'ab'.repeat(32)}`, network: body.paymentPayload.network, payer }
-  })
-  const url = await facilitator.listen({ port: 0, host: '127.0.0.1' })
-  t.teardown(() => facilitator.close())
-  // the facilitator settles: admin needs no server wallet; it reads the chain only to check a
-  // refusal (these authorizations are unused there, so refusals stand)
-  const { usdc, env } = await devnetUsdc()
-  const admin = await startAdmin(t, { FACILITATOR_URL: url, SETTLEMENT_INTERVAL_MS: '100', SETTLEMENT_RETRY_MS: '100', RPC_URL: env.RPC_URL, CHAIN_ID: env.CHAIN_ID, ADDRESS_BOOK: env.ADDRESS_BOOK })
-  const payer = privateKeyToAccount(generatePrivateKey())
-  const payTo = freshAddress()
+t.test(
+  'with FACILITATOR_URL payments settle through its /settle, a 503 is retried, and a refusal is recorded and blocks the payer',
+  async (t) => {
+    const received: any[] = []
+    const facilitator = Fastify()
+    facilitator.post('/settle', async (request, reply) => {
+      const body = request.body as any
+      received.push(body)
+      const payer = body.paymentPayload.payload.authorization.from
+      // the first call meets a facilitator in trouble: a transient failure, retried
+      if (received.length === 1) return reply.code(503).send({ error: 'try again' })
+      if (received.length > 2)
+        return { success: false, errorReason: 'insufficient_funds', transaction: '', network: body.paymentPayload.network, payer }
+      return { success: true, transaction: `0x${'ab'.repeat(32)}`, network: body.paymentPayload.network, payer }
+    })
+    const url = await facilitator.listen({ port: 0, host: '127.0.0.1' })
+    t.teardown(() => facilitator.close())
+    // the facilitator settles: admin needs no server wallet; it reads the chain only to check a
+    // refusal (these authorizations are unused there, so refusals stand)
+    const { usdc, env } = await devnetUsdc()
+    const admin = await startAdmin(t, {
+      FACILITATOR_URL: url,
+      SETTLEMENT_INTERVAL_MS: '100',
+      SETTLEMENT_RETRY_MS: '100',
+      RPC_URL: env.RPC_URL,
+      CHAIN_ID: env.CHAIN_ID,
+      ADDRESS_BOOK: env.ADDRESS_BOOK,
+    })
+    const payer = privateKeyToAccount(generatePrivateKey())
+    const payTo = freshAddress()
 
-  await admin.publish([await signCharge(usdc, payer, { payTo })])
-  const [settled] = await admin.paymentsWhen('the payment settled', (payments) => payments.some(inState('settled')))
-  t.match(settled, { settlement: 'settled', txHash: `0x${'ab'.repeat(32)}`, settleError: null })
-  t.equal(received.length, 2, 'the 503 was retried')
-  t.same(received[1], received[0], 'with the same request')
-  t.match(received[0], {
-    x402Version: 1,
-    paymentPayload: {
+    await admin.publish([await signCharge(usdc, payer, { payTo })])
+    const [settled] = await admin.paymentsWhen('the payment settled', (payments) => payments.some(inState('settled')))
+    t.match(settled, { settlement: 'settled', txHash: `0x${'ab'.repeat(32)}`, settleError: null })
+    t.equal(received.length, 2, 'the 503 was retried')
+    t.same(received[1], received[0], 'with the same request')
+    t.match(received[0], {
       x402Version: 1,
-      scheme: 'exact',
-      network: 'eip155:31337',
-      payload: { signature: /^0x[0-9a-f]{130}$/, authorization: { from: payer.address, to: payTo, value: '10000' } },
-    },
-    paymentRequirements: { scheme: 'exact', network: 'eip155:31337', maxAmountRequired: '10000', payTo, asset: usdc, extra: { name: 'USD Coin', version: '2' } },
-  })
+      paymentPayload: {
+        x402Version: 1,
+        scheme: 'exact',
+        network: 'eip155:31337',
+        payload: { signature: /^0x[0-9a-f]{130}$/, authorization: { from: payer.address, to: payTo, value: '10000' } },
+      },
+      paymentRequirements: {
+        scheme: 'exact',
+        network: 'eip155:31337',
+        maxAmountRequired: '10000',
+        payTo,
+        asset: usdc,
+        extra: { name: 'USD Coin', version: '2' },
+      },
+    })
 
-  await admin.publish([await signCharge(usdc, payer, { payTo })])
-  const payments = await admin.paymentsWhen('the second payment refused', (payments) => payments.some(inState('failed')))
-  t.match(payments.find(inState('failed')), { settleError: 'facilitator: insufficient_funds', txHash: null })
-  t.equal(received.length, 3, 'a refusal is not retried')
-  const blocked = await admin.call('GET', '/admin/payers/blocked')
-  t.match(blocked.body, { payers: [{ payer: payer.address.toLowerCase(), reason: 'facilitator: insufficient_funds' }] }, 'the payer is blocked')
-})
+    await admin.publish([await signCharge(usdc, payer, { payTo })])
+    const payments = await admin.paymentsWhen('the second payment refused', (payments) => payments.some(inState('failed')))
+    t.match(payments.find(inState('failed')), { settleError: 'facilitator: insufficient_funds', txHash: null })
+    t.equal(received.length, 3, 'a refusal is not retried')
+    const blocked = await admin.call('GET', '/admin/payers/blocked')
+    t.match(
+      blocked.body,
+      { payers: [{ payer: payer.address.toLowerCase(), reason: 'facilitator: insufficient_funds' }] },
+      'the payer is blocked',
+    )
+  },
+)

@@ -70,7 +70,12 @@ async function start(t: Test, extra: NodeJS.ProcessEnv = {}, options: Parameters
   /** a request as the gateway forwards it for `key` (no key: the test admin identity) */
   const as = async (key: Key | undefined, method: string, path: string, body?: unknown) => {
     const headers: Record<string, string> = key
-      ? { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.keyId]: key.id, [identityHeaders.tier]: key.tier, ...(key.wallet ? { [identityHeaders.wallet]: key.wallet } : {}) }
+      ? {
+          [identityHeaders.internalToken]: testInternalToken,
+          [identityHeaders.keyId]: key.id,
+          [identityHeaders.tier]: key.tier,
+          ...(key.wallet ? { [identityHeaders.wallet]: key.wallet } : {}),
+        }
       : { ...adminHeaders }
     if (body !== undefined) headers['content-type'] = 'application/json'
     const res = await fetch(`${admin.svc.url}${path}`, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) })
@@ -98,7 +103,8 @@ async function start(t: Test, extra: NodeJS.ProcessEnv = {}, options: Parameters
     return event
   }
 
-  const deliveries = async (key: Key, webhookId: string) => (await as(key, 'GET', `/webhooks/${webhookId}/deliveries`)).body.deliveries as any[]
+  const deliveries = async (key: Key, webhookId: string) =>
+    (await as(key, 'GET', `/webhooks/${webhookId}/deliveries`)).body.deliveries as any[]
 
   return { ...admin, publishCharges: admin.publish, events, js, as, newKey, subscribe, publish, deliveries }
 }
@@ -108,14 +114,29 @@ t.test('an event reaches its owner subscription once, signed per Standard Webhoo
   const hook = await receiver(t)
   const key = await admin.newKey('readwrite')
   const sub = await admin.subscribe(key, hook.url, ['job.completed'])
-  t.match(sub, { id: /^whk_/, secret: /^whsec_/, url: hook.url, events: ['job.completed'], enabled: true, disabledReason: null, keyId: key.id })
+  t.match(sub, {
+    id: /^whk_/,
+    secret: /^whsec_/,
+    url: hook.url,
+    events: ['job.completed'],
+    enabled: true,
+    disabledReason: null,
+    keyId: key.id,
+  })
 
-  const event = await admin.publish('job.completed', { keyId: key.id }, { jobId: 'job_abc', status: 'complete', prompt: 'hi', result: 'hello' })
+  const event = await admin.publish(
+    'job.completed',
+    { keyId: key.id },
+    { jobId: 'job_abc', status: 'complete', prompt: 'hi', result: 'hello' },
+  )
   const [got] = await eventually('the delivery', async () => hook.got[0] && hook.got)
   t.same(JSON.parse(got!.body), { id: event.id, type: 'job.completed', timestamp: new Date(event.at).toISOString(), data: event.data })
   t.equal(got!.headers['webhook-id'], event.id)
   t.same(new Webhook(sub.secret).verify(got!.body, signedHeaders(got!)), JSON.parse(got!.body), 'the signature verifies with the secret')
-  t.throws(() => new Webhook(`whsec_${randomBytes(24).toString('base64')}`).verify(got!.body, signedHeaders(got!)), 'another secret does not verify it')
+  t.throws(
+    () => new Webhook(`whsec_${randomBytes(24).toString('base64')}`).verify(got!.body, signedHeaders(got!)),
+    'another secret does not verify it',
+  )
 
   // the same event again (a second publish that JetStream does not drop): still one delivery
   await admin.js.publish(admin.events.subjectOf('job.completed'), admin.events.all.message.encode(event), { msgID: `${event.id}-again` })
@@ -124,7 +145,15 @@ t.test('an event reaches its owner subscription once, signed per Standard Webhoo
     const d = await admin.deliveries(key, sub.id)
     return d.length === 1 && d[0].status === 'succeeded' ? d : undefined
   })
-  t.match(log[0], { id: /^whd_/, eventId: event.id, eventType: 'job.completed', attempts: 1, nextAttemptAt: null, deliveredAt: Number, lastAttempt: { status: 200, response: 'thanks' } })
+  t.match(log[0], {
+    id: /^whd_/,
+    eventId: event.id,
+    eventType: 'job.completed',
+    attempts: 1,
+    nextAttemptAt: null,
+    deliveredAt: Number,
+    lastAttempt: { status: 200, response: 'thanks' },
+  })
   await new Promise((resolve) => setTimeout(resolve, 500))
   t.equal(hook.got.length, 1, 'delivered once')
 })
@@ -187,7 +216,11 @@ t.test('only the event types a subscription asked for are delivered', async (t) 
   await admin.publish('job.completed', { keyId: key.id })
   const failed = await admin.publish('job.failed', { keyId: key.id })
   await admin.publish('automation.run.succeeded', { keyId: key.id })
-  const runFailed = await admin.publish('automation.run.failed', { keyId: key.id }, { automationId: 'aut_1', runId: 'run_1', status: 'failed', error: 'no' })
+  const runFailed = await admin.publish(
+    'automation.run.failed',
+    { keyId: key.id },
+    { automationId: 'aut_1', runId: 'run_1', status: 'failed', error: 'no' },
+  )
   await eventually('two deliveries', async () => (hook.got.length >= 2 ? true : undefined))
   await new Promise((resolve) => setTimeout(resolve, 500))
   t.same(hook.got.map((g) => g.headers['webhook-id']).sort(), [failed.id, runFailed.id].sort())
@@ -198,7 +231,11 @@ t.test('redeliver sends a delivery again now, with the same webhook-id and its t
   const hook = await receiver(t)
   const key = await admin.newKey('readwrite')
   const sub = await admin.subscribe(key, hook.url, ['automation.completed'])
-  const event = await admin.publish('automation.completed', { keyId: key.id }, { automationId: 'aut_1', status: 'completed', statusReason: 'done' })
+  const event = await admin.publish(
+    'automation.completed',
+    { keyId: key.id },
+    { automationId: 'aut_1', status: 'completed', statusReason: 'done' },
+  )
   const [first] = await eventually('the delivery', async () => {
     const d = await admin.deliveries(key, sub.id)
     return d[0]?.status === 'succeeded' ? d : undefined
@@ -301,7 +338,11 @@ t.test('two admin replicas share the fan-out and the sender: each event is deliv
   const hook = await receiver(t)
   const key = await first.newKey('readwrite')
   await first.subscribe(key, hook.url, ['swap.confirmed'])
-  const published = await Promise.all(Array.from({ length: 30 }, (_, i) => (i % 2 ? first : second).publish('swap.confirmed', { keyId: key.id }, { executionId: `exe_${i}` })))
+  const published = await Promise.all(
+    Array.from({ length: 30 }, (_, i) =>
+      (i % 2 ? first : second).publish('swap.confirmed', { keyId: key.id }, { executionId: `exe_${i}` }),
+    ),
+  )
   await eventually('every delivery', async () => (hook.got.length >= published.length ? true : undefined))
   await new Promise((resolve) => setTimeout(resolve, 500))
   t.same(hook.got.map((g) => g.headers['webhook-id']).sort(), published.map((e) => e.id).sort(), 'each event once')
@@ -313,9 +354,22 @@ t.test("a job payment voided by its job's failure sends payment.voided to the pa
   const payer = privateKeyToAccount(generatePrivateKey())
   const key = await admin.newKey('readwrite', payer.address)
   const sub = await admin.subscribe(key, hook.url, ['payment.voided', 'payment.settled'])
-  const charge = { ...(await signCharge(freshAddress(), payer, { route: '/agent/prompt' })), method: 'POST', jobId: 'job_voided_1', settle: 'on-job-complete' as const }
+  const charge = {
+    ...(await signCharge(freshAddress(), payer, { route: '/agent/prompt' })),
+    method: 'POST',
+    jobId: 'job_voided_1',
+    settle: 'on-job-complete' as const,
+  }
   await admin.publishCharges([charge])
-  const verdict = { jobId: charge.jobId, payer: payer.address.toLowerCase(), nonce: charge.authorization.nonce, at: Date.now(), outcome: 'void' as const, status: 'failed' as const, reason: 'the model gave up' }
+  const verdict = {
+    jobId: charge.jobId,
+    payer: payer.address.toLowerCase(),
+    nonce: charge.authorization.nonce,
+    at: Date.now(),
+    outcome: 'void' as const,
+    status: 'failed' as const,
+    reason: 'the model gave up',
+  }
   await admin.js.publish(admin.payments.jobOutcome.subject, admin.payments.jobOutcome.message.encode(verdict), { msgID: verdict.jobId })
 
   const [got] = await eventually('payment.voided', async () => hook.got[0] && hook.got)
@@ -365,7 +419,13 @@ t.test('subscription routes: URL rules, limits and ownership', async (t) => {
   const key = await admin.newKey('readwrite')
   const other = await admin.newKey('readwrite')
 
-  for (const url of ['http://example.com/hook', 'https://127.0.0.1/hook', 'https://169.254.169.254/latest', 'https://10.0.0.1/hook', 'https://localhost/hook']) {
+  for (const url of [
+    'http://example.com/hook',
+    'https://127.0.0.1/hook',
+    'https://169.254.169.254/latest',
+    'https://10.0.0.1/hook',
+    'https://localhost/hook',
+  ]) {
     const res = await admin.as(key, 'POST', '/webhooks', { url, events: ['job.completed'] })
     t.equal(res.status, 400, url)
     t.type(res.body.error, 'string', url)
@@ -388,7 +448,11 @@ t.test('subscription routes: URL rules, limits and ownership', async (t) => {
 
   t.equal((await admin.as(key, 'GET', '/webhooks')).body.webhooks.length, 2, 'a key lists its own')
   const all = await admin.as(undefined, 'GET', '/webhooks')
-  t.same(all.body.webhooks.map((w: { keyId: string }) => w.keyId).sort(), [key.id, key.id, other.id].sort(), 'an admin key lists all, with keyId')
+  t.same(
+    all.body.webhooks.map((w: { keyId: string }) => w.keyId).sort(),
+    [key.id, key.id, other.id].sort(),
+    'an admin key lists all, with keyId',
+  )
   t.notOk(JSON.stringify(all.body).includes('whsec_'), 'no secrets in lists')
 
   for (const [method, path, body] of [
@@ -406,7 +470,11 @@ t.test('subscription routes: URL rules, limits and ownership', async (t) => {
 
   const patched = await admin.as(key, 'PATCH', `/webhooks/${a.body.id}`, { events: ['job.cancelled'], description: null })
   t.match(patched.body, { events: ['job.cancelled'], description: null })
-  t.equal((await admin.as(key, 'PATCH', `/webhooks/${a.body.id}`, { url: 'https://127.0.0.1/x' })).status, 400, 'a changed URL is checked too')
+  t.equal(
+    (await admin.as(key, 'PATCH', `/webhooks/${a.body.id}`, { url: 'https://127.0.0.1/x' })).status,
+    400,
+    'a changed URL is checked too',
+  )
   t.equal((await admin.as(key, 'DELETE', `/webhooks/${a.body.id}`)).status, 204)
   t.equal((await admin.as(key, 'GET', `/webhooks/${a.body.id}`)).status, 404, 'deleted')
 })

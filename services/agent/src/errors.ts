@@ -3,7 +3,11 @@ import { createError } from '@ats/service-kit'
 
 export const NoPayer = createError<[]>('ATS_ERR_AGENT_NO_PAYER', 'paid routes need a payer: this request came without one', 401)
 export const NoKey = createError<[]>('ATS_ERR_AGENT_NO_KEY', 'this route needs an API key', 401)
-export const ContextTooLarge = createError<[number]>('ATS_ERR_AGENT_CONTEXT_TOO_LARGE', 'body/context must be at most %d bytes of JSON', 400)
+export const ContextTooLarge = createError<[number]>(
+  'ATS_ERR_AGENT_CONTEXT_TOO_LARGE',
+  'body/context must be at most %d bytes of JSON',
+  400,
+)
 export const JobNotCancellable = createError<[string]>('ATS_ERR_AGENT_JOB_NOT_CANCELLABLE', 'job %s not found, or already finished', 404)
 export const TooManyStreams = createError<[number]>(
   'ATS_ERR_AGENT_TOO_MANY_STREAMS',
@@ -19,7 +23,11 @@ export const InvalidModel = createError<[string, string]>('ATS_ERR_INVALID_MODEL
 /** A model asked for by name that is not ours: GET /v1/models/{model}, and Anthropic's messages (which answer 404). */
 export const ModelNotFound = createError<[string, string]>('ATS_ERR_MODEL_NOT_FOUND', "the model '%s' does not exist; models: %s", 404)
 export const JobFailed = createError<[string]>('ATS_ERR_JOB_FAILED', '%s', 500)
-export const Timeout = createError<[number]>('ATS_ERR_TIMEOUT', 'the agent did not answer within %d s (AGENT_CHAT_WAIT_MS); the job was cancelled', 504)
+export const Timeout = createError<[number]>(
+  'ATS_ERR_TIMEOUT',
+  'the agent did not answer within %d s (AGENT_CHAT_WAIT_MS); the job was cancelled',
+  504,
+)
 export const ResponseNotFound = createError<[string]>('ATS_ERR_RESPONSE_NOT_FOUND', 'no response %s of this API key', 404)
 
 /** An error about one field of a /v1 request: its `param` goes into OpenAI's error shape. */

@@ -1,5 +1,14 @@
 import { fileURLToPath } from 'node:url'
-import { createIdempotencyStore, httpUrlSetting, isHttpUrl, startEventOutbox, startIdempotencyPurge, StartupError, type EventOutbox, type ServiceDefinition } from '@ats/service-kit'
+import {
+  createIdempotencyStore,
+  httpUrlSetting,
+  isHttpUrl,
+  startEventOutbox,
+  startIdempotencyPurge,
+  StartupError,
+  type EventOutbox,
+  type ServiceDefinition,
+} from '@ats/service-kit'
 import { Type } from 'typebox'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createJobEvents } from './jobs/events.ts'
@@ -43,19 +52,34 @@ const settings = {
   }),
   AGENT_WORKER_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 256, default: 16, description: 'jobs one worker process runs at once' }),
   AGENT_ACK_WAIT_MS: ms('a job whose worker stops (killed, partitioned) is given to another worker after this', 30_000, 500),
-  AGENT_MAX_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 20, default: 3, description: 'runs a job gets when its workers keep dying, before it fails' }),
+  AGENT_MAX_ATTEMPTS: Type.Integer({
+    minimum: 1,
+    maximum: 20,
+    default: 3,
+    description: 'runs a job gets when its workers keep dying, before it fails',
+  }),
   AGENT_JOB_MAX_RUN_MS: ms('a run longer than this is stopped and the job fails', 120_000, 1_000),
   AGENT_TOOL_TIMEOUT_MS: ms('how long a tool waits for trading, market-data or automation', 10_000),
   AGENT_SWAP_TIMEOUT_MS: ms('how long the swap tool waits for a swap to be mined', 90_000, 1_000),
   APPROVAL_POLL_MS: ms("how often a job whose swap waits for a person's approval asks trading whether it was decided", 1_000),
-  AGENT_CHAT_WAIT_MS: ms('how long a /v1 completion waits for its job; then the job is cancelled and the answer is 504 (keep it under the gateway\'s CHAT_TIMEOUT_MS)', 150_000, 1_000),
+  AGENT_CHAT_WAIT_MS: ms(
+    "how long a /v1 completion waits for its job; then the job is cancelled and the answer is 504 (keep it under the gateway's CHAT_TIMEOUT_MS)",
+    150_000,
+    1_000,
+  ),
   AGENT_MAX_STREAMS_PER_OWNER: Type.Integer({
     minimum: 1,
     maximum: 1000,
     default: 5,
-    description: 'event streams (GET /agent/job/:id/events, /v1 stream: true) one payer or API key may hold open at once, per agent API process; one more is 429',
+    description:
+      'event streams (GET /agent/job/:id/events, /v1 stream: true) one payer or API key may hold open at once, per agent API process; one more is 429',
   }),
-  AGENT_HISTORY_MESSAGES: Type.Integer({ minimum: 0, maximum: 200, default: 20, description: "earlier messages of the thread given to the runner" }),
+  AGENT_HISTORY_MESSAGES: Type.Integer({
+    minimum: 0,
+    maximum: 200,
+    default: 20,
+    description: 'earlier messages of the thread given to the runner',
+  }),
   LLM_BASE_URL: Type.Optional(
     httpUrlSetting({ description: 'an OpenAI-compatible chat-completions API (…/v1); unset: the offline planner' }),
   ),
@@ -88,7 +112,12 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
     })
     outcomes = await startPaymentOutcomes({ nc, channels: channels.admin.payments, store, log })
     onClose(outcomes.stop)
-    const withdraw = createApprovalWithdrawal({ nc, endpoint: channels.trading.approvalWithdraw, log, timeoutMs: config.AGENT_TOOL_TIMEOUT_MS })
+    const withdraw = createApprovalWithdrawal({
+      nc,
+      endpoint: channels.trading.approvalWithdraw,
+      log,
+      timeoutMs: config.AGENT_TOOL_TIMEOUT_MS,
+    })
     outbox = await startEventOutbox({ nc, channels: channels.admin.events, databaseUrl: config.DATABASE_URL!, schema: 'agent', log })
     onClose(outbox.stop)
     const events = createJobEvents({ nc, channels: channels.agent, store, log, maxStreamsPerOwner: config.AGENT_MAX_STREAMS_PER_OWNER })
@@ -108,7 +137,13 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
           timeoutMs: config.LLM_TIMEOUT_MS,
         })
       }
-      const tools = createTools({ nc, channels, timeoutMs: config.AGENT_TOOL_TIMEOUT_MS, swapTimeoutMs: config.AGENT_SWAP_TIMEOUT_MS, approvalPollMs: config.APPROVAL_POLL_MS })
+      const tools = createTools({
+        nc,
+        channels,
+        timeoutMs: config.AGENT_TOOL_TIMEOUT_MS,
+        swapTimeoutMs: config.AGENT_SWAP_TIMEOUT_MS,
+        approvalPollMs: config.APPROVAL_POLL_MS,
+      })
       const workers = await startJobWorkers({
         nc,
         channels: channels.agent,

@@ -24,7 +24,6 @@ const ExternalSkill = Type.Object({ name: Type.String({ minLength: 1 }), url: Ty
 export type ExternalSkill = Static<typeof ExternalSkill>
 const externalSkills = Compile(Type.Array(ExternalSkill))
 
-
 /** What is wrong with an EXTERNAL_SKILLS value, or undefined when it is fine. */
 export function externalSkillsProblem(raw: string): string | undefined {
   const expected = 'must be a JSON array of {"name", "url"} objects'
@@ -61,4 +60,3 @@ export function skillList(publicUrl: string, external: readonly ExternalSkill[])
     ...external.map(({ name, url }) => ({ name, url, external: true })),
   ]
 }
-

@@ -48,10 +48,7 @@ t.test('skills: the built-in ones (relative paths by default), then those of EXT
   const res = await call('/agent/skills')
   t.equal(res.status, 200)
   t.same(res.body, {
-    skills: [
-      ...builtIns.map(([name, url]) => ({ name, url, external: false })),
-      ...external.map((s) => ({ ...s, external: true })),
-    ],
+    skills: [...builtIns.map(([name, url]) => ({ name, url, external: false })), ...external.map((s) => ({ ...s, external: true }))],
   })
   t.equal(builtInSkills.length, builtIns.length)
 })
@@ -134,7 +131,11 @@ async function readEvents(url: string, headers: Record<string, string>) {
     .split('\n\n')
     .filter((block) => block.includes('data: '))
     .map((block) => {
-      const field = (name: string) => block.split('\n').find((line) => line.startsWith(`${name}: `))?.slice(name.length + 2)
+      const field = (name: string) =>
+        block
+          .split('\n')
+          .find((line) => line.startsWith(`${name}: `))
+          ?.slice(name.length + 2)
       return { id: Number(field('id')), event: field('event'), data: JSON.parse(field('data')!) }
     })
   return { status: res.status, contentType: res.headers.get('content-type'), events }
@@ -299,7 +300,11 @@ t.test('the job pipeline, with the offline planner and the real services its too
     t.equal(bound.body.jobs.at(-1).id, first.jobId, 'oldest last')
     t.equal(bound.body.jobs.at(-1).prompt, "What's the price of ETH?")
     const times = bound.body.jobs.map((j: any) => j.createdAt)
-    t.same(times, [...times].sort((a: number, b: number) => b - a), 'newest first')
+    t.same(
+      times,
+      [...times].sort((a: number, b: number) => b - a),
+      'newest first',
+    )
     const two = await call('/portfolio/jobs?limit=2', { headers: keyHeaders('key_reader', 'readonly', payer) })
     t.equal(two.body.jobs.length, 2)
     t.same(two.body.jobs, bound.body.jobs.slice(0, 2))
@@ -336,11 +341,20 @@ async function readFrames(res: Response, onFrame: (frame: SseFrame) => void = ()
     for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
       const block = buffer.slice(0, end)
       buffer = buffer.slice(end + 2)
-      const field = (name: string) => block.split('\n').find((line) => line.startsWith(`${name}: `))?.slice(name.length + 2)
+      const field = (name: string) =>
+        block
+          .split('\n')
+          .find((line) => line.startsWith(`${name}: `))
+          ?.slice(name.length + 2)
       const data = field('data')
       if (data === undefined) continue
       const id = field('id')
-      const frame: SseFrame = { ...(id === undefined ? {} : { id }), event: field('event') ?? 'message', data: data === '[DONE]' ? data : JSON.parse(data), at: Date.now() }
+      const frame: SseFrame = {
+        ...(id === undefined ? {} : { id }),
+        event: field('event') ?? 'message',
+        data: data === '[DONE]' ? data : JSON.parse(data),
+        at: Date.now(),
+      }
       frames.push(frame)
       onFrame(frame)
     }
@@ -360,14 +374,18 @@ const plan = (prompt: string, round: number) => {
 }
 /** The answer: the tools' outputs (the text proves they ran), or a text of many words for "quietly". */
 const answer = (prompt: string, outputs: string[]) =>
-  prompt.includes('quietly') ? 'Markets are calm today and nothing needs doing: the prices are steady, your positions are safe, and no automation is due.' : `From the tools: ${outputs.join(' | ')}`
+  prompt.includes('quietly')
+    ? 'Markets are calm today and nothing needs doing: the prices are steady, your positions are safe, and no automation is due.'
+    : `From the tools: ${outputs.join(' | ')}`
 
 t.test('with an LLM configured, the tool-calling loop runs the tools the model asks for and returns its text', async (t) => {
   // the stand-in holds an answer while `held` is pending, and streams a token every 15 ms
   let held: Promise<void> | undefined
   const model = await startStandInModel({ plan, answer, tokenDelayMs: 15, gate: () => held })
   t.teardown(model.close)
-  const stack = await startStack(t, { agentEnv: { LLM_BASE_URL: model.url, LLM_API_KEY: 'sk-test-key', LLM_MODEL: 'scripted-1', LLM_MAX_STEPS: '3' } })
+  const stack = await startStack(t, {
+    agentEnv: { LLM_BASE_URL: model.url, LLM_API_KEY: 'sk-test-key', LLM_MODEL: 'scripted-1', LLM_MAX_STEPS: '3' },
+  })
   const payer = stack.devnet.accounts[1]!.address
   const prompt = (body: unknown) => stack.call('/agent/prompt', { body, headers: payerHeaders(payer) })
 
@@ -385,12 +403,30 @@ t.test('with an LLM configured, the tool-calling loop runs the tools the model a
   t.equal(firstTurn!.body.model, 'scripted-1')
   t.same(
     firstTurn!.body.tools.map((tool) => tool.function.name),
-    ['get_prices', 'get_trending_pools', 'quote_swap', 'swap', 'get_positions', 'list_nfts', 'find_predictions', 'bridge_quote', 'create_automation', 'list_automations', 'set_automation_status'],
+    [
+      'get_prices',
+      'get_trending_pools',
+      'quote_swap',
+      'swap',
+      'get_positions',
+      'list_nfts',
+      'find_predictions',
+      'bridge_quote',
+      'create_automation',
+      'list_automations',
+      'set_automation_status',
+    ],
   )
   for (const tool of firstTurn!.body.tools) t.equal(tool.function.parameters.type, 'object', `${tool.function.name} has a JSON Schema`)
-  t.same(firstTurn!.body.messages.map((m) => m.role), ['system', 'system', 'user'])
+  t.same(
+    firstTurn!.body.messages.map((m) => m.role),
+    ['system', 'system', 'user'],
+  )
   t.match(firstTurn!.body.messages[1]!.content, /"locale":"en-GB"/, 'the context is handed to the model')
-  t.same(secondTurn!.body.messages.map((m) => m.role), ['system', 'system', 'user', 'assistant', 'tool', 'tool'])
+  t.same(
+    secondTurn!.body.messages.map((m) => m.role),
+    ['system', 'system', 'user', 'assistant', 'tool', 'tool'],
+  )
 
   t.test('a follow-up gives the model the thread so far; an unknown tool answers the model an error', async (t) => {
     const follow = await prompt({ prompt: 'unknown tool please', threadId: accepted.body.threadId })
@@ -399,35 +435,55 @@ t.test('with an LLM configured, the tool-calling loop runs the tools the model a
     t.same(second.result.toolCalls, ['launch_rocket'])
     t.match(second.result.text, /no tool named launch_rocket/)
     const firstOfFollowUp = model.requests[2]!.body.messages
-    t.same(firstOfFollowUp.map((m) => m.role), ['system', 'user', 'assistant', 'user'])
+    t.same(
+      firstOfFollowUp.map((m) => m.role),
+      ['system', 'user', 'assistant', 'user'],
+    )
     t.equal(firstOfFollowUp[2]!.content, job.result.text, 'the earlier answer is in the history')
   })
 
-  t.test('/v1: ats-agent runs the model with the system messages and sums its usage; ats-planner skips it; a failed job is a 500 not to retry', async (t) => {
-    const key = keyHeaders('key_v1llm', 'readwrite')
-    const chat = (body: unknown) => stack.call('/v1/chat/completions', { body, headers: key })
-    const before = model.requests.length
-    const answer = await chat({ model: 'ats-agent', messages: [{ role: 'system', content: 'Answer in French.' }, { role: 'user', content: 'How much is ETH?' }] })
-    t.equal(answer.status, 200, JSON.stringify(answer.body))
-    t.match(answer.body.choices[0].message.content, /^From the tools: /)
-    const turns = model.requests.slice(before)
-    t.equal(turns.length, 2)
-    t.match(turns[0]!.body.messages[1], { role: 'system', content: 'Instructions from the caller: Answer in French.' })
-    // what the model reported, summed over its two turns (3 and 6 messages sent)
-    t.same(answer.body.usage, { prompt_tokens: 1003 + 1006, completion_tokens: 14, total_tokens: 2023 })
-    t.same(answer.body.agent.tool_calls.map((c: any) => c.function.name), ['get_prices', 'quote_swap'])
+  t.test(
+    '/v1: ats-agent runs the model with the system messages and sums its usage; ats-planner skips it; a failed job is a 500 not to retry',
+    async (t) => {
+      const key = keyHeaders('key_v1llm', 'readwrite')
+      const chat = (body: unknown) => stack.call('/v1/chat/completions', { body, headers: key })
+      const before = model.requests.length
+      const answer = await chat({
+        model: 'ats-agent',
+        messages: [
+          { role: 'system', content: 'Answer in French.' },
+          { role: 'user', content: 'How much is ETH?' },
+        ],
+      })
+      t.equal(answer.status, 200, JSON.stringify(answer.body))
+      t.match(answer.body.choices[0].message.content, /^From the tools: /)
+      const turns = model.requests.slice(before)
+      t.equal(turns.length, 2)
+      t.match(turns[0]!.body.messages[1], { role: 'system', content: 'Instructions from the caller: Answer in French.' })
+      // what the model reported, summed over its two turns (3 and 6 messages sent)
+      t.same(answer.body.usage, { prompt_tokens: 1003 + 1006, completion_tokens: 14, total_tokens: 2023 })
+      t.same(
+        answer.body.agent.tool_calls.map((c: any) => c.function.name),
+        ['get_prices', 'quote_swap'],
+      )
 
-    const planned = await chat({ model: 'ats-planner', messages: [{ role: 'user', content: 'price of ETH' }] })
-    t.match(planned.body.choices[0].message.content, /^ETH: \$/)
-    t.equal(model.requests.length, before + 2, 'the planner answered without the model')
+      const planned = await chat({ model: 'ats-planner', messages: [{ role: 'user', content: 'price of ETH' }] })
+      t.match(planned.body.choices[0].message.content, /^ETH: \$/)
+      t.equal(model.requests.length, before + 2, 'the planner answered without the model')
 
-    const failed = await chat({ model: 'ats-agent', messages: [{ role: 'user', content: 'ask for tools forever' }] })
-    t.equal(failed.status, 500)
-    t.equal(failed.headers.get('x-should-retry'), 'false', "OpenAI's clients do not retry it")
-    t.same(failed.body, {
-      error: { message: 'the agent could not answer: the model did not reach an answer within 3 steps (LLM_MAX_STEPS)', type: 'server_error', param: null, code: 'job_failed' },
-    })
-  })
+      const failed = await chat({ model: 'ats-agent', messages: [{ role: 'user', content: 'ask for tools forever' }] })
+      t.equal(failed.status, 500)
+      t.equal(failed.headers.get('x-should-retry'), 'false', "OpenAI's clients do not retry it")
+      t.same(failed.body, {
+        error: {
+          message: 'the agent could not answer: the model did not reach an answer within 3 steps (LLM_MAX_STEPS)',
+          type: 'server_error',
+          param: null,
+          code: 'job_failed',
+        },
+      })
+    },
+  )
 
   const key = keyHeaders('key_v1stream', 'readwrite')
   const streamChat = async (content: string) => {
@@ -467,7 +523,10 @@ t.test('with an LLM configured, the tool-calling loop runs the tools the model a
     const steps = frames.filter((f) => f.data.agent?.step).map((f) => `${f.data.agent.step.tool}:${f.data.agent.step.phase}`)
     t.same(steps, ['get_prices:started', 'get_prices:finished', 'quote_swap:started', 'quote_swap:finished'])
     const firstStep = frames.findIndex((f) => f.data.agent?.step)
-    t.ok(frames.slice(0, firstStep).some((f) => f.data.choices[0]?.delta?.content), 'the first turn\'s text came before the tools ran')
+    t.ok(
+      frames.slice(0, firstStep).some((f) => f.data.choices[0]?.delta?.content),
+      "the first turn's text came before the tools ran",
+    )
   })
 
   t.test('events stream: text deltas live, without ids; a stream resumed with Last-Event-ID replays only stored events', async (t) => {
@@ -496,16 +555,33 @@ t.test('with an LLM configured, the tool-calling loop runs the tools the model a
     const complete = frames.at(-1)!
     t.match(complete, { event: 'status', data: { status: 'complete' } })
     t.ok(deltas.length > 10, `the text came as deltas (${deltas.length})`)
-    t.ok(deltas.every((f) => f.id === undefined), 'deltas have no id')
-    t.ok(frames.filter((f) => f.event !== 'delta').every((f) => f.id !== undefined), 'stored events do')
-    t.same(deltas.map((f) => f.data.offset), deltas.map((f) => f.data.offset).sort((a, b) => a - b), 'in order')
+    t.ok(
+      deltas.every((f) => f.id === undefined),
+      'deltas have no id',
+    )
+    t.ok(
+      frames.filter((f) => f.event !== 'delta').every((f) => f.id !== undefined),
+      'stored events do',
+    )
+    t.same(
+      deltas.map((f) => f.data.offset),
+      deltas.map((f) => f.data.offset).sort((a, b) => a - b),
+      'in order',
+    )
     t.equal(deltas.map((f) => f.data.text).join(''), complete.data.result.text, "joined, the deltas are the job's text")
-    t.ok(deltas[0]!.data.offset === 0 && deltas.every((f, i) => i === 0 || f.data.offset === deltas[i - 1]!.data.offset + deltas[i - 1]!.data.text.length), 'each starts where the one before ended')
+    t.ok(
+      deltas[0]!.data.offset === 0 &&
+        deltas.every((f, i) => i === 0 || f.data.offset === deltas[i - 1]!.data.offset + deltas[i - 1]!.data.text.length),
+      'each starts where the one before ended',
+    )
 
     const again = await resumed!
     t.ok(again.length > 0 && again.every((f) => f.event !== 'delta' && f.id !== undefined), 'the resumed stream has stored events only')
     t.equal(again.at(-1)!.data.result.text, complete.data.result.text, 'and the text in its complete event')
-    t.ok(again.every((f) => Number(f.id) > Number(resumedAfter)), 'after the id it gave')
+    t.ok(
+      again.every((f) => Number(f.id) > Number(resumedAfter)),
+      'after the id it gave',
+    )
 
     const replay = await fetch(url, { headers: payerHeaders(payer) }).then((res) => readFrames(res))
     t.same(
@@ -548,7 +624,13 @@ t.test('cancel, and the run-time limit', async (top) => {
 
     // a worker now takes the queued message and leaves the job alone
     // started for the rest of the file (top), not only this subtest
-    worker = await startService(top, agentService, { ...stack.agentEnv, AGENT_ROLE: 'worker', AGENT_WORKER_CONCURRENCY: '1', AGENT_JOB_MAX_RUN_MS: '3000', AGENT_TOOL_TIMEOUT_MS: '20000' })
+    worker = await startService(top, agentService, {
+      ...stack.agentEnv,
+      AGENT_ROLE: 'worker',
+      AGENT_WORKER_CONCURRENCY: '1',
+      AGENT_JOB_MAX_RUN_MS: '3000',
+      AGENT_TOOL_TIMEOUT_MS: '20000',
+    })
     const next = await call('/agent/prompt', { body: { prompt: 'trending pools' } })
     t.equal((await poll(next.body.jobId)).status, 'complete')
     t.equal((await call(`/agent/job/${body.jobId}`)).body.status, 'cancelled')
@@ -581,20 +663,24 @@ t.test('cancel, and the run-time limit', async (top) => {
   top.test('a job that runs past AGENT_JOB_MAX_RUN_MS fails and says so', async (t) => {
     const { body } = await call('/agent/prompt', { body: { prompt: 'price of BTC' } })
     // running, unacknowledged: in the queue lag until it ends
-    await eventually('the running job in ats_agent_jobs_pending', async () => ((await scrapeMetric(worker.url, 'ats_agent_jobs_pending'))[''] === 1 ? true : undefined))
+    await eventually('the running job in ats_agent_jobs_pending', async () =>
+      (await scrapeMetric(worker.url, 'ats_agent_jobs_pending'))[''] === 1 ? true : undefined,
+    )
     const job = await poll(body.jobId)
     t.equal(job.status, 'failed')
     t.equal(job.error, 'the job ran longer than its limit of 3 s and was stopped')
     t.notOk('result' in job)
     stack.upstreams.behave('/simple/price', 'ok')
-    await eventually('an empty queue in ats_agent_jobs_pending', async () => ((await scrapeMetric(worker.url, 'ats_agent_jobs_pending'))[''] === 0 ? true : undefined))
+    await eventually('an empty queue in ats_agent_jobs_pending', async () =>
+      (await scrapeMetric(worker.url, 'ats_agent_jobs_pending'))[''] === 0 ? true : undefined,
+    )
   })
 
   top.test('/metrics counts the jobs each process created or ended, by status', async (t) => {
     // the API process made the five jobs and cancelled two; the worker ended the rest
     t.same(await scrapeMetric(api.url, 'ats_agent_jobs_total'), { pending: 5, complete: 0, failed: 0, cancelled: 2 })
     t.same(await scrapeMetric(worker.url, 'ats_agent_jobs_total'), { pending: 0, complete: 2, failed: 1, cancelled: 0 })
-    t.same(await scrapeMetric(api.url, 'ats_agent_jobs_pending'), {}, 'the queue lag is the workers\' to report')
+    t.same(await scrapeMetric(api.url, 'ats_agent_jobs_pending'), {}, "the queue lag is the workers' to report")
   })
 })
 
@@ -655,7 +741,9 @@ t.test('the outcome of each paid job is published once, with the reason of a voi
   top.test('cancelled before a worker started it: void, "cancelled before it started"; the job shows it voided', async (t) => {
     const { jobId, nonce } = await paidPrompt('price of ETH')
     t.equal((await call(`/agent/job/${jobId}`, { method: 'DELETE' })).status, 200)
-    t.match(await outcomeOf(jobId), [{ jobId, payer, nonce, outcome: 'void', status: 'cancelled', reason: 'cancelled before it started', at: Number }])
+    t.match(await outcomeOf(jobId), [
+      { jobId, payer, nonce, outcome: 'void', status: 'cancelled', reason: 'cancelled before it started', at: Number },
+    ])
     // admin stored the outcome: the job answer shows the payment voided, though no charge was recorded
     const job = await eventually('the job shows its payment voided', async () => {
       const body = (await call(`/agent/job/${jobId}`)).body
@@ -669,7 +757,12 @@ t.test('the outcome of each paid job is published once, with the reason of a voi
     unpaidJob = unpaid.body.jobId
 
     // workers for the rest of the file: one job at a time
-    await startService(top, agentService, { ...stack.agentEnv, AGENT_ROLE: 'worker', AGENT_WORKER_CONCURRENCY: '1', AGENT_TOOL_TIMEOUT_MS: '20000' })
+    await startService(top, agentService, {
+      ...stack.agentEnv,
+      AGENT_ROLE: 'worker',
+      AGENT_WORKER_CONCURRENCY: '1',
+      AGENT_TOOL_TIMEOUT_MS: '20000',
+    })
   })
 
   top.test('complete: charge; the job shows its payment pending until the ledger settles it', async (t) => {
@@ -681,7 +774,7 @@ t.test('the outcome of each paid job is published once, with the reason of a voi
     t.same(job.payment, { state: 'pending' }, 'no charge is recorded here (no gateway): pending')
   })
 
-  top.test('failed because a tool failed through a fault of ours: void with the job\'s error', async (t) => {
+  top.test("failed because a tool failed through a fault of ours: void with the job's error", async (t) => {
     stack.upstreams.behave('/simple/price', 500)
     const { jobId } = await paidPrompt('price of ETH')
     const job = await finished(jobId)
@@ -723,7 +816,10 @@ t.test('the outcome of each paid job is published once, with the reason of a voi
     t.ok(published instanceof Date)
 
     const all = await outcomes()
-    t.ok([...all.values()].every((list) => list.length === 1), 'no job has two outcomes in the stream')
+    t.ok(
+      [...all.values()].every((list) => list.length === 1),
+      'no job has two outcomes in the stream',
+    )
     t.equal(all.size, 5, 'one outcome per paid job, none for the unpaid one')
 
     // GET /portfolio/jobs: a key bound to the payer's wallet sees the payments of its paid jobs

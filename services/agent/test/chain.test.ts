@@ -21,7 +21,10 @@ t.test("a swap over the payer's approvalAboveUsd: the job waits for a person", a
   // a run-time limit shorter than the waits below: a wait for approval does not count against it
   const stack = await startStack(top, { agentEnv: { APPROVAL_POLL_MS: '200', AGENT_JOB_MAX_RUN_MS: '2000' } })
   const payer = stack.devnet.accounts[1]!.address
-  const allow = await stack.adminCall(`/admin/agent-payers/${payer}`, 'PUT', { label: 'approvals', policy: { maxUsdPerSwap: 100, approvalAboveUsd: 10 } })
+  const allow = await stack.adminCall(`/admin/agent-payers/${payer}`, 'PUT', {
+    label: 'approvals',
+    policy: { maxUsdPerSwap: 100, approvalAboveUsd: 10 },
+  })
   top.equal(allow.status, 200, JSON.stringify(allow.body))
   const call = (path: string, init: { method?: string; body?: unknown } = {}) => stack.call(path, { ...init, headers: payerHeaders(payer) })
   const prompt = async (text: string) => (await call('/agent/prompt', { body: { prompt: text } })).body.jobId as string
@@ -36,11 +39,20 @@ t.test("a swap over the payer's approvalAboveUsd: the job waits for a person", a
     const job = await waiting(jobId)
     t.match(job, {
       status: 'awaiting_approval',
-      approval: { id: /^apr_/, status: 'pending', swap: { amountIn: '50000000' }, requestedBy: { jobId }, links: { approve: /\/approve$/ } },
+      approval: {
+        id: /^apr_/,
+        status: 'pending',
+        swap: { amountIn: '50000000' },
+        requestedBy: { jobId },
+        links: { approve: /\/approve$/ },
+      },
     })
     t.match(
       job.notice,
-      new RegExp(`^Approval needed: swap 50 USDC for WETH \\(worth \\$50\\.00, over the \\$10\\.00 approval threshold of payer ${payer}\\)\\. Approve: POST /approvals/${job.approval.id}/approve, or reject: POST /approvals/${job.approval.id}/reject \\(within 1[45] minutes\\)\\.$`, 'i'),
+      new RegExp(
+        `^Approval needed: swap 50 USDC for WETH \\(worth \\$50\\.00, over the \\$10\\.00 approval threshold of payer ${payer}\\)\\. Approve: POST /approvals/${job.approval.id}/approve, or reject: POST /approvals/${job.approval.id}/reject \\(within 1[45] minutes\\)\\.$`,
+        'i',
+      ),
     )
 
     // the event stream: the waiting status with the approval, and the stream does not end
@@ -50,7 +62,15 @@ t.test("a swap over the payer's approvalAboveUsd: the job waits for a person", a
     let text = ''
     while (!text.includes('"awaiting_approval"')) text += new TextDecoder().decode((await reader.read()).value)
     const frame = text.split('\n\n').find((f) => f.includes('"awaiting_approval"'))!
-    t.match(JSON.parse(frame.split('\n').find((l) => l.startsWith('data: '))!.slice(6)), { status: 'awaiting_approval', approval: { id: job.approval.id }, notice: job.notice })
+    t.match(
+      JSON.parse(
+        frame
+          .split('\n')
+          .find((l) => l.startsWith('data: '))!
+          .slice(6),
+      ),
+      { status: 'awaiting_approval', approval: { id: job.approval.id }, notice: job.notice },
+    )
     // longer than the job's 2 s run-time limit: it still waits
     await new Promise((resolve) => setTimeout(resolve, 2500))
     t.equal((await call(`/agent/job/${jobId}`)).body.status, 'awaiting_approval', 'the time limit is paused while it waits')
@@ -92,48 +112,63 @@ t.test("a swap over the payer's approvalAboveUsd: the job waits for a person", a
   })
 })
 
-t.test('kill -9 of the worker while its job waits: another worker takes the job over, it waits for the same approval, and approved it swaps once', async (t) => {
-  const workerEnv = (agentEnv: NodeJS.ProcessEnv) => ({ ...agentEnv, AGENT_ROLE: 'worker', AGENT_ACK_WAIT_MS: '1500', APPROVAL_POLL_MS: '200', LOG_LEVEL: 'warn' })
-  // the first worker process loads while the services start
-  const stack = await startStack(t, { noAgent: true, alongside: (agentEnv) => startServiceProcess(t, workerEntry, workerEnv(agentEnv)) })
-  const first = stack.alongside
-  const payer = stack.devnet.accounts[1]!.address
-  await stack.adminCall(`/admin/agent-payers/${payer}`, 'PUT', { label: 'approvals', policy: { maxUsdPerSwap: 100, approvalAboveUsd: 10 } })
-  const api = await startService(t, agentService, { ...stack.agentEnv, AGENT_ROLE: 'api' })
-  const call = payerCall(api.url, payer)
-  const { jobId } = await call('/agent/prompt', { prompt: 'swap 50 USDC for WETH' })
-  const waited = await eventually('the job to wait', async () => {
-    const job = await call(`/agent/job/${jobId}`)
-    return job.status === 'awaiting_approval' ? job : undefined
-  })
-  const held = await api.ctx.db.job.findUniqueOrThrow({ where: { id: jobId } })
-  process.kill(first.pid, 'SIGKILL')
+t.test(
+  'kill -9 of the worker while its job waits: another worker takes the job over, it waits for the same approval, and approved it swaps once',
+  async (t) => {
+    const workerEnv = (agentEnv: NodeJS.ProcessEnv) => ({
+      ...agentEnv,
+      AGENT_ROLE: 'worker',
+      AGENT_ACK_WAIT_MS: '1500',
+      APPROVAL_POLL_MS: '200',
+      LOG_LEVEL: 'warn',
+    })
+    // the first worker process loads while the services start
+    const stack = await startStack(t, { noAgent: true, alongside: (agentEnv) => startServiceProcess(t, workerEntry, workerEnv(agentEnv)) })
+    const first = stack.alongside
+    const payer = stack.devnet.accounts[1]!.address
+    await stack.adminCall(`/admin/agent-payers/${payer}`, 'PUT', {
+      label: 'approvals',
+      policy: { maxUsdPerSwap: 100, approvalAboveUsd: 10 },
+    })
+    const api = await startService(t, agentService, { ...stack.agentEnv, AGENT_ROLE: 'api' })
+    const call = payerCall(api.url, payer)
+    const { jobId } = await call('/agent/prompt', { prompt: 'swap 50 USDC for WETH' })
+    const waited = await eventually('the job to wait', async () => {
+      const job = await call(`/agent/job/${jobId}`)
+      return job.status === 'awaiting_approval' ? job : undefined
+    })
+    const held = await api.ctx.db.job.findUniqueOrThrow({ where: { id: jobId } })
+    process.kill(first.pid, 'SIGKILL')
 
-  await startServiceProcess(t, workerEntry, workerEnv(stack.agentEnv))
-  const taken = await eventually('another worker to take the job over', async () => {
-    const job = await api.ctx.db.job.findUniqueOrThrow({ where: { id: jobId } })
-    return job.workerId !== held.workerId && job.status === 'awaiting_approval' ? job : undefined
-  })
-  t.ok(taken.attempts > held.attempts, `claimed again (${held.attempts} -> ${taken.attempts})`)
-  t.equal((taken.approval as { id: string }).id, waited.approval.id, 'the same approval: the execute was answered again')
+    await startServiceProcess(t, workerEntry, workerEnv(stack.agentEnv))
+    const taken = await eventually('another worker to take the job over', async () => {
+      const job = await api.ctx.db.job.findUniqueOrThrow({ where: { id: jobId } })
+      return job.workerId !== held.workerId && job.status === 'awaiting_approval' ? job : undefined
+    })
+    t.ok(taken.attempts > held.attempts, `claimed again (${held.attempts} -> ${taken.attempts})`)
+    t.equal((taken.approval as { id: string }).id, waited.approval.id, 'the same approval: the execute was answered again')
 
-  const nonce = await stack.publicClient.getTransactionCount({ address: stack.serverWallet })
-  t.equal((await stack.decide(waited.approval.id, 'approve')).status, 200)
-  const done = await eventually('the job to complete', async () => {
-    const job = await call(`/agent/job/${jobId}`)
-    return ['complete', 'failed', 'cancelled'].includes(job.status) ? job : undefined
-  })
-  t.equal(done.status, 'complete', done.error)
-  t.match(done.result.text, /^Swapped 50 USDC for [0-9.]+ WETH/)
-  const sent = (await stack.publicClient.getTransactionCount({ address: stack.serverWallet })) - nonce
-  t.ok(sent >= 1 && sent <= 2, `the swap (and at most its token approval) was sent once: ${sent} transactions`)
-  t.equal(done.result.transactions.length, 1)
-})
+    const nonce = await stack.publicClient.getTransactionCount({ address: stack.serverWallet })
+    t.equal((await stack.decide(waited.approval.id, 'approve')).status, 200)
+    const done = await eventually('the job to complete', async () => {
+      const job = await call(`/agent/job/${jobId}`)
+      return ['complete', 'failed', 'cancelled'].includes(job.status) ? job : undefined
+    })
+    t.equal(done.status, 'complete', done.error)
+    t.match(done.result.text, /^Swapped 50 USDC for [0-9.]+ WETH/)
+    const sent = (await stack.publicClient.getTransactionCount({ address: stack.serverWallet })) - nonce
+    t.ok(sent >= 1 && sent <= 2, `the swap (and at most its token approval) was sent once: ${sent} transactions`)
+    t.equal(done.result.transactions.length, 1)
+  },
+)
 
 t.test('what a decided approval that did not swap says', async (t) => {
   const base = { id: 'apr_1', createdAt: 0, expiresAt: 900_000, decidedBy: null, error: null, result: null } as unknown as Approval
   t.equal(notSwappedReason({ ...base, status: 'expired' }), 'approval apr_1 expired after 15 minutes without a decision')
-  t.equal(notSwappedReason({ ...base, status: 'rejected', decidedBy: 'key_y', decisionReason: 'too big' }), 'approval apr_1 was rejected by key_y: too big')
+  t.equal(
+    notSwappedReason({ ...base, status: 'rejected', decidedBy: 'key_y', decisionReason: 'too big' }),
+    'approval apr_1 was rejected by key_y: too big',
+  )
   t.equal(
     notSwappedReason({ ...base, status: 'approved', decidedBy: 'key_y', error: 'over the daily limit' }),
     'approval apr_1 was approved by key_y, but the swap was not made: over the daily limit',
@@ -147,7 +182,11 @@ t.test('kill -9 of the worker mid-swap: the job completes once, with one swap on
   const stack = await startStack(t, { noAgent: true, alongside: (agentEnv) => startServiceProcess(t, workerEntry, workerEnv(agentEnv)) })
   const { devnet, publicClient, serverWallet } = stack
   const rpc = async (method: string, params: unknown[] = []) => {
-    const res = await fetch(devnet.rpcUrl, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }) })
+    const res = await fetch(devnet.rpcUrl, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+    })
     return ((await res.json()) as { result: unknown }).result
   }
   const payer = devnet.accounts[1]!.address
@@ -225,10 +264,27 @@ t.test('a re-run whose step n differs swaps anew; the same step replayed swaps o
   const store = createJobStore(db)
   const tools = createTools({ nc, channels: natsChannels(env.NATS_NAMESPACE!), timeoutMs: 10_000, swapTimeoutMs: 60_000 })
   const quiet = () => {}
-  const log: Logger = { level: 'silent', fatal: quiet, error: quiet, warn: quiet, info: quiet, debug: quiet, trace: quiet, child: () => log }
+  const log: Logger = {
+    level: 'silent',
+    fatal: quiet,
+    error: quiet,
+    warn: quiet,
+    info: quiet,
+    debug: quiet,
+    trace: quiet,
+    child: () => log,
+  }
   /** one worker's run of the job: its step 1 is this swap */
   const run = async (args: Record<string, string>) => {
-    const toolbox = await createToolbox({ tools, store, emit: () => {}, log, jobId, owner: { kind: 'payer', address: payer }, signal: new AbortController().signal })
+    const toolbox = await createToolbox({
+      tools,
+      store,
+      emit: () => {},
+      log,
+      jobId,
+      owner: { kind: 'payer', address: payer },
+      signal: new AbortController().signal,
+    })
     const outcome = await toolbox.call('swap', args)
     if (!outcome.ok) throw new Error(`the swap step failed: ${outcome.error}`)
     return outcome.output as { mode: string; hash: string; amountIn: string }
@@ -243,7 +299,7 @@ t.test('a re-run whose step n differs swaps anew; the same step replayed swaps o
 
   // the next run plans differently (a language model need not plan the same twice): step 1 is another swap
   const second = await run({ tokenIn: 'USDC', tokenOut: 'ARB', amount: '1' })
-  t.match(second, { mode: 'executed', amountIn: '1000000' }, 'the new swap ran, not the earlier run\'s result')
+  t.match(second, { mode: 'executed', amountIn: '1000000' }, "the new swap ran, not the earlier run's result")
   t.not(second.hash, first.hash, 'a new transaction')
   await diedBeforeFinishing()
 

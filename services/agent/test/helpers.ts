@@ -77,7 +77,11 @@ export async function startStack<A = undefined>(t: Test, options: StackOptions<A
   const upstreams = await startUpstreams({ teardown: (fn: () => unknown) => (closeUpstreams = fn) } as unknown as Test)
   t.teardown(stopUpstreams)
   const admin = await startService(t, adminService, { ...env, ADMIN_API_KEY: adminKey, SETTLEMENT_ENABLED: 'false' })
-  const trading = await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey, ...options.tradingEnv })
+  const trading = await startService(t, tradingService, {
+    ...env,
+    SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey,
+    ...options.tradingEnv,
+  })
   await startService(t, marketDataService, {
     ...env,
     REDIS_URL: (await testInfra()).redisUrl,
@@ -101,7 +105,12 @@ export async function startStack<A = undefined>(t: Test, options: StackOptions<A
   const adminCall = async (path: string, method: string, body?: unknown) => {
     const res = await fetch(`${admin.url}${path}`, {
       method,
-      headers: { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.keyId]: 'key_admin', [identityHeaders.tier]: 'admin', ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      headers: {
+        [identityHeaders.internalToken]: testInternalToken,
+        [identityHeaders.keyId]: 'key_admin',
+        [identityHeaders.tier]: 'admin',
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
     })
     return { status: res.status, body: (await res.json()) as any }
@@ -110,19 +119,42 @@ export async function startStack<A = undefined>(t: Test, options: StackOptions<A
   const decide = async (approvalId: string, decision: 'approve' | 'reject', body?: unknown) => {
     const res = await fetch(`${trading.url}/approvals/${approvalId}/${decision}`, {
       method: 'POST',
-      headers: { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.keyId]: 'key_admin', [identityHeaders.tier]: 'admin', ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      headers: {
+        [identityHeaders.internalToken]: testInternalToken,
+        [identityHeaders.keyId]: 'key_admin',
+        [identityHeaders.tier]: 'admin',
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
     })
     return { status: res.status, body: (await res.json()) as any }
   }
   const alongside = (await started) as A
-  return { devnet, publicClient, env, agentEnv, upstreams, agent, call, adminCall, decide, serverWallet: devnet.accounts[0]!.address, alongside }
+  return {
+    devnet,
+    publicClient,
+    env,
+    agentEnv,
+    upstreams,
+    agent,
+    call,
+    adminCall,
+    decide,
+    serverWallet: devnet.accounts[0]!.address,
+    alongside,
+  }
 }
 
 export type Stack = Awaited<ReturnType<typeof startStack>>
 
 /** Polls a job of `payer` until it is finished (or `status`), and returns it. */
-export async function waitForJob(call: Stack['call'], payer: string, jobId: string, until = ['complete', 'failed', 'cancelled'], timeoutMs = 20_000) {
+export async function waitForJob(
+  call: Stack['call'],
+  payer: string,
+  jobId: string,
+  until = ['complete', 'failed', 'cancelled'],
+  timeoutMs = 20_000,
+) {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     const res = await call(`/agent/job/${jobId}`, { headers: payerHeaders(payer) })

@@ -26,7 +26,9 @@ async function send(via: number, method: string, path: string, key: string | und
 
 t.test('10 concurrent prompts with one idempotency key on two replicas start one job; all get it with 202', async (t) => {
   const key = keyOf('pay_concurrent_prompt_0001')
-  const answers = await Promise.all(Array.from({ length: 10 }, (_, i) => send(i % 2, 'POST', '/agent/prompt', key, { prompt: 'price of ETH' })))
+  const answers = await Promise.all(
+    Array.from({ length: 10 }, (_, i) => send(i % 2, 'POST', '/agent/prompt', key, { prompt: 'price of ETH' })),
+  )
   t.same(new Set(answers.map((a) => a.status)), new Set([202]))
   t.equal(new Set(answers.map((a) => a.body.jobId)).size, 1, 'one job id')
   t.equal(new Set(answers.map((a) => a.body.threadId)).size, 1, 'one thread')

@@ -79,7 +79,10 @@ t.test('one read of the store per poll interval for every open stream, however m
 
   for (const job of jobs) await cancelSilently(job.jobId)
   const ends = await Promise.all(jobs.map((j) => j.ended))
-  t.ok(ends.every((e) => e.jobEnded), 'every stream ended with its job')
+  t.ok(
+    ends.every((e) => e.jobEnded),
+    'every stream ended with its job',
+  )
   t.same(new Set(jobs.map((j) => statuses(j.seen).join())), new Set(['pending,cancelled']))
   await new Promise((r) => setTimeout(r, pollMs * 2))
   const afterEnd = reads.length

@@ -16,7 +16,15 @@ async function startHeldModel(t: Parameters<typeof startService>[0]) {
   const answer = (res: ServerResponse) => {
     const message = { role: 'assistant', content: 'Answered after the restarts.' }
     res.writeHead(200, { 'content-type': 'application/json' })
-    res.end(JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion', created: 1, model: 'held-1', choices: [{ index: 0, message, finish_reason: 'stop' }] }))
+    res.end(
+      JSON.stringify({
+        id: 'chatcmpl-1',
+        object: 'chat.completion',
+        created: 1,
+        model: 'held-1',
+        choices: [{ index: 0, message, finish_reason: 'stop' }],
+      }),
+    )
   }
   const server = createServer((req, res) => {
     req.resume()

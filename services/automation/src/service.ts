@@ -18,9 +18,23 @@ const settings = {
   AUTOMATION_TICK_MS: ms('how often the scheduler looks for due automations', 1_000, 50),
   AUTOMATION_BATCH: Type.Integer({ minimum: 1, maximum: 1000, default: 50, description: 'due automations one tick takes at most' }),
   AUTOMATION_MIN_INTERVAL_MS: ms('the shortest interval (and limit-order checkEvery) an automation may have', 60_000, 1_000),
-  AUTOMATION_LEASE_MS: ms('a run its scheduler has not finished by then (it died) is resumed by another, with the same idempotency key', 120_000, 1_000),
-  AUTOMATION_MAX_FAILURES: Type.Integer({ minimum: 1, maximum: 100, default: 3, description: 'failed runs in a row before an automation fails' }),
-  AUTOMATION_MAX_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 20, default: 5, description: 'tries of one run whose swap timed out before the run fails' }),
+  AUTOMATION_LEASE_MS: ms(
+    'a run its scheduler has not finished by then (it died) is resumed by another, with the same idempotency key',
+    120_000,
+    1_000,
+  ),
+  AUTOMATION_MAX_FAILURES: Type.Integer({
+    minimum: 1,
+    maximum: 100,
+    default: 3,
+    description: 'failed runs in a row before an automation fails',
+  }),
+  AUTOMATION_MAX_ATTEMPTS: Type.Integer({
+    minimum: 1,
+    maximum: 20,
+    default: 5,
+    description: 'tries of one run whose swap timed out before the run fails',
+  }),
   AUTOMATION_EXECUTE_TIMEOUT_MS: ms("how long a run waits for trading's swap (mined)", 90_000, 1_000),
   AUTOMATION_MAX_PER_KEY: Type.Integer({
     minimum: 1,
@@ -28,7 +42,7 @@ const settings = {
     default: 10,
     description: 'active or paused automations one API key (or agent payer) may have; creating or resuming one more answers 409',
   }),
-  APPROVAL_POLL_MS: ms("how often the scheduler asks trading whether the approval a run waits for was decided", 2_000),
+  APPROVAL_POLL_MS: ms('how often the scheduler asks trading whether the approval a run waits for was decided', 2_000),
 }
 
 export const automationService: ServiceDefinition<typeof settings, PrismaClient> = {
@@ -43,7 +57,13 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
   },
   async register(app, { db, nc, channels, config, version, onClose, log, metrics }) {
     // the webhook events of runs and automations, written in the transaction that ends them
-    const events = await startEventOutbox({ nc, channels: channels.admin.events, databaseUrl: config.DATABASE_URL!, schema: 'automation', log })
+    const events = await startEventOutbox({
+      nc,
+      channels: channels.admin.events,
+      databaseUrl: config.DATABASE_URL!,
+      schema: 'automation',
+      log,
+    })
     onClose(events.stop)
     const store = createStore(db, { maxPerOwner: config.AUTOMATION_MAX_PER_KEY, events, runsCounted: runCounter(metrics) })
 
@@ -84,7 +104,12 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
         channels,
         store,
         log,
-        settings: { pollMs: config.APPROVAL_POLL_MS, batch: config.AUTOMATION_BATCH, maxFailures: config.AUTOMATION_MAX_FAILURES, timeoutMs: 10_000 },
+        settings: {
+          pollMs: config.APPROVAL_POLL_MS,
+          batch: config.AUTOMATION_BATCH,
+          maxFailures: config.AUTOMATION_MAX_FAILURES,
+          timeoutMs: 10_000,
+        },
       })
       onClose(approvalWatch.stop)
       log.info({ tickMs: config.AUTOMATION_TICK_MS, minIntervalMs: config.AUTOMATION_MIN_INTERVAL_MS }, 'automation scheduler started')

@@ -27,7 +27,10 @@ export const keyHeaders = (keyId: string, wallet?: string) => ({
  * wallet: devnet account 0) on a devnet, one database and NATS namespace. `schedulers` automation
  * replicas share them: the first in this process (`url`), the others as child processes.
  */
-export async function startAutomationStack(t: Test, options: { schedulers?: number; env?: NodeJS.ProcessEnv; tradingEnv?: NodeJS.ProcessEnv } = {}) {
+export async function startAutomationStack(
+  t: Test,
+  options: { schedulers?: number; env?: NodeJS.ProcessEnv; tradingEnv?: NodeJS.ProcessEnv } = {},
+) {
   const { devnet, chainEnv, publicClient } = await startTestDevnet(t)
   const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ...chainEnv }
   // started together: neither needs the other to start, and each waits on its database and NATS
@@ -38,7 +41,9 @@ export async function startAutomationStack(t: Test, options: { schedulers?: numb
   const automationEnv = { ...env, AUTOMATION_MIN_INTERVAL_MS: '1000', AUTOMATION_TICK_MS: '100', ...options.env }
   const schedulers: Array<{ url: string }> = [await startService(t, automationService, automationEnv)]
   // the others as processes of their own, as replicas run: each its own connections, clock and event loop
-  const replicas = Array.from({ length: (options.schedulers ?? 1) - 1 }, () => startServiceProcess(t, serverEntry, { ...automationEnv, LOG_LEVEL: 'warn' }))
+  const replicas = Array.from({ length: (options.schedulers ?? 1) - 1 }, () =>
+    startServiceProcess(t, serverEntry, { ...automationEnv, LOG_LEVEL: 'warn' }),
+  )
   schedulers.push(...(await Promise.all(replicas)))
 
   const call = async (path: string, init: { method?: string; body?: unknown; headers: Record<string, string>; via?: number }) => {
@@ -54,7 +59,12 @@ export async function startAutomationStack(t: Test, options: { schedulers?: numb
   const createKey = async (wallet?: string, policy?: Record<string, unknown>) => {
     const res = await fetch(`${admin.url}/admin/keys`, {
       method: 'POST',
-      headers: { [identityHeaders.internalToken]: testInternalToken, [identityHeaders.keyId]: 'key_admin', [identityHeaders.tier]: 'admin', 'content-type': 'application/json' },
+      headers: {
+        [identityHeaders.internalToken]: testInternalToken,
+        [identityHeaders.keyId]: 'key_admin',
+        [identityHeaders.tier]: 'admin',
+        'content-type': 'application/json',
+      },
       body: JSON.stringify({ tier: 'readwrite', label: 'automation test', ...(wallet ? { wallet } : {}), ...(policy ? { policy } : {}) }),
     })
     const body = (await res.json()) as { id: string }
@@ -62,7 +72,8 @@ export async function startAutomationStack(t: Test, options: { schedulers?: numb
     return body.id
   }
   const token = (symbol: string) => getAddress(devnet.book.tokens.find((entry) => entry.symbol === symbol)!.address as Address)
-  const balanceOf = (symbol: string, owner: Address) => publicClient.readContract({ address: token(symbol), abi: erc20Abi, functionName: 'balanceOf', args: [owner] })
+  const balanceOf = (symbol: string, owner: Address) =>
+    publicClient.readContract({ address: token(symbol), abi: erc20Abi, functionName: 'balanceOf', args: [owner] })
 
   /** The swaps the server wallet sent (to either DEX router) in blocks after `from`. */
   async function swapsSince(from: bigint) {
@@ -72,11 +83,25 @@ export async function startAutomationStack(t: Test, options: { schedulers?: numb
     for (let n = from + 1n; n <= latest; n++) {
       const block = await publicClient.getBlock({ blockNumber: n, includeTransactions: true })
       for (const tx of block.transactions) {
-        if (getAddress(tx.from) === getAddress(devnet.accounts[0]!.address) && tx.to && routers.includes(getAddress(tx.to))) hashes.push(tx.hash)
+        if (getAddress(tx.from) === getAddress(devnet.accounts[0]!.address) && tx.to && routers.includes(getAddress(tx.to)))
+          hashes.push(tx.hash)
       }
     }
     return hashes
   }
 
-  return { devnet, publicClient, env, automationEnv, schedulers, url: schedulers[0]!.url, tradingUrl: trading.url, call, createKey, token, balanceOf, swapsSince }
+  return {
+    devnet,
+    publicClient,
+    env,
+    automationEnv,
+    schedulers,
+    url: schedulers[0]!.url,
+    tradingUrl: trading.url,
+    call,
+    createKey,
+    token,
+    balanceOf,
+    swapsSince,
+  }
 }

@@ -11,7 +11,11 @@ import { eventually, keyHeaders, startAutomationStack } from './helpers.ts'
 // (each within about three seconds), short so the test of an expiry waits little
 const ttlMs = 7_000
 // the schedulers ask trading every 200 ms whether a waiting run's approval was decided
-const stack = await startAutomationStack(t, { schedulers: 3, env: { APPROVAL_POLL_MS: '200' }, tradingEnv: { APPROVAL_TTL_MS: String(ttlMs) } })
+const stack = await startAutomationStack(t, {
+  schedulers: 3,
+  env: { APPROVAL_POLL_MS: '200' },
+  tradingEnv: { APPROVAL_TTL_MS: String(ttlMs) },
+})
 
 t.test('three scheduler processes at once: every due run executed exactly once, counted on chain', async (t) => {
   const { devnet, publicClient, call } = stack
@@ -26,17 +30,32 @@ t.test('three scheduler processes at once: every due run executed exactly once, 
     const created = await call('/automations', {
       via: i,
       headers: keyHeaders(keyId),
-      body: { walletAddress: wallet, type: 'recurring-buy', name: `dca ${i}`, config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1s', maxRuns: 4 } },
+      body: {
+        walletAddress: wallet,
+        type: 'recurring-buy',
+        name: `dca ${i}`,
+        config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1s', maxRuns: 4 },
+      },
     })
     t.equal(created.status, 201, JSON.stringify(created.body))
-    t.match(created.body.automation, { status: 'active', walletAddress: wallet, type: 'recurring-buy', runs: 0, config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1s', maxRuns: 4, slippageBps: 50 } })
+    t.match(created.body.automation, {
+      status: 'active',
+      walletAddress: wallet,
+      type: 'recurring-buy',
+      runs: 0,
+      config: { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1000000', interval: '1s', maxRuns: 4, slippageBps: 50 },
+    })
     ids.push(created.body.automation.id)
   }
   for (const id of ids) {
-    const done = await eventually(`automation ${id} to complete`, async () => {
-      const res = await call(`/automations/${id}`, { headers: keyHeaders(keyId) })
-      return res.body.automation.status === 'active' ? undefined : res.body.automation
-    }, 60_000)
+    const done = await eventually(
+      `automation ${id} to complete`,
+      async () => {
+        const res = await call(`/automations/${id}`, { headers: keyHeaders(keyId) })
+        return res.body.automation.status === 'active' ? undefined : res.body.automation
+      },
+      60_000,
+    )
     t.match(done, { status: 'completed', runs: 4, nextRunAt: null, statusReason: 'it made its 4 runs (maxRuns)' })
   }
 
@@ -44,9 +63,14 @@ t.test('three scheduler processes at once: every due run executed exactly once, 
   t.equal(resume.status, 400, 'a completed recurring buy is not resumed past its maxRuns')
   t.match(resume.body.error, /cannot be resumed: it has made its 4 runs \(maxRuns\)/)
 
-  const runs = (await Promise.all(ids.map((id) => call(`/automations/${id}/runs`, { headers: keyHeaders(keyId) })))).flatMap((r) => r.body.runs)
+  const runs = (await Promise.all(ids.map((id) => call(`/automations/${id}/runs`, { headers: keyHeaders(keyId) })))).flatMap(
+    (r) => r.body.runs,
+  )
   t.equal(runs.length, 12, 'four runs each, no more')
-  t.ok(runs.every((r: any) => r.status === 'success' && /^0x[0-9a-f]{64}$/.test(r.txHash) && BigInt(r.amountOut) > 0n), 'every run mined')
+  t.ok(
+    runs.every((r: any) => r.status === 'success' && /^0x[0-9a-f]{64}$/.test(r.txHash) && BigInt(r.amountOut) > 0n),
+    'every run mined',
+  )
   const onChain = await stack.swapsSince(startBlock)
   t.same([...onChain].sort(), runs.map((r: any) => r.txHash).sort(), 'one swap on chain per run: none doubled by the three schedulers')
   const after = await stack.balanceOf('ARB', wallet)
@@ -68,21 +92,32 @@ t.test('runs over the key approvalAboveUsd wait for a person (three replicas): a
   // 20 USDC a second: over the $10 threshold, so every run asks
   const create = async (name: string, extra: Record<string, unknown> = {}) => {
     const config = { tokenIn: 'USDC', tokenOut: 'ARB', amount: '20000000', interval: '1s', ...extra }
-    const res = await call('/automations', { headers: keyHeaders(keyId), body: { walletAddress: wallet, type: 'recurring-buy', name, config } })
+    const res = await call('/automations', {
+      headers: keyHeaders(keyId),
+      body: { walletAddress: wallet, type: 'recurring-buy', name, config },
+    })
     if (res.status !== 201) throw new Error(JSON.stringify(res.body))
     return res.body.automation.id as string
   }
   /** The run of `id` that waits now (the newest), once it does. */
   const waiting = (id: string) =>
-    eventually(`a run of ${id} waiting for approval`, async () => {
-      const [run] = await runsOf(id)
-      return run?.status === 'awaiting_approval' ? run : undefined
-    }, 30_000)
+    eventually(
+      `a run of ${id} waiting for approval`,
+      async () => {
+        const [run] = await runsOf(id)
+        return run?.status === 'awaiting_approval' ? run : undefined
+      },
+      30_000,
+    )
   const ended = (id: string, runId: string) =>
-    eventually(`run ${runId} to end`, async () => {
-      const run = (await runsOf(id)).find((r) => r.id === runId)
-      return run && run.status !== 'awaiting_approval' ? run : undefined
-    }, 30_000)
+    eventually(
+      `run ${runId} to end`,
+      async () => {
+        const run = (await runsOf(id)).find((r) => r.id === runId)
+        return run && run.status !== 'awaiting_approval' ? run : undefined
+      },
+      30_000,
+    )
   /** A decision through trading's routes, as the gateway forwards one of this key. */
   const decide = async (approvalId: string, decision: 'approve' | 'reject' | '', body?: unknown) => {
     const res = await fetch(`${stack.tradingUrl}/approvals/${approvalId}${decision ? `/${decision}` : ''}`, {
@@ -117,12 +152,23 @@ t.test('runs over the key approvalAboveUsd wait for a person (three replicas): a
       t.equal((await get(id)).runs, 1)
       const events = (await eventsOf(id)).filter((e) => e.data.runId === run.id)
       t.same(events, [
-        { type: 'automation.run.succeeded', owner: { keyId, wallet: wallet.toLowerCase() }, data: { automationId: id, runId: run.id, status: 'success', txHash: done.txHash } },
+        {
+          type: 'automation.run.succeeded',
+          owner: { keyId, wallet: wallet.toLowerCase() },
+          data: { automationId: id, runId: run.id, status: 'success', txHash: done.txHash },
+        },
       ])
-      await eventually('the events published to the stream', async () => {
-        const { rows } = await db.query(`SELECT count(*)::int AS n FROM event_outbox WHERE published_at IS NULL AND data->>'automationId' = $1`, [id])
-        return rows[0].n === 0 ? true : undefined
-      }, 10_000)
+      await eventually(
+        'the events published to the stream',
+        async () => {
+          const { rows } = await db.query(
+            `SELECT count(*)::int AS n FROM event_outbox WHERE published_at IS NULL AND data->>'automationId' = $1`,
+            [id],
+          )
+          return rows[0].n === 0 ? true : undefined
+        },
+        10_000,
+      )
     })
 
     t.test('rejected: the next run ends skipped without a swap, and does not count', async (t) => {
@@ -144,11 +190,20 @@ t.test('runs over the key approvalAboveUsd wait for a person (three replicas): a
       t.match(await ended(id, last.id), { status: 'success' })
       t.match(await get(id), { status: 'completed', runs: 2, statusReason: 'it made its 2 runs (maxRuns)' })
       const completed = (await eventsOf(id)).filter((e) => e.type === 'automation.completed')
-      t.same(completed, [{ type: 'automation.completed', owner: { keyId, wallet: wallet.toLowerCase() }, data: { automationId: id, status: 'completed', statusReason: 'it made its 2 runs (maxRuns)' } }])
+      t.same(completed, [
+        {
+          type: 'automation.completed',
+          owner: { keyId, wallet: wallet.toLowerCase() },
+          data: { automationId: id, status: 'completed', statusReason: 'it made its 2 runs (maxRuns)' },
+        },
+      ])
       const runs = await runsOf(id)
       t.same(
         (await stack.swapsSince(startBlock)).sort(),
-        runs.filter((r) => r.status === 'success').map((r) => r.txHash).sort(),
+        runs
+          .filter((r) => r.status === 'success')
+          .map((r) => r.txHash)
+          .sort(),
         'the two approved runs are the only swaps: nothing was sent for the rejected one or for the other automations',
       )
     })
@@ -176,11 +231,19 @@ t.test('runs over the key approvalAboveUsd wait for a person (three replicas): a
     // its first run, waiting since the start (or already expired)
     const run = await eventually('the first run', async () => (await runsOf(expiring)).at(-1), 10_000)
     t.match(run.approval, { id: /^apr_/ })
-    const done = await eventually('the expiry', async () => {
-      const found = (await runsOf(expiring)).find((r) => r.id === run.id)
-      return found.status === 'awaiting_approval' ? undefined : found
-    }, ttlMs + 30_000)
-    t.match(done, { status: 'skipped', txHash: null, error: `not swapped: approval ${run.approval.id} expired after ${ttlMs / 1000} seconds` })
+    const done = await eventually(
+      'the expiry',
+      async () => {
+        const found = (await runsOf(expiring)).find((r) => r.id === run.id)
+        return found.status === 'awaiting_approval' ? undefined : found
+      },
+      ttlMs + 30_000,
+    )
+    t.match(done, {
+      status: 'skipped',
+      txHash: null,
+      error: `not swapped: approval ${run.approval.id} expired after ${ttlMs / 1000} seconds`,
+    })
     await call(`/automations/${expiring}`, { method: 'PATCH', headers: keyHeaders(keyId), body: { status: 'paused' } })
   })
 })

@@ -11,7 +11,16 @@ const approval = (fields: Partial<Approval>): Approval => ({
   id: 'apr_1',
   status: 'pending',
   reason: 'this swap is worth $20.00, over the approval threshold of $10.00 set by the spend policy of key key_a',
-  swap: { tokenIn: 'USDC', tokenOut: 'ARB', tokenInAddress: '0x1', tokenOutAddress: '0x2', amountIn: '20000000', dex: 'uniswap', slippageBps: 50, recipient: null },
+  swap: {
+    tokenIn: 'USDC',
+    tokenOut: 'ARB',
+    tokenInAddress: '0x1',
+    tokenOutAddress: '0x2',
+    amountIn: '20000000',
+    dex: 'uniswap',
+    slippageBps: 50,
+    recipient: null,
+  },
   quote: { amountOut: '1', amountOutMinimum: '1', priceImpactBps: 1, usdValue: 20, blockNumber: '1' },
   policy: { owner: 'key key_a', approvalAboveUsd: 10 },
   requestedBy: { keyId: 'key_a', ownerId: null, jobId: null, automationRunId: 'run_1' },
@@ -52,16 +61,25 @@ t.test('an approved swap that reverted, or could not be made, fails the run sayi
 })
 
 t.test('a rejected, withdrawn or expired approval skips the run, saying nothing was swapped and why', async (t) => {
-  t.same(approvalOutcome('apr_1', approval({ status: 'expired' })), { kind: 'skipped', reason: 'not swapped: approval apr_1 expired after 15 minutes' })
+  t.same(approvalOutcome('apr_1', approval({ status: 'expired' })), {
+    kind: 'skipped',
+    reason: 'not swapped: approval apr_1 expired after 15 minutes',
+  })
   t.same(approvalOutcome('apr_1', approval({ status: 'rejected', decidedBy: 'key_b', decisionReason: 'too much today' })), {
     kind: 'skipped',
     reason: 'not swapped: approval apr_1 was rejected by key_b: too much today',
   })
-  t.same(approvalOutcome('apr_1', approval({ status: 'rejected', decidedBy: 'requester' })), { kind: 'skipped', reason: 'not swapped: approval apr_1 was rejected (withdrawn)' })
+  t.same(approvalOutcome('apr_1', approval({ status: 'rejected', decidedBy: 'requester' })), {
+    kind: 'skipped',
+    reason: 'not swapped: approval apr_1 was rejected (withdrawn)',
+  })
 })
 
 t.test('an approval trading does not know fails the run', async (t) => {
-  t.same(approvalOutcome('apr_9', null), { kind: 'finished', outcome: { ok: false, error: 'not swapped: trading does not know approval apr_9' } })
+  t.same(approvalOutcome('apr_9', null), {
+    kind: 'finished',
+    outcome: { ok: false, error: 'not swapped: trading does not know approval apr_9' },
+  })
 })
 
 // resumeRunAt: the due time of a resumed automation

@@ -6,4 +6,8 @@ export const BridgeUnsupported = createError<[string]>('ATS_ERR_MARKET_BRIDGE_UN
 /** The source knows the chains and tokens but no bridge carries this transfer (amount too small, no liquidity). */
 export const NoBridgeRoute = createError<[string]>('ATS_ERR_MARKET_NO_BRIDGE_ROUTE', '%s', 422)
 /** An upstream answered something that is not the documented shape. */
-export const UnexpectedAnswer = createError<[string, string]>('ATS_ERR_MARKET_UNEXPECTED_ANSWER', '%s answered an unexpected shape: %s', 502)
+export const UnexpectedAnswer = createError<[string, string]>(
+  'ATS_ERR_MARKET_UNEXPECTED_ANSWER',
+  '%s answered an unexpected shape: %s',
+  502,
+)

@@ -46,7 +46,9 @@ export function createMarket({ sources, cache, ttlMs }: { sources: MarketSources
     },
 
     async trending(): Promise<Trending> {
-      const { value, cached, storedAt } = await cache.get(`trending:${sources.trending.name}`, ttlMs, () => sources.trending.trending(trendingLimit))
+      const { value, cached, storedAt } = await cache.get(`trending:${sources.trending.name}`, ttlMs, () =>
+        sources.trending.trending(trendingLimit),
+      )
       return { trending: value.slice(0, trendingLimit), cached, updatedAt: storedAt }
     },
 

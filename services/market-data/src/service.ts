@@ -1,6 +1,15 @@
 import { fileURLToPath } from 'node:url'
 import { marketContract } from '@ats/contracts'
-import { addNatsService, createHttpClient, createSharedCache, httpUrlSetting, serveEndpoint, startWorkerLoop, StartupError, type ServiceDefinition } from '@ats/service-kit'
+import {
+  addNatsService,
+  createHttpClient,
+  createSharedCache,
+  httpUrlSetting,
+  serveEndpoint,
+  startWorkerLoop,
+  StartupError,
+  type ServiceDefinition,
+} from '@ats/service-kit'
 import { Type } from 'typebox'
 import { getAddress, isAddress, type Address } from 'viem'
 import { PrismaClient } from './generated/prisma/client.ts'
@@ -26,25 +35,63 @@ const url = (value: string, description: string) => httpUrlSetting({ default: va
 const apiKey = (description: string) => Type.Optional(Type.String({ minLength: 1, secret: true, description }))
 
 const settings = {
-  PRICE_SOURCE: source(['pools', 'coingecko'], "where /market/prices comes from: pools (the chain's own pools, the devnet's by default) or coingecko (CoinGecko's simple price)"),
-  TRENDING_SOURCE: source(['pools', 'geckoterminal'], "where /market/trending comes from: pools (the devnet's pools by 24h volume of their Swap events) or geckoterminal (GeckoTerminal's trending pools)"),
-  NFT_SOURCE: source(['logs', 'alchemy'], "where /nfts comes from: logs (ERC-721 Transfer logs of the address book's collections) or alchemy (Alchemy NFT API v3)"),
-  PREDICTION_SOURCE: source(['catalog', 'polymarket'], "where /predictions comes from: catalog (the bundled catalog, searched in Postgres) or polymarket (Polymarket's Gamma API)"),
-  BRIDGE_SOURCE: source(['model', 'lifi'], 'where /bridge comes from: model (the offline quote model, docs/market-data.md) or lifi (LI.FI)'),
+  PRICE_SOURCE: source(
+    ['pools', 'coingecko'],
+    "where /market/prices comes from: pools (the chain's own pools, the devnet's by default) or coingecko (CoinGecko's simple price)",
+  ),
+  TRENDING_SOURCE: source(
+    ['pools', 'geckoterminal'],
+    "where /market/trending comes from: pools (the devnet's pools by 24h volume of their Swap events) or geckoterminal (GeckoTerminal's trending pools)",
+  ),
+  NFT_SOURCE: source(
+    ['logs', 'alchemy'],
+    "where /nfts comes from: logs (ERC-721 Transfer logs of the address book's collections) or alchemy (Alchemy NFT API v3)",
+  ),
+  PREDICTION_SOURCE: source(
+    ['catalog', 'polymarket'],
+    "where /predictions comes from: catalog (the bundled catalog, searched in Postgres) or polymarket (Polymarket's Gamma API)",
+  ),
+  BRIDGE_SOURCE: source(
+    ['model', 'lifi'],
+    'where /bridge comes from: model (the offline quote model, docs/market-data.md) or lifi (LI.FI)',
+  ),
   COINGECKO_URL: url('https://api.coingecko.com/api/v3', 'CoinGecko API base (https://pro-api.coingecko.com/api/v3 with a Pro key)'),
   COINGECKO_API_KEY: apiKey('CoinGecko API key: sent as x-cg-demo-api-key, or x-cg-pro-api-key when COINGECKO_URL is the Pro API'),
   GECKOTERMINAL_URL: url('https://api.geckoterminal.com/api/v2', 'GeckoTerminal API base'),
-  GECKOTERMINAL_NETWORK: Type.String({ pattern: '^[a-z0-9_-]+$', default: 'arbitrum', description: "GeckoTerminal's network id whose trending pools are listed" }),
+  GECKOTERMINAL_NETWORK: Type.String({
+    pattern: '^[a-z0-9_-]+$',
+    default: 'arbitrum',
+    description: "GeckoTerminal's network id whose trending pools are listed",
+  }),
   ALCHEMY_NFT_URL: url('https://arb-mainnet.g.alchemy.com/nft/v3', 'Alchemy NFT API v3 base, without the key'),
   ALCHEMY_API_KEY: apiKey('Alchemy API key (required with NFT_SOURCE=alchemy)'),
   POLYMARKET_GAMMA_URL: url('https://gamma-api.polymarket.com', "Polymarket's Gamma API base"),
   LIFI_URL: url('https://li.quest/v1', 'LI.FI API base'),
   LIFI_API_KEY: apiKey('LI.FI API key (optional: sent as x-lifi-api-key for higher rate limits)'),
-  SOURCE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 5000, description: 'the most a call to a public API may take, retries included, before the route answers 503' }),
-  MARKET_CACHE_TTL_MS: Type.Integer({ minimum: 1, default: 30_000, description: 'how long prices and trending pools are served from the cache shared by all replicas (Redis)' }),
-  PRICE_SAMPLE_INTERVAL_MS: Type.Integer({ minimum: 1000, default: 300_000, description: 'pools source: how often prices are recorded to the price history that change24h is computed from' }),
-  SWAP_INDEX_INTERVAL_MS: Type.Integer({ minimum: 100, default: 2000, description: "pools source: how often new blocks' Swap events are indexed" }),
-  NFT_SPAM_CONTRACTS: Type.String({ default: '', description: "logs source: comma-separated collection addresses to flag as spam, besides the address book's" }),
+  SOURCE_TIMEOUT_MS: Type.Integer({
+    minimum: 100,
+    default: 5000,
+    description: 'the most a call to a public API may take, retries included, before the route answers 503',
+  }),
+  MARKET_CACHE_TTL_MS: Type.Integer({
+    minimum: 1,
+    default: 30_000,
+    description: 'how long prices and trending pools are served from the cache shared by all replicas (Redis)',
+  }),
+  PRICE_SAMPLE_INTERVAL_MS: Type.Integer({
+    minimum: 1000,
+    default: 300_000,
+    description: 'pools source: how often prices are recorded to the price history that change24h is computed from',
+  }),
+  SWAP_INDEX_INTERVAL_MS: Type.Integer({
+    minimum: 100,
+    default: 2000,
+    description: "pools source: how often new blocks' Swap events are indexed",
+  }),
+  NFT_SPAM_CONTRACTS: Type.String({
+    default: '',
+    description: "logs source: comma-separated collection addresses to flag as spam, besides the address book's",
+  }),
 }
 
 export const marketDataService: ServiceDefinition<typeof settings, PrismaClient> = {
@@ -63,7 +110,15 @@ export const marketDataService: ServiceDefinition<typeof settings, PrismaClient>
   },
   async register(app, { db, nc, redis, channels: fleet, config, version, onClose, chain, log }) {
     const upstream = (name: string, baseUrl: string, extra: { headers?: Record<string, string> } = {}) => {
-      const http = createHttpClient({ name, baseUrl, timeoutMs: config.SOURCE_TIMEOUT_MS, attemptTimeoutMs: Math.ceil(config.SOURCE_TIMEOUT_MS / 2), retries: 1, log, ...extra })
+      const http = createHttpClient({
+        name,
+        baseUrl,
+        timeoutMs: config.SOURCE_TIMEOUT_MS,
+        attemptTimeoutMs: Math.ceil(config.SOURCE_TIMEOUT_MS / 2),
+        retries: 1,
+        log,
+        ...extra,
+      })
       onClose(() => http.close())
       return http
     }
@@ -112,7 +167,9 @@ export const marketDataService: ServiceDefinition<typeof settings, PrismaClient>
       if (!config.ALCHEMY_API_KEY) throw new StartupError('NFT_SOURCE=alchemy needs ALCHEMY_API_KEY')
       nfts = alchemyNfts(upstream('alchemy', `${config.ALCHEMY_NFT_URL.replace(/\/+$/, '')}/${encodeURIComponent(config.ALCHEMY_API_KEY)}`))
     } else {
-      const spam = config.NFT_SPAM_CONTRACTS.split(',').map((s) => s.trim()).filter(Boolean)
+      const spam = config.NFT_SPAM_CONTRACTS.split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)
       const bad = spam.find((address) => !isAddress(address))
       if (bad) throw new StartupError(`NFT_SPAM_CONTRACTS: ${bad} is not an address`)
       nfts = logNfts({ client, book, extraSpam: spam.map((a) => getAddress(a) as Address) })
@@ -129,13 +186,19 @@ export const marketDataService: ServiceDefinition<typeof settings, PrismaClient>
     const cache = createSharedCache({ redis, prefix: `${config.NATS_NAMESPACE}:market-data`, log, lockMs: config.SOURCE_TIMEOUT_MS * 2 })
     let bridge: BridgeSource
     if (config.BRIDGE_SOURCE === 'lifi') {
-      bridge = lifiBridge(upstream('lifi', config.LIFI_URL, config.LIFI_API_KEY ? { headers: { 'x-lifi-api-key': config.LIFI_API_KEY } } : {}))
+      bridge = lifiBridge(
+        upstream('lifi', config.LIFI_URL, config.LIFI_API_KEY ? { headers: { 'x-lifi-api-key': config.LIFI_API_KEY } } : {}),
+      )
     } else {
       bridge = modelBridge({ prices: cachedPrices(prices, cache, config.MARKET_CACHE_TTL_MS).source, book, chainId: chain.chainId })
     }
 
-    if (!redis) log.warn('REDIS_URL is not set: each replica caches prices and trending pools on its own (one upstream call per replica per ttl)')
-    log.info({ prices: prices.name, trending: trending.name, nfts: nfts.name, predictions: predictions.name, bridge: bridge.name }, 'market sources')
+    if (!redis)
+      log.warn('REDIS_URL is not set: each replica caches prices and trending pools on its own (one upstream call per replica per ttl)')
+    log.info(
+      { prices: prices.name, trending: trending.name, nfts: nfts.name, predictions: predictions.name, bridge: bridge.name },
+      'market sources',
+    )
     const market = createMarket({ sources: { prices, trending, nfts, predictions, bridge }, cache, ttlMs: config.MARKET_CACHE_TTL_MS })
 
     const nats = await addNatsService(nc, marketContract.name, version, 'prices, trending pools, NFTs, prediction markets, bridge quotes')
@@ -145,7 +208,9 @@ export const marketDataService: ServiceDefinition<typeof settings, PrismaClient>
     const channels = fleet.market
     serveEndpoint(nats, 'prices', channels.prices, log, () => market.prices())
     serveEndpoint(nats, 'trending', channels.trending, log, () => market.trending())
-    serveEndpoint(nats, 'nfts', channels.nfts, log, ({ address, includeHidden, pageKey }) => market.nfts(address as Address, { includeHidden: includeHidden ?? false, pageKey }))
+    serveEndpoint(nats, 'nfts', channels.nfts, log, ({ address, includeHidden, pageKey }) =>
+      market.nfts(address as Address, { includeHidden: includeHidden ?? false, pageKey }),
+    )
     serveEndpoint(nats, 'predictions-top', channels.topPredictions, log, ({ limit }) => market.topPredictions(limit))
     serveEndpoint(nats, 'predictions-search', channels.searchPredictions, log, ({ q, limit }) => market.searchPredictions(q, limit))
     serveEndpoint(nats, 'prediction', channels.prediction, log, ({ conditionId }) => market.prediction(conditionId))

@@ -51,7 +51,10 @@ t.test('GeckoTerminal: string numbers stay strings, null is "0", ranked by 24h v
   })
   t.equal(pools[2]!.change24h, '0', 'null change')
   t.ok(valid(TrendingPool, pools))
-  t.equal((await geckoTerminalTrending(client('geckoterminal', upstreams.base.geckoterminal), { network: 'arbitrum' }).trending(1)).length, 1)
+  t.equal(
+    (await geckoTerminalTrending(client('geckoterminal', upstreams.base.geckoterminal), { network: 'arbitrum' }).trending(1)).length,
+    1,
+  )
 })
 
 t.test('an upstream decimal in exponent or odd form becomes a plain decimal string, digit for digit', async (t) => {
@@ -92,16 +95,38 @@ t.test('Alchemy: v3 fields mapped, spam flagged from contract.isSpam, pages foll
   t.equal(second.pageKey, undefined, 'the last page')
   t.match(second.nfts, [{ tokenId: '7', collection: 'Claim Free ETH', isSpam: true, imageUrl: '' }])
   t.ok(valid(Nft, [...first.nfts, ...second.nfts]))
-  await t.rejects(source.nftsOf(user, { pageKey: 'made-up' }), { statusCode: 502, message: 'alchemy answered 400 Bad Request' }, 'a pageKey Alchemy never gave')
+  await t.rejects(
+    source.nftsOf(user, { pageKey: 'made-up' }),
+    { statusCode: 502, message: 'alchemy answered 400 Bad Request' },
+    'a pageKey Alchemy never gave',
+  )
 })
 
 t.test('Alchemy: a hex token id of an older answer is a decimal one; no name falls back to the collection and id', async (t) => {
   upstreams.behave('/getNFTsForOwner', {
-    body: { ownedNfts: [{ contract: { address: '0x17dacad7975960833f374622fad08b90ed67d1b5', name: 'Smol Brains' }, tokenId: '0x00ff', image: { pngUrl: 'https://png.example/255.png' } }], pageKey: null },
+    body: {
+      ownedNfts: [
+        {
+          contract: { address: '0x17dacad7975960833f374622fad08b90ed67d1b5', name: 'Smol Brains' },
+          tokenId: '0x00ff',
+          image: { pngUrl: 'https://png.example/255.png' },
+        },
+      ],
+      pageKey: null,
+    },
   })
   const page = await alchemyNfts(client('alchemy', upstreams.base.alchemy)).nftsOf(user, {})
   t.same(page, {
-    nfts: [{ contractAddress: '0x17DaCAD7975960833f374622fad08b90Ed67D1B5', tokenId: '255', name: 'Smol Brains #255', collection: 'Smol Brains', imageUrl: 'https://png.example/255.png', isSpam: false }],
+    nfts: [
+      {
+        contractAddress: '0x17DaCAD7975960833f374622fad08b90Ed67D1B5',
+        tokenId: '255',
+        name: 'Smol Brains #255',
+        collection: 'Smol Brains',
+        imageUrl: 'https://png.example/255.png',
+        isSpam: false,
+      },
+    ],
   })
 })
 
@@ -129,10 +154,13 @@ t.test('Gamma top: open markets by volume, outcomes and prices read from its JSO
     closed: false,
     url: 'https://polymarket.com/event/bitcoin-price-end-of-2026',
   })
-  t.match(top[2], { volume: 99000, liquidity: 1200, endDate: null, description: '', url: 'https://polymarket.com/event/ethereum-flippening-2026' }, 'string volume, no volumeNum')
+  t.match(
+    top[2],
+    { volume: 99000, liquidity: 1200, endDate: null, description: '', url: 'https://polymarket.com/event/ethereum-flippening-2026' },
+    'string volume, no volumeNum',
+  )
   t.equal((await source.top(1)).length, 1)
   t.ok(valid(PredictionMarket, top))
-
 })
 
 t.test('Gamma search: the markets of the events found, in their order, each once, linked to their event', async (t) => {
@@ -153,7 +181,15 @@ t.test('Gamma search: the markets of the events found, in their order, each once
 
   const [btc, eth] = fixture<Array<Record<string, unknown>>>('gamma-markets').filter((m) => /Bitcoin/.test(String(m.question)))
   upstreams.behave('/public-search', {
-    body: { events: [{ slug: 'crypto-2026', markets: [eth, btc] }, { slug: 'bitcoin-2026', markets: [btc, { question: 'no condition id' }] }], tags: [], profiles: [], pagination: {} },
+    body: {
+      events: [
+        { slug: 'crypto-2026', markets: [eth, btc] },
+        { slug: 'bitcoin-2026', markets: [btc, { question: 'no condition id' }] },
+      ],
+      tags: [],
+      profiles: [],
+      pagination: {},
+    },
   })
   t.same(
     (await source.search('crypto', 10)).map((m) => [m.slug, m.url]),
@@ -167,7 +203,14 @@ t.test('Gamma search: the markets of the events found, in their order, each once
 t.test('Gamma: one market by its condition id; an unknown one is undefined', async (t) => {
   const source = polymarketPredictions(client('polymarket', upstreams.base.gamma))
   const one = await source.market('0x9c1a953b4c3ad1a1a1de24c2ac3b1d4e0c1e2b3a4d5c6b7a8f9e0d1c2b3a4f5e')
-  t.match(one, { slug: 'fed-rate-cut-in-december-2026', outcomes: [{ name: 'Yes', price: 0.62 }, { name: 'No', price: 0.38 }], url: 'https://polymarket.com/event/fed-decision-in-december-2026' })
+  t.match(one, {
+    slug: 'fed-rate-cut-in-december-2026',
+    outcomes: [
+      { name: 'Yes', price: 0.62 },
+      { name: 'No', price: 0.38 },
+    ],
+    url: 'https://polymarket.com/event/fed-decision-in-december-2026',
+  })
   t.equal(upstreams.calls('/markets'), 1)
   t.equal(await source.market(`0x${'ab'.repeat(32)}`), undefined)
 })
@@ -203,7 +246,10 @@ t.test('LI.FI: a quote with hex value and gas limit as integers, its fees, the t
   })
   t.ok(valid(BridgeQuote, [quote]))
 
-  await t.rejects(source.quote({ ...request, amount: 1n }), { statusCode: 422, message: /no bridge route: LI.FI says "No available quotes for the requested transfer"/ })
+  await t.rejects(source.quote({ ...request, amount: 1n }), {
+    statusCode: 422,
+    message: /no bridge route: LI.FI says "No available quotes for the requested transfer"/,
+  })
   await t.rejects(source.quote({ ...request, toChainId: 999999 }), { statusCode: 400, message: /LI.FI cannot quote this: toChain must be/ })
 
   const chains = await source.chains()
@@ -212,13 +258,22 @@ t.test('LI.FI: a quote with hex value and gas limit as integers, its fees, the t
     [42161, 8453],
     'a non-EVM chain (Solana) is left out',
   )
-  t.same(chains[0], { id: 42161, key: 'arb', name: 'Arbitrum', nativeToken: { address: '0x0000000000000000000000000000000000000000', symbol: 'ETH', decimals: 18 } })
+  t.same(chains[0], {
+    id: 42161,
+    key: 'arb',
+    name: 'Arbitrum',
+    nativeToken: { address: '0x0000000000000000000000000000000000000000', symbol: 'ETH', decimals: 18 },
+  })
   t.ok(valid(BridgeChain, chains))
 })
 
 t.test('the local APIs refuse what the real ones refuse, so an adapter sending a wrong request fails', async (t) => {
   const refusal = (name: string, base: string, path: string, query: Record<string, string | number>) =>
-    t.rejects(client(name, base).getJson(path, { query }), { code: 'ATS_ERR_UPSTREAM_STATUS', status: 400 }, `${name} ${path} ${JSON.stringify(query)}`)
+    t.rejects(
+      client(name, base).getJson(path, { query }),
+      { code: 'ATS_ERR_UPSTREAM_STATUS', status: 400 },
+      `${name} ${path} ${JSON.stringify(query)}`,
+    )
   await refusal('coingecko', upstreams.base.coingecko, '/simple/price', { ids: 'ethereum' })
   await refusal('alchemy', upstreams.base.alchemy, '/getNFTsForOwner', { withMetadata: 'true' })
   const quote = { fromChain: 42161, toChain: 8453, fromToken: user, toToken: user, fromAmount: '1000', fromAddress: user }
@@ -271,9 +326,18 @@ t.test('an upstream that rate-limits (429, retry-after too long) is a 503', asyn
 
 t.test('an answer of the wrong shape is a 502 that says what was wrong, not a crash', async (t) => {
   upstreams.behave('/chains', { body: { chains: 'all of them' } })
-  await t.rejects(lifiBridge(client('lifi', upstreams.base.lifi)).chains(), { statusCode: 502, message: 'lifi answered an unexpected shape: no chains array' })
+  await t.rejects(lifiBridge(client('lifi', upstreams.base.lifi)).chains(), {
+    statusCode: 502,
+    message: 'lifi answered an unexpected shape: no chains array',
+  })
   upstreams.behave('/simple/price', { body: { ethereum: { usd: '3000' } } })
-  await t.rejects(coingeckoPrices(client('coingecko', upstreams.base.coingecko)).prices(), { statusCode: 502, message: /ethereum.usd is not a number/ })
+  await t.rejects(coingeckoPrices(client('coingecko', upstreams.base.coingecko)).prices(), {
+    statusCode: 502,
+    message: /ethereum.usd is not a number/,
+  })
   upstreams.behave('/getNFTsForOwner', { body: [] })
-  await t.rejects(alchemyNfts(client('alchemy', upstreams.base.alchemy)).nftsOf(user, {}), { statusCode: 502, message: 'alchemy answered an unexpected shape: no ownedNfts array' })
+  await t.rejects(alchemyNfts(client('alchemy', upstreams.base.alchemy)).nftsOf(user, {}), {
+    statusCode: 502,
+    message: 'alchemy answered an unexpected shape: no ownedNfts array',
+  })
 })

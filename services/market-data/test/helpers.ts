@@ -33,7 +33,10 @@ export type Chain = Awaited<ReturnType<typeof startTestDevnet>>
  * market-data on a fresh database, NATS namespace and Redis, against the given devnet (or a
  * new one). `call` speaks to it as the gateway would. Pass the same `base` to start replicas.
  */
-export async function startMarket(t: Test, { env = {}, chain, base }: { env?: NodeJS.ProcessEnv; chain?: Chain; base?: NodeJS.ProcessEnv } = {}) {
+export async function startMarket(
+  t: Test,
+  { env = {}, chain, base }: { env?: NodeJS.ProcessEnv; chain?: Chain; base?: NodeJS.ProcessEnv } = {},
+) {
   const devnet = chain ?? (await startTestDevnet(t))
   const shared = base ?? { ...(await baseTestEnv(t)), REDIS_URL: (await testInfra()).redisUrl }
   const service = await startService(t, marketDataService, { ...shared, ...devnet.chainEnv, ...env })

@@ -20,7 +20,15 @@ const HOUR = 3600_000
 function spyLog() {
   const warnings: string[] = []
   const none = () => {}
-  const log = { level: 'warn', warn: (_: unknown, message: string) => warnings.push(message), info: none, error: none, debug: none, trace: none, fatal: none } as unknown as Logger
+  const log = {
+    level: 'warn',
+    warn: (_: unknown, message: string) => warnings.push(message),
+    info: none,
+    error: none,
+    debug: none,
+    trace: none,
+    fatal: none,
+  } as unknown as Logger
   log.child = () => log
   return { log, warnings }
 }
@@ -38,9 +46,18 @@ t.test('the pools of both DEXes are named base first: the dollar, else WETH, is 
   )
   for (const pool of list) {
     t.ok(pool.token0.address.toLowerCase() < pool.token1.address.toLowerCase(), `${pool.name}: token0 sorts first`)
-    t.same([pool.base.symbol, pool.quote.symbol], pool.name.split(' ').filter((word) => word !== '/').slice(0, 2))
+    t.same(
+      [pool.base.symbol, pool.quote.symbol],
+      pool.name
+        .split(' ')
+        .filter((word) => word !== '/')
+        .slice(0, 2),
+    )
   }
-  t.same(list.filter((pool) => pool.dex === 'camelot').map((pool) => pool.fee), Array(7).fill('dynamic'))
+  t.same(
+    list.filter((pool) => pool.dex === 'camelot').map((pool) => pool.fee),
+    Array(7).fill('dynamic'),
+  )
   t.equal(list.find((pool) => pool.name === 'WETH / USDC 0.05%')?.address, devnet.book.uniswapV3.pools.WETH_USDC_500)
 })
 
@@ -87,7 +104,10 @@ t.test('record samples every asset and pool once per bucket, however often it ru
   await source.record(interval)
   const samples = await db.priceSample.findMany()
   t.equal(samples.length, 7 + 14, 'seven assets and fourteen pools')
-  t.ok(samples.every((sample) => sample.bucket.getTime() === now - 61_000), 'all in the bucket of the first call')
+  t.ok(
+    samples.every((sample) => sample.bucket.getTime() === now - 61_000),
+    'all in the bucket of the first call',
+  )
   const wethUsdc = samples.find((sample) => sample.asset === `pool:${devnet.book.uniswapV3.pools.WETH_USDC_500}`)
   t.ok(wethUsdc && near(wethUsdc.price, 3000), 'a pool is sampled at its pair price (USDC per WETH)')
   t.ok(near(samples.find((sample) => sample.asset === 'BTC')!.price, 60000))
@@ -100,7 +120,11 @@ t.test('an asset whose pool is missing is left out and logged; the rest are pric
   const { db } = await migratedDb(t)
   const { LINK_USDC_3000: _u, ...uniswap } = devnet.book.uniswapV3.pools
   const { LINK_USDC: _a, ...algebra } = devnet.book.algebra.pools
-  const partial: AddressBook = { ...devnet.book, uniswapV3: { ...devnet.book.uniswapV3, pools: uniswap }, algebra: { ...devnet.book.algebra, pools: algebra } }
+  const partial: AddressBook = {
+    ...devnet.book,
+    uniswapV3: { ...devnet.book.uniswapV3, pools: uniswap },
+    algebra: { ...devnet.book.algebra, pools: algebra },
+  }
   const { log, warnings } = spyLog()
   const prices = await poolPrices({ db, pools: devnetPools(publicClient, () => partial), log }).prices()
   t.same(Object.keys(prices).sort(), ['ARB', 'BTC', 'ETH', 'GMX', 'USDC', 'USDT'])
@@ -115,25 +139,59 @@ t.test('NFTs: what an account holds of each collection, spam flagged, and a tran
   const listed = await nfts.nftsOf(owner.address, {})
   t.equal(listed.pageKey, undefined, 'all on one page')
   t.same(
-    listed.nfts.map(({ contractAddress, tokenId, name, collection, imageUrl, isSpam }) => ({ contractAddress, tokenId, name, collection, imageUrl, isSpam })),
+    listed.nfts.map(({ contractAddress, tokenId, name, collection, imageUrl, isSpam }) => ({
+      contractAddress,
+      tokenId,
+      name,
+      collection,
+      imageUrl,
+      isSpam,
+    })),
     [
-      ...['1', '2', '3'].map((id) => ({ contractAddress: spam, tokenId: id, name: `Claim Free ETH #${id}`, collection: 'Claim Free ETH', imageUrl: `https://devnet.invalid/collection/${id}`, isSpam: true })),
-      ...['1', '2', '3'].map((id) => ({ contractAddress: apes, tokenId: id, name: `Devnet Apes #${id}`, collection: 'Devnet Apes', imageUrl: `https://devnet.invalid/collection/${id}`, isSpam: false })),
+      ...['1', '2', '3'].map((id) => ({
+        contractAddress: spam,
+        tokenId: id,
+        name: `Claim Free ETH #${id}`,
+        collection: 'Claim Free ETH',
+        imageUrl: `https://devnet.invalid/collection/${id}`,
+        isSpam: true,
+      })),
+      ...['1', '2', '3'].map((id) => ({
+        contractAddress: apes,
+        tokenId: id,
+        name: `Devnet Apes #${id}`,
+        collection: 'Devnet Apes',
+        imageUrl: `https://devnet.invalid/collection/${id}`,
+        isSpam: false,
+      })),
     ],
     'by collection, then token id',
   )
 
   const wallet = createWalletClient({ account: privateKeyToAccount(owner.privateKey), chain: anvilChain, transport: http(devnet.rpcUrl) })
-  const hash = await wallet.writeContract({ address: apes, abi: erc721Abi, functionName: 'transferFrom', args: [owner.address, receiver, 2n] })
+  const hash = await wallet.writeContract({
+    address: apes,
+    abi: erc721Abi,
+    functionName: 'transferFrom',
+    args: [owner.address, receiver, 2n],
+  })
   t.equal((await publicClient.waitForTransactionReceipt({ hash, pollingInterval: 20 })).status, 'success')
-  const apesOf = async (address: Address) => (await nfts.nftsOf(address, {})).nfts.filter((nft) => nft.contractAddress === apes).map((nft) => nft.tokenId)
+  const apesOf = async (address: Address) =>
+    (await nfts.nftsOf(address, {})).nfts.filter((nft) => nft.contractAddress === apes).map((nft) => nft.tokenId)
   t.same(await apesOf(owner.address), ['1', '3'], 'the sender no longer lists token 2')
   t.same(await apesOf(receiver), ['2'], 'the receiver does')
 
   const flagged = await logNfts({ client: publicClient, book, extraSpam: [apes.toLowerCase() as Address] }).nftsOf(owner.address, {})
-  t.ok(flagged.nfts.every((nft) => nft.isSpam), 'extraSpam flags a collection, whatever its case')
+  t.ok(
+    flagged.nfts.every((nft) => nft.isSpam),
+    'extraSpam flags a collection, whatever its case',
+  )
   const { nfts: _, ...withoutNfts } = devnet.book
-  t.same(await logNfts({ client: publicClient, book: () => withoutNfts }).nftsOf(owner.address, {}), { nfts: [] }, 'a book without collections lists none')
+  t.same(
+    await logNfts({ client: publicClient, book: () => withoutNfts }).nftsOf(owner.address, {}),
+    { nfts: [] },
+    'a book without collections lists none',
+  )
 })
 
 const trader = devnet.accounts[2]!
@@ -142,7 +200,8 @@ const confirm = async (hash: Hex) => {
   const receipt = await publicClient.waitForTransactionReceipt({ hash, pollingInterval: 20 })
   if (receipt.status !== 'success') throw new Error(`${hash} reverted`)
 }
-const balanceOf = (address: Address) => publicClient.readContract({ address, abi: erc20Abi, functionName: 'balanceOf', args: [trader.address] })
+const balanceOf = (address: Address) =>
+  publicClient.readContract({ address, abi: erc20Abi, functionName: 'balanceOf', args: [trader.address] })
 
 /** Swaps through the DEX's router; returns what came out. */
 async function swap(dex: 'uniswap' | 'camelot', tokenIn: Address, tokenOut: Address, amountIn: bigint, fee = 0): Promise<bigint> {
@@ -152,8 +211,18 @@ async function swap(dex: 'uniswap' | 'camelot', tokenIn: Address, tokenOut: Addr
   const common = { tokenIn, tokenOut, recipient: trader.address, amountIn, amountOutMinimum: 0n }
   await confirm(
     dex === 'uniswap'
-      ? await wallet.writeContract({ address: router, abi: uniswapSwapRouter02Abi, functionName: 'exactInputSingle', args: [{ ...common, fee, sqrtPriceLimitX96: 0n }] })
-      : await wallet.writeContract({ address: router, abi: algebraSwapRouterAbi, functionName: 'exactInputSingle', args: [{ ...common, deployer: zeroAddress, deadline: maxUint256, limitSqrtPrice: 0n }] }),
+      ? await wallet.writeContract({
+          address: router,
+          abi: uniswapSwapRouter02Abi,
+          functionName: 'exactInputSingle',
+          args: [{ ...common, fee, sqrtPriceLimitX96: 0n }],
+        })
+      : await wallet.writeContract({
+          address: router,
+          abi: algebraSwapRouterAbi,
+          functionName: 'exactInputSingle',
+          args: [{ ...common, deployer: zeroAddress, deadline: maxUint256, limitSqrtPrice: 0n }],
+        }),
   )
   return (await balanceOf(tokenOut)) - before
 }
@@ -173,8 +242,15 @@ t.test('trending: after real swaps the indexer stores them and the busiest pool 
   t.ok((await drain(indexer)) > 1, 'a chunk per round until the head')
   const quiet = await trending.trending(20)
   t.equal(quiet.length, 14)
-  t.ok(quiet.every((pool) => pool.volume24h === '0.00'), 'no swaps yet')
-  t.same(quiet.map((pool) => pool.name), quiet.map((pool) => pool.name).sort(), 'equal volumes: by name')
+  t.ok(
+    quiet.every((pool) => pool.volume24h === '0.00'),
+    'no swaps yet',
+  )
+  t.same(
+    quiet.map((pool) => pool.name),
+    quiet.map((pool) => pool.name).sort(),
+    'equal volumes: by name',
+  )
 
   const usdcOut = await swap('uniswap', token('LINK').address, token('USDC').address, parseUnits('1000', 18), 3000)
   await swap('camelot', token('WETH').address, token('ARB').address, parseUnits('1', 18))

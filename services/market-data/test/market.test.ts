@@ -55,9 +55,15 @@ t.test('NFTs of a devnet account: spam hidden unless includeHidden=true; a bad a
   t.equal(visible.status, 200)
   t.ok(shapeOf('nfts').Check(visible.body))
   t.ok(visible.body.nfts.length > 0)
-  t.ok(visible.body.nfts.every((nft: { isSpam: boolean }) => !nft.isSpam), 'no spam by default')
+  t.ok(
+    visible.body.nfts.every((nft: { isSpam: boolean }) => !nft.isSpam),
+    'no spam by default',
+  )
   const all = await call(`/nfts/${account}?includeHidden=true`)
-  t.ok(all.body.nfts.some((nft: { isSpam: boolean }) => nft.isSpam), 'the spam collection with includeHidden')
+  t.ok(
+    all.body.nfts.some((nft: { isSpam: boolean }) => nft.isSpam),
+    'the spam collection with includeHidden',
+  )
   t.ok(all.body.nfts.length > visible.body.nfts.length)
   const bad = await call('/nfts/0x1234')
   t.equal(bad.status, 400)
@@ -71,7 +77,11 @@ t.test('predictions: top by volume with a limit, search with q required, one by 
   t.ok(shapeOf('topPredictions').Check(top.body))
   t.equal(top.body.markets.length, 10, 'the default limit')
   const volumes = top.body.markets.map((m: { volume: number }) => m.volume)
-  t.same(volumes, [...volumes].sort((a, b) => b - a), 'highest volume first')
+  t.same(
+    volumes,
+    [...volumes].sort((a, b) => b - a),
+    'highest volume first',
+  )
   t.equal((await call('/predictions/top?limit=3')).body.markets.length, 3)
   t.equal((await call('/predictions/top?limit=101')).status, 400)
 
@@ -79,10 +89,16 @@ t.test('predictions: top by volume with a limit, search with q required, one by 
   t.equal(missing.status, 400)
   t.match(missing.body.error, /Missing required params: q/)
   t.equal((await call('/predictions/search?q=%20%20')).status, 400)
-  const word = top.body.markets[0].question.split(/\s+/).find((w: string) => w.length > 5)!.replace(/[^A-Za-z0-9]/g, '')
+  const word = top.body.markets[0].question
+    .split(/\s+/)
+    .find((w: string) => w.length > 5)!
+    .replace(/[^A-Za-z0-9]/g, '')
   const found = await call(`/predictions/search?q=${encodeURIComponent(word)}`)
   t.equal(found.status, 200)
-  t.ok(found.body.markets.some((m: { conditionId: string }) => m.conditionId === top.body.markets[0].conditionId), `"${word}" finds the market`)
+  t.ok(
+    found.body.markets.some((m: { conditionId: string }) => m.conditionId === top.body.markets[0].conditionId),
+    `"${word}" finds the market`,
+  )
 
   const one = await call(`/predictions/${top.body.markets[0].conditionId}`)
   t.equal(one.status, 200)
@@ -127,7 +143,8 @@ t.test("over NATS, the agent's tools get the same answers, with the HTTP default
   t.teardown(() => nc.close())
   const channels = natsChannels(market.base.NATS_NAMESPACE!).market
   const identity = { keyId: 'key_agent', ownerId: 'key_agent' }
-  const call = <Req, Rep>(endpoint: Endpoint<Req, Rep>, request: Req) => callEndpoint(nc, endpoint, request, { identity, timeoutMs: 10_000 })
+  const call = <Req, Rep>(endpoint: Endpoint<Req, Rep>, request: Req) =>
+    callEndpoint(nc, endpoint, request, { identity, timeoutMs: 10_000 })
 
   t.same(Object.keys((await call(channels.prices, {})).prices).sort(), [...coreAssets].sort())
   t.ok((await call(channels.trending, {})).trending.length > 0)
@@ -148,6 +165,9 @@ t.test("over NATS, the agent's tools get the same answers, with the HTTP default
     userAddress: account,
   })
   t.match(quote, { fromChainId: 42161, toChainId: 8453 }, 'fromChainId defaults to 42161')
-  await t.rejects(call(channels.bridgeQuote, { toChainId: 8453, fromToken: usdc, toToken: usdc, amount: '0', userAddress: account }), { statusCode: 400, message: /amount must be greater than 0/ })
+  await t.rejects(call(channels.bridgeQuote, { toChainId: 8453, fromToken: usdc, toToken: usdc, amount: '0', userAddress: account }), {
+    statusCode: 400,
+    message: /amount must be greater than 0/,
+  })
   t.ok((await call(channels.bridgeChains, {})).chains.length > 1)
 })

@@ -12,7 +12,15 @@ import { migratedDb } from './helpers.ts'
 function recordingLog() {
   const infos: unknown[][] = []
   const none = () => {}
-  const log = { level: 'info', info: (...args: unknown[]) => infos.push(args), warn: none, error: none, debug: none, trace: none, fatal: none } as unknown as Logger
+  const log = {
+    level: 'info',
+    info: (...args: unknown[]) => infos.push(args),
+    warn: none,
+    error: none,
+    debug: none,
+    trace: none,
+    fatal: none,
+  } as unknown as Logger
   return { log, infos }
 }
 const { log } = recordingLog()
@@ -39,9 +47,17 @@ const market = (slug: string, fields: Partial<PredictionMarket> = {}): Predictio
 const catalog = [
   market('election-small', { question: 'Who will win the 2028 presidential election?', volume: 50 }),
   market('election-big', { question: 'Which party wins the general election?', volume: 5000 }),
-  market('referendum', { question: 'Will Scotland vote to leave?', description: 'Resolves Yes if an independence referendum passes.', volume: 300 }),
+  market('referendum', {
+    question: 'Will Scotland vote to leave?',
+    description: 'Resolves Yes if an independence referendum passes.',
+    volume: 300,
+  }),
   market('bitcoin-question', { question: 'Will Bitcoin reach $200k?', volume: 10 }),
-  market('crypto-cap', { question: 'Will the crypto market cap double?', description: 'Measured by bitcoin, ether and bitcoin dominance.', volume: 9000 }),
+  market('crypto-cap', {
+    question: 'Will the crypto market cap double?',
+    description: 'Measured by bitcoin, ether and bitcoin dominance.',
+    volume: 9000,
+  }),
   market('closed-big', { question: 'Fed rate cut in September 2024?', volume: 90_000, active: false, closed: true, endDate: null }),
   market('paused', { question: 'Will the paused market resolve?', volume: 80_000, active: false }),
 ]

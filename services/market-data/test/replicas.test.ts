@@ -38,7 +38,10 @@ t.test('100 concurrent requests over two processes on a cold cache make one upst
     // slow enough that every request arrives while the first call is still out
     upstreams.behave(upstreamPath, { delayMs: 250 })
     const answers = await Promise.all(Array.from({ length: 100 }, (_, i) => get(`${replicas[i % 2]!.url}${path}`)))
-    t.ok(answers.every((answer) => answer.status === 200), `${path}: all 200 (${[...new Set(answers.map((a) => `${a.status} ${a.body.error ?? ""}`))].join("; ")})`)
+    t.ok(
+      answers.every((answer) => answer.status === 200),
+      `${path}: all 200 (${[...new Set(answers.map((a) => `${a.status} ${a.body.error ?? ''}`))].join('; ')})`,
+    )
     t.equal(upstreams.calls(upstreamPath), 1, `${path}: one upstream call`)
     t.equal(new Set(answers.map((answer) => answer.body.updatedAt)).size, 1, `${path}: one answer for all`)
     const again = await get(`${replicas[1]!.url}${path}`)

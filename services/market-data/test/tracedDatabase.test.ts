@@ -12,7 +12,12 @@ t.test('queries are spans; transactions stay transactions', async (t) => {
   await db.indexCursor.create({ data: { name: 'kept', nextBlock: 1n } })
   const created = exporter.getFinishedSpans().find((s) => s.name === 'db.create IndexCursor')
   t.ok(created, 'a model operation is a span')
-  t.match(created?.attributes, { 'db.system.name': 'postgresql', 'db.operation.name': 'create', 'db.collection.name': 'IndexCursor', 'db.namespace': 'market' })
+  t.match(created?.attributes, {
+    'db.system.name': 'postgresql',
+    'db.operation.name': 'create',
+    'db.collection.name': 'IndexCursor',
+    'db.namespace': 'market',
+  })
 
   await db.$queryRaw`SELECT 1`
   t.ok(
@@ -22,7 +27,10 @@ t.test('queries are spans; transactions stay transactions', async (t) => {
 
   // a batch whose second write fails leaves nothing of the first
   await t.rejects(
-    db.$transaction([db.indexCursor.update({ where: { name: 'kept' }, data: { nextBlock: 2n } }), db.indexCursor.create({ data: { name: 'kept', nextBlock: 3n } })]),
+    db.$transaction([
+      db.indexCursor.update({ where: { name: 'kept' }, data: { nextBlock: 2n } }),
+      db.indexCursor.create({ data: { name: 'kept', nextBlock: 3n } }),
+    ]),
   )
   t.equal((await db.indexCursor.findUnique({ where: { name: 'kept' } }))?.nextBlock, 1n, 'the batch was rolled back')
 

@@ -47,7 +47,15 @@ const alchemy: Handler = (query, path) => {
   const nfts = fixture<unknown[]>('alchemy-nfts-for-owner')
   const second = pageKey === 'page-2'
   const page = second ? nfts.slice(2) : nfts.slice(0, 2)
-  return [200, { ownedNfts: page, totalCount: nfts.length, pageKey: second ? null : 'page-2', validAt: { blockNumber: 276543210, blockHash: null, blockTimestamp: null } }]
+  return [
+    200,
+    {
+      ownedNfts: page,
+      totalCount: nfts.length,
+      pageKey: second ? null : 'page-2',
+      validAt: { blockNumber: 276543210, blockHash: null, blockTimestamp: null },
+    },
+  ]
 }
 
 type GammaMarket = {
@@ -88,7 +96,15 @@ const gamma: Handler = (query, path) => {
       events.set(slug, event)
     }
     const found = [...events.values()]
-    return [200, { events: found.slice(0, Number(query.get('limit_per_type') ?? 5)), tags: [], profiles: [], pagination: { hasMore: false, totalResults: found.length } }]
+    return [
+      200,
+      {
+        events: found.slice(0, Number(query.get('limit_per_type') ?? 5)),
+        tags: [],
+        profiles: [],
+        pagination: { hasMore: false, totalResults: found.length },
+      },
+    ]
   }
   return [404, { error: 'not found' }]
 }
@@ -111,7 +127,13 @@ const lifi: Handler = (query, path) => {
   return [200, fixture('lifi-quote')]
 }
 
-const apis: Record<string, Handler> = { '/coingecko/api/v3': coingecko, '/geckoterminal/api/v2': geckoterminal, '/alchemy/nft/v3': alchemy, '/gamma': gamma, '/lifi/v1': lifi }
+const apis: Record<string, Handler> = {
+  '/coingecko/api/v3': coingecko,
+  '/geckoterminal/api/v2': geckoterminal,
+  '/alchemy/nft/v3': alchemy,
+  '/gamma': gamma,
+  '/lifi/v1': lifi,
+}
 
 export async function startUpstreams(t: Test) {
   const seen: string[] = []
@@ -128,7 +150,8 @@ export async function startUpstreams(t: Test) {
     }
     if (behaviour === 500) return send(res, 500, { error: 'Internal Server Error' })
     // CoinGecko's 429 body; a retry-after past the client's limit, so it gives up at once
-    if (behaviour === 429) return send(res, 429, { status: { error_code: 429, error_message: "You've exceeded the Rate Limit" } }, { 'retry-after': '60' })
+    if (behaviour === 429)
+      return send(res, 429, { status: { error_code: 429, error_message: "You've exceeded the Rate Limit" } }, { 'retry-after': '60' })
     const [prefix, handler] = Object.entries(apis).find(([prefix]) => url.pathname.startsWith(`${prefix}/`)) ?? []
     const answer = () => {
       if (!handler) return send(res, 404, { error: 'no such API' })

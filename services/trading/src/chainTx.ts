@@ -93,9 +93,13 @@ export function chainTx({ chain, receiptTimeoutMs, receiptPollMs, walletControl 
     if (allowance >= amount) return 0n
     let paid = 0n
     const approval = (async () => {
-      const { receipt } = await send({ to: token, data: encodeFunctionData({ abi: erc20Abi, functionName: 'approve', args: [spender, maxUint256] }) })
+      const { receipt } = await send({
+        to: token,
+        data: encodeFunctionData({ abi: erc20Abi, functionName: 'approve', args: [spender, maxUint256] }),
+      })
       paid = receipt.gasUsed * receipt.effectiveGasPrice
-      if (receipt.status !== 'success') throw new WouldRevert(`the approval of ${token} for ${spender} reverted (${receipt.transactionHash})`)
+      if (receipt.status !== 'success')
+        throw new WouldRevert(`the approval of ${token} for ${spender} reverted (${receipt.transactionHash})`)
     })()
     approving.set(key, approval)
     try {
@@ -125,7 +129,12 @@ export type ChainTx = ReturnType<typeof chainTx>
 /** Whether a viem error says the call reverted or found no contract (rather than that the RPC failed). */
 export function isRevert(error: unknown): boolean {
   for (let e = error as { name?: string; cause?: unknown } | undefined; e; e = e.cause as typeof e) {
-    if (['ContractFunctionRevertedError', 'ContractFunctionZeroDataError', 'ExecutionRevertedError', 'EstimateGasExecutionError'].includes(e.name ?? '')) return true
+    if (
+      ['ContractFunctionRevertedError', 'ContractFunctionZeroDataError', 'ExecutionRevertedError', 'EstimateGasExecutionError'].includes(
+        e.name ?? '',
+      )
+    )
+      return true
   }
   return false
 }

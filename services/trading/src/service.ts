@@ -36,10 +36,23 @@ const schema = 'trading'
 const usdLimit = (description: string) => Type.Optional(Type.Number({ exclusiveMinimum: 0, description }))
 
 const settings = {
-  SWAP_DEADLINE_SECONDS: Type.Integer({ minimum: 10, maximum: 3600, default: 300, description: 'a swap sent reverts if not mined within this many seconds' }),
-  RECEIPT_TIMEOUT_MS: Type.Integer({ minimum: 1000, default: 60_000, description: 'how long an execute waits for its receipt before answering 504 (repeat with the same Idempotency-Key to pick it up)' }),
+  SWAP_DEADLINE_SECONDS: Type.Integer({
+    minimum: 10,
+    maximum: 3600,
+    default: 300,
+    description: 'a swap sent reverts if not mined within this many seconds',
+  }),
+  RECEIPT_TIMEOUT_MS: Type.Integer({
+    minimum: 1000,
+    default: 60_000,
+    description: 'how long an execute waits for its receipt before answering 504 (repeat with the same Idempotency-Key to pick it up)',
+  }),
   RECEIPT_POLL_MS: Type.Integer({ minimum: 10, default: 250, description: 'how often a receipt is looked for' }),
-  QUOTE_BLOCK_CACHE_MS: Type.Integer({ minimum: 0, default: 250, description: 'how long quotes reuse the latest block number (quotes are cached per block)' }),
+  QUOTE_BLOCK_CACHE_MS: Type.Integer({
+    minimum: 0,
+    default: 250,
+    description: 'how long quotes reuse the latest block number (quotes are cached per block)',
+  }),
   SPEND_MAX_USD_PER_SWAP: usdLimit('wallet-wide cap on one swap from the server wallet, in USD; unset: none'),
   SPEND_MAX_USD_PER_DAY: usdLimit('wallet-wide cap on all swaps from the server wallet per UTC day, in USD; unset: none'),
   SPEND_DEFAULT_USD_PER_SWAP: Type.Number({
@@ -54,24 +67,28 @@ const settings = {
   }),
   SPEND_UNLIMITED: Type.Boolean({
     default: false,
-    description: 'true: keys whose policy sets no USD cap spend the server wallet without the default caps (only SPEND_MAX_USD_* apply); logged as a warning at start',
+    description:
+      'true: keys whose policy sets no USD cap spend the server wallet without the default caps (only SPEND_MAX_USD_* apply); logged as a warning at start',
   }),
   LAUNCH_DEFAULT_PER_DAY: Type.Integer({
     minimum: 0,
     maximum: 1000,
     default: 3,
-    description: "tokens a key may launch per UTC day when its spend policy sets no maxLaunchesPerDay (0: none); a launch's gas counts against the key's USD caps as well",
+    description:
+      "tokens a key may launch per UTC day when its spend policy sets no maxLaunchesPerDay (0: none); a launch's gas counts against the key's USD caps as well",
   }),
   SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS: Type.Integer({
     minimum: 1,
     maximum: 10_000,
     default: 1500,
-    description: 'price-impact ceiling of swaps whose spend policy sets no maxPriceImpactBps, in basis points (1500 = 15%); above it execute answers 422',
+    description:
+      'price-impact ceiling of swaps whose spend policy sets no maxPriceImpactBps, in basis points (1500 = 15%); above it execute answers 422',
   }),
   APPROVAL_TTL_MS: Type.Integer({
     minimum: 1000,
     default: 900_000,
-    description: "how long a swap held by a spend policy's approvalAboveUsd waits for a person's decision before it expires and is abandoned (nothing sent), in ms",
+    description:
+      "how long a swap held by a spend policy's approvalAboveUsd waits for a person's decision before it expires and is abandoned (nothing sent), in ms",
   }),
 }
 
@@ -98,7 +115,11 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     onClose(walletControl.close)
     const tx = chainTx({ chain, receiptTimeoutMs: config.RECEIPT_TIMEOUT_MS, receiptPollMs: config.RECEIPT_POLL_MS, walletControl })
 
-    const idempotency = await createIdempotencyStore(config.DATABASE_URL!, { schema, log, leaseMs: Math.max(60_000, config.RECEIPT_TIMEOUT_MS * 2) })
+    const idempotency = await createIdempotencyStore(config.DATABASE_URL!, {
+      schema,
+      log,
+      leaseMs: Math.max(60_000, config.RECEIPT_TIMEOUT_MS * 2),
+    })
     onClose(() => idempotency.close())
     onClose(startIdempotencyPurge(idempotency, log, 24 * 3600_000).stop)
     // swap.confirmed is written with the mined swap, published from here (docs/webhooks.md)
@@ -108,7 +129,12 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
 
     const walletLimits: SpendLimits | undefined =
       config.SPEND_MAX_USD_PER_SWAP !== undefined || config.SPEND_MAX_USD_PER_DAY !== undefined
-        ? { owner: 'the server wallet', maxUsdPerSwap: config.SPEND_MAX_USD_PER_SWAP, maxUsdPerDay: config.SPEND_MAX_USD_PER_DAY, walletWide: true }
+        ? {
+            owner: 'the server wallet',
+            maxUsdPerSwap: config.SPEND_MAX_USD_PER_SWAP,
+            maxUsdPerDay: config.SPEND_MAX_USD_PER_DAY,
+            walletWide: true,
+          }
         : undefined
     const defaults: SpendDefaults = {
       maxUsdPerSwap: config.SPEND_UNLIMITED ? undefined : config.SPEND_DEFAULT_USD_PER_SWAP,
@@ -116,13 +142,18 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
       maxPriceImpactBps: config.SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS,
       maxLaunchesPerDay: config.LAUNCH_DEFAULT_PER_DAY,
     }
-    if (!chain.hasWallet) log.warn('SERVER_WALLET_PRIVATE_KEY is not set: quotes, prepare and positions (with ?address=) work; execute and launch answer 503')
+    if (!chain.hasWallet)
+      log.warn('SERVER_WALLET_PRIVATE_KEY is not set: quotes, prepare and positions (with ?address=) work; execute and launch answer 503')
     else if (config.SPEND_UNLIMITED) {
       log.warn(
         { walletWidePerSwap: config.SPEND_MAX_USD_PER_SWAP ?? 'none', walletWidePerDay: config.SPEND_MAX_USD_PER_DAY ?? 'none' },
         'SPEND_UNLIMITED=true: keys whose spend policy sets no USD cap may spend the server wallet without limit',
       )
-    } else log.info({ perSwap: defaults.maxUsdPerSwap, perDay: defaults.maxUsdPerDay, maxPriceImpactBps: defaults.maxPriceImpactBps }, 'default spend limits of keys')
+    } else
+      log.info(
+        { perSwap: defaults.maxUsdPerSwap, perDay: defaults.maxUsdPerDay, maxPriceImpactBps: defaults.maxPriceImpactBps },
+        'default spend limits of keys',
+      )
 
     const executor = createExecutor({
       db,
@@ -151,11 +182,19 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     })
     const decisions = createDecisions({ db, store: approvals, executor, walletControl, log })
     // a crash between an approval and its swap is picked up within ~30 s; expiries within a second or so
-    onClose(decisions.startSweeps({ everyMs: Math.min(5_000, Math.max(250, Math.floor(config.APPROVAL_TTL_MS / 4))), staleMs: 30_000 }).stop)
+    onClose(
+      decisions.startSweeps({ everyMs: Math.min(5_000, Math.max(250, Math.floor(config.APPROVAL_TTL_MS / 4))), staleMs: 30_000 }).stop,
+    )
     const prepare = createPreparer({ client, quoter, chainId: chain.chainId, deadlineSeconds: config.SWAP_DEADLINE_SECONDS })
     // a read needs the wallet's address only, not its sender
     const wallet = () => chain.wallet().account.address
-    const positions = createPositions({ client, book: chain.addressBook, quoter, tokens: (address) => chain.tokens().find(address), wallet })
+    const positions = createPositions({
+      client,
+      book: chain.addressBook,
+      quoter,
+      tokens: (address) => chain.tokens().find(address),
+      wallet,
+    })
     const launchpad = createLaunchpad({
       db,
       tx,
@@ -171,14 +210,24 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = 
     onClose(async () => {
       await nats.stop()
     })
-    const { quote, execute, approval, approvalWithdraw, prepare: prepareChannel, positions: positionsChannel, tokens: tokensChannel } = channels.trading
+    const {
+      quote,
+      execute,
+      approval,
+      approvalWithdraw,
+      prepare: prepareChannel,
+      positions: positionsChannel,
+      tokens: tokensChannel,
+    } = channels.trading
     const impactCeilingBps = config.SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS
     serveEndpoint(nats, 'quote', quote, log, async (request) => quoteAnswer(await quoter.quote(request), impactCeilingBps))
     serveEndpoint(nats, 'execute', execute, log, async ({ idempotencyKey, jobId, automationRunId, ...request }, { identity }) => {
       const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId }
       return (await executor.execute(request, caller, idempotencyKey, { via: 'nats' })).result
     })
-    serveEndpoint(nats, 'approval', approval, log, async ({ id }, { identity }) => ({ approval: await decisions.forRequester(id, identity) }))
+    serveEndpoint(nats, 'approval', approval, log, async ({ id }, { identity }) => ({
+      approval: await decisions.forRequester(id, identity),
+    }))
     serveEndpoint(nats, 'approvalWithdraw', approvalWithdraw, log, async ({ id, reason }, { identity }) => ({
       approval: await decisions.withdraw(id, identity, reason),
     }))

@@ -31,9 +31,15 @@ export async function spentToday(t: Tx, owner: SpendOwner, since: Date): Promise
   const swaps = await t.execution.aggregate({ _sum: { usdValue: true, gasUsd: true }, where: { ...base, ...swapsOf } })
   // launches are made for keys only
   const launches =
-    owner !== 'everyone' && !('keyId' in owner) ? undefined : await t.launch.aggregate({ _sum: { usdValue: true }, where: { ...base, status: { in: [...countedLaunches] }, ...(owner === 'everyone' ? {} : { keyId: owner.keyId }) } })
+    owner !== 'everyone' && !('keyId' in owner)
+      ? undefined
+      : await t.launch.aggregate({
+          _sum: { usdValue: true },
+          where: { ...base, status: { in: [...countedLaunches] }, ...(owner === 'everyone' ? {} : { keyId: owner.keyId }) },
+        })
   return (swaps._sum.usdValue ?? 0) + (swaps._sum.gasUsd ?? 0) + (launches?._sum.usdValue ?? 0)
 }
 
 /** A key's launches today (UTC) that were, or may yet be, sent (reverted ones too: their gas was paid). */
-export const launchesToday = (t: Tx, keyId: string, since: Date) => t.launch.count({ where: { keyId, createdAt: { gte: since }, status: { in: [...countedLaunches] } } })
+export const launchesToday = (t: Tx, keyId: string, since: Date) =>
+  t.launch.count({ where: { keyId, createdAt: { gte: since }, status: { in: [...countedLaunches] } } })

@@ -63,7 +63,10 @@ t.test('a swap over the threshold answers 202 with a pending approval, and nothi
   t.equal(again.headers.get('idempotent-replayed'), 'true')
 
   const list = await call('GET', '/approvals', { keyId })
-  t.same(list.body.approvals.map((a: { id: string }) => a.id), [approval.id])
+  t.same(
+    list.body.approvals.map((a: { id: string }) => a.id),
+    [approval.id],
+  )
   t.equal((await call('GET', `/approvals/${approval.id}`, { keyId })).body.status, 'pending')
 })
 
@@ -81,11 +84,21 @@ t.test('approve runs the swap once, with a fresh quote; a repeat answers the sam
   const wethBefore = await fleet.balanceOf('WETH', serverWallet)
   const res = await call('POST', `/approvals/${approval.id}/approve`, { keyId })
   t.equal(res.status, 200)
-  t.match(res.body, { id: approval.id, status: 'approved', decidedBy: keyId, error: null, result: { success: true, tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '50000000' } })
+  t.match(res.body, {
+    id: approval.id,
+    status: 'approved',
+    decidedBy: keyId,
+    error: null,
+    result: { success: true, tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '50000000' },
+  })
   t.equal(await nonceOf(), before + 1, 'one transaction')
   t.equal((await fleet.balanceOf('WETH', serverWallet)) - wethBefore, BigInt(res.body.result.amountOut), 'the WETH arrived')
   const rows = await executions(keyId)
-  t.same(rows.map((r) => r.id), [res.body.result.executionId], 'one execution')
+  t.same(
+    rows.map((r) => r.id),
+    [res.body.result.executionId],
+    'one execution',
+  )
   const again = await call('POST', `/approvals/${approval.id}/approve`, { keyId })
   t.equal(again.status, 200)
   t.equal(again.body.result.hash, res.body.result.hash, 'a repeat answers the same swap')
@@ -95,7 +108,10 @@ t.test('approve runs the swap once, with a fresh quote; a repeat answers the sam
 t.test('two approvals at once make one swap, and both answer it', async (t) => {
   const { keyId, approval } = await held()
   const before = await nonceOf()
-  const [a, b] = await Promise.all([call('POST', `/approvals/${approval.id}/approve`, { keyId }), call('POST', `/approvals/${approval.id}/approve`, { keyId })])
+  const [a, b] = await Promise.all([
+    call('POST', `/approvals/${approval.id}/approve`, { keyId }),
+    call('POST', `/approvals/${approval.id}/approve`, { keyId }),
+  ])
   t.same([a.status, b.status], [200, 200])
   t.ok(a.body.result?.executionId, 'a swap was made')
   t.equal(b.body.result?.executionId, a.body.result?.executionId, 'both answer the same execution')
@@ -115,7 +131,10 @@ t.test('reject sends nothing, and an approve after it answers 409', async (t) =>
   t.equal((await call('POST', `/approvals/${approval.id}/reject`, { keyId })).status, 409, 'a second reject')
   t.equal(await nonceOf(), before)
   t.same(await executions(keyId), [])
-  t.same((await call('GET', '/approvals?status=rejected', { keyId })).body.approvals.map((a: { id: string }) => a.id), [approval.id])
+  t.same(
+    (await call('GET', '/approvals?status=rejected', { keyId })).body.approvals.map((a: { id: string }) => a.id),
+    [approval.id],
+  )
 })
 
 t.test("another key's approval is not found; an admin key sees and decides it", async (t) => {
@@ -127,7 +146,10 @@ t.test("another key's approval is not found; an admin key sees and decides it", 
   t.notOk((await call('GET', '/approvals', { keyId: other })).body.approvals.some((a: { id: string }) => a.id === approval.id))
   const asAdmin = { ...keyHeaders('key_the_admin', 'admin') }
   const list = await call('GET', '/approvals', { keyId: 'key_the_admin', headers: asAdmin })
-  t.ok(list.body.approvals.some((a: { id: string }) => a.id === approval.id), 'an admin key lists every key’s')
+  t.ok(
+    list.body.approvals.some((a: { id: string }) => a.id === approval.id),
+    'an admin key lists every key’s',
+  )
   const rejected = await call('POST', `/approvals/${approval.id}/reject`, { keyId: 'key_the_admin', headers: asAdmin })
   t.match(rejected.body, { status: 'rejected', decidedBy: 'key_the_admin' })
 })
@@ -143,9 +165,17 @@ t.test('over NATS: execute answers the approval; its requester reads and withdra
   if (!('approval' in answer)) throw new Error('not held')
   t.match(answer, { status: 'awaiting_approval', approval: { status: 'pending', requestedBy: { keyId, jobId: 'job_j9' } } })
   const id = answer.approval.id
-  t.equal((await callEndpoint(nc, execute, request, { identity, timeoutMs: 30_000 }) as typeof answer).approval.id, id, 'a retried step gets the same approval')
+  t.equal(
+    ((await callEndpoint(nc, execute, request, { identity, timeoutMs: 30_000 })) as typeof answer).approval.id,
+    id,
+    'a retried step gets the same approval',
+  )
   t.equal((await callEndpoint(nc, approval, { id }, { identity })).approval?.status, 'pending')
-  t.equal((await callEndpoint(nc, approval, { id }, { identity: { keyId: 'key_other', ownerId: 'key_other' } })).approval, null, "someone else's is null")
+  t.equal(
+    (await callEndpoint(nc, approval, { id }, { identity: { keyId: 'key_other', ownerId: 'key_other' } })).approval,
+    null,
+    "someone else's is null",
+  )
   t.equal((await callEndpoint(nc, approvalWithdraw, { id, reason: 'job cancelled' }, { identity: { keyId: 'key_other' } })).approval, null)
   const withdrawn = await callEndpoint(nc, approvalWithdraw, { id, reason: 'job cancelled' }, { identity })
   t.match(withdrawn.approval, { status: 'rejected', decidedBy: 'requester', decisionReason: 'job cancelled' })
@@ -174,7 +204,12 @@ t.test('an approval not decided in time expires: nothing sent, approve answers 4
     const got = await call('GET', '/approvals?status=expired', { keyId })
     return got.body.approvals[0]
   })
-  t.match(expired, { id: approval.id, status: 'expired', decidedBy: null, error: 'abandoned: not approved within 1.5 seconds (APPROVAL_TTL_MS)' })
+  t.match(expired, {
+    id: approval.id,
+    status: 'expired',
+    decidedBy: null,
+    error: 'abandoned: not approved within 1.5 seconds (APPROVAL_TTL_MS)',
+  })
   const approve = await call('POST', `/approvals/${approval.id}/approve`, { keyId })
   t.equal(approve.status, 409)
   t.match(approve.body.error, /expired: abandoned/)
@@ -203,25 +238,45 @@ t.test("a payer's approval is decided by a key bound to its wallet; the mined sw
   const answer = await callEndpoint(nc, channels.trading.execute, request, { identity: { ownerId: payer }, timeoutMs: 30_000 })
   if (!('approval' in answer)) throw new Error('not held')
   const { id } = answer.approval
-  t.match(answer.approval, { policy: { owner: `payer ${payer}` }, requestedBy: { keyId: null, ownerId: payer.toLowerCase(), jobId: 'job_jp' } })
+  t.match(answer.approval, {
+    policy: { owner: `payer ${payer}` },
+    requestedBy: { keyId: null, ownerId: payer.toLowerCase(), jobId: 'job_jp' },
+  })
 
   const { id: unbound } = await fleet.createKey()
   t.equal((await call('POST', `/approvals/${id}/approve`, { keyId: unbound })).status, 404, 'a key not bound to the payer')
   const { id: bound } = await fleet.createKey()
   const asWallet = { keyId: bound, headers: { [identityHeaders.wallet]: payer } }
-  t.same((await call('GET', '/approvals', asWallet)).body.approvals.map((a: { id: string }) => a.id), [id], "the payer's approvals are listed for its wallet's key")
+  t.same(
+    (await call('GET', '/approvals', asWallet)).body.approvals.map((a: { id: string }) => a.id),
+    [id],
+    "the payer's approvals are listed for its wallet's key",
+  )
   const before = await nonceOf()
   const approved = await call('POST', `/approvals/${id}/approve`, asWallet)
   t.equal(approved.status, 200)
   t.match(approved.body, { status: 'approved', decidedBy: bound, result: { success: true } })
   t.equal(await nonceOf(), before + 1)
-  const event = await eventually('swap.confirmed', async () => confirmed.find((e) => e.data.executionId === approved.body.result.executionId))
+  const event = await eventually('swap.confirmed', async () =>
+    confirmed.find((e) => e.data.executionId === approved.body.result.executionId),
+  )
   t.match(event, {
     type: 'swap.confirmed',
     owner: { wallet: payer.toLowerCase() },
-    data: { hash: approved.body.result.hash, tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '50000000', jobId: 'job_jp', blockNumber: approved.body.result.blockNumber },
+    data: {
+      hash: approved.body.result.hash,
+      tokenIn: 'USDC',
+      tokenOut: 'WETH',
+      amountIn: '50000000',
+      jobId: 'job_jp',
+      blockNumber: approved.body.result.blockNumber,
+    },
   })
-  t.equal((await callEndpoint(nc, channels.trading.approval, { id }, { identity: { ownerId: payer } })).approval?.status, 'approved', 'its requester reads the outcome')
+  t.equal(
+    (await callEndpoint(nc, channels.trading.approval, { id }, { identity: { ownerId: payer } })).approval?.status,
+    'approved',
+    'its requester reads the outcome',
+  )
 })
 
 t.test('an approval a crash left approved without its swap is run by the sweep, once', async (t) => {
@@ -231,7 +286,10 @@ t.test('an approval a crash left approved without its swap is run by the sweep, 
   const db = new pg.Client({ connectionString: fleet.base.DATABASE_URL })
   await db.connect()
   t.teardown(() => db.end())
-  await db.query(`UPDATE trading.approvals SET status = 'approved', decided_by = $2, decided_at = now() - interval '1 minute' WHERE id = $1`, [approval.id, keyId])
+  await db.query(
+    `UPDATE trading.approvals SET status = 'approved', decided_by = $2, decided_at = now() - interval '1 minute' WHERE id = $1`,
+    [approval.id, keyId],
+  )
   const done = await eventually(
     'the sweep to run the approved swap',
     async () => {

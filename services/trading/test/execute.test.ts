@@ -34,7 +34,10 @@ t.test('an execute on each DEX is a mined swap whose balances moved by the repor
 t.test('every execution is recorded for its key', async (t) => {
   const { id: recorded } = await fleet.createKey()
   const { id: other } = await fleet.createKey()
-  const res = await call('POST', '/swap/execute', { body: { tokenIn: 'WETH', tokenOut: 'ARB', amountIn: parseUnits('0.01', 18).toString() }, keyId: recorded })
+  const res = await call('POST', '/swap/execute', {
+    body: { tokenIn: 'WETH', tokenOut: 'ARB', amountIn: parseUnits('0.01', 18).toString() },
+    keyId: recorded,
+  })
   t.equal(res.status, 200)
   const list = await call('GET', '/swap/executions', { keyId: recorded })
   t.equal(list.body.executions.length, 1)
@@ -59,13 +62,24 @@ t.test('10 concurrent executions from one wallet are all mined, on distinct nonc
   const before = await nonceOf()
   const results = await Promise.all(
     Array.from({ length: 10 }, (_, i) =>
-      call('POST', '/swap/execute', { body: { tokenIn: 'USDC', tokenOut: i % 2 ? 'WETH' : 'ARB', amountIn: String(10_000_000 + i), dex: i % 3 ? 'uniswap' : 'camelot' } }),
+      call('POST', '/swap/execute', {
+        body: { tokenIn: 'USDC', tokenOut: i % 2 ? 'WETH' : 'ARB', amountIn: String(10_000_000 + i), dex: i % 3 ? 'uniswap' : 'camelot' },
+      }),
     ),
   )
-  t.same(results.map((r) => r.status), Array(10).fill(200))
-  t.same(results.map((r) => r.body.success), Array(10).fill(true))
+  t.same(
+    results.map((r) => r.status),
+    Array(10).fill(200),
+  )
+  t.same(
+    results.map((r) => r.body.success),
+    Array(10).fill(true),
+  )
   const receipts = await Promise.all(results.map((r) => publicClient.getTransactionReceipt({ hash: r.body.hash })))
-  t.same(receipts.map((r) => r.status), Array(10).fill('success'))
+  t.same(
+    receipts.map((r) => r.status),
+    Array(10).fill('success'),
+  )
   const nonces = await Promise.all(results.map(async (r) => (await publicClient.getTransaction({ hash: r.body.hash })).nonce))
   t.equal(new Set(nonces).size, 10, 'ten distinct nonces')
   // ten swaps, and an approval of ARB? no: USDC was approved to both routers by the first test
@@ -76,15 +90,23 @@ t.test('the same Idempotency-Key sent 5 times at once makes exactly one transact
   const before = await nonceOf()
   const counted = await swapsCounted()
   const body = { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '5000000' }
-  const results = await Promise.all(Array.from({ length: 5 }, () => call('POST', '/swap/execute', { body, headers: { 'idempotency-key': 'order-5-at-once' } })))
-  t.same(results.map((r) => r.status), Array(5).fill(200))
+  const results = await Promise.all(
+    Array.from({ length: 5 }, () => call('POST', '/swap/execute', { body, headers: { 'idempotency-key': 'order-5-at-once' } })),
+  )
+  t.same(
+    results.map((r) => r.status),
+    Array(5).fill(200),
+  )
   t.equal(new Set(results.map((r) => r.body.hash)).size, 1, 'one hash for all five')
   t.equal(results.filter((r) => r.headers.get('idempotent-replayed') === 'true').length, 4, 'four answers are replays')
   t.equal((await nonceOf()) - before, 1, 'one transaction on chain')
 
   const later = await call('POST', '/swap/execute', { body, headers: { 'idempotency-key': 'order-5-at-once' } })
   t.equal(later.body.hash, results[0]!.body.hash, 'a later repeat gets the first result')
-  const other = await call('POST', '/swap/execute', { body: { ...body, amountIn: '6000000' }, headers: { 'idempotency-key': 'order-5-at-once' } })
+  const other = await call('POST', '/swap/execute', {
+    body: { ...body, amountIn: '6000000' },
+    headers: { 'idempotency-key': 'order-5-at-once' },
+  })
   t.equal(other.status, 409)
   t.match(other.body.error, /idempotency key order-5-at-once was used with a different request/)
   const { id: someoneElse } = await fleet.createKey()
@@ -99,7 +121,14 @@ t.test('over NATS an execute carries an idempotency key and the job that asked',
   const nc = await connect({ servers: fleet.base.NATS_URL! })
   t.teardown(() => nc.close())
   const { execute } = natsChannels(fleet.base.NATS_NAMESPACE!).trading
-  const request = { tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '2000000', slippageBps: 100, idempotencyKey: 'job:j1:step:1', jobId: 'job_j1' }
+  const request = {
+    tokenIn: 'USDC',
+    tokenOut: 'ARB',
+    amountIn: '2000000',
+    slippageBps: 100,
+    idempotencyKey: 'job:j1:step:1',
+    jobId: 'job_j1',
+  }
   const { id: agentKey } = await fleet.createKey()
   const identity = { keyId: agentKey, ownerId: agentKey }
   const before = await nonceOf()
@@ -121,12 +150,24 @@ t.test('over NATS without an API key, only a payer on the agent allowlist swaps,
   t.teardown(() => nc.close())
   const { execute } = natsChannels(fleet.base.NATS_NAMESPACE!).trading
   const payer = fleet.devnet.accounts[3]!.address
-  const request = (key: string, amountIn = '1000000') => ({ tokenIn: 'USDC', tokenOut: 'ARB', amountIn, slippageBps: 50, idempotencyKey: key, jobId: 'job_p1' })
+  const request = (key: string, amountIn = '1000000') => ({
+    tokenIn: 'USDC',
+    tokenOut: 'ARB',
+    amountIn,
+    slippageBps: 50,
+    idempotencyKey: key,
+    jobId: 'job_p1',
+  })
   await t.rejects(callEndpoint(nc, execute, request('p:1'), { identity: { ownerId: payer }, timeoutMs: 30_000 }), {
     statusCode: 403,
-    message: new RegExp(`payer ${payer} may not swap from the server wallet: an admin allowlists payers with PUT /admin/agent-payers/:address`),
+    message: new RegExp(
+      `payer ${payer} may not swap from the server wallet: an admin allowlists payers with PUT /admin/agent-payers/:address`,
+    ),
   })
-  await t.rejects(callEndpoint(nc, execute, request('p:2'), { timeoutMs: 30_000 }), { statusCode: 403, message: /needs an API key or an allowlisted payer/ })
+  await t.rejects(callEndpoint(nc, execute, request('p:2'), { timeoutMs: 30_000 }), {
+    statusCode: 403,
+    message: /needs an API key or an allowlisted payer/,
+  })
 
   const allow = await fetch(`${fleet.admin.url}/admin/agent-payers/${payer}`, {
     method: 'PUT',
@@ -140,7 +181,9 @@ t.test('over NATS without an API key, only a payer on the agent allowlist swaps,
   t.equal((await nonceOf()) - before, 1, 'one swap (the router was approved before)')
   await t.rejects(callEndpoint(nc, execute, request('p:4', '6000000'), { identity: { ownerId: payer }, timeoutMs: 30_000 }), {
     statusCode: 403,
-    message: new RegExp(`refused by the spend policy of payer ${payer}: this swap is worth \\$6\\.00, over its limit of \\$5\\.00 per swap`),
+    message: new RegExp(
+      `refused by the spend policy of payer ${payer}: this swap is worth \\$6\\.00, over its limit of \\$5\\.00 per swap`,
+    ),
   })
   await t.rejects(callEndpoint(nc, execute, request('p:5', '3000000'), { identity: { ownerId: payer }, timeoutMs: 30_000 }), {
     statusCode: 403,
@@ -148,31 +191,45 @@ t.test('over NATS without an API key, only a payer on the agent allowlist swaps,
   })
 })
 
-t.test("over NATS a recipient must be the owner's own wallet or on its allowedRecipients: 403 before anything is sent otherwise", async (t) => {
-  const nc = await connect({ servers: fleet.base.NATS_URL! })
-  t.teardown(() => nc.close())
-  const { execute } = natsChannels(fleet.base.NATS_NAMESPACE!).trading
-  const allowed = fleet.devnet.accounts[4]!.address
-  const stranger = fleet.devnet.accounts[5]!.address
-  const { id: keyId } = await fleet.createKey({ allowedRecipients: [allowed] })
-  const identity = { keyId, ownerId: keyId }
-  const request = (key: string, recipient: string) => ({ tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '1000000', slippageBps: 50, recipient, idempotencyKey: key })
-  const before = await nonceOf()
-  await t.rejects(callEndpoint(nc, execute, request('r:1', stranger), { identity, timeoutMs: 30_000 }), {
-    statusCode: 403,
-    message: `recipient ${stranger} is not allowed for key ${keyId}: the server wallet pays out only to its bound wallet (it has none) or to a recipient an admin allowed for it (allowedRecipients in its spend policy)`,
-  })
-  t.equal(await nonceOf(), before, 'nothing sent')
-  const arbBefore = await fleet.balanceOf('ARB', allowed)
-  const paid = swapOf(await callEndpoint(nc, execute, request('r:2', allowed.toLowerCase()), { identity, timeoutMs: 30_000 }))
-  t.equal(paid.success, true)
-  t.equal((await fleet.balanceOf('ARB', allowed)) - arbBefore, BigInt(paid.amountOut), 'the allowed recipient received what it bought')
-})
+t.test(
+  "over NATS a recipient must be the owner's own wallet or on its allowedRecipients: 403 before anything is sent otherwise",
+  async (t) => {
+    const nc = await connect({ servers: fleet.base.NATS_URL! })
+    t.teardown(() => nc.close())
+    const { execute } = natsChannels(fleet.base.NATS_NAMESPACE!).trading
+    const allowed = fleet.devnet.accounts[4]!.address
+    const stranger = fleet.devnet.accounts[5]!.address
+    const { id: keyId } = await fleet.createKey({ allowedRecipients: [allowed] })
+    const identity = { keyId, ownerId: keyId }
+    const request = (key: string, recipient: string) => ({
+      tokenIn: 'USDC',
+      tokenOut: 'ARB',
+      amountIn: '1000000',
+      slippageBps: 50,
+      recipient,
+      idempotencyKey: key,
+    })
+    const before = await nonceOf()
+    await t.rejects(callEndpoint(nc, execute, request('r:1', stranger), { identity, timeoutMs: 30_000 }), {
+      statusCode: 403,
+      message: `recipient ${stranger} is not allowed for key ${keyId}: the server wallet pays out only to its bound wallet (it has none) or to a recipient an admin allowed for it (allowedRecipients in its spend policy)`,
+    })
+    t.equal(await nonceOf(), before, 'nothing sent')
+    const arbBefore = await fleet.balanceOf('ARB', allowed)
+    const paid = swapOf(await callEndpoint(nc, execute, request('r:2', allowed.toLowerCase()), { identity, timeoutMs: 30_000 }))
+    t.equal(paid.success, true)
+    t.equal((await fleet.balanceOf('ARB', allowed)) - arbBefore, BigInt(paid.amountOut), 'the allowed recipient received what it bought')
+  },
+)
 
 t.test('when admin does not answer, no swap is made for a key or a payer: 503', async (t) => {
   // a namespace of its own: no admin serves its policy lookups
   const base = await baseTestEnv(t)
-  const alone = await startService(t, tradingService, { ...base, ...fleet.chainEnv, SERVER_WALLET_PRIVATE_KEY: fleet.devnet.accounts[0]!.privateKey })
+  const alone = await startService(t, tradingService, {
+    ...base,
+    ...fleet.chainEnv,
+    SERVER_WALLET_PRIVATE_KEY: fleet.devnet.accounts[0]!.privateKey,
+  })
   const before = await nonceOf()
   const body = { tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '1000000' }
   const keyed = await fetch(`${alone.url}/swap/execute`, {
@@ -184,10 +241,18 @@ t.test('when admin does not answer, no swap is made for a key or a payer: 503', 
   const nc = await connect({ servers: base.NATS_URL! })
   t.teardown(() => nc.close())
   const { execute } = natsChannels(base.NATS_NAMESPACE!).trading
-  await t.rejects(callEndpoint(nc, execute, { ...body, slippageBps: 50, idempotencyKey: 'alone:1' }, { identity: { ownerId: fleet.devnet.accounts[3]!.address }, timeoutMs: 30_000 }), {
-    statusCode: 503,
-    message: /admin/,
-  })
+  await t.rejects(
+    callEndpoint(
+      nc,
+      execute,
+      { ...body, slippageBps: 50, idempotencyKey: 'alone:1' },
+      { identity: { ownerId: fleet.devnet.accounts[3]!.address }, timeoutMs: 30_000 },
+    ),
+    {
+      statusCode: 503,
+      message: /admin/,
+    },
+  )
   t.equal(await nonceOf(), before, 'nothing was sent')
 })
 
@@ -195,10 +260,15 @@ t.test('a swap that reverts on chain answers success: false with its hash', asyn
   // Hold the chain's automine, let the service send a zero-slippage swap, then front-run it
   // with a large swap of another account that pays a higher tip, and mine both.
   const rival = privateKeyToAccount(fleet.devnet.accounts[2]!.privateKey as Hex)
-  const prepared = await call('POST', '/swap/prepare', { body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '300000000000', from: rival.address } })
+  const prepared = await call('POST', '/swap/prepare', {
+    body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '300000000000', from: rival.address },
+  })
   const wallet = createWalletClient({ account: rival, transport: http(fleet.devnet.rpcUrl), chain: publicClient.chain })
   const [approval, swap] = prepared.body.transactions
-  await publicClient.waitForTransactionReceipt({ hash: await wallet.sendTransaction({ to: approval.to, data: approval.data, chain: null }), pollingInterval: 50 })
+  await publicClient.waitForTransactionReceipt({
+    hash: await wallet.sendTransaction({ to: approval.to, data: approval.data, chain: null }),
+    pollingInterval: 50,
+  })
 
   const before = await nonceOf()
   await publicClient.request({ method: 'evm_setAutomine' as any, params: [false] as any })
@@ -207,7 +277,14 @@ t.test('a swap that reverts on chain answers success: false with its hash', asyn
   for (let i = 0; i < 200 && (await publicClient.getTransactionCount({ address: serverWallet, blockTag: 'pending' })) === before; i++) {
     await new Promise((resolve) => setTimeout(resolve, 25))
   }
-  await wallet.sendTransaction({ to: swap.to, data: swap.data, gas: BigInt(swap.gas), maxPriorityFeePerGas: parseUnits('100', 9), maxFeePerGas: parseUnits('200', 9), chain: null })
+  await wallet.sendTransaction({
+    to: swap.to,
+    data: swap.data,
+    gas: BigInt(swap.gas),
+    maxPriorityFeePerGas: parseUnits('100', 9),
+    maxFeePerGas: parseUnits('200', 9),
+    chain: null,
+  })
   await publicClient.request({ method: 'evm_mine' as any, params: [] as any })
   await publicClient.request({ method: 'evm_setAutomine' as any, params: [true] as any })
   const res = await pending
@@ -240,7 +317,10 @@ t.test('a swap not mined in time answers 504; the same Idempotency-Key later pic
   t.teardown(() => publicClient.request({ method: 'evm_setAutomine' as any, params: [true] as any }))
   const first = await send()
   t.equal(first.status, 504)
-  t.match(((await first.json()) as { error: string }).error, /was sent but not mined within 1000 ms; repeat the request with the same Idempotency-Key/)
+  t.match(
+    ((await first.json()) as { error: string }).error,
+    /was sent but not mined within 1000 ms; repeat the request with the same Idempotency-Key/,
+  )
   await publicClient.request({ method: 'evm_setAutomine' as any, params: [true] as any })
   await publicClient.request({ method: 'evm_mine' as any, params: [] as any })
   const second = await send()
@@ -257,7 +337,10 @@ t.test('spend policies: per swap, per day and allowed tokens, checked before any
   const big = await call('POST', '/swap/execute', { body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '50000000' }, keyId: capped.id })
   t.equal(big.status, 403)
   t.match(big.body.error, /spend policy of key .*: this swap is worth \$50\.00, over its limit of \$5\.00 per swap/)
-  const bigWeth = await call('POST', '/swap/execute', { body: { tokenIn: 'WETH', tokenOut: 'USDC', amountIn: parseUnits('0.02', 18).toString() }, keyId: capped.id })
+  const bigWeth = await call('POST', '/swap/execute', {
+    body: { tokenIn: 'WETH', tokenOut: 'USDC', amountIn: parseUnits('0.02', 18).toString() },
+    keyId: capped.id,
+  })
   t.equal(bigWeth.status, 403, 'a non-stable input is valued through its USDC quote ($60)')
   t.equal(await nonceOf(), before, 'the chain shows no transaction')
   const small = await call('POST', '/swap/execute', { body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '4000000' }, keyId: capped.id })
@@ -271,12 +354,18 @@ t.test('spend policies: per swap, per day and allowed tokens, checked before any
   t.match(second.body.error, /would bring today's swaps and launches \(UTC\) to \$40\.00, over its limit of \$30\.00 per day/)
 
   const tokens = await fleet.createKey({ allowedTokens: ['USDC', 'weth'] })
-  t.equal((await call('POST', '/swap/execute', { body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1000000' }, keyId: tokens.id })).status, 200)
+  t.equal(
+    (await call('POST', '/swap/execute', { body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1000000' }, keyId: tokens.id })).status,
+    200,
+  )
   const arb = await call('POST', '/swap/execute', { body: { tokenIn: 'USDC', tokenOut: 'ARB', amountIn: '1000000' }, keyId: tokens.id })
   t.equal(arb.status, 403)
   t.match(arb.body.error, /ARB is not among its allowed tokens \(USDC, weth\)/)
 
-  const unknown = await call('POST', '/swap/execute', { body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1000000' }, keyId: 'key_never_made' })
+  const unknown = await call('POST', '/swap/execute', {
+    body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1000000' },
+    keyId: 'key_never_made',
+  })
   t.equal(unknown.status, 403, 'a key admin does not know (or revoked) swaps nothing: the policy check fails closed')
   t.match(unknown.body.error, /API key key_never_made is revoked or unknown/)
   t.equal((await nonceOf()) - before, 3, 'only the three swaps within their limits were sent')
@@ -297,14 +386,22 @@ t.test('bad executes are 400s; no server wallet is 503', async (t) => {
     t.equal(res.status, 400, JSON.stringify(body))
     t.match(res.body.error, error)
   }
-  const badKey = await call('POST', '/swap/execute', { body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1' }, headers: { 'idempotency-key': 'é' } })
+  const badKey = await call('POST', '/swap/execute', {
+    body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1' },
+    headers: { 'idempotency-key': 'é' },
+  })
   t.equal(badKey.status, 400)
 
   const base = await baseTestEnv(t)
   const walletless = await startService(t, tradingService, { ...base, ...fleet.chainEnv })
   const res = await fetch(`${walletless.url}/swap/execute`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-ats-internal-token': base.INTERNAL_TOKEN!, 'x-ats-key-id': 'key_test', 'x-ats-key-tier': 'readwrite' },
+    headers: {
+      'content-type': 'application/json',
+      'x-ats-internal-token': base.INTERNAL_TOKEN!,
+      'x-ats-key-id': 'key_test',
+      'x-ats-key-tier': 'readwrite',
+    },
     body: JSON.stringify({ tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1000000' }),
   })
   t.equal(res.status, 503)
@@ -321,7 +418,14 @@ t.test('the launchpad deploys an ERC-20 the chain reads back as asked', async (t
   const body = { name: 'Agent Coin', symbol: 'AGENT', supply: '1000000' }
   const res = await call('POST', '/launchpad/tokens', { body, keyId: launcher, headers: { 'idempotency-key': 'launch-1' } })
   t.equal(res.status, 201)
-  t.match(res.body, { name: 'Agent Coin', symbol: 'AGENT', decimals: 18, supply: parseUnits('1000000', 18).toString(), holder: serverWallet, chainId: 31337 })
+  t.match(res.body, {
+    name: 'Agent Coin',
+    symbol: 'AGENT',
+    decimals: 18,
+    supply: parseUnits('1000000', 18).toString(),
+    holder: serverWallet,
+    chainId: 31337,
+  })
   const receipt = await publicClient.getTransactionReceipt({ hash: res.body.hash })
   t.equal(receipt.contractAddress?.toLowerCase(), res.body.address.toLowerCase())
   const token = { address: res.body.address, abi: (await import('@ats/chain')).erc20Abi } as const
@@ -335,7 +439,10 @@ t.test('the launchpad deploys an ERC-20 the chain reads back as asked', async (t
   const one = await call('GET', `/launchpad/tokens/${res.body.address}`, { keyId: launcher })
   t.match(one.body, { address: res.body.address, name: 'Agent Coin', symbol: 'AGENT', supply: parseUnits('1000000', 18).toString() })
   const list = await call('GET', '/launchpad/tokens', { keyId: launcher })
-  t.same(list.body.tokens.map((x: { address: string }) => x.address), [res.body.address])
+  t.same(
+    list.body.tokens.map((x: { address: string }) => x.address),
+    [res.body.address],
+  )
   t.equal((await call('GET', `/launchpad/tokens/${res.body.address}`, { keyId: other })).status, 404)
   const bad = await call('POST', '/launchpad/tokens', { body: { name: 'X', symbol: 'no spaces', supply: '1' } })
   t.equal(bad.status, 400)

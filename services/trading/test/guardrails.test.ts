@@ -20,7 +20,9 @@ t.test('a quote of 10^53 wei of WETH is a 422 naming the largest amount that fil
     const started = Date.now()
     const res = await call('GET', `/swap/quote?tokenIn=WETH&tokenOut=USDC&amountIn=${huge}&dex=${dex}`)
     t.equal(res.status, 422, dex)
-    const match = new RegExp(`^amountIn ${huge} \\(1\\.000e\\+35 WETH\\) is more than the pools on ${dex} can absorb from WETH to USDC: at most (\\d+) \\(`).exec(res.body.error)
+    const match = new RegExp(
+      `^amountIn ${huge} \\(1\\.000e\\+35 WETH\\) is more than the pools on ${dex} can absorb from WETH to USDC: at most (\\d+) \\(`,
+    ).exec(res.body.error)
     t.ok(match, `${dex}: ${res.body.error} (${Date.now() - started} ms)`)
     const fillable = BigInt(match![1]!)
     t.ok(fillable > 0n && fillable < 10n ** 53n)
@@ -47,12 +49,20 @@ t.test('a swap over the impact ceiling is a 422 naming the impact and the ceilin
   const body = { tokenIn: 'GMX', tokenOut: 'WETH', amountIn: parseUnits('5000', 18).toString() }
   const res = await call('POST', '/swap/execute', { body })
   t.equal(res.status, 422)
-  t.match(res.body.error, /the price impact of this swap is [0-9.]+% \([0-9]+ bps\), over the default limit of 15% \(1500 bps\) \(its policy sets none\)/)
+  t.match(
+    res.body.error,
+    /the price impact of this swap is [0-9.]+% \([0-9]+ bps\), over the default limit of 15% \(1500 bps\) \(its policy sets none\)/,
+  )
   const nc = await connect({ servers: fleet.base.NATS_URL! })
   t.teardown(() => nc.close())
   const { id: agentKey } = await fleet.createKey()
   await t.rejects(
-    callEndpoint(nc, natsChannels(fleet.base.NATS_NAMESPACE!).trading.execute, { ...body, slippageBps: 50, idempotencyKey: 'impact:1' }, { identity: { keyId: agentKey, ownerId: agentKey }, timeoutMs: 30_000 }),
+    callEndpoint(
+      nc,
+      natsChannels(fleet.base.NATS_NAMESPACE!).trading.execute,
+      { ...body, slippageBps: 50, idempotencyKey: 'impact:1' },
+      { identity: { keyId: agentKey, ownerId: agentKey }, timeoutMs: 30_000 },
+    ),
     { statusCode: 422, message: /over the default limit of 15%/ },
     "the agent's swap over NATS is refused the same way",
   )
@@ -66,7 +76,12 @@ t.test("a key's policy sets its own ceiling (maxPriceImpactBps), and admin check
   // 30,000 USDC into a pool of 3,000,000: about 1% below the mid price
   const res = await call('POST', '/swap/execute', { body: usdcToWeth('30000000000'), keyId: strict.id })
   t.equal(res.status, 422)
-  t.match(res.body.error, new RegExp(`spend policy of key ${strict.id}: the price impact of this swap is [0-9.]+% \\([0-9]+ bps\\), over its limit of 0\\.5% \\(50 bps\\)`))
+  t.match(
+    res.body.error,
+    new RegExp(
+      `spend policy of key ${strict.id}: the price impact of this swap is [0-9.]+% \\([0-9]+ bps\\), over its limit of 0\\.5% \\(50 bps\\)`,
+    ),
+  )
   t.equal(await nonceOf(), nonce)
   t.equal((await call('POST', '/swap/execute', { body: usdcToWeth('100000000'), keyId: strict.id })).status, 200, 'a small swap passes')
   for (const bad of [0, 10_001, 1.5]) {
@@ -80,13 +95,19 @@ t.test('a new key without a policy is held to $500 a swap and $500 a day: ten co
   t.equal(over.status, 403)
   t.match(over.body.error, /this swap is worth \$600\.00, over the default limit of \$500\.00 per swap \(its policy sets none\)/)
   const before = await usdcOf()
-  const results = await Promise.all(Array.from({ length: 10 }, () => call('POST', '/swap/execute', { body: usdcToWeth('100000000'), keyId: fresh.id })))
+  const results = await Promise.all(
+    Array.from({ length: 10 }, () => call('POST', '/swap/execute', { body: usdcToWeth('100000000'), keyId: fresh.id })),
+  )
   t.same(results.map((r) => r.status).sort(), [200, 200, 200, 200, 200, 403, 403, 403, 403, 403])
   for (const refused of results.filter((r) => r.status === 403)) {
     t.match(refused.body.error, /would bring today's swaps and launches \(UTC\) to \$600\.00, over the default limit of \$500\.00 per day/)
   }
   t.equal(await usdcOf(), before - 500_000_000n, 'the server wallet spent $500 for this key, no more')
-  t.equal((await call('POST', '/swap/execute', { body: usdcToWeth('1000000'), keyId: fresh.id })).status, 403, 'not even a dollar more today')
+  t.equal(
+    (await call('POST', '/swap/execute', { body: usdcToWeth('1000000'), keyId: fresh.id })).status,
+    403,
+    'not even a dollar more today',
+  )
 })
 
 t.test('SPEND_UNLIMITED=true lifts the default caps', async (t) => {
@@ -97,7 +118,11 @@ t.test('SPEND_UNLIMITED=true lifts the default caps', async (t) => {
     SPEND_UNLIMITED: 'true',
   })
   const fresh = await fleet.createKey()
-  t.equal((await call('POST', '/swap/execute', { body: usdcToWeth('600000000'), keyId: fresh.id })).status, 403, 'refused with the defaults')
+  t.equal(
+    (await call('POST', '/swap/execute', { body: usdcToWeth('600000000'), keyId: fresh.id })).status,
+    403,
+    'refused with the defaults',
+  )
   const res = await fetch(`${unlimited.url}/swap/execute`, {
     method: 'POST',
     headers: { ...keyHeaders(fresh.id), 'content-type': 'application/json' },
@@ -122,13 +147,19 @@ t.test('the kill switch: while paused, execute, NATS swaps and launches answer 4
     const res = await call('POST', '/swap/execute', { body: usdcToWeth('1000000') })
     return res.status === 423 ? res : undefined
   })
-  t.equal(refused.body.error, `the server wallet is paused (since ${since}, by key_test_admin): incident 42; an admin resumes it with POST /admin/wallet/resume`)
+  t.equal(
+    refused.body.error,
+    `the server wallet is paused (since ${since}, by key_test_admin): incident 42; an admin resumes it with POST /admin/wallet/resume`,
+  )
   const nc = await connect({ servers: fleet.base.NATS_URL! })
   t.teardown(() => nc.close())
   const { execute } = natsChannels(fleet.base.NATS_NAMESPACE!).trading
   const { id: agentKey } = await fleet.createKey()
   const request = { ...usdcToWeth('1000000'), slippageBps: 50, idempotencyKey: 'paused:1' }
-  await t.rejects(callEndpoint(nc, execute, request, { identity: { keyId: agentKey, ownerId: agentKey }, timeoutMs: 30_000 }), { statusCode: 423, message: /incident 42/ })
+  await t.rejects(callEndpoint(nc, execute, request, { identity: { keyId: agentKey, ownerId: agentKey }, timeoutMs: 30_000 }), {
+    statusCode: 423,
+    message: /incident 42/,
+  })
   const launch = await call('POST', '/launchpad/tokens', { body: { name: 'Paused', symbol: 'PAUSED', supply: '1' } })
   t.equal(launch.status, 423)
   t.equal((await call('GET', '/swap/quote?tokenIn=USDC&tokenOut=WETH&amountIn=1000000')).status, 200, 'quotes go on')
@@ -144,7 +175,9 @@ t.test('the kill switch: while paused, execute, NATS swaps and launches answer 4
   t.match(unknown.body.error, /kill switch cannot be read right now/)
 
   t.match((await admin('/admin/wallet/resume', {})).body, { paused: false, reason: null, by: 'key_test_admin' })
-  await eventually('trading to see the resume', async () => ((await call('POST', '/swap/execute', { body: usdcToWeth('1000000') })).status === 200 ? true : undefined))
+  await eventually('trading to see the resume', async () =>
+    (await call('POST', '/swap/execute', { body: usdcToWeth('1000000') })).status === 200 ? true : undefined,
+  )
   // the same idempotency key refused while paused is not stored as refused: it swaps now
   const again = swapOf(await callEndpoint(nc, execute, request, { identity: { keyId: agentKey, ownerId: agentKey }, timeoutMs: 30_000 }))
   t.equal(again.success, true)

@@ -36,7 +36,8 @@ t.test('a quote on each DEX comes from its quoter, with the path and a price nea
 t.test('a larger trade has a larger price impact; a tiny one has none', async (t) => {
   for (const dex of ['uniswap', 'camelot']) {
     const impact = async (weth: string) =>
-      (await call('GET', `/swap/quote?tokenIn=WETH&tokenOut=USDC&amountIn=${parseUnits(weth, 18)}&dex=${dex}`)).body.priceImpactBps as number
+      (await call('GET', `/swap/quote?tokenIn=WETH&tokenOut=USDC&amountIn=${parseUnits(weth, 18)}&dex=${dex}`)).body
+        .priceImpactBps as number
     const [tiny, small, large] = [await impact('0.001'), await impact('1'), await impact('100')]
     t.equal(tiny, 0, `${dex}: 0.001 WETH moves nothing`)
     t.ok(large > small, `${dex}: 100 WETH (${large} bps) > 1 WETH (${small} bps)`)
@@ -94,7 +95,12 @@ t.test('positions: the seeded Aave account and GMX position of the server wallet
   })
   t.equal(res.body.gmx.length, 1)
   const [perp] = res.body.gmx
-  t.match(perp, { market: fleet.token('WETH').address, side: 'long', size: SEEDED_PERP.sizeInUsd.toString(), collateral: SEEDED_PERP.collateralAmount.toString() })
+  t.match(perp, {
+    market: fleet.token('WETH').address,
+    side: 'long',
+    size: SEEDED_PERP.sizeInUsd.toString(),
+    collateral: SEEDED_PERP.collateralAmount.toString(),
+  })
   t.equal(perp.entryPrice, parseUnits('3000', 30).toString(), 'entry $3,000 per ETH, 30 decimals')
   // marked at the pool's mid price, which is the seeded 3000 (give or take rounding and earlier tests' trades)
   t.ok(BigInt(perp.pnl) > -parseUnits('1', 30) && BigInt(perp.pnl) < parseUnits('1', 30), `pnl ${perp.pnl}: within a dollar of 0`)
@@ -161,7 +167,16 @@ t.test('over NATS, tokens lists the registry by symbol with decimals: what the a
   t.teardown(() => nc.close())
   const list = await callEndpoint(nc, natsChannels(fleet.base.NATS_NAMESPACE!).trading.tokens, {})
   t.equal(list.chainId, 31337)
-  t.match(list.tokens.find((token) => token.symbol === 'USDC'), { decimals: 6, address: fleet.token('USDC').address })
-  t.match(list.tokens.find((token) => token.symbol === 'WETH'), { decimals: 18, address: fleet.token('WETH').address })
-  t.ok(list.tokens.some((token) => token.symbol === 'DAI'), 'every token of the book, pooled or not')
+  t.match(
+    list.tokens.find((token) => token.symbol === 'USDC'),
+    { decimals: 6, address: fleet.token('USDC').address },
+  )
+  t.match(
+    list.tokens.find((token) => token.symbol === 'WETH'),
+    { decimals: 18, address: fleet.token('WETH').address },
+  )
+  t.ok(
+    list.tokens.some((token) => token.symbol === 'DAI'),
+    'every token of the book, pooled or not',
+  )
 })

@@ -11,12 +11,15 @@ const UsdCap = (description: string) => Type.Number({ exclusiveMinimum: 0, maxim
 export const SpendPolicy = Type.Object(
   {
     maxUsdPerSwap: Type.Optional(UsdCap('the most one swap may spend, in US dollars (not cents; decimals allowed, e.g. 250.5)')),
-    maxUsdPerDay: Type.Optional(UsdCap('the most all swaps of this key may spend together in one UTC day, in US dollars (not cents; decimals allowed)')),
+    maxUsdPerDay: Type.Optional(
+      UsdCap('the most all swaps of this key may spend together in one UTC day, in US dollars (not cents; decimals allowed)'),
+    ),
     maxPriceImpactBps: Type.Optional(
       Type.Integer({
         minimum: 1,
         maximum: 10_000,
-        description: 'the highest price impact a swap may have, in basis points (1500 = 15%); a swap above it is refused (422) before anything is sent',
+        description:
+          'the highest price impact a swap may have, in basis points (1500 = 15%); a swap above it is refused (422) before anything is sent',
       }),
     ),
     allowedTokens: Type.Optional(
@@ -31,7 +34,8 @@ export const SpendPolicy = Type.Object(
       Type.Integer({
         minimum: 0,
         maximum: 1000,
-        description: "the most tokens this key may launch in one UTC day (0: none); unset: the trading service's LAUNCH_DEFAULT_PER_DAY (3). A launch's gas counts against the USD caps as well",
+        description:
+          "the most tokens this key may launch in one UTC day (0: none); unset: the trading service's LAUNCH_DEFAULT_PER_DAY (3). A launch's gas counts against the USD caps as well",
       }),
     ),
     approvalAboveUsd: Type.Optional(
@@ -64,10 +68,12 @@ export const KeyEntry = Type.Object({
   prefix: Type.String({ description: 'the first characters of the raw key, to recognise it; not enough to use it' }),
   createdAt: EpochMs(),
   policy: Type.Union([SpendPolicy, Type.Null()], {
-    description: "spend limits on swaps from the server wallet; null: none (the trading service's default caps apply: $500 a swap and $500 a day unless its settings say otherwise)",
+    description:
+      "spend limits on swaps from the server wallet; null: none (the trading service's default caps apply: $500 a swap and $500 a day unless its settings say otherwise)",
   }),
   wallet: Type.Union([Address(), Type.Null()], {
-    description: 'the wallet bound to the key at creation: GET /portfolio/jobs shows it the paid agent jobs of that wallet, and its automations may buy for it; null: none',
+    description:
+      'the wallet bound to the key at creation: GET /portfolio/jobs shows it the paid agent jobs of that wallet, and its automations may buy for it; null: none',
   }),
 })
 export type KeyEntry = Static<typeof KeyEntry>
@@ -83,7 +89,10 @@ export const CreateKeyBody = Type.Object(
     label: Type.String({ minLength: 1, maxLength: 64 }),
     policy: Type.Optional(SpendPolicy),
     wallet: Type.Optional(
-      Address({ description: "bind a wallet: the key then sees that payer's agent jobs in GET /portfolio/jobs. Fixed for the key's life (revoke and create another to change it)" }),
+      Address({
+        description:
+          "bind a wallet: the key then sees that payer's agent jobs in GET /portfolio/jobs. Fixed for the key's life (revoke and create another to change it)",
+      }),
     ),
   },
   { additionalProperties: false },
@@ -115,10 +124,16 @@ export const RecentPayment = Type.Object({
   paidAt: Type.Integer({ description: 'when the gateway charged it, ms since the Unix epoch' }),
   requestId: Type.String({ description: 'x-request-id of the paid request' }),
   settlement: SettlementStateSchema,
-  txHash: Type.Union([Type.String(), Type.Null()], { description: 'the settlement transaction: set from the moment it is signed (settling), the one on chain once settled' }),
+  txHash: Type.Union([Type.String(), Type.Null()], {
+    description: 'the settlement transaction: set from the moment it is signed (settling), the one on chain once settled',
+  }),
   settleError: Type.Union([Type.String(), Type.Null()], { description: 'why settlement failed or is being retried' }),
-  jobId: Type.Union([Type.String(), Type.Null()], { description: 'the agent job the payment bought (POST /agent/prompt): settled only if the job completes' }),
-  voidReason: Type.Union([Type.String(), Type.Null()], { description: 'voided: why (the job\'s error, "cancelled before it started", or the authorization expired first)' }),
+  jobId: Type.Union([Type.String(), Type.Null()], {
+    description: 'the agent job the payment bought (POST /agent/prompt): settled only if the job completes',
+  }),
+  voidReason: Type.Union([Type.String(), Type.Null()], {
+    description: 'voided: why (the job\'s error, "cancelled before it started", or the authorization expired first)',
+  }),
 })
 export type RecentPayment = Static<typeof RecentPayment>
 
@@ -127,7 +142,9 @@ export const RevenueSummary = Type.Object({
   totalUsd: Usd,
   uniquePayers: Type.Integer(),
   pricePerRequest: Usd,
-  requestCount: Type.Integer({ description: 'paid requests charged: settled and to be settled (payments voided or whose settlement failed are not counted)' }),
+  requestCount: Type.Integer({
+    description: 'paid requests charged: settled and to be settled (payments voided or whose settlement failed are not counted)',
+  }),
   voided: Type.Object(
     { count: Type.Integer(), totalUsdc: UsdcAmount },
     { description: 'payments never settled because their job failed or was cancelled before it started (not in the totals)' },

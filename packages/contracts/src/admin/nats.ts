@@ -24,7 +24,12 @@ export type KeyPolicyRequest = Static<typeof KeyPolicyRequest>
 /** admin.keys.policy reply: the active key with its spend policy (null: none) and bound wallet (null: none), or null when unknown or revoked. */
 export const KeyPolicyReply = Type.Object({
   key: Type.Union([
-    Type.Object({ id: Type.String(), tier: TierSchema, policy: Type.Union([SpendPolicy, Type.Null()]), wallet: Type.Union([Address(), Type.Null()]) }),
+    Type.Object({
+      id: Type.String(),
+      tier: TierSchema,
+      policy: Type.Union([SpendPolicy, Type.Null()]),
+      wallet: Type.Union([Address(), Type.Null()]),
+    }),
     Type.Null(),
   ]),
 })
@@ -42,7 +47,11 @@ export function adminChannels(namespace: string) {
     /** request/reply: the spend policy of an active key, asked by trading before every swap */
     keyPolicy: endpoint(subjectOf(namespace, 'admin', 'keys.policy'), KeyPolicyRequest, KeyPolicyReply),
     /** request/reply: the payer's entry on the agent allowlist (null: not on it), asked before a server-wallet swap */
-    agentPayer: endpoint(subjectOf(namespace, 'admin', 'agent-payers.get'), Type.Object({ address: Address() }), Type.Object({ payer: Type.Union([AgentPayer, Type.Null()]) })),
+    agentPayer: endpoint(
+      subjectOf(namespace, 'admin', 'agent-payers.get'),
+      Type.Object({ address: Address() }),
+      Type.Object({ payer: Type.Union([AgentPayer, Type.Null()]) }),
+    ),
     /** request/reply: the payments of paid agent jobs (pending, settled, voided, failed), for the job answers */
     paymentsOfJobs: endpoint(subjectOf(namespace, 'admin', 'payments.of-jobs'), PaymentsOfJobsRequest, PaymentsOfJobsReply),
     /** broadcast: a key was revoked; every gateway evicts it from its cache */

@@ -7,7 +7,9 @@ import { EpochMs } from '../common/primitives.ts'
  * namespace (`<ns>-wallet-control`, one key); every trading and automation replica watches it.
  */
 export const WalletControl = Type.Object({
-  paused: Type.Boolean({ description: 'true: nothing is spent from the server wallet (swaps, agent swaps, automation runs, launches) until resumed' }),
+  paused: Type.Boolean({
+    description: 'true: nothing is spent from the server wallet (swaps, agent swaps, automation runs, launches) until resumed',
+  }),
   reason: Type.Union([Type.String({ maxLength: 500 }), Type.Null()], { description: 'why it was paused (null when not paused)' }),
   since: Type.Union([EpochMs('when the current state was set'), Type.Null()], { description: 'null: never paused' }),
   by: Type.Union([Type.String({ maxLength: 64 }), Type.Null()], { description: 'the admin key that set the current state' }),

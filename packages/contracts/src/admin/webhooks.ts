@@ -15,7 +15,12 @@ const WebhookUrl = Type.String({
   description:
     'where deliveries are POSTed: https (http only with WEBHOOK_ALLOW_HTTP), no credentials, a host that does not resolve to a loopback, private, link-local or metadata address',
 })
-const Events = Type.Array(WebhookEventTypeSchema, { minItems: 1, maxItems: 20, uniqueItems: true, description: 'the event types to deliver' })
+const Events = Type.Array(WebhookEventTypeSchema, {
+  minItems: 1,
+  maxItems: 20,
+  uniqueItems: true,
+  description: 'the event types to deliver',
+})
 const Description = Type.String({ maxLength: 200, description: 'for people' })
 
 export const Webhook = Type.Object({
@@ -23,7 +28,9 @@ export const Webhook = Type.Object({
   url: Type.String(),
   events: Type.Array(WebhookEventTypeSchema),
   description: Type.Union([Type.String(), Type.Null()]),
-  enabled: Type.Boolean({ description: 'false: nothing is delivered (disabled by its owner, or after failing for WEBHOOK_DISABLE_AFTER_MS: disabledReason)' }),
+  enabled: Type.Boolean({
+    description: 'false: nothing is delivered (disabled by its owner, or after failing for WEBHOOK_DISABLE_AFTER_MS: disabledReason)',
+  }),
   disabledReason: Type.Union([Type.String(), Type.Null()], { description: 'why it was disabled, and since when' }),
   createdAt: EpochMs(),
   keyId: Type.String({ description: 'the API key that owns it' }),
@@ -32,18 +39,25 @@ export type Webhook = Static<typeof Webhook>
 
 export const CreatedWebhook = Type.Intersect([
   Webhook,
-  Type.Object({ secret: Type.String({ description: 'whsec_…: verify signatures with it; shown in this answer only (rotate to get a new one)' }) }),
+  Type.Object({
+    secret: Type.String({ description: 'whsec_…: verify signatures with it; shown in this answer only (rotate to get a new one)' }),
+  }),
 ])
 export type CreatedWebhook = Static<typeof CreatedWebhook>
 
-export const CreateWebhookBody = Type.Object({ url: WebhookUrl, events: Events, description: Type.Optional(Description) }, { additionalProperties: false })
+export const CreateWebhookBody = Type.Object(
+  { url: WebhookUrl, events: Events, description: Type.Optional(Description) },
+  { additionalProperties: false },
+)
 export type CreateWebhookBody = Static<typeof CreateWebhookBody>
 
 export const UpdateWebhookBody = Type.Object(
   {
     url: Type.Optional(WebhookUrl),
     events: Type.Optional(Events),
-    enabled: Type.Optional(Type.Boolean({ description: 'true re-enables a disabled subscription (its failure streak starts over); false pauses it' })),
+    enabled: Type.Optional(
+      Type.Boolean({ description: 'true re-enables a disabled subscription (its failure streak starts over); false pauses it' }),
+    ),
     // null first: validation would turn null into "" for a string
     description: Type.Optional(Type.Union([Type.Null(), Description], { description: 'for people; null clears it' })),
   },
@@ -88,7 +102,10 @@ export const WebhookDelivery = Type.Object({
 export type WebhookDelivery = Static<typeof WebhookDelivery>
 
 const WebhookParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
-const DeliveryParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }), deliveryId: Type.String({ minLength: 1, maxLength: 64 }) })
+const DeliveryParams = Type.Object({
+  id: Type.String({ minLength: 1, maxLength: 64 }),
+  deliveryId: Type.String({ minLength: 1, maxLength: 64 }),
+})
 export const DeliveriesQuery = Type.Object(
   {
     status: Type.Optional(DeliveryStatusSchema),

@@ -10,7 +10,8 @@ import { JobAwaitingApproval, JobTransaction } from './http.ts'
 export const chatModels = [
   {
     id: 'ats-agent',
-    description: "the agent with this deployment's runner: the configured language model with tools (LLM_BASE_URL), else the offline planner",
+    description:
+      "the agent with this deployment's runner: the configured language model with tools (LLM_BASE_URL), else the offline planner",
   },
   {
     id: 'ats-planner',
@@ -29,10 +30,12 @@ export const OpenAiError = Type.Object(
       message: Type.String({ description: 'what went wrong, in words a client can act on' }),
       type: Type.String({ description: 'invalid_request_error, permission_error, requests (rate limit) or server_error' }),
       param: Type.Union([Type.String(), Type.Null()], { description: 'the request field at fault (messages[1].role), or null' }),
-      code: Type.Union([Type.String(), Type.Null()], { description: 'a stable code: invalid_api_key, model_not_found, rate_limit_exceeded, job_failed…' }),
+      code: Type.Union([Type.String(), Type.Null()], {
+        description: 'a stable code: invalid_api_key, model_not_found, rate_limit_exceeded, job_failed…',
+      }),
     }),
   },
-  { $id: 'OpenAiError', description: 'the error shape of the /v1 group (OpenAI\'s), unlike the {error} string of the rest of the API' },
+  { $id: 'OpenAiError', description: "the error shape of the /v1 group (OpenAI's), unlike the {error} string of the rest of the API" },
 )
 export type OpenAiError = Static<typeof OpenAiError>
 
@@ -58,7 +61,10 @@ export const ChatCompletionRequest = Type.Object(
     }),
     stream: Type.Optional(Type.Boolean({ description: 'true: server-sent chat.completion.chunk events ending with data: [DONE]' })),
     stream_options: Type.Optional(
-      Type.Object({ include_usage: Type.Optional(Type.Boolean({ description: 'a last chunk with usage and no choices' })) }, { additionalProperties: true }),
+      Type.Object(
+        { include_usage: Type.Optional(Type.Boolean({ description: 'a last chunk with usage and no choices' })) },
+        { additionalProperties: true },
+      ),
     ),
     n: Type.Optional(Type.Integer({ minimum: 1, maximum: 1, description: 'one answer per request (1)' })),
     user: Type.Optional(Type.String({ maxLength: 256, description: 'your end user, logged with the job' })),
@@ -66,7 +72,7 @@ export const ChatCompletionRequest = Type.Object(
   {
     additionalProperties: true,
     description:
-      'OpenAI\'s chat-completions request. Accepted and ignored: temperature, top_p, max_tokens, max_completion_tokens, seed, stop, presence_penalty, frequency_penalty, logit_bias, metadata, store, parallel_tool_calls. Refused (400): client-defined tools or functions, response_format other than text, non-text content parts',
+      "OpenAI's chat-completions request. Accepted and ignored: temperature, top_p, max_tokens, max_completion_tokens, seed, stop, presence_penalty, frequency_penalty, logit_bias, metadata, store, parallel_tool_calls. Refused (400): client-defined tools or functions, response_format other than text, non-text content parts",
   },
 )
 export type ChatCompletionRequest = Static<typeof ChatCompletionRequest>
@@ -97,7 +103,10 @@ export const AgentTrace = Type.Object(
     tool_calls: Type.Array(AgentToolCall, { description: 'the tools the agent ran itself, in order; nothing for the client to execute' }),
     transactions: Type.Array(JobTransaction),
   },
-  { description: "the agent's own tool calls and transactions: not message.tool_calls, which OpenAI clients would take as calls for them to run" },
+  {
+    description:
+      "the agent's own tool calls and transactions: not message.tool_calls, which OpenAI clients would take as calls for them to run",
+  },
 )
 export type AgentTrace = Static<typeof AgentTrace>
 
@@ -159,7 +168,7 @@ export const ChatCompletionChunk = Type.Object(
   },
   {
     description:
-      'One server-sent event `data: <chunk>`: first the role, then one chunk per agent step (empty delta, `agent.step`), then the answer\'s text in pieces, then finish_reason stop with `agent` (the full trace), then usage (with stream_options.include_usage), then `data: [DONE]`. A job that waits for a person to approve a swap ends the stream early: the text says what to approve and where, and the finish chunk carries `ats`',
+      "One server-sent event `data: <chunk>`: first the role, then one chunk per agent step (empty delta, `agent.step`), then the answer's text in pieces, then finish_reason stop with `agent` (the full trace), then usage (with stream_options.include_usage), then `data: [DONE]`. A job that waits for a person to approve a swap ends the stream early: the text says what to approve and where, and the finish chunk carries `ats`",
   },
 )
 export type ChatCompletionChunk = Static<typeof ChatCompletionChunk>
@@ -187,7 +196,10 @@ export const chatRoutes = {
     method: 'GET',
     url: '/v1/models/:model',
     summary: 'One model',
-    schema: { params: Type.Object({ model: Type.String({ minLength: 1, maxLength: 128 }) }), response: { 200: ChatModel, 404: OpenAiError, ...errors } },
+    schema: {
+      params: Type.Object({ model: Type.String({ minLength: 1, maxLength: 128 }) }),
+      response: { 200: ChatModel, 404: OpenAiError, ...errors },
+    },
   }),
   completions: route({
     method: 'POST',

@@ -40,8 +40,14 @@ export type JobAwaitingApproval = Static<typeof JobAwaitingApproval>
 export const PromptBody = Type.Object(
   {
     prompt: FreeText({ minLength: 1, maxLength: maxPromptLength, description: 'what to do, in plain words' }),
-    threadId: Type.Optional(Type.String({ minLength: 1, maxLength: 64, description: 'continue this thread of yours; a new thread when absent' })),
-    context: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'anything the runner should know (passed to the LLM as JSON); at most 16 KB' })),
+    threadId: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 64, description: 'continue this thread of yours; a new thread when absent' }),
+    ),
+    context: Type.Optional(
+      Type.Record(Type.String(), Type.Unknown(), {
+        description: 'anything the runner should know (passed to the LLM as JSON); at most 16 KB',
+      }),
+    ),
   },
   { additionalProperties: false },
 )
@@ -58,7 +64,8 @@ export const JobTransaction = Type.Object({
   step: Type.Integer({ description: 'the step (tool call) that made it, from 1' }),
   tool: Type.String(),
   status: Type.Union([Type.Literal('sent'), Type.Literal('prepared')], {
-    description: 'sent: from the server wallet, mined (hash, success); prepared: unsigned, for `transaction.from` to sign and send in order',
+    description:
+      'sent: from the server wallet, mined (hash, success); prepared: unsigned, for `transaction.from` to sign and send in order',
   }),
   kind: Type.Union([Type.Literal('swap'), Type.Literal('approval')]),
   hash: Type.Optional(Bytes32()),
@@ -74,7 +81,9 @@ export type JobTransaction = Static<typeof JobTransaction>
 
 export const JobResult = Type.Object({
   text: Type.String({ description: "the agent's answer" }),
-  steps: Type.Integer({ description: 'steps taken: each tool call and each answer of the model (the offline planner: its tool calls plus its answer)' }),
+  steps: Type.Integer({
+    description: 'steps taken: each tool call and each answer of the model (the offline planner: its tool calls plus its answer)',
+  }),
   toolCalls: Type.Array(Type.String(), { description: 'the names of the tools called, in order' }),
   transactions: Type.Array(JobTransaction, { description: 'what the job sent from the server wallet or prepared for your wallet' }),
   usage: Type.Optional(
@@ -103,7 +112,9 @@ export const Job = Type.Object({
   error: Type.Optional(Type.String({ description: 'failed jobs: what went wrong, for a person to read (never internals)' })),
   payment: Type.Optional(JobPayment),
   approval: Type.Optional(Approval),
-  notice: Type.Optional(Type.String({ description: 'awaiting_approval: what waits and where to approve or reject it (`approval`), in plain words' })),
+  notice: Type.Optional(
+    Type.String({ description: 'awaiting_approval: what waits and where to approve or reject it (`approval`), in plain words' }),
+  ),
 })
 export type Job = Static<typeof Job>
 
@@ -135,7 +146,9 @@ export const JobsQuery = Type.Object({
 })
 
 export const EventsHeaders = Type.Object({
-  'last-event-id': Type.Optional(Type.String({ pattern: '^[0-9]{1,9}$', description: 'resume after this event id (sent by EventSource on reconnect)' })),
+  'last-event-id': Type.Optional(
+    Type.String({ pattern: '^[0-9]{1,9}$', description: 'resume after this event id (sent by EventSource on reconnect)' }),
+  ),
 })
 
 // every /agent/* route is paid per request (x402); those with input can be a 400
@@ -148,21 +161,25 @@ export const agentRoutes = {
     method: 'POST',
     url: '/agent/prompt',
     summary:
-      'Run a prompt as an asynchronous job; poll GET /agent/job/:id or stream GET /agent/job/:id/events. Its payment is settled only if the job completes (or is cancelled while running); a job that fails or is cancelled before it starts voids it (the job\'s `payment`)',
+      "Run a prompt as an asynchronous job; poll GET /agent/job/:id or stream GET /agent/job/:id/events. Its payment is settled only if the job completes (or is cancelled while running); a job that fails or is cancelled before it starts voids it (the job's `payment`)",
     schema: { body: PromptBody, response: { 202: PromptAccepted, 404: ErrorBody, ...errors } },
   }),
   job: route({
     method: 'GET',
     url: '/agent/job/:id',
     summary:
-      "A job of yours: id, status, createdAt while pending or running; with prompt, updatedAt and result or error once finished; `payment` (pending, settled, voided or failed) for a job bought with POST /agent/prompt",
+      'A job of yours: id, status, createdAt while pending or running; with prompt, updatedAt and result or error once finished; `payment` (pending, settled, voided or failed) for a job bought with POST /agent/prompt',
     schema: { params: IdParams, response: { 200: Job, 404: ErrorBody, ...errors } },
   }),
   cancelJob: route({
     method: 'DELETE',
     url: '/agent/job/:id',
-    summary: 'Cancel a pending, running or awaiting_approval job of yours; a running one stops within a second, and the approval a waiting one asked for is withdrawn (it can no longer be approved)',
-    schema: { params: IdParams, response: { 200: Type.Object({ success: Type.Literal(true), jobId: Type.String() }), 404: ErrorBody, ...errors } },
+    summary:
+      'Cancel a pending, running or awaiting_approval job of yours; a running one stops within a second, and the approval a waiting one asked for is withdrawn (it can no longer be approved)',
+    schema: {
+      params: IdParams,
+      response: { 200: Type.Object({ success: Type.Literal(true), jobId: Type.String() }), 404: ErrorBody, ...errors },
+    },
   }),
   jobEvents: route({
     method: 'GET',
@@ -191,7 +208,8 @@ export const agentRoutes = {
   portfolioJobs: route({
     method: 'GET',
     url: '/portfolio/jobs',
-    summary: "This key's agent jobs, newest first: those made with the key (/v1) and the paid jobs of the wallet bound to it (POST /admin/keys `wallet`)",
+    summary:
+      "This key's agent jobs, newest first: those made with the key (/v1) and the paid jobs of the wallet bound to it (POST /admin/keys `wallet`)",
     schema: { querystring: JobsQuery, response: { 200: Type.Object({ jobs: Type.Array(Job) }), ...keyErrors } },
   }),
 }

@@ -11,4 +11,8 @@ export * from './messages.ts'
 export * from './nats.ts'
 export * from './responses.ts'
 
-export const agentContract = serviceContract({ name: 'agent', routes: { ...agentRoutes, ...chatRoutes, ...messagesRoutes, ...responsesRoutes }, channels: agentChannels })
+export const agentContract = serviceContract({
+  name: 'agent',
+  routes: { ...agentRoutes, ...chatRoutes, ...messagesRoutes, ...responsesRoutes },
+  channels: agentChannels,
+})

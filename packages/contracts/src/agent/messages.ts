@@ -23,11 +23,18 @@ export const AnthropicError = Type.Object(
   {
     type: Type.Literal('error'),
     error: Type.Object({
-      type: Type.Unsafe<AnthropicErrorType>({ type: 'string', enum: [...anthropicErrorTypes], description: 'the kind of failure, from the status' }),
+      type: Type.Unsafe<AnthropicErrorType>({
+        type: 'string',
+        enum: [...anthropicErrorTypes],
+        description: 'the kind of failure, from the status',
+      }),
       message: Type.String({ description: 'what went wrong; a field at fault is named in it (messages[1].content[0])' }),
     }),
   },
-  { $id: 'AnthropicError', description: "the error shape of POST /v1/messages (Anthropic's), unlike the {error} string of the rest of the API" },
+  {
+    $id: 'AnthropicError',
+    description: "the error shape of POST /v1/messages (Anthropic's), unlike the {error} string of the rest of the API",
+  },
 )
 export type AnthropicError = Static<typeof AnthropicError>
 
@@ -50,7 +57,9 @@ export function anthropicErrorBody({ status, message }: Failure): AnthropicError
 
 // content and system are checked by the service, not by union schemas the validator would try
 // branch by branch with type coercion: the service says which block is wrong and why
-const Content = Type.Unknown({ description: 'text, or an array of {type: "text", text} blocks; image, document, tool_use and tool_result blocks are refused' })
+const Content = Type.Unknown({
+  description: 'text, or an array of {type: "text", text} blocks; image, document, tool_use and tool_result blocks are refused',
+})
 
 export const MessageIn = Type.Object(
   {
@@ -75,7 +84,14 @@ export const MessagesRequest = Type.Object(
     system: Type.Optional(Type.Unknown({ description: 'instructions: text, or an array of {type: "text", text} blocks' })),
     stream: Type.Optional(Type.Boolean({ description: "true: Anthropic's server-sent events, message_start to message_stop" })),
     metadata: Type.Optional(
-      Type.Object({ user_id: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()], { description: 'your end user, logged with the job' })) }, { additionalProperties: true }),
+      Type.Object(
+        {
+          user_id: Type.Optional(
+            Type.Union([Type.String({ maxLength: 256 }), Type.Null()], { description: 'your end user, logged with the job' }),
+          ),
+        },
+        { additionalProperties: true },
+      ),
     ),
   },
   {
@@ -95,7 +111,8 @@ export const MessageAnswer = Type.Object({
   model: Type.String(),
   content: Type.Array(Type.Object({ type: Type.Literal('text'), text: Type.String() }), { description: 'one text block: the answer' }),
   stop_reason: Type.Union([Type.Literal('end_turn'), Type.Literal('pause_turn')], {
-    description: 'end_turn: the answer; pause_turn: the job waits for a person to approve a swap (the text says where; `ats` has the approval)',
+    description:
+      'end_turn: the answer; pause_turn: the job waits for a person to approve a swap (the text says where; `ats` has the approval)',
   }),
   stop_sequence: Type.Null(),
   usage: Usage,
@@ -113,7 +130,9 @@ export const MessageStreamEvent = Type.Object(
     message: Type.Optional(Type.Unknown({ description: 'message_start: the message with empty content' })),
     index: Type.Optional(Type.Integer()),
     content_block: Type.Optional(Type.Object({ type: Type.Literal('text'), text: Type.String() })),
-    delta: Type.Optional(Type.Unknown({ description: 'content_block_delta: {type: "text_delta", text}; message_delta: {stop_reason, stop_sequence}' })),
+    delta: Type.Optional(
+      Type.Unknown({ description: 'content_block_delta: {type: "text_delta", text}; message_delta: {stop_reason, stop_sequence}' }),
+    ),
     usage: Type.Optional(Usage),
     step: Type.Optional(AgentStep.properties.step),
     agent: Type.Optional(AgentTrace),

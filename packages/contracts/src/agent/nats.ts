@@ -73,7 +73,13 @@ export function agentChannels(namespace: string): AgentChannels {
   return {
     jobs,
     // a week, so a worker outage of days loses nothing; a job published twice within 10 minutes is queued once
-    jobsStream: { name: `${namespace}_agent_jobs`, subjects: [jobs.subject], maxAgeMs: 7 * day, duplicateWindowMs: 600_000, retention: 'workqueue' },
+    jobsStream: {
+      name: `${namespace}_agent_jobs`,
+      subjects: [jobs.subject],
+      maxAgeMs: 7 * day,
+      duplicateWindowMs: 600_000,
+      retention: 'workqueue',
+    },
     workers: 'agent-workers',
     cancelled: topic(subjectOf(namespace, 'agent', 'jobs.cancelled'), JobQueued),
     events: (jobId) => topic(subjectOf(namespace, 'agent', `events.${jobId}`), JobBroadcast),

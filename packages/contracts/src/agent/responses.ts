@@ -27,14 +27,20 @@ export const ResponseRequest = Type.Object(
       description:
         'the prompt: a string, or message items ({role, content}, optionally type "message") oldest first, the last a user message; content is a string or input_text/output_text parts',
     }),
-    instructions: Type.Optional(Type.Union([Type.String({ maxLength: 65_536 }), Type.Null()], { description: "a system message for the agent's model" })),
+    instructions: Type.Optional(
+      Type.Union([Type.String({ maxLength: 65_536 }), Type.Null()], { description: "a system message for the agent's model" }),
+    ),
     previous_response_id: Type.Optional(
       Type.Union([Type.String({ minLength: 1, maxLength: 128 }), Type.Null()], {
         description: "a completed response of this key to continue: the new job goes into its job's thread, whose messages are the history",
       }),
     ),
-    stream: Type.Optional(Type.Boolean({ description: 'true: server-sent response.* events, ending with response.completed (or response.failed)' })),
-    background: Type.Optional(Type.Boolean({ description: 'true: answered at once (status queued) while the job runs; GET /v1/responses/:id to see it end' })),
+    stream: Type.Optional(
+      Type.Boolean({ description: 'true: server-sent response.* events, ending with response.completed (or response.failed)' }),
+    ),
+    background: Type.Optional(
+      Type.Boolean({ description: 'true: answered at once (status queued) while the job runs; GET /v1/responses/:id to see it end' }),
+    ),
     store: Type.Optional(Type.Boolean({ description: 'accepted; every response is a stored job, retrievable by id' })),
     metadata: Type.Optional(Type.Union([Metadata, Type.Null()])),
     user: Type.Optional(Type.String({ maxLength: 256, description: 'your end user, logged with the job' })),
@@ -71,11 +77,17 @@ export const ResponseObject = Type.Object(
     object: Type.Literal('response'),
     created_at: Type.Integer({ description: 'seconds since the Unix epoch' }),
     completed_at: Type.Union([Type.Integer(), Type.Null()]),
-    status: Type.Unsafe<ResponseStatus>({ type: 'string', enum: [...responseStatuses], description: 'the job\'s: pending is queued, running and awaiting_approval in_progress, complete completed' }),
+    status: Type.Unsafe<ResponseStatus>({
+      type: 'string',
+      enum: [...responseStatuses],
+      description: "the job's: pending is queued, running and awaiting_approval in_progress, complete completed",
+    }),
     model: Type.String(),
-    output: Type.Array(ResponseMessage, { description: "the answer as one assistant message, once completed" }),
+    output: Type.Array(ResponseMessage, { description: 'the answer as one assistant message, once completed' }),
     usage: Type.Union([ResponseUsage, Type.Null()]),
-    instructions: Type.Union([Type.String(), Type.Null()], { description: 'what the job was instructed: the instructions and any system or developer input messages' }),
+    instructions: Type.Union([Type.String(), Type.Null()], {
+      description: 'what the job was instructed: the instructions and any system or developer input messages',
+    }),
     previous_response_id: Type.Union([Type.String(), Type.Null()]),
     metadata: Type.Record(Type.String(), Type.String()),
     error: Type.Union([Type.Object({ code: Type.String(), message: Type.String() }), Type.Null()]),
@@ -99,7 +111,10 @@ export type ResponseObject = Static<typeof ResponseObject>
 
 export const ResponseStreamEvent = Type.Object(
   {
-    type: Type.String({ description: 'response.created, response.in_progress, response.output_item.added, response.content_part.added, response.output_text.delta…' }),
+    type: Type.String({
+      description:
+        'response.created, response.in_progress, response.output_item.added, response.content_part.added, response.output_text.delta…',
+    }),
     sequence_number: Type.Integer({ description: 'from 0, one more per event' }),
   },
   {

@@ -8,7 +8,8 @@ export type AutomationStatus = (typeof automationStatuses)[number]
 export const AutomationStatusSchema = Type.Unsafe<AutomationStatus>({
   type: 'string',
   enum: [...automationStatuses],
-  description: 'active: runs on schedule; paused: does not run; completed: maxRuns reached, endAt passed or the limit order filled; failed: runs failed repeatedly (statusReason says why)',
+  description:
+    'active: runs on schedule; paused: does not run; completed: maxRuns reached, endAt passed or the limit order filled; failed: runs failed repeatedly (statusReason says why)',
 })
 
 /** The kinds of automation; each validates its own config (docs/automation.md). */
@@ -28,7 +29,9 @@ export const Automation = Type.Object({
   }),
   createdAt: EpochMs(),
   updatedAt: EpochMs(),
-  nextRunAt: Type.Union([EpochMs(), Type.Null()], { description: 'when it runs (recurring-buy) or checks the price (limit-order) next; null unless active' }),
+  nextRunAt: Type.Union([EpochMs(), Type.Null()], {
+    description: 'when it runs (recurring-buy) or checks the price (limit-order) next; null unless active',
+  }),
   runs: Type.Integer({ minimum: 0, description: 'runs that executed a swap' }),
   statusReason: Type.Union([Type.String(), Type.Null()], { description: 'why it is completed or failed, or what a limit order last saw' }),
 })
@@ -71,7 +74,8 @@ export type AutomationRun = Static<typeof AutomationRun>
 export const CreateAutomationRequest = Type.Object(
   {
     walletAddress: Address({
-      description: "who receives what it buys (the server wallet pays): the key's bound wallet, or an address an admin allowed for the key (allowedRecipients in its spend policy)",
+      description:
+        "who receives what it buys (the server wallet pays): the key's bound wallet, or an address an admin allowed for the key (allowedRecipients in its spend policy)",
     }),
     type: Type.String({ minLength: 1, maxLength: 64, description: automationTypes.join(' or ') }),
     name: Type.String({ minLength: 1, maxLength: 128 }),

@@ -12,7 +12,11 @@ export function automationChannels(namespace: string) {
   const subject = (name: string) => subjectOf(namespace, 'automation', name)
   return {
     create: endpoint(subject('create'), CreateAutomationRequest, Type.Object({ automation: Automation })),
-    list: endpoint(subject('list'), Type.Object({ wallet: Type.Optional(Address()) }), Type.Object({ automations: Type.Array(Automation) })),
+    list: endpoint(
+      subject('list'),
+      Type.Object({ wallet: Type.Optional(Address()) }),
+      Type.Object({ automations: Type.Array(Automation) }),
+    ),
     setStatus: endpoint(
       subject('status.set'),
       Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }), status: AutomationStatusSchema }),

@@ -21,7 +21,11 @@ export const webhookEventTypes = [
   'payment.voided',
 ] as const
 export type WebhookEventType = (typeof webhookEventTypes)[number]
-export const WebhookEventTypeSchema = Type.Unsafe<WebhookEventType>({ type: 'string', enum: [...webhookEventTypes], description: 'an event type (docs/webhooks.md)' })
+export const WebhookEventTypeSchema = Type.Unsafe<WebhookEventType>({
+  type: 'string',
+  enum: [...webhookEventTypes],
+  description: 'an event type (docs/webhooks.md)',
+})
 
 /** Whose event it is: the API key that caused it, and/or the wallet it concerns (a payer, a key's bound wallet), lower-case. */
 export const EventOwner = Type.Object(

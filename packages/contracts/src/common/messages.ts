@@ -60,7 +60,11 @@ function compile<S extends TSchema>(schema: S): Codec<Static<S>> {
   }
 }
 
-export function endpoint<Req extends TSchema, Rep extends TSchema>(subject: string, request: Req, reply: Rep): Endpoint<Static<Req>, Static<Rep>> {
+export function endpoint<Req extends TSchema, Rep extends TSchema>(
+  subject: string,
+  request: Req,
+  reply: Rep,
+): Endpoint<Static<Req>, Static<Rep>> {
   return { subject, request: codec(request), reply: codec(reply) }
 }
 

@@ -8,8 +8,10 @@ export const addressPattern = '^0x[0-9a-fA-F]{40}$'
 export const bytes32Pattern = '^0x[0-9a-fA-F]{64}$'
 export const integerStringPattern = '^[0-9]{1,78}$'
 
-const string = (pattern: string, description: string) => (options: TStringOptions = {}) =>
-  Type.String({ pattern, description, ...options })
+const string =
+  (pattern: string, description: string) =>
+  (options: TStringOptions = {}) =>
+    Type.String({ pattern, description, ...options })
 
 export const Address = string(addressPattern, 'a 0x-hex address')
 export const Bytes32 = string(bytes32Pattern, '32 bytes of 0x-hex')

@@ -55,7 +55,10 @@ export const gatewayRoutes = {
         202: Type.Null({ description: 'a notification, accepted' }),
         400: ErrorBody,
         401: ErrorBody,
-        406: Type.Object({}, { additionalProperties: true, description: 'JSON-RPC error: the Accept header lacks application/json or text/event-stream' }),
+        406: Type.Object(
+          {},
+          { additionalProperties: true, description: 'JSON-RPC error: the Accept header lacks application/json or text/event-stream' },
+        ),
         429: ErrorBody,
       },
     },

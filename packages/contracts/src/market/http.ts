@@ -71,7 +71,11 @@ export type Nfts = Static<typeof Nfts>
 
 export const PredictionOutcome = Type.Object({
   name: Type.String({ description: 'e.g. "Yes"' }),
-  price: Type.Number({ minimum: 0, maximum: 1, description: "the outcome share's last price in USD (0..1), the market's implied probability" }),
+  price: Type.Number({
+    minimum: 0,
+    maximum: 1,
+    description: "the outcome share's last price in USD (0..1), the market's implied probability",
+  }),
 })
 
 export const PredictionMarket = Type.Object({
@@ -82,7 +86,9 @@ export const PredictionMarket = Type.Object({
   outcomes: Type.Array(PredictionOutcome),
   volume: Type.Number({ description: 'USD traded, all time' }),
   liquidity: Type.Number({ description: 'USD in the order book' }),
-  endDate: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], { description: 'when the market resolves (ISO 8601), null when open-ended' }),
+  endDate: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+    description: 'when the market resolves (ISO 8601), null when open-ended',
+  }),
   active: Type.Boolean(),
   closed: Type.Boolean(),
   url: Type.String({ description: "the market's page" }),
@@ -90,7 +96,12 @@ export const PredictionMarket = Type.Object({
 export type PredictionMarket = Static<typeof PredictionMarket>
 
 export const predictionsDefaultLimit = 10
-const PredictionLimit = Type.Integer({ minimum: 1, maximum: 100, default: predictionsDefaultLimit, description: 'how many markets (1..100)' })
+const PredictionLimit = Type.Integer({
+  minimum: 1,
+  maximum: 100,
+  default: predictionsDefaultLimit,
+  description: 'how many markets (1..100)',
+})
 
 export const TopPredictionsQuery = Type.Object({ limit: PredictionLimit })
 export const SearchPredictionsQuery = Type.Object({
@@ -106,16 +117,28 @@ export const OnePrediction = Type.Object({ market: PredictionMarket })
 export const defaultBridgeFromChainId = 42161
 
 const ChainId = (description: string) => Type.Integer({ minimum: 1, description })
-const BridgeTokenRef = (description: string) => Type.String({ pattern: `${addressPattern.slice(0, -1)}|^[A-Za-z][A-Za-z0-9.]{0,15}$`, description })
+const BridgeTokenRef = (description: string) =>
+  Type.String({ pattern: `${addressPattern.slice(0, -1)}|^[A-Za-z][A-Za-z0-9.]{0,15}$`, description })
 
 export const BridgeQuoteQuery = Type.Object({
-  fromChainId: Type.Integer({ minimum: 1, default: defaultBridgeFromChainId, description: 'the source chain (default 42161, Arbitrum One)' }),
+  fromChainId: Type.Integer({
+    minimum: 1,
+    default: defaultBridgeFromChainId,
+    description: 'the source chain (default 42161, Arbitrum One)',
+  }),
   toChainId: ChainId('the destination chain: one of GET /bridge/chains'),
-  fromToken: BridgeTokenRef('the token sent, on fromChainId: its address (0x0000000000000000000000000000000000000000 for the native coin) or symbol (USDC, ETH …)'),
+  fromToken: BridgeTokenRef(
+    'the token sent, on fromChainId: its address (0x0000000000000000000000000000000000000000 for the native coin) or symbol (USDC, ETH …)',
+  ),
   toToken: BridgeTokenRef('the token received, on toChainId: its address or symbol'),
   amount: Type.String({ minLength: 1, maxLength: 80, description: 'fromToken base units, a positive integer string' }),
   userAddress: Address({ description: 'who sends on fromChainId and receives on toChainId' }),
-  slippageBps: Type.Integer({ minimum: 0, maximum: 5000, default: 50, description: 'the most toAmountMin may fall below toAmount, in basis points' }),
+  slippageBps: Type.Integer({
+    minimum: 0,
+    maximum: 5000,
+    default: 50,
+    description: 'the most toAmountMin may fall below toAmount, in basis points',
+  }),
 })
 export type BridgeQuoteQuery = Static<typeof BridgeQuoteQuery>
 

@@ -33,7 +33,11 @@ const { q, limit } = SearchPredictionsQuery.properties
 export const SearchPredictionsRequest = Type.Object({ q, limit: Type.Optional(limit) })
 export type SearchPredictionsRequest = Static<typeof SearchPredictionsRequest>
 const { fromChainId, slippageBps, ...requiredBridgeFields } = BridgeQuoteQuery.properties
-export const BridgeQuoteRequest = Type.Object({ ...requiredBridgeFields, fromChainId: Type.Optional(fromChainId), slippageBps: Type.Optional(slippageBps) })
+export const BridgeQuoteRequest = Type.Object({
+  ...requiredBridgeFields,
+  fromChainId: Type.Optional(fromChainId),
+  slippageBps: Type.Optional(slippageBps),
+})
 export type BridgeQuoteRequest = Static<typeof BridgeQuoteRequest>
 
 /** market-data's NATS endpoints: the agent's tools read the market without HTTP. */

@@ -21,7 +21,10 @@ export const ApprovalStatusSchema = Type.Unsafe<ApprovalStatus>({
 export const Approval = Type.Object({
   id: Type.String({ description: 'apr_…' }),
   status: ApprovalStatusSchema,
-  reason: Type.String({ description: 'why it waits, e.g. "this swap is worth $50.00, over the approval threshold of $10.00 set by the spend policy of key key_abc"' }),
+  reason: Type.String({
+    description:
+      'why it waits, e.g. "this swap is worth $50.00, over the approval threshold of $10.00 set by the spend policy of key key_abc"',
+  }),
   swap: Type.Object({
     tokenIn: Type.String({ description: 'as asked (symbol or address)' }),
     tokenOut: Type.String(),
@@ -56,12 +59,20 @@ export const Approval = Type.Object({
   expiresAt: EpochMs(),
   decidedAt: Type.Union([EpochMs(), Type.Null()]),
   decidedBy: Type.Union([Type.String(), Type.Null()], {
-    description: 'the id of the key that approved or rejected it (an admin key too); "requester" when its job or automation run gave it up; null while pending or when it expired',
+    description:
+      'the id of the key that approved or rejected it (an admin key too); "requester" when its job or automation run gave it up; null while pending or when it expired',
   }),
-  decisionReason: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: 'the reason given with a reject, or by a requester that gave it up' })),
+  decisionReason: Type.Optional(
+    Type.Union([Type.String(), Type.Null()], { description: 'the reason given with a reject, or by a requester that gave it up' }),
+  ),
   result: Type.Union([SwapResult, Type.Null()], { description: 'the swap, once approved and mined' }),
-  error: Type.Union([Type.String(), Type.Null()], { description: 'why the approved swap was not made (refused by the policy at approval time, reverted…), or why it was abandoned' }),
-  links: Type.Object({ approve: Type.String(), reject: Type.String(), self: Type.String() }, { description: 'the routes that decide it (through the gateway)' }),
+  error: Type.Union([Type.String(), Type.Null()], {
+    description: 'why the approved swap was not made (refused by the policy at approval time, reverted…), or why it was abandoned',
+  }),
+  links: Type.Object(
+    { approve: Type.String(), reject: Type.String(), self: Type.String() },
+    { description: 'the routes that decide it (through the gateway)' },
+  ),
 })
 export type Approval = Static<typeof Approval>
 
@@ -69,7 +80,9 @@ export type Approval = Static<typeof Approval>
 export const AwaitingApproval = Type.Object({
   status: Type.Literal('awaiting_approval'),
   approval: Approval,
-  idempotencyKey: Type.Optional(Type.String({ description: 'the Idempotency-Key of the execute: a repeat with it answers this approval again' })),
+  idempotencyKey: Type.Optional(
+    Type.String({ description: 'the Idempotency-Key of the execute: a repeat with it answers this approval again' }),
+  ),
 })
 export type AwaitingApproval = Static<typeof AwaitingApproval>
 
@@ -91,7 +104,8 @@ export const approvalRoutes = {
   approvals: route({
     method: 'GET',
     url: '/approvals',
-    summary: "The swaps waiting for a person's decision (and decided ones with ?status=), newest first: this key's, or every key's for an admin key",
+    summary:
+      "The swaps waiting for a person's decision (and decided ones with ?status=), newest first: this key's, or every key's for an admin key",
     schema: {
       querystring: Type.Object(
         {
@@ -119,7 +133,8 @@ export const approvalRoutes = {
   reject: route({
     method: 'POST',
     url: '/approvals/:id/reject',
-    summary: 'Reject a waiting swap: nothing is sent, and the job or automation run behind it goes on without it. 409 when it was approved or expired',
+    summary:
+      'Reject a waiting swap: nothing is sent, and the job or automation run behind it goes on without it. 409 when it was approved or expired',
     schema: {
       params: IdParams,
       body: Type.Optional(Type.Object({ reason: Type.Optional(Type.String({ maxLength: 500 })) }, { additionalProperties: false })),

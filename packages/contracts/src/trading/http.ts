@@ -10,12 +10,18 @@ export const DexSchema = Type.Unsafe<DexName>({
   type: 'string',
   enum: [...dexes],
   default: 'uniswap',
-  description: 'uniswap: Uniswap V3 (QuoterV2 over the 0.01%, 0.05%, 0.3% and 1% fee tiers, the best wins); camelot: Camelot (Algebra Integral, one pool per pair, dynamic fee)',
+  description:
+    'uniswap: Uniswap V3 (QuoterV2 over the 0.01%, 0.05%, 0.3% and 1% fee tiers, the best wins); camelot: Camelot (Algebra Integral, one pool per pair, dynamic fee)',
 })
 
-const TokenRef = (description: string) => Type.String({ minLength: 1, maxLength: 64, description: `${description}: a symbol (WETH, USDC …) or a token address` })
+const TokenRef = (description: string) =>
+  Type.String({ minLength: 1, maxLength: 64, description: `${description}: a symbol (WETH, USDC …) or a token address` })
 /** An amount as the client typed it; the service says plainly when it is not a positive integer. */
-const AmountIn = Type.String({ minLength: 1, maxLength: 80, description: 'amount of tokenIn in its base units, a positive integer string (1 USDC = "1000000")' })
+const AmountIn = Type.String({
+  minLength: 1,
+  maxLength: 80,
+  description: 'amount of tokenIn in its base units, a positive integer string (1 USDC = "1000000")',
+})
 
 export const QuoteQuery = Type.Object({
   tokenIn: TokenRef('the token sold'),
@@ -33,7 +39,8 @@ export const Quote = Type.Object({
   amountOut: IntegerString({ description: "tokenOut base units, from the DEX's own quoter at blockNumber" }),
   priceImpactBps: Type.Integer({
     minimum: 0,
-    description: "how far the execution price is below the pools' mid price before the trade, in basis points; the pool fee is not counted (it is in `fees`), so a tiny trade has an impact of 0",
+    description:
+      "how far the execution price is below the pools' mid price before the trade, in basis points; the pool fee is not counted (it is in `fees`), so a tiny trade has an impact of 0",
   }),
   priceImpactCeilingBps: Type.Integer({
     minimum: 1,
@@ -41,7 +48,9 @@ export const Quote = Type.Object({
     description:
       "the default price-impact ceiling of swaps from the server wallet (SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS, 1500 = 15%); a key's spend policy may set its own (maxPriceImpactBps), which execute applies",
   }),
-  exceedsPriceImpactCeiling: Type.Boolean({ description: 'true: priceImpactBps is over priceImpactCeilingBps, so an execute of this swap would be refused (422)' }),
+  exceedsPriceImpactCeiling: Type.Boolean({
+    description: 'true: priceImpactBps is over priceImpactCeilingBps, so an execute of this swap would be refused (422)',
+  }),
   route: Type.Array(Type.String(), { description: 'the path as token symbols, e.g. ["ARB","WETH","WBTC"] when routed through WETH' }),
   pools: Type.Array(Address(), { description: 'the pool of each hop' }),
   fees: Type.Array(Type.Integer(), { description: 'the fee of each hop in hundredths of a basis point (500 = 0.05%)' }),
@@ -59,7 +68,8 @@ export const SwapBody = Type.Object(
       minimum: 0,
       maximum: 5000,
       default: 50,
-      description: 'the most the received amount may fall below the quote, in basis points (50 = 0.5%); amountOutMinimum = quote × (10000 − slippageBps) / 10000',
+      description:
+        'the most the received amount may fall below the quote, in basis points (50 = 0.5%); amountOutMinimum = quote × (10000 − slippageBps) / 10000',
     }),
   },
   { additionalProperties: false },
@@ -67,19 +77,26 @@ export const SwapBody = Type.Object(
 export type SwapBody = Static<typeof SwapBody>
 
 export const SwapResult = Type.Object({
-  success: Type.Boolean({ description: 'true when the swap transaction was mined and succeeded; false when it reverted (hash says which)' }),
+  success: Type.Boolean({
+    description: 'true when the swap transaction was mined and succeeded; false when it reverted (hash says which)',
+  }),
   hash: Bytes32({ description: 'the swap transaction' }),
   dex: DexSchema,
   tokenIn: Type.String(),
   tokenOut: Type.String(),
   amountIn: IntegerString(),
-  amountOut: IntegerString({ description: 'tokenOut received by the server wallet (or the recipient), read from the Transfer logs of the receipt; "0" when reverted' }),
+  amountOut: IntegerString({
+    description: 'tokenOut received by the server wallet (or the recipient), read from the Transfer logs of the receipt; "0" when reverted',
+  }),
   amountOutMinimum: IntegerString({ description: 'the least the swap accepted' }),
   route: Type.Array(Type.String()),
   blockNumber: IntegerString({ description: 'the block the swap was mined in' }),
   executionId: Type.String({ description: 'the record of this execution (GET /swap/executions/:id)' }),
   idempotencyKey: Type.Optional(
-    Type.String({ description: 'the Idempotency-Key this execute ran under: the one sent, or one generated when none was (also the idempotency-key header); a repeat with it returns this result and swaps nothing more' }),
+    Type.String({
+      description:
+        'the Idempotency-Key this execute ran under: the one sent, or one generated when none was (also the idempotency-key header); a repeat with it returns this result and swaps nothing more',
+    }),
   ),
 })
 export type SwapResult = Static<typeof SwapResult>
@@ -100,7 +117,9 @@ export const UnsignedTransaction = Type.Object({
   to: Address(),
   data: Type.String({ description: 'calldata, 0x-hex' }),
   value: IntegerString({ description: 'wei to send with it (always "0": tokens only)' }),
-  gas: IntegerString({ description: 'a gas limit: the estimate plus 25%, or a fixed allowance when the estimate needs the approval first' }),
+  gas: IntegerString({
+    description: 'a gas limit: the estimate plus 25%, or a fixed allowance when the estimate needs the approval first',
+  }),
 })
 export type UnsignedTransaction = Static<typeof UnsignedTransaction>
 
@@ -115,7 +134,9 @@ export const PreparedSwap = Type.Object({
   route: Type.Array(Type.String()),
   deadline: Type.Integer({ description: 'unix seconds after which the swap reverts' }),
   blockNumber: IntegerString(),
-  transactions: Type.Array(UnsignedTransaction, { description: 'send in order, each after the previous one is mined: an approval when the allowance is short, then the swap' }),
+  transactions: Type.Array(UnsignedTransaction, {
+    description: 'send in order, each after the previous one is mined: an approval when the allowance is short, then the swap',
+  }),
   simulation: Type.Object({
     ok: Type.Boolean({ description: 'every transaction succeeds against the current chain state, in order' }),
     error: Type.Optional(Type.String({ description: 'why not: the revert reason, or what the wallet lacks' })),
@@ -126,7 +147,8 @@ export type PreparedSwap = Static<typeof PreparedSwap>
 export const ExecutionStatus = Type.Unsafe<'pending' | 'submitted' | 'success' | 'reverted' | 'failed'>({
   type: 'string',
   enum: ['pending', 'submitted', 'success', 'reverted', 'failed'],
-  description: 'pending: checked, not sent yet; submitted: sent, waiting for the receipt; success / reverted: mined; failed: never sent (error says why)',
+  description:
+    'pending: checked, not sent yet; submitted: sent, waiting for the receipt; success / reverted: mined; failed: never sent (error says why)',
 })
 
 export const Execution = Type.Object({
@@ -174,7 +196,11 @@ export const PerpPosition = Type.Object({
   collateral: IntegerString({ description: 'collateral in base units of collateralToken' }),
   collateralToken: Address(),
   entryPrice: IntegerString({ description: 'USD with 30 decimals per whole index token (sizeInUsd ÷ sizeInTokens)' }),
-  pnl: Type.String({ pattern: '^-?[0-9]{1,78}$', description: 'unrealised PnL in USD with 30 decimals at the DEX mid price (a leading "-" for a loss), fees not counted; "0" when no price is known' }),
+  pnl: Type.String({
+    pattern: '^-?[0-9]{1,78}$',
+    description:
+      'unrealised PnL in USD with 30 decimals at the DEX mid price (a leading "-" for a loss), fees not counted; "0" when no price is known',
+  }),
 })
 
 export const Positions = Type.Object({
@@ -188,7 +214,11 @@ export const LaunchBody = Type.Object(
   {
     name: Type.String({ minLength: 1, maxLength: 64, description: 'token name' }),
     symbol: Type.String({ pattern: '^[A-Za-z0-9]{1,11}$', description: '1 to 11 letters or digits' }),
-    supply: Type.String({ minLength: 1, maxLength: 60, description: 'total supply in whole tokens, a positive integer string; all of it goes to the server wallet' }),
+    supply: Type.String({
+      minLength: 1,
+      maxLength: 60,
+      description: 'total supply in whole tokens, a positive integer string; all of it goes to the server wallet',
+    }),
     decimals: Type.Integer({ minimum: 0, maximum: 18, default: 18 }),
   },
   { additionalProperties: false },
@@ -207,7 +237,10 @@ export const LaunchedToken = Type.Object({
   blockNumber: IntegerString(),
   createdAt: EpochMs(),
   idempotencyKey: Type.Optional(
-    Type.String({ description: 'POST only: the Idempotency-Key this launch ran under (sent, or generated when none was; also the idempotency-key header); a repeat with it launches nothing more' }),
+    Type.String({
+      description:
+        'POST only: the Idempotency-Key this launch ran under (sent, or generated when none was; also the idempotency-key header); a repeat with it launches nothing more',
+    }),
   ),
 })
 export type LaunchedToken = Static<typeof LaunchedToken>
@@ -241,7 +274,10 @@ export const tradingRoutes = {
     method: 'GET',
     url: '/swap/executions/:id',
     summary: 'One swap execution of this API key',
-    schema: { params: Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }), response: { 200: Execution, 404: ErrorBody, ...errors } },
+    schema: {
+      params: Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }),
+      response: { 200: Execution, 404: ErrorBody, ...errors },
+    },
   }),
   positions: route({
     method: 'GET',

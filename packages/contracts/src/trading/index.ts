@@ -7,4 +7,8 @@ export * from './approvals.ts'
 export * from './http.ts'
 export * from './nats.ts'
 
-export const tradingContract = serviceContract({ name: 'trading', routes: { ...tradingRoutes, ...approvalRoutes }, channels: tradingChannels })
+export const tradingContract = serviceContract({
+  name: 'trading',
+  routes: { ...tradingRoutes, ...approvalRoutes },
+  channels: tradingChannels,
+})

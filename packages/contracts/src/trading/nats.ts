@@ -13,10 +13,16 @@ import { Positions, PreparedSwap, PrepareBody, Quote, QuoteQuery, SwapBody, Swap
 export const ExecuteRequest = Type.Object(
   {
     ...SwapBody.properties,
-    idempotencyKey: Type.String({ minLength: 1, maxLength: 255, description: 'e.g. "job:<jobId>:step:<n>:<content hash>" or "run:<runId>"' }),
+    idempotencyKey: Type.String({
+      minLength: 1,
+      maxLength: 255,
+      description: 'e.g. "job:<jobId>:step:<n>:<content hash>" or "run:<runId>"',
+    }),
     jobId: Type.Optional(Type.String({ maxLength: 64, description: 'the agent job that asked' })),
     automationRunId: Type.Optional(Type.String({ maxLength: 64, description: 'the automation run that asked' })),
-    recipient: Type.Optional(Address({ description: 'who receives tokenOut (an automation buys for its wallet); the server wallet when absent' })),
+    recipient: Type.Optional(
+      Address({ description: 'who receives tokenOut (an automation buys for its wallet); the server wallet when absent' }),
+    ),
   },
   { additionalProperties: false },
 )
@@ -39,7 +45,11 @@ export function tradingChannels(namespace: string) {
     /** a swap, or (a spend policy's approvalAboveUsd) the approval it waits for: nothing was sent then */
     execute: endpoint(subjectOf(namespace, 'trading', 'swap.execute'), ExecuteRequest, Type.Union([SwapResult, AwaitingApproval])),
     /** one approval by id, as its requester sees it (a job or run waiting for it asks every APPROVAL_POLL_MS); null when unknown */
-    approval: endpoint(subjectOf(namespace, 'trading', 'approvals.get'), Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }), Type.Object({ approval: Type.Union([Approval, Type.Null()]) })),
+    approval: endpoint(
+      subjectOf(namespace, 'trading', 'approvals.get'),
+      Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }),
+      Type.Object({ approval: Type.Union([Approval, Type.Null()]) }),
+    ),
     /**
      * the requester gives a pending approval up (its job was cancelled, its automation paused or
      * deleted): it becomes rejected with decidedBy "requester" and can no longer be approved; an

@@ -95,7 +95,10 @@ export function paymentRequirementsV2(terms: PaymentTerms): PaymentRequirements 
 }
 
 /** The body of a 402 answer (x402 v1). */
-export function paymentRequiredBody(terms: PaymentTerms, error: string): { x402Version: 1; error: string; accepts: OfferedRequirementsV1[] } {
+export function paymentRequiredBody(
+  terms: PaymentTerms,
+  error: string,
+): { x402Version: 1; error: string; accepts: OfferedRequirementsV1[] } {
   return { x402Version: 1, error, accepts: [paymentRequirementsV1(terms)] }
 }
 

@@ -76,8 +76,13 @@ export function createKeyStore(db: PrismaClient) {
 
     /** The active key with its spend policy and bound wallet, for trading's check before a swap and automation's recipient check. */
     async findActiveById(id: string): Promise<KeyPolicyReply['key']> {
-      const row = await db.apiKey.findUnique({ where: { id }, select: { id: true, tier: true, revokedAt: true, spendPolicy: true, wallet: true } })
-      return row && !row.revokedAt ? { id: row.id, tier: row.tier, policy: policyOf(row), wallet: row.wallet ? getAddress(row.wallet) : null } : null
+      const row = await db.apiKey.findUnique({
+        where: { id },
+        select: { id: true, tier: true, revokedAt: true, spendPolicy: true, wallet: true },
+      })
+      return row && !row.revokedAt
+        ? { id: row.id, tier: row.tier, policy: policyOf(row), wallet: row.wallet ? getAddress(row.wallet) : null }
+        : null
     },
 
     async findActiveByHash(hash: string): Promise<{ id: string; tier: Tier; wallet: string | null } | null> {

@@ -22,9 +22,27 @@ const shown: Record<SettlementState, JobPayment['state']> = {
 /** A payment moved by applyOutcomes, with what its payment.voided event says. */
 type Moved = Pick<Payment, 'payer' | 'nonce' | 'amount' | 'asset' | 'network' | 'chainId' | 'jobId' | 'route' | 'state' | 'voidReason'>
 const movedColumns = (table: string) =>
-  Prisma.raw(['payer', 'nonce', 'amount', 'asset', 'network', 'chain_id AS "chainId"', 'job_id AS "jobId"', 'route', 'state', 'void_reason AS "voidReason"'].map((c) => `${table}.${c}`).join(', '))
+  Prisma.raw(
+    [
+      'payer',
+      'nonce',
+      'amount',
+      'asset',
+      'network',
+      'chain_id AS "chainId"',
+      'job_id AS "jobId"',
+      'route',
+      'state',
+      'void_reason AS "voidReason"',
+    ]
+      .map((c) => `${table}.${c}`)
+      .join(', '),
+  )
 
-export function createJobPayments(db: PrismaClient, { settle, events, counted }: { settle: boolean; events: Pick<EventOutbox, 'send'>; counted: PaymentCounter }) {
+export function createJobPayments(
+  db: PrismaClient,
+  { settle, events, counted }: { settle: boolean; events: Pick<EventOutbox, 'send'>; counted: PaymentCounter },
+) {
   return {
     /** Keeps each job's first outcome; a repeat (a redelivery, a republish) changes nothing. */
     async recordOutcomes(outcomes: JobPaymentOutcome[]): Promise<number> {
@@ -65,7 +83,11 @@ export function createJobPayments(db: PrismaClient, { settle, events, counted }:
         const eventIds: string[] = []
         for (const p of [...moved, ...expired].filter((m) => m.state === 'voided')) {
           eventIds.push(
-            await recordEvent(tx, { type: 'payment.voided', owner: { wallet: p.payer }, data: { ...paymentEventData(p), reason: p.voidReason ?? 'voided' } }),
+            await recordEvent(tx, {
+              type: 'payment.voided',
+              owner: { wallet: p.payer },
+              data: { ...paymentEventData(p), reason: p.voidReason ?? 'voided' },
+            }),
           )
         }
         return { moved, expired: expired.length, eventIds }
@@ -83,7 +105,10 @@ export function createJobPayments(db: PrismaClient, { settle, events, counted }:
     async ofJobs(jobIds: string[]): Promise<Record<string, JobPayment>> {
       if (jobIds.length === 0) return {}
       const [payments, outcomes] = await Promise.all([
-        db.payment.findMany({ where: { jobId: { in: jobIds } }, select: { jobId: true, state: true, txHash: true, voidReason: true, settleError: true } }),
+        db.payment.findMany({
+          where: { jobId: { in: jobIds } },
+          select: { jobId: true, state: true, txHash: true, voidReason: true, settleError: true },
+        }),
         db.jobOutcome.findMany({ where: { jobId: { in: jobIds }, outcome: 'void' }, select: { jobId: true, reason: true } }),
       ])
       const out: Record<string, JobPayment> = {}

@@ -55,7 +55,10 @@ export const paymentEventData = (p: Pick<Payment, 'payer' | 'nonce' | 'amount' |
  * state, and the revenue figures. Revenue counts every payment that has not failed to
  * settle and was not voided (its job failed): those earned nothing.
  */
-export function createLedger(db: PrismaClient, { settle, events, counted }: { settle: boolean; events: Pick<EventOutbox, 'send'>; counted: PaymentCounter }) {
+export function createLedger(
+  db: PrismaClient,
+  { settle, events, counted }: { settle: boolean; events: Pick<EventOutbox, 'send'>; counted: PaymentCounter },
+) {
   const earning = { state: { notIn: ['failed', 'voided'] as SettlementState[] } }
   return {
     /**

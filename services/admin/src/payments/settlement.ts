@@ -78,20 +78,32 @@ const receiptOf = (publicClient: PublicClient, hash: Hex) =>
  */
 export function authorizationTrace(publicClient: PublicClient, logChunkBlocks = 5_000n) {
   const authorizationUsed = (p: PaymentRow) =>
-    publicClient.readContract({ address: p.asset as Address, abi: eip3009Abi, functionName: 'authorizationState', args: [p.payer as Address, p.nonce as Hex] })
+    publicClient.readContract({
+      address: p.asset as Address,
+      abi: eip3009Abi,
+      functionName: 'authorizationState',
+      args: [p.payer as Address, p.nonce as Hex],
+    })
 
   /** The use of this payment's authorization recorded in `receipt`, if it holds one. */
   function useIn(p: PaymentRow, receipt: TransactionReceipt): AuthorizationUse | undefined {
     const logs = parseEventLogs({ abi: eip3009Abi, logs: receipt.logs }).filter((log) => same(log.address, p.asset))
     const at = logs.findIndex(
-      (log) => (log.eventName === 'AuthorizationUsed' || log.eventName === 'AuthorizationCanceled') && same(log.args.authorizer, p.payer) && same(log.args.nonce, p.nonce),
+      (log) =>
+        (log.eventName === 'AuthorizationUsed' || log.eventName === 'AuthorizationCanceled') &&
+        same(log.args.authorizer, p.payer) &&
+        same(log.args.nonce, p.nonce),
     )
     if (at < 0) return undefined
     const hash = receipt.transactionHash
     if (logs[at]!.eventName === 'AuthorizationCanceled') return { hash, canceled: true }
     // the token marks the authorization used, then transfers (FiatToken v2, our DevUsdc)
     const transfer = logs.slice(at + 1).find((log) => log.eventName === 'Transfer' && same(log.args.from, p.payer))
-    return { hash, canceled: false, ...(transfer?.eventName === 'Transfer' ? { transfer: { to: transfer.args.to, value: transfer.args.value } } : {}) }
+    return {
+      hash,
+      canceled: false,
+      ...(transfer?.eventName === 'Transfer' ? { transfer: { to: transfer.args.to, value: transfer.args.value } } : {}),
+    }
   }
 
   /**
@@ -174,7 +186,6 @@ export function onchainSettlement(
   const { publicClient } = chain
   const pollingInterval = Math.max(50, Math.min(1_000, Math.floor(receiptTimeoutMs / 10)))
 
-
   /**
    * Waits up to receiptTimeoutMs for this transaction's receipt; null if it is not mined by then.
    * (viem answers the receipt of a transaction that replaced it, same sender and nonce: that is
@@ -201,8 +212,14 @@ export function onchainSettlement(
     // payment (spend its nonce, cancel it, move the money) blocks: see reconcile and the balance below
     if (p.validBefore <= now) return { kind: 'failed', reason: `authorization expired at ${p.validBefore} before it was settled` }
     const from = p.payer as Address
-    const balance = await publicClient.readContract({ address: p.asset as Address, abi: eip3009Abi, functionName: 'balanceOf', args: [from] })
-    if (balance < p.amount) return { kind: 'failed', reason: `insufficient funds: ${from} holds ${balance}, the payment is ${p.amount}`, blockPayer: true }
+    const balance = await publicClient.readContract({
+      address: p.asset as Address,
+      abi: eip3009Abi,
+      functionName: 'balanceOf',
+      args: [from],
+    })
+    if (balance < p.amount)
+      return { kind: 'failed', reason: `insufficient funds: ${from} holds ${balance}, the payment is ${p.amount}`, blockPayer: true }
     return undefined
   }
 
@@ -212,12 +229,16 @@ export function onchainSettlement(
    */
   async function resume(p: PaymentRow, hash: Hex, raw: Hex): Promise<SettleOutcome | { kind: 'replaceable'; why: string }> {
     const mined = await receiptOf(publicClient, hash)
-    if (mined) return mined.status === 'success' ? { kind: 'settled', txHash: hash } : { kind: 'replaceable', why: `transaction ${hash} reverted` }
+    if (mined)
+      return mined.status === 'success' ? { kind: 'settled', txHash: hash } : { kind: 'replaceable', why: `transaction ${hash} reverted` }
     const tx = parseTransaction(raw as TransactionSerialized)
     const sender = await recoverTransactionAddress({ serializedTransaction: raw as TransactionSerialized })
     // another transaction of the wallet waiting in the node with this nonce: sending ours could
     // replace it (a higher fee); wait for that one to be mined instead
-    const known = await publicClient.getTransaction({ hash }).then(() => true, () => false)
+    const known = await publicClient.getTransaction({ hash }).then(
+      () => true,
+      () => false,
+    )
     const taken = !known && (await publicClient.getTransactionCount({ address: sender, blockTag: 'pending' })) > tx.nonce!
     let broadcast = taken ? 'not broadcast again: another transaction holds its nonce in the node' : 'broadcast again'
     if (!taken) {
@@ -230,11 +251,16 @@ export function onchainSettlement(
     }
     // its nonce used (count read first) and still no receipt: another transaction took the nonce
     const replaced = async () =>
-      (await publicClient.getTransactionCount({ address: sender, blockTag: 'latest' })) > tx.nonce! && !(await receiptOf(publicClient, hash))
-    const gone = { kind: 'replaceable' as const, why: `transaction ${hash} was replaced (its nonce ${tx.nonce} went to another transaction)` }
+      (await publicClient.getTransactionCount({ address: sender, blockTag: 'latest' })) > tx.nonce! &&
+      !(await receiptOf(publicClient, hash))
+    const gone = {
+      kind: 'replaceable' as const,
+      why: `transaction ${hash} was replaced (its nonce ${tx.nonce} went to another transaction)`,
+    }
     if (await replaced()) return gone
     const receipt = await awaitReceipt(hash)
-    if (receipt) return receipt.status === 'success' ? { kind: 'settled', txHash: hash } : { kind: 'replaceable', why: `transaction ${hash} reverted` }
+    if (receipt)
+      return receipt.status === 'success' ? { kind: 'settled', txHash: hash } : { kind: 'replaceable', why: `transaction ${hash} reverted` }
     if (await replaced()) return gone
     // not mined yet: final only once the chain is past validBefore with the authorization unused
     const latest = await publicClient.getBlock({ blockTag: 'latest' })
@@ -247,7 +273,8 @@ export function onchainSettlement(
   return {
     name: 'on chain, from the server wallet',
     async settle(p, { onSigned }) {
-      if (p.chainId !== chain.chainId) return { kind: 'failed', reason: `payment is on chain ${p.chainId}; this admin settles on chain ${chain.chainId}` }
+      if (p.chainId !== chain.chainId)
+        return { kind: 'failed', reason: `payment is on chain ${p.chainId}; this admin settles on chain ${chain.chainId}` }
       if (p.txHash && p.rawTx) {
         const resumed = await resume(p, p.txHash as Hex, p.rawTx as Hex)
         if (resumed.kind !== 'replaceable') return resumed
@@ -270,7 +297,17 @@ export function onchainSettlement(
     const data = encodeFunctionData({
       abi: eip3009Abi,
       functionName: 'transferWithAuthorization',
-      args: [p.payer as Address, p.payTo as Address, p.amount, p.validAfter, p.validBefore, p.nonce as Hex, Number(v ?? 27n + BigInt(yParity)), r, s],
+      args: [
+        p.payer as Address,
+        p.payTo as Address,
+        p.amount,
+        p.validAfter,
+        p.validBefore,
+        p.nonce as Hex,
+        Number(v ?? 27n + BigInt(yParity)),
+        r,
+        s,
+      ],
     })
     let kept: Hex | undefined
     let hash: Hex
@@ -290,8 +327,14 @@ export function onchainSettlement(
       throw error
     }
     const receipt = await awaitReceipt(hash).catch((error: Error) => error)
-    if (receipt instanceof Error) return { kind: 'retry', reason: `transaction ${hash} sent; its receipt could not be read (${firstLine(receipt)})`, inFlight: true }
-    if (!receipt) return { kind: 'retry', reason: `transaction ${hash} not mined within ${receiptTimeoutMs} ms${replacing ? ` (it replaces ${replacing})` : ''}`, inFlight: true }
+    if (receipt instanceof Error)
+      return { kind: 'retry', reason: `transaction ${hash} sent; its receipt could not be read (${firstLine(receipt)})`, inFlight: true }
+    if (!receipt)
+      return {
+        kind: 'retry',
+        reason: `transaction ${hash} not mined within ${receiptTimeoutMs} ms${replacing ? ` (it replaces ${replacing})` : ''}`,
+        inFlight: true,
+      }
     if (receipt.status === 'success') return { kind: 'settled', txHash: hash }
     // reverted: the reads tell why (spent by someone else first, expired, funds gone); else try again
     return (await refusal(p)) ?? { kind: 'retry', reason: `transaction ${hash} reverted` }
@@ -331,7 +374,12 @@ export function settleRequest(p: PaymentRow) {
     const accepted = paymentRequirementsV2(terms)
     return {
       x402Version: 2,
-      paymentPayload: { x402Version: 2, resource: { url: p.resource, description: terms.description, mimeType: 'application/json' }, accepted, payload },
+      paymentPayload: {
+        x402Version: 2,
+        resource: { url: p.resource, description: terms.description, mimeType: 'application/json' },
+        accepted,
+        payload,
+      },
       paymentRequirements: accepted,
     }
   }

@@ -35,7 +35,17 @@ function byPayer(payments: PaymentRow[]): Map<string, PaymentRow[]> {
  * kept transaction may still be mined (`inFlight`) is never given up: it is checked again (at
  * least once a lease) until it is mined, replaced or its authorization expired.
  */
-export function startSettler({ ledger, settlement, blockedPayers, log, intervalMs, maxAttempts, leaseMs, retryMs, batchSize = 25 }: SettlerOptions) {
+export function startSettler({
+  ledger,
+  settlement,
+  blockedPayers,
+  log,
+  intervalMs,
+  maxAttempts,
+  leaseMs,
+  retryMs,
+  batchSize = 25,
+}: SettlerOptions) {
   const backoffMs = (attempt: number) => Math.min(60_000, retryMs * 2 ** (attempt - 1))
 
   async function block(p: PaymentRow, reason: string) {

@@ -4,7 +4,10 @@ import type { FastifyInstance } from 'fastify'
 import type { NatsConnection } from 'nats'
 import type { KeyStore } from '../keys/keyStore.ts'
 
-export async function keyRoutes(app: FastifyInstance, { keys, nc, keyRevoked }: { keys: KeyStore; nc: NatsConnection; keyRevoked: AdminChannels['keyRevoked'] }) {
+export async function keyRoutes(
+  app: FastifyInstance,
+  { keys, nc, keyRevoked }: { keys: KeyStore; nc: NatsConnection; keyRevoked: AdminChannels['keyRevoked'] },
+) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({

@@ -50,7 +50,12 @@ export async function revenueRoutes(app: FastifyInstance, { ledger, price, stora
       const history = await ledger.history(days)
       return {
         days,
-        history: history.map((d) => ({ date: d.date, count: d.count, totalUsdc: d.totalUsdc.toString(), totalUsd: formatUsd(d.totalUsdc) })),
+        history: history.map((d) => ({
+          date: d.date,
+          count: d.count,
+          totalUsdc: d.totalUsdc.toString(),
+          totalUsd: formatUsd(d.totalUsdc),
+        })),
       }
     },
   })

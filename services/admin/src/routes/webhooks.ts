@@ -72,7 +72,10 @@ export async function webhookSubscriptionRoutes(app: FastifyInstance, { subscrip
     handler: async (request) => {
       const viewer = viewerOf(request)
       const rotated = await subscriptions.rotate(viewer, request.params.id)
-      request.log.info({ webhookId: request.params.id, by: viewer.keyId, previousSecretValidUntil: rotated.previousSecretValidUntil }, 'webhook secret rotated')
+      request.log.info(
+        { webhookId: request.params.id, by: viewer.keyId, previousSecretValidUntil: rotated.previousSecretValidUntil },
+        'webhook secret rotated',
+      )
       return rotated
     },
   })

@@ -75,7 +75,14 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
     await db.$transaction([
       db.webhookDelivery.updateMany({
         where: { id: d.id },
-        data: { status: 'succeeded', attempts: d.attempts + 1, attemptLog, deliveredAt: new Date(), nextAttemptAt: null, lockedUntil: null },
+        data: {
+          status: 'succeeded',
+          attempts: d.attempts + 1,
+          attemptLog,
+          deliveredAt: new Date(),
+          nextAttemptAt: null,
+          lockedUntil: null,
+        },
       }),
       db.webhookSubscription.updateMany({ where: { id: d.subscriptionId, failingSince: { not: null } }, data: { failingSince: null } }),
     ])
@@ -107,7 +114,11 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
       where: { id: d.subscriptionId, enabled: true, failingSince: sub.failingSince },
       data: { enabled: false, disabledReason: reason(sub.failingSince), updatedAt: now },
     })
-    if (count > 0) log.warn({ subscriptionId: d.subscriptionId, failingSince: sub.failingSince }, 'webhook subscription disabled: its deliveries have failed for too long')
+    if (count > 0)
+      log.warn(
+        { subscriptionId: d.subscriptionId, failingSince: sub.failingSince },
+        'webhook subscription disabled: its deliveries have failed for too long',
+      )
   }
 
   async function deliver(d: Claimed) {
@@ -144,7 +155,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
       const due = await claim(free)
       for (const d of due) {
         const task: Promise<void> = deliver(d)
-          .catch((error) => log.error({ err: error, deliveryId: d.id }, 'webhook delivery could not be recorded; it is tried again once its lock ends'))
+          .catch((error) =>
+            log.error({ err: error, deliveryId: d.id }, 'webhook delivery could not be recorded; it is tried again once its lock ends'),
+          )
           .finally(() => {
             inFlight.delete(task)
             loop.wake()

@@ -6,7 +6,8 @@ import type { NatsConnection } from 'nats'
 import type { PrismaClient } from '../generated/prisma/client.ts'
 
 /** What is POSTed, byte for byte the same on every try: the Standard Webhooks payload shape. */
-export const deliveryBody = (event: DomainEvent) => JSON.stringify({ id: event.id, type: event.type, timestamp: new Date(event.at).toISOString(), data: event.data })
+export const deliveryBody = (event: DomainEvent) =>
+  JSON.stringify({ id: event.id, type: event.type, timestamp: new Date(event.at).toISOString(), data: event.data })
 
 /**
  * Inserts the event's deliveries in one statement; returns how many are new. A subscription

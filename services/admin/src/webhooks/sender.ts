@@ -99,12 +99,16 @@ export interface WebhookRequest {
 /** sendWebhook in a client span when tracing is on (the receiver gets no traceparent: trace ids stay in the fleet). */
 export function sendWebhook(request: WebhookRequest): Promise<Attempt> {
   if (!tracingEnabled()) return deliver(request)
-  return inSpan('POST webhook', { kind: SpanKind.CLIENT, attributes: { 'http.request.method': 'POST', 'ats.upstream': 'webhook' } }, async (span) => {
-    const attempt = await deliver(request)
-    if (attempt.status !== undefined) span?.setAttribute('http.response.status_code', attempt.status)
-    if (!attempt.ok) span?.setStatus({ code: SpanStatusCode.ERROR, message: attempt.refused ? 'refused' : 'failed' })
-    return attempt
-  })
+  return inSpan(
+    'POST webhook',
+    { kind: SpanKind.CLIENT, attributes: { 'http.request.method': 'POST', 'ats.upstream': 'webhook' } },
+    async (span) => {
+      const attempt = await deliver(request)
+      if (attempt.status !== undefined) span?.setAttribute('http.response.status_code', attempt.status)
+      if (!attempt.ok) span?.setStatus({ code: SpanStatusCode.ERROR, message: attempt.refused ? 'refused' : 'failed' })
+      return attempt
+    },
+  )
 }
 
 async function deliver(request: WebhookRequest): Promise<Attempt> {
@@ -161,7 +165,9 @@ function parseWebhookUrl(url: string, rules: UrlRules): URL {
   const schemes = rules.allowHttp ? ['https:', 'http:'] : ['https:']
   if (!schemes.includes(parsed.protocol)) {
     throw new BadRequest(
-      rules.allowHttp ? 'webhook URL must use https or http' : 'webhook URL must use https (http is allowed only with WEBHOOK_ALLOW_HTTP=true, for development)',
+      rules.allowHttp
+        ? 'webhook URL must use https or http'
+        : 'webhook URL must use https (http is allowed only with WEBHOOK_ALLOW_HTTP=true, for development)',
     )
   }
   if (parsed.username || parsed.password) throw new BadRequest('webhook URL must not contain a username or password')
@@ -254,7 +260,8 @@ function agentFor(rules: UrlRules): Agent {
 
 function failureMessage(error: unknown, url: URL, signal: AbortSignal, timeoutMs: number): string {
   const code = (error as { code?: string }).code
-  if (signal.aborted || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT') return `no answer within the timeout of ${timeoutMs} ms`
+  if (signal.aborted || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT')
+    return `no answer within the timeout of ${timeoutMs} ms`
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `host ${hostOf(url)} could not be resolved (${code})`
   // the code, not the message: the message may quote internal details
   return `connection failed (${code ?? (error as Error).name})`

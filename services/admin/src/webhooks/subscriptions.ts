@@ -66,14 +66,24 @@ export function createSubscriptions(db: PrismaClient, { maxPerKey, secretGraceMs
         const count = await tx.webhookSubscription.count({ where: { keyId: viewer.keyId } })
         if (count >= maxPerKey) throw new TooManyWebhooks(count)
         return tx.webhookSubscription.create({
-          data: { id: newSubscriptionId(), keyId: viewer.keyId, url: input.url, events: input.events, description: input.description ?? null, secret },
+          data: {
+            id: newSubscriptionId(),
+            keyId: viewer.keyId,
+            url: input.url,
+            events: input.events,
+            description: input.description ?? null,
+            secret,
+          },
         })
       })
       return { ...webhookOf(row), secret }
     },
 
     async list(viewer: Viewer): Promise<Webhook[]> {
-      const rows = await db.webhookSubscription.findMany({ where: viewer.admin ? {} : { keyId: viewer.keyId }, orderBy: { createdAt: 'asc' } })
+      const rows = await db.webhookSubscription.findMany({
+        where: viewer.admin ? {} : { keyId: viewer.keyId },
+        orderBy: { createdAt: 'asc' },
+      })
       return rows.map(webhookOf)
     },
 
@@ -86,7 +96,9 @@ export function createSubscriptions(db: PrismaClient, { maxPerKey, secretGraceMs
           ...(change.events === undefined ? {} : { events: change.events }),
           ...(change.description === undefined ? {} : { description: change.description }),
           // enabling starts the failure streak over; disabling by hand gives no reason (its owner knows)
-          ...(change.enabled === undefined ? {} : { enabled: change.enabled, disabledReason: null, ...(change.enabled ? { failingSince: null } : {}) }),
+          ...(change.enabled === undefined
+            ? {}
+            : { enabled: change.enabled, disabledReason: null, ...(change.enabled ? { failingSince: null } : {}) }),
           updatedAt: new Date(),
         },
       })
@@ -103,11 +115,18 @@ export function createSubscriptions(db: PrismaClient, { maxPerKey, secretGraceMs
       const current = await owned(viewer, id)
       const secret = newWebhookSecret()
       const until = new Date(Date.now() + secretGraceMs)
-      await db.webhookSubscription.update({ where: { id }, data: { secret, previousSecret: current.secret, previousSecretUntil: until, updatedAt: new Date() } })
+      await db.webhookSubscription.update({
+        where: { id },
+        data: { secret, previousSecret: current.secret, previousSecretUntil: until, updatedAt: new Date() },
+      })
       return { secret, previousSecretValidUntil: until.getTime() }
     },
 
-    async deliveries(viewer: Viewer, id: string, query: { status?: DeliveryStatus | undefined; limit: number }): Promise<WebhookDelivery[]> {
+    async deliveries(
+      viewer: Viewer,
+      id: string,
+      query: { status?: DeliveryStatus | undefined; limit: number },
+    ): Promise<WebhookDelivery[]> {
       await owned(viewer, id)
       const rows = await db.webhookDelivery.findMany({
         where: { subscriptionId: id, ...(query.status ? { status: query.status } : {}) },

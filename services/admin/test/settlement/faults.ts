@@ -4,7 +4,17 @@ import { createChainContext } from '@ats/service-kit'
 import Fastify from 'fastify'
 import pg from 'pg'
 import t from 'tap'
-import { createWalletClient, decodeFunctionData, encodeFunctionData, getAddress, http, keccak256, parseSignature, type Address, type Hex } from 'viem'
+import {
+  createWalletClient,
+  decodeFunctionData,
+  encodeFunctionData,
+  getAddress,
+  http,
+  keccak256,
+  parseSignature,
+  type Address,
+  type Hex,
+} from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import type { PaymentRow } from '../../src/payments/ledger.ts'
 import { onchainSettlement } from '../../src/payments/settlement.ts'
@@ -35,7 +45,17 @@ async function chainTools() {
       address: usdc,
       abi: eip3009Abi,
       functionName: 'transferWithAuthorization',
-      args: [a.from as Address, a.to as Address, BigInt(a.value), BigInt(a.validAfter), BigInt(a.validBefore), a.nonce as Hex, Number(v), r, s],
+      args: [
+        a.from as Address,
+        a.to as Address,
+        BigInt(a.value),
+        BigInt(a.validAfter),
+        BigInt(a.validBefore),
+        a.nonce as Hex,
+        Number(v),
+        r,
+        s,
+      ],
     })
     const receipt = await publicClient.waitForTransactionReceipt({ hash, pollingInterval: 50 })
     if (receipt.status !== 'success') throw new Error(`relay ${hash} reverted`)
@@ -68,7 +88,11 @@ t.test('receipt never arrives, admin is killed, the node mines later: settled on
   const payer = await chain.fundedPayer(1_000_000n)
   const payTo = freshAddress()
   // a child process, so it can be killed for real; a short lease, so the next admin takes over soon
-  const first = await startAdmin(t, { ...chain.env, SETTLEMENT_INTERVAL_MS: '100', SETTLEMENT_LEASE_MS: '2000', LOG_LEVEL: 'warn' }, { process: true })
+  const first = await startAdmin(
+    t,
+    { ...chain.env, SETTLEMENT_INTERVAL_MS: '100', SETTLEMENT_LEASE_MS: '2000', LOG_LEVEL: 'warn' },
+    { process: true },
+  )
   const db = new pg.Client({ connectionString: first.env.DATABASE_URL })
   await db.connect()
   t.teardown(() => db.end())
@@ -82,7 +106,9 @@ t.test('receipt never arrives, admin is killed, the node mines later: settled on
   await first.publish([charge])
 
   // settling, with its hash, while the transaction waits in the node for a block
-  const [settling] = await first.paymentsWhen('the payment settling with its transaction', (payments) => payments.some((p) => p.settlement === 'settling' && p.txHash !== null))
+  const [settling] = await first.paymentsWhen('the payment settling with its transaction', (payments) =>
+    payments.some((p) => p.settlement === 'settling' && p.txHash !== null),
+  )
   const hash = settling!.txHash as Hex
   const pending = await eventually('the node to hold the transaction', () => publicClient.getTransaction({ hash }).catch(() => undefined))
   t.equal(pending.blockNumber, null, 'broadcast, not mined')
@@ -90,20 +116,36 @@ t.test('receipt never arrives, admin is killed, the node mines later: settled on
   const killedAt = await attempts()
 
   process.kill(first.svc.pid!, 'SIGKILL')
-  await eventually('the first admin to be gone', () => fetch(`${first.svc.url}/ready`).then(() => undefined, () => true))
+  await eventually('the first admin to be gone', () =>
+    fetch(`${first.svc.url}/ready`).then(
+      () => undefined,
+      () => true,
+    ),
+  )
 
   // and the node loses it (as a restarted node would): only the kept bytes can bring it back
   await rpc('anvil_dropTransaction', [hash])
-  t.equal(await publicClient.getTransactionCount({ address: chain.serverWallet, blockTag: 'pending' }), sentBefore, 'the node holds nothing of the server wallet')
+  t.equal(
+    await publicClient.getTransactionCount({ address: chain.serverWallet, blockTag: 'pending' }),
+    sentBefore,
+    'the node holds nothing of the server wallet',
+  )
 
   const second = await startAdmin(t, {}, { env: first.env })
   const retaken = await eventually('the new admin to take the payment up and broadcast the kept transaction again', async () => {
     const { recentPayments } = await second.revenue()
-    const known = await publicClient.getTransaction({ hash }).then(() => true, () => false)
+    const known = await publicClient.getTransaction({ hash }).then(
+      () => true,
+      () => false,
+    )
     return (await attempts()) > killedAt && known ? recentPayments[0] : undefined
   })
   t.match(retaken, { settlement: 'settling', txHash: hash }, 'still settling, with the same transaction')
-  t.equal(await publicClient.getTransactionCount({ address: chain.serverWallet, blockTag: 'pending' }), sentBefore + 1, 'one transaction of the server wallet in the node: none signed anew')
+  t.equal(
+    await publicClient.getTransactionCount({ address: chain.serverWallet, blockTag: 'pending' }),
+    sentBefore + 1,
+    'one transaction of the server wallet in the node: none signed anew',
+  )
 
   await rpc('evm_setAutomine', [true])
   await rpc('evm_mine')
@@ -113,7 +155,11 @@ t.test('receipt never arrives, admin is killed, the node mines later: settled on
   t.equal(await chain.balanceOf(payTo), 10_000n, 'payTo received the amount once')
   t.equal(await chain.balanceOf(payer.address), 990_000n, 'the payer paid once')
   t.equal(await chain.sentCount(), sentBefore + 1, 'the server wallet sent one transaction')
-  t.same(await chain.settlementsSince(startBlock), [{ hash, nonce: charge.authorization.nonce }], 'one transferWithAuthorization, for this payment')
+  t.same(
+    await chain.settlementsSince(startBlock),
+    [{ hash, nonce: charge.authorization.nonce }],
+    'one transferWithAuthorization, for this payment',
+  )
 })
 
 t.test('an authorization relayed by someone else first: settled with that transaction, nothing sent', async (t) => {
@@ -140,7 +186,9 @@ t.test('an authorization whose nonce the payer spent on another transfer: failed
   const elsewhere = freshAddress()
   const charge = await signCharge(chain.usdc, payer, { payTo })
   // EIP-3009 binds a nonce to its payer only: the payer signs a second transfer with the same nonce and has it sent first
-  const spent = await chain.relay(await signCharge(chain.usdc, payer, { payTo: elsewhere, nonce: charge.authorization.nonce as Hex, value: 7_000n }))
+  const spent = await chain.relay(
+    await signCharge(chain.usdc, payer, { payTo: elsewhere, nonce: charge.authorization.nonce as Hex, value: 7_000n }),
+  )
 
   await admin.publish([charge])
   const [failed] = await admin.paymentsWhen('the payment failed', (payments) => payments.some(inState('failed')))
@@ -157,7 +205,11 @@ t.test('an authorization whose nonce the payer spent on another transfer: failed
 t.test('a kept transaction is broadcast again, never signed anew; one that can no longer be mined is replaced', async (t) => {
   const chain = await chainTools()
   const { publicClient } = chain
-  const context = createChainContext({ RPC_URL: chain.env.RPC_URL, CHAIN_ID: 31337, SERVER_WALLET_PRIVATE_KEY: chain.env.SERVER_WALLET_PRIVATE_KEY })
+  const context = createChainContext({
+    RPC_URL: chain.env.RPC_URL,
+    CHAIN_ID: 31337,
+    SERVER_WALLET_PRIVATE_KEY: chain.env.SERVER_WALLET_PRIVATE_KEY,
+  })
   t.teardown(() => context.close())
   const settlement = onchainSettlement(context, { receiptTimeoutMs: 5_000 })
   const wallet = privateKeyToAccount(chain.env.SERVER_WALLET_PRIVATE_KEY as Hex)
@@ -178,7 +230,17 @@ t.test('a kept transaction is broadcast again, never signed anew; one that can n
       data: encodeFunctionData({
         abi: eip3009Abi,
         functionName: 'transferWithAuthorization',
-        args: [a.from as Address, a.to as Address, BigInt(a.value), BigInt(a.validAfter), BigInt(a.validBefore), a.nonce as Hex, Number(v), r, s],
+        args: [
+          a.from as Address,
+          a.to as Address,
+          BigInt(a.value),
+          BigInt(a.validAfter),
+          BigInt(a.validBefore),
+          a.nonce as Hex,
+          Number(v),
+          r,
+          s,
+        ],
       }),
     })
     return {
@@ -245,12 +307,25 @@ t.test("a facilitator's answer lost after it sent the transfer: its refusal of t
       relayed = await chain.relay({ authorization, signature } as PaymentCharged)
       return reply.code(502).send({ error: 'bad gateway' })
     }
-    return { success: false, errorReason: 'invalid_exact_evm_payload_authorization_nonce_used', transaction: '', network: body.paymentPayload.network, payer: authorization.from }
+    return {
+      success: false,
+      errorReason: 'invalid_exact_evm_payload_authorization_nonce_used',
+      transaction: '',
+      network: body.paymentPayload.network,
+      payer: authorization.from,
+    }
   })
   const url = await facilitator.listen({ port: 0, host: '127.0.0.1' })
   t.teardown(() => facilitator.close())
   const { RPC_URL, CHAIN_ID, ADDRESS_BOOK } = chain.env
-  const admin = await startAdmin(t, { FACILITATOR_URL: url, SETTLEMENT_INTERVAL_MS: '100', SETTLEMENT_RETRY_MS: '100', RPC_URL, CHAIN_ID, ADDRESS_BOOK })
+  const admin = await startAdmin(t, {
+    FACILITATOR_URL: url,
+    SETTLEMENT_INTERVAL_MS: '100',
+    SETTLEMENT_RETRY_MS: '100',
+    RPC_URL,
+    CHAIN_ID,
+    ADDRESS_BOOK,
+  })
   const payer = await chain.fundedPayer(1_000_000n)
   const payTo = freshAddress()
 

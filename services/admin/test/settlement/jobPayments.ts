@@ -20,7 +20,11 @@ t.test('payments held for their job: charge settles, void and expiry never do', 
   const newJob = () => `job_${randomBytes(12).toString('base64url')}`
 
   /** a charge for POST /agent/prompt that bought `jobId`, as the gateway publishes it */
-  const jobCharge = async (payer: PrivateKeyAccount, jobId: string, overrides: Parameters<typeof signCharge>[2] = {}): Promise<PaymentCharged> => ({
+  const jobCharge = async (
+    payer: PrivateKeyAccount,
+    jobId: string,
+    overrides: Parameters<typeof signCharge>[2] = {},
+  ): Promise<PaymentCharged> => ({
     ...(await signCharge(chain.usdc, payer, { route: '/agent/prompt', ...overrides })),
     method: 'POST',
     jobId,
@@ -39,13 +43,22 @@ t.test('payments held for their job: charge settles, void and expiry never do', 
   }
   const paymentOf = async (requestId: string) => (await admin.revenue()).recentPayments.find((p) => p.requestId === requestId)
   const whenPayment = (what: string, requestId: string, done: (p: RecentPayment) => boolean, timeoutMs?: number) =>
-    eventually(what, async () => {
-      const p = await paymentOf(requestId)
-      return p && done(p) ? p : undefined
-    }, timeoutMs)
+    eventually(
+      what,
+      async () => {
+        const p = await paymentOf(requestId)
+        return p && done(p) ? p : undefined
+      },
+      timeoutMs,
+    )
   const ofJobs = (jobIds: string[]) => callEndpoint(admin.nc, paymentsOfJobs, { jobIds })
   const unused = async (charge: PaymentCharged) =>
-    !(await chain.publicClient.readContract({ address: chain.usdc, abi: eip3009Abi, functionName: 'authorizationState', args: [charge.payer as Hex, charge.authorization.nonce as Hex] }))
+    !(await chain.publicClient.readContract({
+      address: chain.usdc,
+      abi: eip3009Abi,
+      functionName: 'authorizationState',
+      args: [charge.payer as Hex, charge.authorization.nonce as Hex],
+    }))
 
   top.test('held -> pending -> settled: a job payment waits for its job while other payments settle at once', async (t) => {
     const payer = await chain.fundedPayer(1_000_000n)
@@ -55,7 +68,11 @@ t.test('payments held for their job: charge settles, void and expiry never do', 
     await admin.publish([held, other])
 
     await whenPayment('the other payment settled', other.requestId, (p) => p.settlement === 'settled')
-    t.match(await paymentOf(held.requestId), { settlement: 'pending', jobId: held.jobId, txHash: null, voidReason: null, route: 'POST /agent/prompt' }, 'held: shown pending')
+    t.match(
+      await paymentOf(held.requestId),
+      { settlement: 'pending', jobId: held.jobId, txHash: null, voidReason: null, route: 'POST /agent/prompt' },
+      'held: shown pending',
+    )
     t.equal(await chain.balanceOf(payTo), 10_000n, 'only the other payment moved USDC')
     t.same(await ofJobs([held.jobId!]), { payments: { [held.jobId!]: { state: 'pending' } } })
 
@@ -87,7 +104,11 @@ t.test('payments held for their job: charge settles, void and expiry never do', 
     const after = await admin.revenue()
     t.equal(after.requestCount, before.requestCount, 'not counted as a paid request')
     t.equal(after.totalUsdc, before.totalUsdc, 'not in the total')
-    t.same(after.voided, { count: (before.voided as any).count + 1, totalUsdc: String(BigInt((before.voided as any).totalUsdc) + 30_000n) }, 'shown apart')
+    t.same(
+      after.voided,
+      { count: (before.voided as any).count + 1, totalUsdc: String(BigInt((before.voided as any).totalUsdc) + 30_000n) },
+      'shown apart',
+    )
     t.match(await admin.paymentsCounted(), { charged: counted.charged! + 1, voided: counted.voided! + 1 }, 'charged and voided on /metrics')
     const history = await admin.call('GET', '/admin/revenue/history?days=1')
     t.equal(history.body.history[0].totalUsdc, after.totalUsdc, "the day's history leaves it out too")
@@ -98,7 +119,9 @@ t.test('payments held for their job: charge settles, void and expiry never do', 
     const charge = await jobCharge(payer, newJob())
     await outcome(charge, { outcome: 'void', status: 'cancelled', reason: 'cancelled before it started' })
     // admin has stored it: the job is voided before any payment is recorded
-    await eventually('the outcome stored', async () => ((await ofJobs([charge.jobId!])).payments[charge.jobId!]?.state === 'voided' ? true : undefined))
+    await eventually('the outcome stored', async () =>
+      (await ofJobs([charge.jobId!])).payments[charge.jobId!]?.state === 'voided' ? true : undefined,
+    )
     await admin.publish([charge])
     const voided = await whenPayment('voided', charge.requestId, (p) => p.settlement === 'voided')
     t.equal(voided.voidReason, 'cancelled before it started')
@@ -107,7 +130,9 @@ t.test('payments held for their job: charge settles, void and expiry never do', 
     const charged = await jobCharge(payer, newJob())
     await outcome(charged, { outcome: 'charge', status: 'cancelled' })
     await eventually('the charge outcome stored', async () => {
-      const rows = await admin.nc.jetstreamManager().then((jsm) => jsm.consumers.info(admin.payments.stream, admin.payments.jobOutcomeConsumer))
+      const rows = await admin.nc
+        .jetstreamManager()
+        .then((jsm) => jsm.consumers.info(admin.payments.stream, admin.payments.jobOutcomeConsumer))
       return rows.num_pending === 0 && rows.num_ack_pending === 0 ? true : undefined
     })
     await admin.publish([charged])
@@ -123,7 +148,9 @@ t.test('payments held for their job: charge settles, void and expiry never do', 
     t.equal(voided.voidReason, 'authorization expired before the job finished')
     // the job completes after all: too late, nothing is settled
     await outcome(charge, { outcome: 'charge', status: 'complete' })
-    t.same(await ofJobs([charge.jobId!]), { payments: { [charge.jobId!]: { state: 'voided', reason: 'authorization expired before the job finished' } } })
+    t.same(await ofJobs([charge.jobId!]), {
+      payments: { [charge.jobId!]: { state: 'voided', reason: 'authorization expired before the job finished' } },
+    })
     t.equal((await paymentOf(charge.requestId))!.settlement, 'voided')
     t.equal(await chain.balanceOf(payer.address), 1_000_000n)
   })

@@ -19,10 +19,23 @@ t.test('the default retry schedule spans about a day over 8 tries', async (t) =>
 
 t.test('each retry waits its delay within ±20%, and there is none past the schedule', async (t) => {
   const schedule = [1_000, 60_000]
-  t.equal(nextDelayMs(schedule, 1, () => 0), 800)
-  t.equal(nextDelayMs(schedule, 1, () => 0.5), 1_000)
-  t.equal(nextDelayMs(schedule, 2, () => 0.999999), 72_000)
-  t.equal(nextDelayMs(schedule, 3, () => 0.5), undefined, 'the third failure is the last')
+  t.equal(
+    nextDelayMs(schedule, 1, () => 0),
+    800,
+  )
+  t.equal(
+    nextDelayMs(schedule, 1, () => 0.5),
+    1_000,
+  )
+  t.equal(
+    nextDelayMs(schedule, 2, () => 0.999999),
+    72_000,
+  )
+  t.equal(
+    nextDelayMs(schedule, 3, () => 0.5),
+    undefined,
+    'the third failure is the last',
+  )
 })
 
 t.test('a bad WEBHOOK_RETRY_SCHEDULE stops admin at start, naming it', async (t) => {

@@ -26,6 +26,8 @@ t.test('the command the message shows makes a key of the format', async (t) => {
 })
 
 t.test('FACILITATOR_URL must be an http(s) URL', async (t) => {
-  t.throws(() => loadConfig(settings, { FACILITATOR_URL: 'facilitator.example.com' }), { message: /^invalid setting FACILITATOR_URL: must be an absolute http\(s\) URL/ })
+  t.throws(() => loadConfig(settings, { FACILITATOR_URL: 'facilitator.example.com' }), {
+    message: /^invalid setting FACILITATOR_URL: must be an absolute http\(s\) URL/,
+  })
   t.equal(loadConfig(settings, { FACILITATOR_URL: 'https://x402.example.com' }).FACILITATOR_URL, 'https://x402.example.com')
 })

@@ -39,8 +39,19 @@ async function receiver(t: Test, answer: (res: ServerResponse, req: IncomingMess
   return seen
 }
 
-const attempt = (url: string, rules: UrlRules, more: { body?: string; headers?: Record<string, string>; timeoutMs?: number; maxResponseBytes?: number } = {}) =>
-  sendWebhook({ url, rules, headers: more.headers ?? {}, body: more.body ?? '{}', timeoutMs: more.timeoutMs ?? 5_000, maxResponseBytes: more.maxResponseBytes ?? 4_096 })
+const attempt = (
+  url: string,
+  rules: UrlRules,
+  more: { body?: string; headers?: Record<string, string>; timeoutMs?: number; maxResponseBytes?: number } = {},
+) =>
+  sendWebhook({
+    url,
+    rules,
+    headers: more.headers ?? {},
+    body: more.body ?? '{}',
+    timeoutMs: more.timeoutMs ?? 5_000,
+    maxResponseBytes: more.maxResponseBytes ?? 4_096,
+  })
 
 t.test('forbiddenAddress names internal IPv4 addresses and lets public ones pass', async (t) => {
   const table: [string, string | undefined][] = [
@@ -116,7 +127,10 @@ t.test('a webhook URL to a loopback, metadata or private address is refused with
     statusCode: 400,
     message: `webhook URL http://169.254.169.254/latest/meta-data is refused: 169.254.169.254 is a link-local / cloud metadata address ${hint}`,
   })
-  await t.rejects(checkWebhookUrl('https://10.0.0.1/', production), { statusCode: 400, message: /10\.0\.0\.1 is a private \(10\.0\.0\.0\/8\) address/ })
+  await t.rejects(checkWebhookUrl('https://10.0.0.1/', production), {
+    statusCode: 400,
+    message: /10\.0\.0\.1 is a private \(10\.0\.0\.0\/8\) address/,
+  })
   await t.rejects(checkWebhookUrl('https://[::ffff:127.0.0.1]/', production), { statusCode: 400, message: /is a loopback address/ })
   await t.rejects(checkWebhookUrl('https://[fd00:ec2::254]/', production), { statusCode: 400, message: /cloud metadata/ })
   // WHATWG URL reads 2130706433 as 127.0.0.1
@@ -128,7 +142,10 @@ t.test('a webhook URL whose host name resolves to loopback is refused', async (t
     statusCode: 400,
     message: /^webhook URL http:\/\/localhost:8080\/ is refused: localhost resolves to (127\.0\.0\.1|::1), a loopback address/,
   })
-  await t.rejects(checkWebhookUrl('https://no-such-host.invalid/', production), { statusCode: 400, message: /^webhook URL host no-such-host\.invalid could not be resolved/ })
+  await t.rejects(checkWebhookUrl('https://no-such-host.invalid/', production), {
+    statusCode: 400,
+    message: /^webhook URL host no-such-host\.invalid could not be resolved/,
+  })
 })
 
 t.test('a webhook URL with credentials or a fragment is refused without echoing the password', async (t) => {
@@ -177,7 +194,8 @@ t.test('a delivery reaches the receiver with the body, the headers and a signatu
   t.equal(request!.headers['content-type'], 'application/json')
   t.equal(request!.headers['user-agent'], 'ats-webhooks/1')
   t.equal(request!.headers['webhook-id'], 'msg_abc')
-  for (const secret of secrets) t.same(new Webhook(secret).verify(request!.body, request!.headers as Record<string, string>), JSON.parse(body))
+  for (const secret of secrets)
+    t.same(new Webhook(secret).verify(request!.body, request!.headers as Record<string, string>), JSON.parse(body))
 })
 
 t.test('a 500 answer is a failed attempt with its status', async (t) => {
@@ -208,7 +226,11 @@ t.test('a big answer is cut at maxResponseBytes', async (t) => {
 t.test('without WEBHOOK_ALLOW_PRIVATE_ADDRESSES a delivery to 127.0.0.1 is refused before connecting', async (t) => {
   const got = await receiver(t, (res) => res.end('should not be reached'))
   const result = await attempt(`${got.url}/x`, httpOnly)
-  t.match(result, { ok: false, refused: true, error: /^webhook URL http:\/\/127\.0\.0\.1:\d+\/x is refused: 127\.0\.0\.1 is a loopback address/ })
+  t.match(result, {
+    ok: false,
+    refused: true,
+    error: /^webhook URL http:\/\/127\.0\.0\.1:\d+\/x is refused: 127\.0\.0\.1 is a loopback address/,
+  })
   t.equal(got.connections, 0)
   t.equal(got.requests.length, 0)
 })

@@ -61,7 +61,15 @@ function openEventStream(reply: FastifyReply, keepAliveMs: number) {
   return raw
 }
 
-export function createJobEvents({ nc, channels, store, log, pollMs = 2_000, keepAliveMs = 15_000, maxStreamsPerOwner = 5 }: JobEventsOptions) {
+export function createJobEvents({
+  nc,
+  channels,
+  store,
+  log,
+  pollMs = 2_000,
+  keepAliveMs = 15_000,
+  maxStreamsPerOwner = 5,
+}: JobEventsOptions) {
   const open = new Set<() => void>()
   /** what each follower has delivered and how it takes what the store has after that */
   const followers = new Set<{ jobId: string; last(): number; caughtUp(found: FollowedEvents | undefined): void }>()

@@ -22,7 +22,17 @@ export function outcomeMessage(row: PaymentOutcomeRow): JobPaymentOutcome {
   }
 }
 
-export async function startPaymentOutcomes({ nc, channels, store, log }: { nc: NatsConnection; channels: PaymentChannels; store: JobStore; log: Logger }) {
+export async function startPaymentOutcomes({
+  nc,
+  channels,
+  store,
+  log,
+}: {
+  nc: NatsConnection
+  channels: PaymentChannels
+  store: JobStore
+  log: Logger
+}) {
   await ensureStream(nc, channels.streamSpec)
   const js = nc.jetstream()
 
@@ -53,7 +63,17 @@ export type PaymentOutcomes = Awaited<ReturnType<typeof startPaymentOutcomes>>
  * not know yet (its charge is on its way) is pending. When admin does not answer, the jobs are
  * answered without `payment` rather than with a guess.
  */
-export function createJobPaymentLookup({ nc, endpoint, log, timeoutMs = 2_000 }: { nc: NatsConnection; endpoint: Endpoint<PaymentsOfJobsRequest, PaymentsOfJobsReply>; log: Logger; timeoutMs?: number }) {
+export function createJobPaymentLookup({
+  nc,
+  endpoint,
+  log,
+  timeoutMs = 2_000,
+}: {
+  nc: NatsConnection
+  endpoint: Endpoint<PaymentsOfJobsRequest, PaymentsOfJobsReply>
+  log: Logger
+  timeoutMs?: number
+}) {
   return async function paymentsOf(jobs: Array<{ id: string; payment: string | null }>): Promise<Map<string, JobPayment>> {
     const paid = jobs.filter((j) => j.payment !== null).map((j) => j.id)
     if (paid.length === 0) return new Map()

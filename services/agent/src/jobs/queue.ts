@@ -5,7 +5,17 @@ import { ensureStream, publishTraced, startOutbox, type Logger } from '@ats/serv
 import type { NatsConnection } from 'nats'
 import type { JobStore } from './store.ts'
 
-export async function createJobQueue({ nc, channels, store, log }: { nc: NatsConnection; channels: AgentChannels; store: JobStore; log: Logger }) {
+export async function createJobQueue({
+  nc,
+  channels,
+  store,
+  log,
+}: {
+  nc: NatsConnection
+  channels: AgentChannels
+  store: JobStore
+  log: Logger
+}) {
   await ensureStream(nc, channels.jobsStream)
   const js = nc.jetstream()
   // the job id is the message id, so a repeat is stored once

@@ -1,6 +1,14 @@
 // The agent's jobs, threads, messages, job events and job steps in Postgres (schema "agent").
 import { randomBytes } from 'node:crypto'
-import type { Approval, Job as JobView, JobEvent, JobResult, Message as MessageView, Thread as ThreadView, WebhookEventType } from '@ats/contracts'
+import type {
+  Approval,
+  Job as JobView,
+  JobEvent,
+  JobResult,
+  Message as MessageView,
+  Thread as ThreadView,
+  WebhookEventType,
+} from '@ats/contracts'
 import { eventOwner, newEventId, NotFound, recordEvent } from '@ats/service-kit'
 import { Prisma, type Job, type Message, type PrismaClient } from '../generated/prisma/client.ts'
 import type { CountedStatus } from './metrics.ts'
@@ -69,7 +77,9 @@ export function jobView(job: Job, full = isFinished(job.status)): JobView {
     id: job.id,
     status: job.status,
     createdAt: job.createdAt.getTime(),
-    ...(job.status === 'awaiting_approval' && job.approval ? { approval: job.approval as unknown as Approval, notice: job.approvalNotice ?? '' } : {}),
+    ...(job.status === 'awaiting_approval' && job.approval
+      ? { approval: job.approval as unknown as Approval, notice: job.approvalNotice ?? '' }
+      : {}),
   }
   if (!full) return short
   return {
@@ -98,7 +108,13 @@ export function messageView(m: Message): MessageView {
  * Appends one event to a job's stream, in one statement: the row lock of the job's UPDATE numbers
  * events in commit order. `alongWith`: a statement the event tells of, run in the same one.
  */
-async function appendEvent(t: Tx | PrismaClient, jobId: string, type: JobEvent['type'], data: JobEvent['data'], alongWith?: Prisma.Sql): Promise<JobEvent> {
+async function appendEvent(
+  t: Tx | PrismaClient,
+  jobId: string,
+  type: JobEvent['type'],
+  data: JobEvent['data'],
+  alongWith?: Prisma.Sql,
+): Promise<JobEvent> {
   const [row] = await t.$queryRaw<Array<{ seq: number; created_at: Date }>>`
     WITH ${alongWith ? Prisma.sql`s AS (${alongWith}), ` : Prisma.empty}j AS (UPDATE jobs SET event_seq = event_seq + 1 WHERE id = ${jobId} RETURNING event_seq)
     INSERT INTO job_events (job_id, seq, type, data) SELECT ${jobId}, event_seq, ${type}, ${JSON.stringify(data)}::jsonb FROM j
@@ -133,7 +149,11 @@ type WebhookData = { status: string; result?: JobResult; error?: string; approva
  * A job's webhook event. The owner is the key (/v1) with its bound wallet, or the payer's wallet
  * (paid jobs): nothing crosses owners.
  */
-function jobWebhookEvent(type: WebhookEventType, job: Pick<EventRow, 'id' | 'key_id' | 'wallet' | 'owner_id' | 'prompt' | 'thread_id'>, data: WebhookData) {
+function jobWebhookEvent(
+  type: WebhookEventType,
+  job: Pick<EventRow, 'id' | 'key_id' | 'wallet' | 'owner_id' | 'prompt' | 'thread_id'>,
+  data: WebhookData,
+) {
   const owner = { keyId: job.key_id, wallet: job.wallet ?? (job.key_id ? null : job.owner_id) }
   return { type, owner: eventOwner(owner), data: { jobId: job.id, prompt: job.prompt, threadId: job.thread_id, ...data } }
 }
@@ -154,7 +174,11 @@ export interface HistoryMessage {
   content: string
 }
 
-export type ClaimOutcome = { claimed: Job; event: JobEvent; history: HistoryMessage[] } | { finished: true } | { busyForMs: number } | { missing: true }
+export type ClaimOutcome =
+  | { claimed: Job; event: JobEvent; history: HistoryMessage[] }
+  | { finished: true }
+  | { busyForMs: number }
+  | { missing: true }
 
 export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
   /** after the commit of a final status: paid jobs have an outcome to publish */
@@ -182,7 +206,13 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       const history = input.history ?? []
       const metadata = { jobId, ...(input.apiRequest ? { apiRequest: input.apiRequest } : {}) }
       const messages = [
-        ...history.map((m, i) => ({ id: newId('msg'), role: m.role, content: m.content, metadata: null, created_at: new Date(at - history.length + i).toISOString() })),
+        ...history.map((m, i) => ({
+          id: newId('msg'),
+          role: m.role,
+          content: m.content,
+          metadata: null,
+          created_at: new Date(at - history.length + i).toISOString(),
+        })),
         { id: newId('msg'), role: 'user', content: input.prompt, metadata, created_at: new Date(at).toISOString() },
       ]
       const pending: JobEvent['data'] = { status: 'pending' }
@@ -209,7 +239,12 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
 
     /** Pending jobs whose enqueue did not happen (NATS was down when they were made). */
     notEnqueued: (olderThan: Date, limit: number) =>
-      db.job.findMany({ where: { status: 'pending', enqueuedAt: null, createdAt: { lt: olderThan } }, select: { id: true }, take: limit, orderBy: { createdAt: 'asc' } }),
+      db.job.findMany({
+        where: { status: 'pending', enqueuedAt: null, createdAt: { lt: olderThan } },
+        select: { id: true },
+        take: limit,
+        orderBy: { createdAt: 'asc' },
+      }),
 
     getJob: (owner: Owner, id: string) => db.job.findFirst({ where: { id, ownerId: owner.ownerId } }),
 
@@ -244,7 +279,9 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       if (eventId) recorded([eventId])
       if (event) hooks.statusChanged?.('cancelled')
       const row = rows[0]
-      return event && row ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } } : null
+      return event && row
+        ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } }
+        : null
     },
 
     async thread(owner: Owner, id: string): Promise<ThreadView | null> {
@@ -253,7 +290,12 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
         include: { messages: { orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] } },
       })
       if (!thread) return null
-      return { id: thread.id, createdAt: thread.createdAt.getTime(), updatedAt: thread.updatedAt.getTime(), messages: thread.messages.map(messageView) }
+      return {
+        id: thread.id,
+        createdAt: thread.createdAt.getTime(),
+        updatedAt: thread.updatedAt.getTime(),
+        messages: thread.messages.map(messageView),
+      }
     },
 
     /** A key's jobs: made with the key (/v1), and the paid jobs of the wallet bound to it. */
@@ -269,10 +311,16 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
      * or is this worker's own. A job another live worker holds answers how long its lease lasts.
      * `history`: the thread's last `historyMessages` messages before the job's prompt, oldest first.
      */
-    async claim(jobId: string, workerId: string, { leaseMs, historyMessages }: { leaseMs: number; historyMessages: number }): Promise<ClaimOutcome> {
+    async claim(
+      jobId: string,
+      workerId: string,
+      { leaseMs, historyMessages }: { leaseMs: number; historyMessages: number },
+    ): Promise<ClaimOutcome> {
       // the claim, its status event, the job and its thread's recent messages, in one statement
       const running: JobEvent['data'] = { status: 'running' }
-      const [row] = await db.$queryRaw<Array<Job & { eventSeq: number; eventAt: Date; thread: Array<HistoryMessage & { jobId: string | null }> }>>`
+      const [row] = await db.$queryRaw<
+        Array<Job & { eventSeq: number; eventAt: Date; thread: Array<HistoryMessage & { jobId: string | null }> }>
+      >`
         WITH c AS (
           UPDATE jobs SET status = 'running', worker_id = ${workerId}, attempts = attempts + 1, updated_at = now(),
             lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8), event_seq = event_seq + 1
@@ -291,7 +339,9 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       }
       const { eventAt, thread, ...claimed } = row
       const own = thread.findIndex((m) => m.jobId === jobId && m.role === 'user')
-      const history = (own === -1 ? thread : thread.slice(0, own)).slice(-historyMessages).map((m) => ({ role: m.role, content: m.content }))
+      const history = (own === -1 ? thread : thread.slice(0, own))
+        .slice(-historyMessages)
+        .map((m) => ({ role: m.role, content: m.content }))
       return { claimed, event: { jobId, seq: claimed.eventSeq, type: 'status', at: eventAt.getTime(), data: running }, history }
     },
 
@@ -342,7 +392,11 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       // and the status event, in one statement (one round trip): all or nothing, as a transaction
       const data: JobEvent['data'] = { status: 'complete', result }
       const webhookId = newEventId()
-      const webhook = jobWebhookEvent('job.completed', { id: job.id, key_id: job.keyId, wallet: job.wallet, owner_id: job.ownerId, prompt: job.prompt, thread_id: job.threadId }, data)
+      const webhook = jobWebhookEvent(
+        'job.completed',
+        { id: job.id, key_id: job.keyId, wallet: job.wallet, owner_id: job.ownerId, prompt: job.prompt, thread_id: job.threadId },
+        data,
+      )
       const rows = await db.$queryRaw<Array<EventRow & { event_seq: number; event_at: Date }>>`
         WITH u AS (
           UPDATE jobs SET status = 'complete', result = ${JSON.stringify(result)}::jsonb, worker_id = NULL, lease_until = NULL, updated_at = now(),
@@ -390,7 +444,9 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       if (eventId) recorded([eventId])
       if (event) hooks.statusChanged?.('failed')
       const row = rows[0]
-      return event && row ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } } : null
+      return event && row
+        ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } }
+        : null
     },
 
     /** The outcome of a finished paid job, to publish; null when it has none (unpaid, or not finished). */
@@ -403,7 +459,8 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       return job as PaymentOutcomeRow
     },
 
-    markOutcomePublished: (jobId: string) => db.job.updateMany({ where: { id: jobId, outcomePublishedAt: null }, data: { outcomePublishedAt: new Date() } }),
+    markOutcomePublished: (jobId: string) =>
+      db.job.updateMany({ where: { id: jobId, outcomePublishedAt: null }, data: { outcomePublishedAt: new Date() } }),
 
     /** Finished paid jobs whose outcome is not yet in the stream (the process died before it published). */
     unpublishedOutcomes: (olderThan: Date, limit: number) =>
@@ -417,7 +474,6 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
     /** Gives a running (or waiting) job back to the queue (its worker is stopping). */
     release: (jobId: string, workerId: string) =>
       db.$executeRaw`UPDATE jobs SET lease_until = now() WHERE id = ${jobId} AND worker_id = ${workerId} AND status IN ('running', 'awaiting_approval')`,
-
 
     stepsOf: (jobId: string) => db.jobStep.findMany({ where: { jobId }, orderBy: { step: 'asc' } }),
     /** Records that step `step` starts (again, for a re-run) and its `started` event, in one statement. */
@@ -454,7 +510,9 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
      * its terminal event among them (what the event streams' shared catch-up relies on).
      */
     async eventsOfJobs(after: ReadonlyMap<string, number>): Promise<Map<string, { finished: boolean; events: JobEvent[] }>> {
-      const rows = await db.$queryRaw<Array<{ job_id: string; finished: boolean; seq: number | null; type: string; data: unknown; created_at: Date }>>`
+      const rows = await db.$queryRaw<
+        Array<{ job_id: string; finished: boolean; seq: number | null; type: string; data: unknown; created_at: Date }>
+      >`
         SELECT w.job_id, j.status IN ('complete', 'failed', 'cancelled') AS finished, e.seq, e.type, e.data, e.created_at
         FROM unnest(${[...after.keys()]}::text[], ${[...after.values()]}::int[]) AS w(job_id, after_seq)
         JOIN jobs j ON j.id = w.job_id
@@ -464,7 +522,14 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       for (const r of rows) {
         const job = found.get(r.job_id) ?? { finished: r.finished, events: [] }
         found.set(r.job_id, job)
-        if (r.seq !== null) job.events.push({ jobId: r.job_id, seq: r.seq, type: r.type as JobEvent['type'], at: r.created_at.getTime(), data: r.data as JobEvent['data'] })
+        if (r.seq !== null)
+          job.events.push({
+            jobId: r.job_id,
+            seq: r.seq,
+            type: r.type as JobEvent['type'],
+            at: r.created_at.getTime(),
+            data: r.data as JobEvent['data'],
+          })
       }
       return found
     },

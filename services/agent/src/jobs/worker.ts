@@ -92,14 +92,32 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
 
   async function run(job: Job, history: HistoryMessage[], signal: AbortSignal, approvals: ApprovalWaits): Promise<JobResult> {
     const owner = ownerOfJob(job)
-    const toolbox = await createToolbox({ tools, store, emit: events.emit, log, jobId: job.id, owner, signal, approvals, firstRun: job.attempts === 1 })
+    const toolbox = await createToolbox({
+      tools,
+      store,
+      emit: events.emit,
+      log,
+      jobId: job.id,
+      owner,
+      signal,
+      approvals,
+      firstRun: job.attempts === 1,
+    })
     // the text as the model writes it: broadcast only (never stored), each piece with its offset in the answer
     let offset = 0
     const onText = (text: string) => {
       events.emitDelta(job.id, text, offset)
       offset += text.length
     }
-    const input = { jobId: job.id, prompt: job.prompt, history, context: job.context ?? undefined, instructions: job.instructions ?? undefined, owner, onText }
+    const input = {
+      jobId: job.id,
+      prompt: job.prompt,
+      history,
+      context: job.context ?? undefined,
+      instructions: job.instructions ?? undefined,
+      owner,
+      onText,
+    }
     const { text, modelTurns, usage } = await runnerFor(job).run(input, toolbox, signal)
     return { text, steps: toolbox.toolCalls.length + modelTurns, toolCalls: toolbox.toolCalls, transactions: toolbox.transactions, usage }
   }
@@ -138,13 +156,16 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
         clock.resume()
       },
     }
-    const renewal = setInterval(async () => {
-      try {
-        if (!(await store.renew(jobId, workerId, settings.ackWaitMs))) controller.abort(new Cancelled())
-      } catch (error) {
-        log.warn({ err: error, jobId }, 'job lease not renewed')
-      }
-    }, Math.max(100, Math.floor(settings.ackWaitMs / 3)))
+    const renewal = setInterval(
+      async () => {
+        try {
+          if (!(await store.renew(jobId, workerId, settings.ackWaitMs))) controller.abort(new Cancelled())
+        } catch (error) {
+          log.warn({ err: error, jobId }, 'job lease not renewed')
+        }
+      },
+      Math.max(100, Math.floor(settings.ackWaitMs / 3)),
+    )
     const started = Date.now()
     log.info({ jobId, deliveries, runner: runnerFor(job).name }, 'job running')
     try {

@@ -47,7 +47,10 @@ function paymentOf(request: FastifyRequest, owner: Owner): string | undefined {
 }
 
 /** Jobs and threads of the payer: POST /agent/prompt, the job, its events, its cancel, the thread. */
-export async function agentRoutesPlugin(app: FastifyInstance, { store, queue, events, cancelled, idempotency, paymentsOf }: AgentRouteDeps) {
+export async function agentRoutesPlugin(
+  app: FastifyInstance,
+  { store, queue, events, cancelled, idempotency, paymentsOf }: AgentRouteDeps,
+) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   // A paid request sent again with its payment id (the gateway checked it is the same request)

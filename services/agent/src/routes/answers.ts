@@ -3,7 +3,16 @@
 // shape. A followed job's text arrives through `onText`: the model's tokens as they are produced
 // (job `delta` events), then whatever of the final text was not streamed; joined, the pieces are
 // always the job's result text.
-import { chatModels, type AgentToolCall, type AgentTrace, type ApiRoute, type Approval, type JobAwaitingApproval, type JobEvent, type JobResult } from '@ats/contracts'
+import {
+  chatModels,
+  type AgentToolCall,
+  type AgentTrace,
+  type ApiRoute,
+  type Approval,
+  type JobAwaitingApproval,
+  type JobEvent,
+  type JobResult,
+} from '@ats/contracts'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Unavailable } from '@ats/service-kit'
 import { atParam, InvalidModel, InvalidRequest, JobFailed, type ModelNotFound, NoKey, Timeout } from '../errors.ts'
@@ -89,14 +98,23 @@ export const waitingOf = (e: JobEvent): Waiting | undefined => {
   if (e.type !== 'status') return undefined
   const data = e.data as { status: string; approval?: Approval; notice?: string }
   if (data.status !== 'awaiting_approval' || !data.approval) return undefined
-  return { status: 'awaiting_approval', approval: data.approval, notice: data.notice ?? `Approval needed: POST ${data.approval.links.approve} or ${data.approval.links.reject}.` }
+  return {
+    status: 'awaiting_approval',
+    approval: data.approval,
+    notice: data.notice ?? `Approval needed: POST ${data.approval.links.approve} or ${data.approval.links.reject}.`,
+  }
 }
 
 /** A waiting job's answer text: what waits, where to decide it, and where the job's answer will be (`followUp`). */
 export const waitingText = (w: Waiting, followUp: string) => `${w.notice} This answer's job goes on after the decision: ${followUp}`
 
 /** The `ats` field of a waiting job's answer. */
-export const waitingField = (jobId: string, w: Waiting): JobAwaitingApproval => ({ jobId, status: 'awaiting_approval', approval: w.approval, notice: w.notice })
+export const waitingField = (jobId: string, w: Waiting): JobAwaitingApproval => ({
+  jobId,
+  status: 'awaiting_approval',
+  approval: w.approval,
+  notice: w.notice,
+})
 
 /** Why a job gave no answer, as the error the client gets. */
 export const failureOf = (end: Exclude<Terminal, { status: 'complete' }>) =>
@@ -139,7 +157,12 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
   }
 
   /** Creates and queues the job; `stream` takes one of the owner's stream slots first (429 when none is left). */
-  async function start(reply: FastifyReply, owner: Owner, conversation: Conversation & { model: string; threadId?: string | undefined; apiRequest?: Record<string, unknown> }, stream: boolean) {
+  async function start(
+    reply: FastifyReply,
+    owner: Owner,
+    conversation: Conversation & { model: string; threadId?: string | undefined; apiRequest?: Record<string, unknown> },
+    stream: boolean,
+  ) {
     if (stream) events.takeStreamSlot(owner.ownerId, reply.raw)
     const created = await store.createPrompt(owner, conversation)
     events.emit(created.event)
@@ -153,7 +176,13 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
    * (cancelled, 504) or the service stops (cancelled, 503). A complete job's text has gone
    * through `onText` in full before this returns.
    */
-  async function follow(reply: FastifyReply, owner: Owner, jobId: string, afterSeq: number, handlers: FollowHandlers = {}): Promise<Terminal | Waiting | 'left'> {
+  async function follow(
+    reply: FastifyReply,
+    owner: Owner,
+    jobId: string,
+    afterSeq: number,
+    handlers: FollowHandlers = {},
+  ): Promise<Terminal | Waiting | 'left'> {
     let end: Terminal | Waiting | undefined
     /** the text that went through `onText` so far */
     let delivered = ''
@@ -187,7 +216,8 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
       if (end.status === 'complete' && handlers.onText) {
         const { text } = end.result
         // a run taken over by another worker may have written other text than what was streamed
-        if (!text.startsWith(delivered)) reply.request.log.warn({ jobId, delivered: delivered.length }, 'the streamed text is not the start of the answer')
+        if (!text.startsWith(delivered))
+          reply.request.log.warn({ jobId, delivered: delivered.length }, 'the streamed text is not the start of the answer')
         for (const piece of piecesOf(text.slice(delivered.length))) handlers.onText(piece)
       }
       return end
@@ -197,7 +227,9 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
       reply.request.log.info({ jobId }, 'client left: job cancelled')
       return 'left'
     }
-    throw timedOut ? new Timeout(Math.round(waitMs / 1000)) : new Unavailable('the agent service is restarting; the job was cancelled, send the request again')
+    throw timedOut
+      ? new Timeout(Math.round(waitMs / 1000))
+      : new Unavailable('the agent service is restarting; the job was cancelled, send the request again')
   }
 
   /** The agent's own tool calls of a finished job, for the answer's `agent` field. */
@@ -208,7 +240,9 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
         id: `call_${jobId}_${s.step}`,
         type: 'function',
         function: { name: s.tool, arguments: JSON.stringify(s.input ?? {}) },
-        ...(s.error === null ? { status: 'ok', output: (s.output as unknown as ToolOutput | null)?.output } : { status: 'error', error: s.error }),
+        ...(s.error === null
+          ? { status: 'ok', output: (s.output as unknown as ToolOutput | null)?.output }
+          : { status: 'error', error: s.error }),
       }),
     )
     return { jobId, threadId, steps: result.steps, tool_calls: toolCalls, transactions: result.transactions }

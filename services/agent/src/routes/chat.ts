@@ -52,7 +52,10 @@ export function readConversation(body: ChatCompletionRequest): Conversation {
   for (const field of ['tools', 'functions'] as const) {
     const value = extra[field]
     if (Array.isArray(value) ? value.length > 0 : value !== undefined && value !== null) {
-      throw atParam(field, new InvalidRequest(`${field} is not supported: the agent runs its own tools and shows them in the answer's "agent" field`))
+      throw atParam(
+        field,
+        new InvalidRequest(`${field} is not supported: the agent runs its own tools and shows them in the answer's "agent" field`),
+      )
     }
   }
   const format = (extra.response_format as { type?: unknown } | undefined)?.type
@@ -66,14 +69,21 @@ export function readConversation(body: ChatCompletionRequest): Conversation {
  * Messages (the request's `field`) as a job: the last one is the prompt (a user's), the earlier
  * user and assistant messages its history, system and developer messages the instructions.
  */
-export function conversationOf(messages: ReadonlyArray<{ role: string; content?: unknown }>, field: string, partTypes?: readonly string[]): Conversation {
+export function conversationOf(
+  messages: ReadonlyArray<{ role: string; content?: unknown }>,
+  field: string,
+  partTypes?: readonly string[],
+): Conversation {
   const instructions: string[] = []
   const history: Conversation['history'] = []
   let total = 0
   messages.forEach((message, i) => {
     const at = `${field}[${i}]`
     if (message.role === 'tool') {
-      throw atParam(`${at}.role`, new InvalidRequest(`${at}: tool messages are not supported: the agent runs its own tools (client-defined tools are not accepted)`))
+      throw atParam(
+        `${at}.role`,
+        new InvalidRequest(`${at}: tool messages are not supported: the agent runs its own tools (client-defined tools are not accepted)`),
+      )
     }
     const text = textOf(message.content, `${at}.content`, partTypes)
     total += text.length
@@ -81,17 +91,25 @@ export function conversationOf(messages: ReadonlyArray<{ role: string; content?:
       if (text.trim()) instructions.push(text)
       return
     }
-    if (message.role === 'user' && !text.trim()) throw atParam(`${at}.content`, new InvalidRequest(`${at}.content is empty: a user message needs text`))
+    if (message.role === 'user' && !text.trim())
+      throw atParam(`${at}.content`, new InvalidRequest(`${at}.content is empty: a user message needs text`))
     if (text.trim()) history.push({ role: message.role as 'user' | 'assistant', content: text })
   })
-  if (total > maxConversationChars) throw atParam(field, new InvalidRequest(`the conversation is ${total} characters; at most ${maxConversationChars} are accepted`))
+  if (total > maxConversationChars)
+    throw atParam(field, new InvalidRequest(`the conversation is ${total} characters; at most ${maxConversationChars} are accepted`))
   const last = messages.length - 1
   if (messages[last]!.role !== 'user') {
-    throw atParam(`${field}[${last}].role`, new InvalidRequest(`the last message must be a user message (the prompt); it is a ${messages[last]!.role} message`))
+    throw atParam(
+      `${field}[${last}].role`,
+      new InvalidRequest(`the last message must be a user message (the prompt); it is a ${messages[last]!.role} message`),
+    )
   }
   const prompt = history.pop()!.content
   if (prompt.length > maxPromptLength) {
-    throw atParam(`${field}[${last}].content`, new InvalidRequest(`${field}[${last}].content is ${prompt.length} characters; a prompt is at most ${maxPromptLength}`))
+    throw atParam(
+      `${field}[${last}].content`,
+      new InvalidRequest(`${field}[${last}].content is ${prompt.length} characters; a prompt is at most ${maxPromptLength}`),
+    )
   }
   return { prompt, history, instructions: instructions.length > 0 ? instructions.join('\n\n') : undefined }
 }
@@ -170,7 +188,12 @@ export async function chatRoutesPlugin(app: FastifyInstance, { answers }: { answ
         const completion: ChatCompletion = {
           ...head('chat.completion' as const),
           choices: [
-            { index: 0, message: { role: 'assistant', content: end.result.text, refusal: null, annotations: [] }, logprobs: null, finish_reason: 'stop' },
+            {
+              index: 0,
+              message: { role: 'assistant', content: end.result.text, refusal: null, annotations: [] },
+              logprobs: null,
+              finish_reason: 'stop',
+            },
           ],
           usage: usageOf(end.result),
           agent: await answers.traceOf(jobId, threadId, end.result),
@@ -179,7 +202,9 @@ export async function chatRoutesPlugin(app: FastifyInstance, { answers }: { answ
       }
 
       const raw = answers.openStream(reply)
-      const chunk = (fields: Partial<ChatCompletionChunk> & { delta?: ChatCompletionChunk['choices'][number]['delta']; finish?: 'stop' }) => {
+      const chunk = (
+        fields: Partial<ChatCompletionChunk> & { delta?: ChatCompletionChunk['choices'][number]['delta']; finish?: 'stop' },
+      ) => {
         const { delta, finish, ...rest } = fields
         const body: ChatCompletionChunk = {
           ...head('chat.completion.chunk' as const),
@@ -199,7 +224,13 @@ export async function chatRoutesPlugin(app: FastifyInstance, { answers }: { answ
         if (end === 'left') return reply
         if (end.status === 'awaiting_approval') {
           chunk({ delta: { content: waitingText(end, jobFollowUp(jobId)) }, ...usageNull })
-          chunk({ delta: {}, finish: 'stop', ...usageNull, agent: await answers.traceSoFar(jobId, threadId), ats: waitingField(jobId, end) })
+          chunk({
+            delta: {},
+            finish: 'stop',
+            ...usageNull,
+            agent: await answers.traceSoFar(jobId, threadId),
+            ats: waitingField(jobId, end),
+          })
           if (withUsage) chunk({ usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } })
           raw.write('data: [DONE]\n\n')
           return reply

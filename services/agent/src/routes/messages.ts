@@ -2,17 +2,22 @@
 // of the API key, like a chat completion; the answer is written as Anthropic's message, or as its
 // server-sent events. Errors are Anthropic's shape here (this plugin's own error handler), since
 // Anthropic clients parse it; the plugin has its own prefix so that unknown paths under it are too.
-import {
-  anthropicErrorBody,
-  messagesRoutes,
-  type JobResult,
-  type MessageAnswer,
-  type MessagesRequest,
-} from '@ats/contracts'
+import { anthropicErrorBody, messagesRoutes, type JobResult, type MessageAnswer, type MessagesRequest } from '@ats/contracts'
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
 import { atParam, InvalidRequest, ModelNotFound } from '../errors.ts'
-import { checkModel, failureOf, keyOwner, maxConversationChars, streamedStep, textOf, waitingField, waitingText, type Answers, type Conversation } from './answers.ts'
+import {
+  checkModel,
+  failureOf,
+  keyOwner,
+  maxConversationChars,
+  streamedStep,
+  textOf,
+  waitingField,
+  waitingText,
+  type Answers,
+  type Conversation,
+} from './answers.ts'
 import { conversationOf, jobFollowUp } from './chat.ts'
 
 /**
@@ -22,10 +27,14 @@ import { conversationOf, jobFollowUp } from './chat.ts'
 export function readMessages(body: MessagesRequest): Conversation {
   const { tools } = body as { tools?: unknown }
   if (Array.isArray(tools) ? tools.length > 0 : tools !== undefined && tools !== null) {
-    throw atParam('tools', new InvalidRequest(`tools is not supported: the agent runs its own tools and shows them in the answer's "agent" field`))
+    throw atParam(
+      'tools',
+      new InvalidRequest(`tools is not supported: the agent runs its own tools and shows them in the answer's "agent" field`),
+    )
   }
   const system = textOf(body.system, 'system')
-  if (system.length > maxConversationChars) throw atParam('system', new InvalidRequest(`system is ${system.length} characters; at most ${maxConversationChars} are accepted`))
+  if (system.length > maxConversationChars)
+    throw atParam('system', new InvalidRequest(`system is ${system.length} characters; at most ${maxConversationChars} are accepted`))
   // user and assistant messages only (the schema)
   return { ...conversationOf(body.messages, 'messages'), instructions: system.trim() ? system : undefined }
 }
@@ -86,8 +95,11 @@ export async function messagesRoutesPlugin(app: FastifyInstance, { answers }: { 
       }
 
       const raw = answers.openStream(reply)
-      const send = (type: string, data: Record<string, unknown>) => raw.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`)
-      send('message_start', { message: { ...head, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 0, output_tokens: 0 } } })
+      const send = (type: string, data: Record<string, unknown>) =>
+        raw.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`)
+      send('message_start', {
+        message: { ...head, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 0, output_tokens: 0 } },
+      })
       send('content_block_start', { index: 0, content_block: { type: 'text', text: '' } })
       send('ping', {})
       try {
@@ -100,7 +112,12 @@ export async function messagesRoutesPlugin(app: FastifyInstance, { answers }: { 
           send('content_block_delta', { index: 0, delta: { type: 'text_delta', text: waitingText(end, jobFollowUp(jobId)) } })
           send('content_block_stop', { index: 0 })
           const agent = await answers.traceSoFar(jobId, threadId)
-          send('message_delta', { delta: { stop_reason: 'pause_turn', stop_sequence: null }, usage: { input_tokens: 0, output_tokens: 0 }, agent, ats: waitingField(jobId, end) })
+          send('message_delta', {
+            delta: { stop_reason: 'pause_turn', stop_sequence: null },
+            usage: { input_tokens: 0, output_tokens: 0 },
+            agent,
+            ats: waitingField(jobId, end),
+          })
           send('message_stop', {})
           return reply
         }

@@ -67,7 +67,8 @@ export function readInput(body: ResponseRequest): Conversation {
     refuse('tool_choice', 'tool_choice must be auto or none: the agent chooses its own tools')
   }
   const format = (extra.text as { format?: { type?: unknown } } | undefined)?.format?.type
-  if (format !== undefined && format !== 'text') refuse('text.format', `text.format ${String(format)} is not supported: the agent answers in text`)
+  if (format !== undefined && format !== 'text')
+    refuse('text.format', `text.format ${String(format)} is not supported: the agent answers in text`)
   for (const field of ['conversation', 'prompt'] as const) {
     if (extra[field] != null) refuse(field, `${field} is not supported: continue a conversation with previous_response_id`)
   }
@@ -85,7 +86,10 @@ export function readInput(body: ResponseRequest): Conversation {
   const messages = input.map((item: unknown, i) => {
     const { type, role, content } = (item && typeof item === 'object' ? item : {}) as { type?: unknown; role?: unknown; content?: unknown }
     if (type !== undefined && type !== 'message') {
-      refuse(`input[${i}].type`, `input[${i}] is a ${String(type)} item: only message items ({role, content}) are supported, since the agent runs its own tools`)
+      refuse(
+        `input[${i}].type`,
+        `input[${i}] is a ${String(type)} item: only message items ({role, content}) are supported, since the agent runs its own tools`,
+      )
     }
     if (!responseInputRoles.includes(role as (typeof responseInputRoles)[number])) {
       refuse(`input[${i}].role`, `input[${i}].role must be one of ${responseInputRoles.join(', ')}`)
@@ -108,15 +112,24 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
    */
   async function continuation(owner: Owner, previousId: string) {
     const previous = await store.getJob(owner, jobIdOf(previousId))
-    if (!previous) throw atParam('previous_response_id', new InvalidRequest(`previous_response_id: no response ${previousId} of this API key`))
+    if (!previous)
+      throw atParam('previous_response_id', new InvalidRequest(`previous_response_id: no response ${previousId} of this API key`))
     if (previous.status !== 'complete') {
-      throw atParam('previous_response_id', new InvalidRequest(`previous_response_id: ${previousId} is ${statusOf[previous.status]}; only a completed response can be continued`))
+      throw atParam(
+        'previous_response_id',
+        new InvalidRequest(
+          `previous_response_id: ${previousId} is ${statusOf[previous.status]}; only a completed response can be continued`,
+        ),
+      )
     }
     const id = `resp_${previous.id}`
     const thread = (await store.thread(owner, previous.threadId))!
     const answer = thread.messages.map((m) => (m.role === 'assistant' ? m.metadata.jobId : undefined)).lastIndexOf(previous.id)
     if (answer === thread.messages.length - 1) return { id, threadId: previous.threadId, history: [] }
-    const history = thread.messages.slice(0, answer + 1).slice(-maxBranchMessages).map((m) => ({ role: m.role, content: m.content }))
+    const history = thread.messages
+      .slice(0, answer + 1)
+      .slice(-maxBranchMessages)
+      .map((m) => ({ role: m.role, content: m.content }))
     return { id, threadId: undefined, history }
   }
 
@@ -154,7 +167,17 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
     return []
   }
 
-  async function responseOf({ jobId, createdAt, model, status, instructions, kept, done, waiting, error = null }: View): Promise<ResponseObject> {
+  async function responseOf({
+    jobId,
+    createdAt,
+    model,
+    status,
+    instructions,
+    kept,
+    done,
+    waiting,
+    error = null,
+  }: View): Promise<ResponseObject> {
     const usage = done && answers.usageOf(done.result)
     return {
       id: `resp_${jobId}`,
@@ -226,7 +249,12 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
       const stream = body.stream === true
       const background = body.background === true
       if (stream && background) {
-        throw atParam('stream', new InvalidRequest('stream with background is not supported: create it in the background, then GET /v1/responses/{id} until it ends'))
+        throw atParam(
+          'stream',
+          new InvalidRequest(
+            'stream with background is not supported: create it in the background, then GET /v1/responses/{id} until it ends',
+          ),
+        )
       }
       const conversation = readInput(body)
       const previous = body.previous_response_id ? await continuation(owner, body.previous_response_id) : undefined
@@ -234,12 +262,25 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
       const created = await answers.start(
         reply,
         owner,
-        { ...conversation, history: [...(previous?.history ?? []), ...conversation.history], model: body.model, threadId: previous?.threadId, apiRequest: { ...kept } },
+        {
+          ...conversation,
+          history: [...(previous?.history ?? []), ...conversation.history],
+          model: body.model,
+          threadId: previous?.threadId,
+          apiRequest: { ...kept },
+        },
         stream,
       )
       const { jobId, threadId } = created
       request.log.info({ jobId, threadId, model: body.model, stream, background, user: body.user }, 'response accepted')
-      const pending: View = { jobId, createdAt: created.at, model: body.model, status: 'queued', instructions: conversation.instructions ?? null, kept }
+      const pending: View = {
+        jobId,
+        createdAt: created.at,
+        model: body.model,
+        status: 'queued',
+        instructions: conversation.instructions ?? null,
+        kept,
+      }
       if (background) return responseOf(pending)
 
       const ended = async () => responseOfJob((await store.getJob(owner, jobId))!, kept)
@@ -247,7 +288,8 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
         const end = await answers.follow(reply, owner, jobId, created.seq)
         if (end === 'left') return reply
         // a swap waits for a person: in_progress at once, saying what waits and where (GET it later for the answer)
-        if (end.status === 'awaiting_approval') return responseOf({ ...pending, status: 'in_progress', waiting: { waiting: end, threadId } })
+        if (end.status === 'awaiting_approval')
+          return responseOf({ ...pending, status: 'in_progress', waiting: { waiting: end, threadId } })
         return ended()
       }
 
@@ -263,7 +305,10 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
       const open = () => {
         if (opened) return
         opened = true
-        send('response.output_item.added', { output_index: 0, item: { type: 'message', id: at.item_id, status: 'in_progress', role: 'assistant', content: [] } })
+        send('response.output_item.added', {
+          output_index: 0,
+          item: { type: 'message', id: at.item_id, status: 'in_progress', role: 'assistant', content: [] },
+        })
         send('response.content_part.added', { ...at, part: { type: 'output_text', text: '', annotations: [] } })
       }
       try {
@@ -330,7 +375,10 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
       if (job.status === 'pending' || job.status === 'running' || job.status === 'awaiting_approval') await answers.cancel(owner, job.id)
       const now = await jobOf(owner, id)
       if (now.status !== 'cancelled') {
-        throw atParam('response_id', new InvalidRequest(`response ${id} is already ${statusOf[now.status]}: only a queued or in-progress response can be cancelled`))
+        throw atParam(
+          'response_id',
+          new InvalidRequest(`response ${id} is already ${statusOf[now.status]}: only a queued or in-progress response can be cancelled`),
+        )
       }
       return responseOfJob(now)
     },

@@ -36,7 +36,8 @@ export const undecided = (a: Approval) => a.status === 'pending' || (a.status ==
 /** Why a decided approval did not swap, in plain words (null: it swapped). */
 export function notSwappedReason(a: Approval): string | null {
   if (a.status === 'approved' && a.result) return null
-  if (a.status === 'approved') return `approval ${a.id} was approved by ${a.decidedBy ?? 'someone'}, but the swap was not made: ${a.error ?? 'no reason given'}`
+  if (a.status === 'approved')
+    return `approval ${a.id} was approved by ${a.decidedBy ?? 'someone'}, but the swap was not made: ${a.error ?? 'no reason given'}`
   if (a.status === 'rejected') {
     const why = a.decisionReason ?? a.error
     return `approval ${a.id} was rejected by ${a.decidedBy ?? 'someone'}${why ? `: ${why}` : ''}`

@@ -36,7 +36,10 @@ interface Completion {
 }
 interface Chunk {
   choices?: Array<{
-    delta?: { content?: string | null; tool_calls?: Array<{ index?: number; id?: string; type?: 'function'; function?: { name?: string; arguments?: string } }> }
+    delta?: {
+      content?: string | null
+      tool_calls?: Array<{ index?: number; id?: string; type?: 'function'; function?: { name?: string; arguments?: string } }>
+    }
     finish_reason?: string | null
   }>
   usage?: ModelUsage | null
@@ -115,7 +118,8 @@ export function createCompletions(settings: CompletionsSettings) {
       } catch {
         throw new AttemptFailed(new UpstreamFailed(name, 'a streamed chunk that is not JSON'), false)
       }
-      if (chunk.error) throw new AttemptFailed(new UpstreamFailed(name, `an error in the stream: ${chunk.error.message ?? 'unknown'}`), true)
+      if (chunk.error)
+        throw new AttemptFailed(new UpstreamFailed(name, `an error in the stream: ${chunk.error.message ?? 'unknown'}`), true)
       if (chunk.usage) usage = chunk.usage
       const choice = chunk.choices?.[0]
       if (!choice) continue
@@ -140,7 +144,10 @@ export function createCompletions(settings: CompletionsSettings) {
   }
 
   /** One request and its answer; a connection that fails on the way (before or while the answer is read) may be retried. */
-  const spanOf = () => ({ kind: SpanKind.CLIENT, attributes: { 'http.request.method': 'POST', 'server.address': new URL(url).hostname, 'ats.upstream': 'llm' } })
+  const spanOf = () => ({
+    kind: SpanKind.CLIENT,
+    attributes: { 'http.request.method': 'POST', 'server.address': new URL(url).hostname, 'ats.upstream': 'llm' },
+  })
 
   /** One attempt, in a client span when tracing is on (the model's provider gets no traceparent). */
   const attempt = (body: string, signal: AbortSignal, onContent: (text: string) => void): Promise<Turn> =>
@@ -203,8 +210,11 @@ export function createCompletions(settings: CompletionsSettings) {
         return await attempt(body, both, forward)
       } catch (error) {
         signal.throwIfAborted()
-        const failure =
-          deadline.aborted ? new UpstreamTimeout(name, settings.timeoutMs, { cause: error }) : error instanceof AttemptFailed ? error.error : (error as Error)
+        const failure = deadline.aborted
+          ? new UpstreamTimeout(name, settings.timeoutMs, { cause: error })
+          : error instanceof AttemptFailed
+            ? error.error
+            : (error as Error)
         if (sent) throw new RunnerError(`the language model's answer broke off: ${failure.message}`)
         const retryable = error instanceof AttemptFailed && error.retryable
         if (!retryable || deadline.aborted || i >= retries) throw failure

@@ -62,7 +62,7 @@ export function systemPrompt(input: RunInput): string {
   return [
     'You are the agent of the Agent Trading Service: you trade and read DeFi markets on Arbitrum for the user through the tools given.',
     'Amounts in tool arguments are whole tokens ("1.5"), never base units. Use a tool for every number you report; never invent prices or balances.',
-    wallet ? `The user's wallet is ${wallet}.` : "The user has no wallet bound: ask for an address when one is needed.",
+    wallet ? `The user's wallet is ${wallet}.` : 'The user has no wallet bound: ask for an address when one is needed.',
     'Answer briefly and plainly, with the numbers the tools returned.',
   ].join(' ')
 }
@@ -73,11 +73,16 @@ export function createLlmRunner(settings: LlmSettings): Runner {
   return {
     name: `llm:${settings.model}`,
     async run(input: RunInput, toolbox: Toolbox, signal: AbortSignal) {
-      const tools = toolbox.definitions.map((t) => ({ type: 'function' as const, function: { name: t.name, description: t.description, parameters: plain(t.parameters) } }))
+      const tools = toolbox.definitions.map((t) => ({
+        type: 'function' as const,
+        function: { name: t.name, description: t.description, parameters: plain(t.parameters) },
+      }))
       const messages: ChatMessage[] = [
         { role: 'system', content: systemPrompt(input) },
         ...(input.instructions ? [{ role: 'system' as const, content: `Instructions from the caller: ${input.instructions}` }] : []),
-        ...(input.context === undefined ? [] : [{ role: 'system' as const, content: `Context from the caller (JSON): ${JSON.stringify(input.context)}` }]),
+        ...(input.context === undefined
+          ? []
+          : [{ role: 'system' as const, content: `Context from the caller (JSON): ${JSON.stringify(input.context)}` }]),
         ...input.history.map((m) => ({ role: m.role, content: m.content })),
         { role: 'user', content: input.prompt },
       ]
@@ -85,7 +90,9 @@ export function createLlmRunner(settings: LlmSettings): Runner {
       let usage: Usage = { promptTokens: 0, completionTokens: 0 }
       for (let step = 1; step <= settings.maxSteps; step++) {
         // the signal ends the request too: a stopping worker does not wait for the model to answer
-        const turn = await completions.complete({ model: settings.model, messages, tools, tool_choice: 'auto' }, signal, (delta) => answer.add(delta))
+        const turn = await completions.complete({ model: settings.model, messages, tools, tool_choice: 'auto' }, signal, (delta) =>
+          answer.add(delta),
+        )
         answer.endTurn()
         usage = addUsage(usage, await turnUsage(turn, messages))
         if (turn.toolCalls.length === 0) return { text: answer.text, modelTurns: step, usage }
@@ -99,7 +106,11 @@ export function createLlmRunner(settings: LlmSettings): Runner {
             continue
           }
           const outcome = await toolbox.call(call.function.name, args)
-          messages.push({ role: 'tool', tool_call_id: call.id, content: JSON.stringify(outcome.ok ? outcome.output : { error: outcome.error }) })
+          messages.push({
+            role: 'tool',
+            tool_call_id: call.id,
+            content: JSON.stringify(outcome.ok ? outcome.output : { error: outcome.error }),
+          })
         }
       }
       throw new RunnerError(`the model did not reach an answer within ${settings.maxSteps} steps (LLM_MAX_STEPS)`)

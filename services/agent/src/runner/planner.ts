@@ -29,12 +29,60 @@ const AMOUNT = '(\\d+(?:\\.\\d+)?)'
 const SYMBOL = '([a-z][a-z0-9.]{0,11})'
 const ADDRESS = /\b0x[0-9a-fA-F]{40}\b/
 const DEX = /\bon\s+(uniswap|camelot)\b/i
-const stopWords = new Set(['the', 'a', 'an', 'of', 'is', 'now', 'today', 'currently', 'price', 'prices', 'in', 'usd', 'dollars', 'worth', 'and', 'what', 'whats', 'how', 'much', 'me', 'for', 'tell', 'current', 'about', 'to', 'please', 'right', 'it', 'cost', 'costs', 'get', 'show', 'give', 'check', 'are', 'do', 'does', 'i', 'my', 'with', 'on', 'at', 'of'])
+const stopWords = new Set([
+  'the',
+  'a',
+  'an',
+  'of',
+  'is',
+  'now',
+  'today',
+  'currently',
+  'price',
+  'prices',
+  'in',
+  'usd',
+  'dollars',
+  'worth',
+  'and',
+  'what',
+  'whats',
+  'how',
+  'much',
+  'me',
+  'for',
+  'tell',
+  'current',
+  'about',
+  'to',
+  'please',
+  'right',
+  'it',
+  'cost',
+  'costs',
+  'get',
+  'show',
+  'give',
+  'check',
+  'are',
+  'do',
+  'does',
+  'i',
+  'my',
+  'with',
+  'on',
+  'at',
+  'of',
+])
 const aliases: Record<string, string> = { WETH: 'ETH', WBTC: 'BTC', ETHER: 'ETH', ETHEREUM: 'ETH', BITCOIN: 'BTC' }
 
 /** Symbols named in free text ("ETH and btc, ARB"): words that are not filler, upper-cased. */
 export function symbolsIn(text: string): string[] {
-  const words = text.replace(ADDRESS, ' ').toLowerCase().match(/[a-z][a-z0-9]{1,9}/g) ?? []
+  const words =
+    text
+      .replace(ADDRESS, ' ')
+      .toLowerCase()
+      .match(/[a-z][a-z0-9]{1,9}/g) ?? []
   const symbols = words.filter((w) => !stopWords.has(w)).map((w) => aliases[w.toUpperCase()] ?? w.toUpperCase())
   return [...new Set(symbols)]
 }
@@ -63,7 +111,10 @@ const prices: Intent = {
   calls: (slots) => [{ tool: 'get_prices', args: slots.symbols ? { symbols: slots.symbols } : {} }],
   answer(_slots, [outcome]) {
     if (!outcome!.ok) return failed('get the prices', outcome!)
-    const { prices: found, unknown } = outcome!.output as { prices: Record<string, { price: number; change24h: number }>; unknown: string[] }
+    const { prices: found, unknown } = outcome!.output as {
+      prices: Record<string, { price: number; change24h: number }>
+      unknown: string[]
+    }
     const lines = Object.entries(found).map(([symbol, p]) => `${symbol}: ${formatUsd(p.price)} (${formatPercent(p.change24h)} in 24h)`)
     if (unknown.length > 0) lines.push(`I have no price for ${unknown.join(', ')}: I know ETH, BTC, USDC, USDT, ARB, GMX and LINK.`)
     return lines.join('\n')
@@ -78,14 +129,24 @@ const trending: Intent = {
     if (!outcome!.ok) return failed('get the trending pools', outcome!)
     const { trending: pools } = outcome!.output as { trending: TrendingPool[] }
     if (pools.length === 0) return 'No pool has traded in the last 24 hours.'
-    const lines = pools.slice(0, 5).map((p, i) => `${i + 1}. ${p.name}: ${formatUsd(Number(p.basePrice))}, 24h volume ${formatUsd(Number(p.volume24h))} (${formatPercent(Number(p.change24h))})`)
+    const lines = pools
+      .slice(0, 5)
+      .map(
+        (p, i) =>
+          `${i + 1}. ${p.name}: ${formatUsd(Number(p.basePrice))}, 24h volume ${formatUsd(Number(p.volume24h))} (${formatPercent(Number(p.change24h))})`,
+      )
     return `Trending pools by 24h volume:\n${lines.join('\n')}`
   },
 }
 
 /** "1 USDC for ARB", "0.5 eth to usdc": amount, tokenIn, tokenOut. */
 const pair = new RegExp(`${AMOUNT}\\s*${SYMBOL}\\s+(?:for|to|into|->|in)\\s+${SYMBOL}\\b`, 'i')
-const swapArgs = (slots: Slots) => ({ tokenIn: slots.tokenIn, tokenOut: slots.tokenOut, amount: slots.amount, ...(slots.dex ? { dex: slots.dex } : {}) })
+const swapArgs = (slots: Slots) => ({
+  tokenIn: slots.tokenIn,
+  tokenOut: slots.tokenOut,
+  amount: slots.amount,
+  ...(slots.dex ? { dex: slots.dex } : {}),
+})
 /** A follow-up of a quote or swap: another dex, or another token bought. */
 function followPair(slots: Slots, rest: string): Slots | undefined {
   const dex = dexOf(rest) ?? (/^(uniswap|camelot)$/i.test(rest.trim()) ? rest.trim().toLowerCase() : undefined)
@@ -97,7 +158,10 @@ function followPair(slots: Slots, rest: string): Slots | undefined {
 const quote: Intent = {
   name: 'quote',
   match(text) {
-    const reverse = new RegExp(`how much\\s+${SYMBOL}\\s+(?:would|will|do|can|could)\\s+(?:i|we)\\s+get\\s+(?:for|with)\\s+${AMOUNT}\\s*${SYMBOL}`, 'i').exec(text)
+    const reverse = new RegExp(
+      `how much\\s+${SYMBOL}\\s+(?:would|will|do|can|could)\\s+(?:i|we)\\s+get\\s+(?:for|with)\\s+${AMOUNT}\\s*${SYMBOL}`,
+      'i',
+    ).exec(text)
     if (reverse) return { amount: reverse[2], tokenIn: upper(reverse[3]), tokenOut: upper(reverse[1]), dex: dexOf(text) }
     if (!/\bquote\b/i.test(text)) return undefined
     const m = pair.exec(text)
@@ -130,7 +194,8 @@ const swap: Intent = {
       | (PreparedSwap & { mode: 'prepared'; expectedAmountOutFormatted: string })
       | { mode: 'not_swapped'; reason: string }
     // a swap that waited for a person's approval and did not get it (rejected, expired, refused)
-    if (out.mode === 'not_swapped') return `I did not swap ${slots.amount} ${slots.tokenIn} for ${slots.tokenOut}: ${out.reason.replace(/^not swapped: /, '')}.`
+    if (out.mode === 'not_swapped')
+      return `I did not swap ${slots.amount} ${slots.tokenIn} for ${slots.tokenOut}: ${out.reason.replace(/^not swapped: /, '')}.`
     if (out.mode === 'executed') {
       const r = out
       return r.success
@@ -146,14 +211,18 @@ const swap: Intent = {
 
 const positions: Intent = {
   name: 'positions',
-  match: (text) => (/\bpositions?\b|\bhealth factor\b|\baave\b|\bgmx positions?\b/i.test(text) ? { address: ADDRESS.exec(text)?.[0] } : undefined),
+  match: (text) =>
+    /\bpositions?\b|\bhealth factor\b|\baave\b|\bgmx positions?\b/i.test(text) ? { address: ADDRESS.exec(text)?.[0] } : undefined,
   follow: (slots, rest) => (ADDRESS.test(rest) ? { ...slots, address: ADDRESS.exec(rest)![0] } : undefined),
   calls: (slots) => [{ tool: 'get_positions', args: slots.address ? { address: slots.address } : {} }],
   answer(_slots, [outcome]) {
     if (!outcome!.ok) return failed('read the positions', outcome!)
     const p = outcome!.output as Positions
     const maxHealth = 2n ** 256n - 1n
-    const health = BigInt(p.aave.healthFactor) === maxHealth ? 'no debt' : `health factor ${Number(formatUnits(BigInt(p.aave.healthFactor), 18)).toFixed(2)}`
+    const health =
+      BigInt(p.aave.healthFactor) === maxHealth
+        ? 'no debt'
+        : `health factor ${Number(formatUnits(BigInt(p.aave.healthFactor), 18)).toFixed(2)}`
     const aave = `Aave: collateral ${usdOf(p.aave.totalCollateralBase, 8)}, debt ${usdOf(p.aave.totalDebtBase, 8)} (${health})`
     const gmx =
       p.gmx.length === 0
@@ -165,12 +234,23 @@ const positions: Intent = {
 
 const nfts: Intent = {
   name: 'nfts',
-  match: (text) => (/\bnfts?\b/i.test(text) ? { address: ADDRESS.exec(text)?.[0], includeHidden: /\b(spam|hidden|all of them|including)\b/i.test(text) || undefined } : undefined),
+  match: (text) =>
+    /\bnfts?\b/i.test(text)
+      ? { address: ADDRESS.exec(text)?.[0], includeHidden: /\b(spam|hidden|all of them|including)\b/i.test(text) || undefined }
+      : undefined,
   follow: (slots, rest) => (ADDRESS.test(rest) ? { ...slots, address: ADDRESS.exec(rest)![0] } : undefined),
-  calls: (slots) => [{ tool: 'list_nfts', args: { ...(slots.address ? { address: slots.address } : {}), ...(slots.includeHidden ? { includeHidden: true } : {}) } }],
+  calls: (slots) => [
+    {
+      tool: 'list_nfts',
+      args: { ...(slots.address ? { address: slots.address } : {}), ...(slots.includeHidden ? { includeHidden: true } : {}) },
+    },
+  ],
   answer(_slots, [outcome]) {
     if (!outcome!.ok) return failed('list the NFTs', outcome!)
-    const { address, nfts: owned } = outcome!.output as { address: string; nfts: Array<{ name: string; collection: string; tokenId: string; isSpam: boolean }> }
+    const { address, nfts: owned } = outcome!.output as {
+      address: string
+      nfts: Array<{ name: string; collection: string; tokenId: string; isSpam: boolean }>
+    }
     if (owned.length === 0) return `${address} owns no NFTs (spam hidden).`
     const shown = owned.slice(0, 10).map((n) => `${n.name} (${n.collection} #${n.tokenId}${n.isSpam ? ', spam' : ''})`)
     return `${address} owns ${owned.length} NFT${owned.length === 1 ? '' : 's'}: ${shown.join(', ')}${owned.length > 10 ? ', …' : ''}.`
@@ -190,7 +270,10 @@ const predictions: Intent = {
     if (!outcome!.ok) return failed('find prediction markets', outcome!)
     const { markets } = outcome!.output as { markets: PredictionMarket[] }
     if (markets.length === 0) return `I found no prediction market about ${slots.query}.`
-    const lines = markets.map((m) => `- ${m.question}: ${m.outcomes.map((o) => `${o.name} ${(o.price * 100).toFixed(0)}%`).join(', ')} (volume ${formatUsd(m.volume)})`)
+    const lines = markets.map(
+      (m) =>
+        `- ${m.question}: ${m.outcomes.map((o) => `${o.name} ${(o.price * 100).toFixed(0)}%`).join(', ')} (volume ${formatUsd(m.volume)})`,
+    )
     return `${slots.query ? `Prediction markets about ${slots.query}` : 'Top prediction markets'}:\n${lines.join('\n')}`
   },
 }
@@ -198,7 +281,10 @@ const predictions: Intent = {
 const bridge: Intent = {
   name: 'bridge',
   match(text) {
-    const m = new RegExp(`\\bbridge\\s+${AMOUNT}\\s*${SYMBOL}\\s+(?:from\\s+[a-z0-9 ]+?\\s+)?to\\s+([a-z][a-z0-9 ]*?)\\s*[?.!]*$`, 'i').exec(text)
+    const m = new RegExp(
+      `\\bbridge\\s+${AMOUNT}\\s*${SYMBOL}\\s+(?:from\\s+[a-z0-9 ]+?\\s+)?to\\s+([a-z][a-z0-9 ]*?)\\s*[?.!]*$`,
+      'i',
+    ).exec(text)
     return m ? { amount: m[1], token: upper(m[2]), toChain: m[3]!.trim() } : undefined
   },
   follow: (slots, rest) => {
@@ -222,12 +308,29 @@ const recurringBuy: Intent = {
   match(text) {
     const every = '(?:every\\s+(hour|day|week)|(hourly|daily|weekly))'
     const forward = new RegExp(`\\bbuy\\s+${AMOUNT}\\s*${SYMBOL}\\s+(?:worth\\s+)?of\\s+${SYMBOL}\\s+${every}`, 'i').exec(text)
-    if (forward) return { amount: forward[1], tokenIn: upper(forward[2]), tokenOut: upper(forward[3]), interval: intervals[(forward[4] ?? forward[5])!.toLowerCase()] }
+    if (forward)
+      return {
+        amount: forward[1],
+        tokenIn: upper(forward[2]),
+        tokenOut: upper(forward[3]),
+        interval: intervals[(forward[4] ?? forward[5])!.toLowerCase()],
+      }
     const leading = new RegExp(`${every}\\s*,?\\s*buy\\s+${AMOUNT}\\s*${SYMBOL}\\s+(?:worth\\s+)?of\\s+${SYMBOL}`, 'i').exec(text)
-    if (leading) return { amount: leading[3], tokenIn: upper(leading[4]), tokenOut: upper(leading[5]), interval: intervals[(leading[1] ?? leading[2])!.toLowerCase()] }
+    if (leading)
+      return {
+        amount: leading[3],
+        tokenIn: upper(leading[4]),
+        tokenOut: upper(leading[5]),
+        interval: intervals[(leading[1] ?? leading[2])!.toLowerCase()],
+      }
     return undefined
   },
-  calls: (slots) => [{ tool: 'create_automation', args: { tokenIn: slots.tokenIn, tokenOut: slots.tokenOut, amount: slots.amount, interval: slots.interval } }],
+  calls: (slots) => [
+    {
+      tool: 'create_automation',
+      args: { tokenIn: slots.tokenIn, tokenOut: slots.tokenOut, amount: slots.amount, interval: slots.interval },
+    },
+  ],
   answer(slots, [outcome]) {
     if (!outcome!.ok) return failed(`set up a recurring buy of ${slots.tokenOut}`, outcome!)
     const { automation } = outcome!.output as { automation: { id: string; name: string; status: string } }
@@ -244,7 +347,11 @@ const describeAutomation = (a: AutomationView) => `${a.name} (${a.id}, ${a.statu
 
 const listAutomations: Intent = {
   name: 'list-automations',
-  match: (text) => (/\b(list|show|what are|see)\b.*\bautomations?\b|\bmy automations\b/i.test(text) && !/\b(pause|resume|stop|unpause|restart)\b/i.test(text) ? {} : undefined),
+  match: (text) =>
+    /\b(list|show|what are|see)\b.*\bautomations?\b|\bmy automations\b/i.test(text) &&
+    !/\b(pause|resume|stop|unpause|restart)\b/i.test(text)
+      ? {}
+      : undefined,
   calls: () => [{ tool: 'list_automations', args: {} }],
   answer(_slots, [outcome]) {
     if (!outcome!.ok) return failed('list your automations', outcome!)
@@ -261,7 +368,9 @@ const setAutomations: Intent = {
     const id = /\b(aut[_-][A-Za-z0-9_-]+)\b/.exec(text)?.[1]
     return { status: verb === 'pause' || verb === 'stop' ? 'paused' : 'active', id }
   },
-  calls: (slots) => [slots.id ? { tool: 'set_automation_status', args: { id: slots.id, status: slots.status } } : { tool: 'list_automations', args: {} }],
+  calls: (slots) => [
+    slots.id ? { tool: 'set_automation_status', args: { id: slots.id, status: slots.status } } : { tool: 'list_automations', args: {} },
+  ],
   async answer(slots, [outcome], call) {
     const verb = slots.status === 'paused' ? 'pause' : 'resume'
     if (!outcome!.ok) return failed(`${verb} your automations`, outcome!)
@@ -272,14 +381,30 @@ const setAutomations: Intent = {
     const done: string[] = []
     for (const a of targets) {
       const result = await call('set_automation_status', { id: a.id, status: slots.status })
-      done.push(result.ok ? describeAutomation((result.output as { automation: AutomationView }).automation) : `${a.name} (${a.id}): ${result.error}`)
+      done.push(
+        result.ok
+          ? describeAutomation((result.output as { automation: AutomationView }).automation)
+          : `${a.name} (${a.id}): ${result.error}`,
+      )
     }
     return `${verb === 'pause' ? 'Paused' : 'Resumed'}: ${done.join('; ')}.`
   },
 }
 
 /** In the order they are tried: the specific before the general ("buy … every day" before "buy … with"). */
-export const intents: readonly Intent[] = [recurringBuy, setAutomations, listAutomations, bridge, quote, swap, positions, nfts, predictions, trending, prices]
+export const intents: readonly Intent[] = [
+  recurringBuy,
+  setAutomations,
+  listAutomations,
+  bridge,
+  quote,
+  swap,
+  positions,
+  nfts,
+  predictions,
+  trending,
+  prices,
+]
 
 export const capabilities = [
   'the price of a token: "what is the price of ETH?"',

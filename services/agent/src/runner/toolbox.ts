@@ -35,7 +35,17 @@ export interface ToolboxOptions {
   firstRun?: boolean
 }
 
-export async function createToolbox({ tools, store, emit, log, jobId, owner, signal, approvals = noApprovalWaits, firstRun = false }: ToolboxOptions) {
+export async function createToolbox({
+  tools,
+  store,
+  emit,
+  log,
+  jobId,
+  owner,
+  signal,
+  approvals = noApprovalWaits,
+  firstRun = false,
+}: ToolboxOptions) {
   const earlier = new Map(firstRun ? [] : (await store.stepsOf(jobId)).map((s) => [s.step, s]))
   let step = 0
   const toolCalls: string[] = []

@@ -1,7 +1,16 @@
 // The agent's tools: each declared once (name, description, JSON Schema of its arguments) and
 // run over NATS against the service that owns the data. The LLM runner offers them as
 // function tools; the offline planner calls them by name.
-import { Address, isAwaitingApproval, type Approval, type Endpoint, type JobTransaction, type NatsChannels, type PreparedSwap, type SwapResult } from '@ats/contracts'
+import {
+  Address,
+  isAwaitingApproval,
+  type Approval,
+  type Endpoint,
+  type JobTransaction,
+  type NatsChannels,
+  type PreparedSwap,
+  type SwapResult,
+} from '@ats/contracts'
 import { ServiceCallError, callEndpoint, tradingTokens, type CallContext } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import { Type, type Static, type TSchema } from 'typebox'
@@ -100,8 +109,14 @@ async function pause(ms: number, signal: AbortSignal) {
 
 export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPollMs = 1_000 }: ToolDeps) {
   /** One NATS call, given up on when the job is aborted; a service's error becomes a ToolError. */
-  async function call<Req, Rep>(endpoint: Endpoint<Req, Rep>, request: Req, run: ToolRun, options: { timeoutMs?: number } = {}): Promise<Rep> {
-    const identity: CallContext['identity'] = run.owner.kind === 'payer' ? { ownerId: run.owner.address } : { ownerId: run.owner.keyId, keyId: run.owner.keyId }
+  async function call<Req, Rep>(
+    endpoint: Endpoint<Req, Rep>,
+    request: Req,
+    run: ToolRun,
+    options: { timeoutMs?: number } = {},
+  ): Promise<Rep> {
+    const identity: CallContext['identity'] =
+      run.owner.kind === 'payer' ? { ownerId: run.owner.address } : { ownerId: run.owner.keyId, keyId: run.owner.keyId }
     try {
       return await unlessAborted(
         callEndpoint(nc, endpoint, request, { identity, requestId: `${run.jobId}:${run.step}`, timeoutMs: options.timeoutMs ?? timeoutMs }),
@@ -154,7 +169,9 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
   const getPrices = tool({
     name: 'get_prices',
     description: 'USD price and 24h change of ETH, BTC, USDC, USDT, ARB, GMX and LINK',
-    parameters: Type.Object({ symbols: Type.Optional(Type.Array(TokenArg('a symbol'), { maxItems: 7, description: 'which ones; all when absent' })) }),
+    parameters: Type.Object({
+      symbols: Type.Optional(Type.Array(TokenArg('a symbol'), { maxItems: 7, description: 'which ones; all when absent' })),
+    }),
     async run({ symbols }, run) {
       const { prices, updatedAt } = await call(channels.market.prices, {}, run)
       const alias: Record<string, string> = { WETH: 'ETH', WBTC: 'BTC' }
@@ -187,7 +204,11 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
     parameters: SwapArgs,
     async run({ tokenIn, tokenOut, amount, dex }, run) {
       const { token, units } = await baseUnits(tokenIn, amount)
-      const quote = await call(channels.trading.quote, { tokenIn: token.address, tokenOut, amountIn: units.toString(), ...(dex ? { dex } : {}) }, run)
+      const quote = await call(
+        channels.trading.quote,
+        { tokenIn: token.address, tokenOut, amountIn: units.toString(), ...(dex ? { dex } : {}) },
+        run,
+      )
       return { output: { ...quote, amountInFormatted: amount, amountOutFormatted: await human(quote.tokenOut, quote.amountOut) } }
     },
   })
@@ -225,7 +246,11 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
    * `approvalPollMs` until the approval is decided; then the job runs on with the swap made, or
    * with why it was not (rejected, expired, refused when approved).
    */
-  async function decisionOn(approval: Approval, notice: string, run: ToolRun): Promise<SwapResult | { notSwapped: string; approval: Approval }> {
+  async function decisionOn(
+    approval: Approval,
+    notice: string,
+    run: ToolRun,
+  ): Promise<SwapResult | { notSwapped: string; approval: Approval }> {
     await run.approvals.begin(approval, notice)
     let now = approval
     while (undecided(now)) {
@@ -247,7 +272,10 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
     name: 'swap',
     description:
       "Swap an amount of one token for another. For a payer an admin has allowlisted, it executes from the server wallet within the payer's spend policy; for everyone else it prepares the transactions (approval, swap) for the payer's own wallet to sign",
-    parameters: Type.Object({ ...SwapArgs.properties, slippageBps: Type.Optional(Type.Integer({ minimum: 0, maximum: 5000, description: 'default 50 (0.5%)' })) }),
+    parameters: Type.Object({
+      ...SwapArgs.properties,
+      slippageBps: Type.Optional(Type.Integer({ minimum: 0, maximum: 5000, description: 'default 50 (0.5%)' })),
+    }),
     async run({ tokenIn, tokenOut, amount, dex, slippageBps }, run) {
       const { token, units } = await baseUnits(tokenIn, amount)
       const body = { tokenIn: token.address, tokenOut, amountIn: units.toString(), ...(dex ? { dex } : {}), slippageBps: slippageBps ?? 50 }
@@ -258,11 +286,16 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
       }
       if (execute) {
         const idempotencyKey = run.key
-        const answer = await call(channels.trading.execute, { ...body, idempotencyKey, jobId: run.jobId }, run, { timeoutMs: swapTimeoutMs })
+        const answer = await call(channels.trading.execute, { ...body, idempotencyKey, jobId: run.jobId }, run, {
+          timeoutMs: swapTimeoutMs,
+        })
         const asked = { amount, tokenIn: token.symbol, tokenOut: (await tokenOf(tokenOut)).symbol }
         const result = isAwaitingApproval(answer) ? await decisionOn(answer.approval, approvalNotice(answer.approval, asked), run) : answer
         if ('notSwapped' in result) return { output: { mode: 'not_swapped', reason: result.notSwapped, approval: result.approval } }
-        return { output: { mode: 'executed', ...result, amountOutFormatted: await human(result.tokenOut, result.amountOut) }, transactions: [sent(run, result)] }
+        return {
+          output: { mode: 'executed', ...result, amountOutFormatted: await human(result.tokenOut, result.amountOut) },
+          transactions: [sent(run, result)],
+        }
       }
       const from = walletOf(run, undefined, 'preparing a swap')
       const p = await call(channels.trading.prepare, { ...body, from }, run)
@@ -302,7 +335,9 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
       limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 20 })),
     }),
     async run({ query, limit = 5 }, run) {
-      const { markets } = query ? await call(channels.market.searchPredictions, { q: query, limit }, run) : await call(channels.market.topPredictions, { limit }, run)
+      const { markets } = query
+        ? await call(channels.market.searchPredictions, { q: query, limit }, run)
+        : await call(channels.market.topPredictions, { limit }, run)
       return { output: { query: query ?? null, markets } }
     },
   })
@@ -313,14 +348,20 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
     parameters: Type.Object({
       token: TokenArg('the token to bridge, e.g. USDC'),
       amount: Amount,
-      toChain: Type.String({ minLength: 1, maxLength: 40, description: 'the destination chain: a name (Base, Ethereum, Optimism …) or a chain id' }),
+      toChain: Type.String({
+        minLength: 1,
+        maxLength: 40,
+        description: 'the destination chain: a name (Base, Ethereum, Optimism …) or a chain id',
+      }),
       toToken: Type.Optional(TokenArg('the token received; the same symbol by default')),
       userAddress: AddressArg('who sends and receives; the caller by default'),
     }),
     async run({ token, amount, toChain, toToken, userAddress }, run) {
       const { chains } = await call(channels.market.bridgeChains, {}, run)
       const wanted = toChain.trim().toLowerCase()
-      const chain = chains.find((c) => String(c.id) === wanted || c.name.toLowerCase() === wanted || c.key === wanted || c.name.toLowerCase().startsWith(wanted))
+      const chain = chains.find(
+        (c) => String(c.id) === wanted || c.name.toLowerCase() === wanted || c.key === wanted || c.name.toLowerCase().startsWith(wanted),
+      )
       if (!chain) throw new ToolError(`unknown chain ${toChain}; bridges reach ${chains.map((c) => c.name).join(', ')}`)
       const { token: from, units } = await baseUnits(token, amount)
       const user = walletOf(run, userAddress, 'a bridge quote')
@@ -348,7 +389,16 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
       const out = await tokenOf(tokenOut)
       const walletAddress = walletOf(run, undefined, 'an automation')
       const config = { tokenIn: token.symbol, tokenOut: out.symbol, amount: units.toString(), interval }
-      const created = await call(channels.automation.create, { walletAddress, type: 'recurring-buy', name: name ?? `Buy ${out.symbol} with ${amount} ${token.symbol} every ${interval}`, config }, run)
+      const created = await call(
+        channels.automation.create,
+        {
+          walletAddress,
+          type: 'recurring-buy',
+          name: name ?? `Buy ${out.symbol} with ${amount} ${token.symbol} every ${interval}`,
+          config,
+        },
+        run,
+      )
       return { output: created }
     },
   })
@@ -366,13 +416,28 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
   const setAutomationStatus = tool({
     name: 'set_automation_status',
     description: 'Pause (paused) or resume (active) an automation of the caller',
-    parameters: Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }), status: Type.Union([Type.Literal('active'), Type.Literal('paused')]) }),
+    parameters: Type.Object({
+      id: Type.String({ minLength: 1, maxLength: 64 }),
+      status: Type.Union([Type.Literal('active'), Type.Literal('paused')]),
+    }),
     async run({ id, status }, run) {
       return { output: await call(channels.automation.setStatus, { id, status }, run) }
     },
   })
 
-  const all: Tool[] = [getPrices, getTrending, quoteSwap, swap, getPositions, listNfts, findPredictions, bridgeQuote, createAutomation, listAutomations, setAutomationStatus] as Tool[]
+  const all: Tool[] = [
+    getPrices,
+    getTrending,
+    quoteSwap,
+    swap,
+    getPositions,
+    listNfts,
+    findPredictions,
+    bridgeQuote,
+    createAutomation,
+    listAutomations,
+    setAutomationStatus,
+  ] as Tool[]
   return { all, byName: new Map(all.map((t) => [t.name, t])), tokenOf, human }
 }
 export type Tools = ReturnType<typeof createTools>
@@ -387,5 +452,7 @@ export function checkArguments(t: Tool, args: unknown): void {
   }
   if (checker.Check(args)) return
   const [first] = checker.Errors(args)
-  throw new ToolError(`invalid arguments for ${t.name}: ${first ? `${first.instancePath || 'the arguments'} ${first.message}` : 'not valid'}`)
+  throw new ToolError(
+    `invalid arguments for ${t.name}: ${first ? `${first.instancePath || 'the arguments'} ${first.message}` : 'not valid'}`,
+  )
 }

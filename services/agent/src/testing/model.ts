@@ -55,7 +55,8 @@ export interface StandInModel {
   close(): Promise<void>
 }
 
-const defaultAnswer = (prompt: string, outputs: string[]) => (outputs.length > 0 ? `From the tools: ${outputs.join(' | ')}` : `You said: ${prompt}`)
+const defaultAnswer = (prompt: string, outputs: string[]) =>
+  outputs.length > 0 ? `From the tools: ${outputs.join(' | ')}` : `You said: ${prompt}`
 
 /** The chunks of one answer, in OpenAI's streaming shape: text a word at a time, each tool call as its name then its arguments in halves. */
 function deltasOf(text: string, calls: StandInCall[], callId: (i: number) => string) {
@@ -83,7 +84,13 @@ export async function startStandInModel(options: StandInOptions = {}): Promise<S
     const round = sinceUser.filter((m) => m.role === 'assistant' && m.tool_calls).length
     const planned = plan(prompt, round)
     const { text: said = '', calls } = Array.isArray(planned) ? { calls: planned } : planned
-    const text = calls.length > 0 ? said : answer(prompt, sinceUser.filter((m) => m.role === 'tool').map((m) => m.content ?? ''))
+    const text =
+      calls.length > 0
+        ? said
+        : answer(
+            prompt,
+            sinceUser.filter((m) => m.role === 'tool').map((m) => m.content ?? ''),
+          )
     const callId = (i: number) => `call_${index}_${i}`
     const finish = calls.length > 0 ? 'tool_calls' : 'stop'
     // usage as a provider reports it: a number a test can recognise in the sums
@@ -92,20 +99,36 @@ export async function startStandInModel(options: StandInOptions = {}): Promise<S
     await gate?.(request)
     const failure = fault?.(index)
     if (failure && 'status' in failure) {
-      res.writeHead(failure.status, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'the stand-in failed as told', type: 'server_error' } }))
+      res
+        .writeHead(failure.status, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ error: { message: 'the stand-in failed as told', type: 'server_error' } }))
       return
     }
 
     if (!request.stream || neverStreams) {
-      const message = { role: 'assistant', content: text || null, ...(calls.length > 0 ? { tool_calls: calls.map((c, i) => ({ id: callId(i), type: 'function', function: c })) } : {}) }
+      const message = {
+        role: 'assistant',
+        content: text || null,
+        ...(calls.length > 0 ? { tool_calls: calls.map((c, i) => ({ id: callId(i), type: 'function', function: c })) } : {}),
+      }
       request.sent.first = request.sent.last = Date.now()
       res.writeHead(200, { 'content-type': 'application/json' })
-      res.end(JSON.stringify({ ...head, object: 'chat.completion', usage, choices: [{ index: 0, message, logprobs: null, finish_reason: finish }] }))
+      res.end(
+        JSON.stringify({
+          ...head,
+          object: 'chat.completion',
+          usage,
+          choices: [{ index: 0, message, logprobs: null, finish_reason: finish }],
+        }),
+      )
       return
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
-    const chunk = (fields: Record<string, unknown>) => res.write(`data: ${JSON.stringify({ ...head, object: 'chat.completion.chunk', ...fields })}\n\n`)
-    const choice = (delta: Record<string, unknown>, finishReason: string | null = null) => ({ choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }] })
+    const chunk = (fields: Record<string, unknown>) =>
+      res.write(`data: ${JSON.stringify({ ...head, object: 'chat.completion.chunk', ...fields })}\n\n`)
+    const choice = (delta: Record<string, unknown>, finishReason: string | null = null) => ({
+      choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+    })
     chunk(choice({ role: 'assistant', content: '' }))
     for (const [i, delta] of deltasOf(text, calls, callId).entries()) {
       if (tokenDelayMs > 0) await sleep(tokenDelayMs)
@@ -129,7 +152,9 @@ export async function startStandInModel(options: StandInOptions = {}): Promise<S
     req.on('data', (part) => (raw += part))
     req.on('end', () => {
       if (req.url !== '/v1/chat/completions' || req.method !== 'POST') {
-        res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'not found', type: 'invalid_request_error' } }))
+        res
+          .writeHead(404, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: { message: 'not found', type: 'invalid_request_error' } }))
         return
       }
       const body = JSON.parse(raw) as StandInRequest['body']

@@ -1,7 +1,17 @@
 // What an owner does with their automations, over HTTP and NATS alike: who owns a request, and
 // creating (its wallet and config checked), pausing or resuming, and deleting an automation.
 import type { AutomationStatus, CreateAutomationRequest, NatsChannels } from '@ats/contracts'
-import { callEndpoint, checkRecipient, findToken, Forbidden, NotFound, Unauthorized, Unavailable, type Logger, type TradingTokens } from '@ats/service-kit'
+import {
+  callEndpoint,
+  checkRecipient,
+  findToken,
+  Forbidden,
+  NotFound,
+  Unauthorized,
+  Unavailable,
+  type Logger,
+  type TradingTokens,
+} from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import { getAddress, isAddress } from 'viem'
 import { withdrawApproval } from '../scheduler/approvals.ts'
@@ -41,7 +51,10 @@ export function createAutomations({ nc, channels, store, log, tokens, minInterva
     }
     if (owner.ownerId === walletAddress.toLowerCase()) return
     const { payer } = await callEndpoint(nc, channels.admin.agentPayer, { address: getAddress(owner.ownerId) }, { timeoutMs: 2000 })
-    checkRecipient({ owner: `payer ${getAddress(owner.ownerId)}`, own: owner.ownerId, allowed: payer?.policy.allowedRecipients }, walletAddress)
+    checkRecipient(
+      { owner: `payer ${getAddress(owner.ownerId)}`, own: owner.ownerId, allowed: payer?.policy.allowedRecipients },
+      walletAddress,
+    )
   }
 
   const tokenList = () =>
@@ -58,7 +71,12 @@ export function createAutomations({ nc, channels, store, log, tokens, minInterva
       minIntervalMs,
       now: Date.now(),
     })
-    const row = await store.create(owner, { walletAddress: getAddress(body.walletAddress), type: body.type, name: body.name, config: checked })
+    const row = await store.create(owner, {
+      walletAddress: getAddress(body.walletAddress),
+      type: body.type,
+      name: body.name,
+      config: checked,
+    })
     log.info({ automationId: row.id, type: row.type, owner: owner.keyId ?? 'payer' }, 'automation created')
     return { automation: automationView(row) }
   }
@@ -76,7 +94,9 @@ export function createAutomations({ nc, channels, store, log, tokens, minInterva
     // a run waiting for approval: nobody may approve its swap once the automation is gone
     for (const approvalId of await store.waitingApprovals(row.id)) {
       await withdrawApproval({ nc, channels }, row, approvalId, 'automation deleted', 5_000).catch((error: Error) => {
-        throw new Unavailable(`automation ${row.id} has a run waiting for approval ${approvalId}, which trading could not withdraw (${error.message}); try again`)
+        throw new Unavailable(
+          `automation ${row.id} has a run waiting for approval ${approvalId}, which trading could not withdraw (${error.message}); try again`,
+        )
       })
     }
     if (!(await store.remove(owner, id))) throw new NotFound(`automation ${id}`)

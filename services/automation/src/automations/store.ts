@@ -53,7 +53,10 @@ export function runView(row: AutomationRun): RunView {
     amountOut: row.amountOut,
     executionId: row.executionId,
     error: row.error,
-    approval: row.approvalId && row.approvalExpiresAt ? { id: row.approvalId, url: `/approvals/${row.approvalId}`, expiresAt: row.approvalExpiresAt.getTime() } : null,
+    approval:
+      row.approvalId && row.approvalExpiresAt
+        ? { id: row.approvalId, url: `/approvals/${row.approvalId}`, expiresAt: row.approvalExpiresAt.getTime() }
+        : null,
   }
 }
 
@@ -64,7 +67,11 @@ const underWay = ['running', 'awaiting_approval'] as const
 const endedStatuses = ['success', 'failed', 'skipped'] as const
 export type RunCounter = CounterMetric<{ status: typeof endedStatuses }>
 export const runCounter = (metrics: ServiceMetrics): RunCounter =>
-  metrics.counter({ name: 'ats_automation_runs_total', help: 'automation runs recorded, by how they ended (skipped: not made, the wallet paused or the approval refused)', labels: { status: endedStatuses } })
+  metrics.counter({
+    name: 'ats_automation_runs_total',
+    help: 'automation runs recorded, by how they ended (skipped: not made, the wallet paused or the approval refused)',
+    labels: { status: endedStatuses },
+  })
 
 /** How a run ended: what finishRun records. */
 export type RunOutcome =
@@ -87,7 +94,13 @@ const completedEvent = (automation: Automation, statusReason: string): EventToRe
 const runEvent = (automation: Automation, run: Pick<AutomationRun, 'id' | 'status' | 'txHash' | 'error'>): EventToRecord => ({
   type: run.status === 'success' ? 'automation.run.succeeded' : 'automation.run.failed',
   owner: eventOwner(automation),
-  data: { automationId: automation.id, runId: run.id, status: run.status, ...(run.txHash ? { txHash: run.txHash } : {}), ...(run.error ? { error: run.error } : {}) },
+  data: {
+    automationId: automation.id,
+    runId: run.id,
+    status: run.status,
+    ...(run.txHash ? { txHash: run.txHash } : {}),
+    ...(run.error ? { error: run.error } : {}),
+  },
 })
 
 /** Work a scheduler claimed: a run to execute (new or resumed), or a limit order's price check. */
@@ -100,7 +113,9 @@ export function createStore(
   { maxPerOwner, events, runsCounted }: { maxPerOwner: number; events: Pick<EventOutbox, 'send'>; runsCounted: RunCounter },
 ) {
   /** Runs `work` in a transaction; the events it records are published once it commits. */
-  async function withEvents<T>(work: (t: Prisma.TransactionClient, record: (event: EventToRecord) => Promise<void>) => Promise<T>): Promise<T> {
+  async function withEvents<T>(
+    work: (t: Prisma.TransactionClient, record: (event: EventToRecord) => Promise<void>) => Promise<T>,
+  ): Promise<T> {
     const ids: string[] = []
     const result = await db.$transaction((t) => work(t, async (event) => void ids.push(await recordEvent(t, event))))
     if (ids.length > 0) events.send(...ids)
@@ -163,17 +178,24 @@ export function createStore(
         const config = row.config as unknown as Config
         if (resumed) {
           const maxed = 'maxRuns' in config && config.maxRuns !== undefined && row.runs >= config.maxRuns
-          const over = overReason(config, row.runs, now) ?? (maxed ? `it has made its ${(config as RecurringBuy).maxRuns} runs (maxRuns)` : undefined)
+          const over =
+            overReason(config, row.runs, now) ?? (maxed ? `it has made its ${(config as RecurringBuy).maxRuns} runs (maxRuns)` : undefined)
           if (over) throw new BadRequest(`automation ${id} cannot be resumed: ${over}`)
         }
         if (isCounted(status) && !isCounted(row.status)) await checkRoom(t, owner)
-        const nextRunAt = resumed ? new Date(resumeRunAt(config, row.nextRunAt?.getTime() ?? null, now)) : status === 'paused' ? row.nextRunAt : null
+        const nextRunAt = resumed
+          ? new Date(resumeRunAt(config, row.nextRunAt?.getTime() ?? null, now))
+          : status === 'paused'
+            ? row.nextRunAt
+            : null
         const updated = await t.automation.update({
           where: { id },
           data: {
             status,
             nextRunAt,
-            ...(resumed ? { failures: 0, statusReason: null } : { statusReason: status === 'paused' ? null : `set to ${status} by its owner` }),
+            ...(resumed
+              ? { failures: 0, statusReason: null }
+              : { statusReason: status === 'paused' ? null : `set to ${status} by its owner` }),
           },
         })
         if (status === 'completed') await record(completedEvent(updated, updated.statusReason!))
@@ -183,7 +205,9 @@ export function createStore(
 
     /** The approvals this automation's runs wait for (withdrawn before it is deleted). */
     waitingApprovals: async (automationId: string) =>
-      (await db.automationRun.findMany({ where: { automationId, status: 'awaiting_approval' }, select: { approvalId: true } })).flatMap((r) => (r.approvalId ? [r.approvalId] : [])),
+      (await db.automationRun.findMany({ where: { automationId, status: 'awaiting_approval' }, select: { approvalId: true } })).flatMap(
+        (r) => (r.approvalId ? [r.approvalId] : []),
+      ),
 
     async remove(owner: Owner, id: string) {
       const { count } = await db.automation.deleteMany({ where: { id, ownerId: owner.ownerId } })
@@ -248,7 +272,10 @@ export function createStore(
         if (stale.length > 0) {
           const ids = stale.map((r) => r.id)
           await t.automationRun.updateMany({ where: { id: { in: ids } }, data: { leaseUntil: lease, attempts: { increment: 1 } } })
-          for (const { automation, ...run } of await t.automationRun.findMany({ where: { id: { in: ids } }, include: { automation: true } })) {
+          for (const { automation, ...run } of await t.automationRun.findMany({
+            where: { id: { in: ids } },
+            include: { automation: true },
+          })) {
             claimed.push({ kind: 'run', run, automation })
           }
         }
@@ -269,7 +296,13 @@ export function createStore(
         if (earlier > 0) return null
         const order = automation.config as unknown as LimitOrder
         return t.automationRun.create({
-          data: { id: newId('run'), automationId: automation.id, scheduledFor, amountIn: order.amount, leaseUntil: new Date(now + leaseMs) },
+          data: {
+            id: newId('run'),
+            automationId: automation.id,
+            scheduledFor,
+            amountIn: order.amount,
+            leaseUntil: new Date(now + leaseMs),
+          },
         })
       })
     },
@@ -289,7 +322,12 @@ export function createStore(
     async awaitApproval(run: AutomationRun, approval: { id: string; expiresAt: number }, checkAt: number) {
       await db.automationRun.updateMany({
         where: { id: run.id, status: 'running' },
-        data: { status: 'awaiting_approval', approvalId: approval.id, approvalExpiresAt: new Date(approval.expiresAt), leaseUntil: new Date(checkAt) },
+        data: {
+          status: 'awaiting_approval',
+          approvalId: approval.id,
+          approvalExpiresAt: new Date(approval.expiresAt),
+          leaseUntil: new Date(checkAt),
+        },
       })
       // not running any more: a resumed copy of the run recorded the wait first (fine), or the run is gone
       return (await db.automationRun.count({ where: { id: run.id } })) > 0
@@ -342,7 +380,13 @@ export function createStore(
     async finishRun(run: AutomationRun, outcome: RunOutcome, maxFailures: number) {
       const recorded = await withEvents(async (t, record) => {
         const data = outcome.ok
-          ? { status: 'success' as const, txHash: outcome.txHash, amountOut: outcome.amountOut, executionId: outcome.executionId, error: null }
+          ? {
+              status: 'success' as const,
+              txHash: outcome.txHash,
+              amountOut: outcome.amountOut,
+              executionId: outcome.executionId,
+              error: null,
+            }
           : { status: 'failed' as const, error: outcome.error, txHash: outcome.txHash ?? null, executionId: outcome.executionId ?? null }
         const updated = await t.automationRun.updateMany({
           where: { id: run.id, status: { in: [...underWay] } },
@@ -355,7 +399,12 @@ export function createStore(
         const config = automation.config as unknown as Config
         if (outcome.ok) {
           const runs = automation.runs + 1
-          const done = 'minAmountOut' in config ? 'the limit order filled' : config.maxRuns !== undefined && runs >= config.maxRuns ? `it made its ${runs} runs (maxRuns)` : null
+          const done =
+            'minAmountOut' in config
+              ? 'the limit order filled'
+              : config.maxRuns !== undefined && runs >= config.maxRuns
+                ? `it made its ${runs} runs (maxRuns)`
+                : null
           const completes = done !== null && automation.status === 'active'
           await t.automation.update({
             where: { id: automation.id },
@@ -370,7 +419,9 @@ export function createStore(
           where: { id: automation.id },
           data: {
             failures,
-            ...(failed ? { status: 'failed', nextRunAt: null, statusReason: `${failures} runs in a row failed; the last: ${outcome.error}` } : {}),
+            ...(failed
+              ? { status: 'failed', nextRunAt: null, statusReason: `${failures} runs in a row failed; the last: ${outcome.error}` }
+              : {}),
           },
         })
         return true

@@ -49,7 +49,9 @@ export function parseInterval(raw: string): { ms: number } | { cron: string } | 
 export function nextAfter(interval: string, from: number): number {
   const parsed = parseInterval(interval)!
   if ('ms' in parsed) return from + parsed.ms
-  return CronExpressionParser.parse(parsed.cron, { currentDate: new Date(from), tz: 'UTC' }).next().getTime()
+  return CronExpressionParser.parse(parsed.cron, { currentDate: new Date(from), tz: 'UTC' })
+    .next()
+    .getTime()
 }
 
 export interface CheckOptions {
@@ -123,7 +125,11 @@ export function checkConfig(type: string, config: Record<string, unknown>, optio
   if (unknown.length > 0) throw bad(`${unknown[0]} is not a field of a ${type}; fields: ${allowed[type].join(', ')}`)
   const base = common(config, options)
   if (type === 'limit-order') {
-    return { ...base, minAmountOut: amount(config, 'minAmountOut', base.tokenOut), checkEvery: interval(config, 'checkEvery', options, '1m') }
+    return {
+      ...base,
+      minAmountOut: amount(config, 'minAmountOut', base.tokenOut),
+      checkEvery: interval(config, 'checkEvery', options, '1m'),
+    }
   }
   const maxRuns = config.maxRuns
   if (maxRuns !== undefined && (!Number.isInteger(maxRuns) || (maxRuns as number) < 1)) throw bad('maxRuns must be a positive integer')

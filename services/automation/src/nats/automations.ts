@@ -14,5 +14,7 @@ export function serveAutomationEndpoints(
   serveEndpoint(nats, 'list', listChannel, log, async ({ wallet }, { identity }) => ({
     automations: (await store.list(ownerOf(identity), wallet)).map(automationView),
   }))
-  serveEndpoint(nats, 'status-set', setStatusChannel, log, async ({ id, status }, { identity }) => automations.setStatus(ownerOf(identity), id, status))
+  serveEndpoint(nats, 'status-set', setStatusChannel, log, async ({ id, status }, { identity }) =>
+    automations.setStatus(ownerOf(identity), id, status),
+  )
 }

@@ -31,8 +31,16 @@ export function approvalOutcome(id: string, approval: Approval | null): Approval
     case 'pending':
       return { kind: 'waiting' }
     case 'approved':
-      if (result?.success) return { kind: 'finished', outcome: { ok: true, txHash: result.hash, amountOut: result.amountOut, executionId: result.executionId } }
-      if (result) return { kind: 'finished', outcome: { ok: false, error: 'the approved swap reverted on chain', txHash: result.hash, executionId: result.executionId } }
+      if (result?.success)
+        return {
+          kind: 'finished',
+          outcome: { ok: true, txHash: result.hash, amountOut: result.amountOut, executionId: result.executionId },
+        }
+      if (result)
+        return {
+          kind: 'finished',
+          outcome: { ok: false, error: 'the approved swap reverted on chain', txHash: result.hash, executionId: result.executionId },
+        }
       if (error) return { kind: 'finished', outcome: { ok: false, error: `not swapped: approval ${id} was approved, but ${error}` } }
       return { kind: 'waiting' }
     case 'expired':
@@ -62,8 +70,19 @@ export interface ApprovalWatchDeps {
 }
 
 /** Gives up the approval of a run nobody waits for any more; trading answers it as it now stands. */
-export async function withdrawApproval({ nc, channels }: Pick<ApprovalWatchDeps, 'nc' | 'channels'>, automation: Automation, id: string, reason: string, timeoutMs: number) {
-  const { approval } = await callEndpoint(nc, channels.trading.approvalWithdraw, { id, reason }, { identity: identityOf(automation), timeoutMs })
+export async function withdrawApproval(
+  { nc, channels }: Pick<ApprovalWatchDeps, 'nc' | 'channels'>,
+  automation: Automation,
+  id: string,
+  reason: string,
+  timeoutMs: number,
+) {
+  const { approval } = await callEndpoint(
+    nc,
+    channels.trading.approvalWithdraw,
+    { id, reason },
+    { identity: identityOf(automation), timeoutMs },
+  )
   return approval
 }
 
@@ -78,9 +97,17 @@ export function startApprovalWatch(deps: ApprovalWatchDeps) {
     if (automation.status !== 'active') {
       const stopped = `automation ${automation.status}`
       const approval = await withdrawApproval(deps, automation, id, stopped, settings.timeoutMs)
-      next = approval?.status === 'rejected' && approval.decidedBy === 'requester' ? { kind: 'skipped', reason: `not swapped: ${stopped} while approval ${id} waited` } : approvalOutcome(id, approval)
+      next =
+        approval?.status === 'rejected' && approval.decidedBy === 'requester'
+          ? { kind: 'skipped', reason: `not swapped: ${stopped} while approval ${id} waited` }
+          : approvalOutcome(id, approval)
     } else {
-      const { approval } = await callEndpoint(nc, channels.trading.approval, { id }, { identity: identityOf(automation), timeoutMs: settings.timeoutMs })
+      const { approval } = await callEndpoint(
+        nc,
+        channels.trading.approval,
+        { id },
+        { identity: identityOf(automation), timeoutMs: settings.timeoutMs },
+      )
       next = approvalOutcome(id, approval)
     }
     if (next.kind === 'waiting') {
@@ -104,7 +131,11 @@ export function startApprovalWatch(deps: ApprovalWatchDeps) {
       // held past one answer's timeout: a look that fails is retried by any replica after it
       const waiting = await store.claimWaiting(settings.batch, settings.timeoutMs + settings.pollMs)
       await Promise.all(
-        waiting.map((run) => look(run).catch((error) => log.warn({ err: error, runId: run.id, approvalId: run.approvalId }, 'approval of a waiting run not read; asked again later'))),
+        waiting.map((run) =>
+          look(run).catch((error) =>
+            log.warn({ err: error, runId: run.id, approvalId: run.approvalId }, 'approval of a waiting run not read; asked again later'),
+          ),
+        ),
       )
       return waiting.length === settings.batch
     },

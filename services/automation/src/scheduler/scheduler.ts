@@ -6,7 +6,15 @@
 // A swap over the key's approvalAboveUsd is not sent: the run waits for the approval (approvals.ts).
 import { formatUnits } from 'viem'
 import { isAwaitingApproval, type Approval, type NatsChannels } from '@ats/contracts'
-import { callEndpoint, pauseMessage, ServiceCallError, startWorkerLoop, type Logger, type TradingTokens, type WalletControlWatch } from '@ats/service-kit'
+import {
+  callEndpoint,
+  pauseMessage,
+  ServiceCallError,
+  startWorkerLoop,
+  type Logger,
+  type TradingTokens,
+  type WalletControlWatch,
+} from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import type { Automation, AutomationRun } from '../generated/prisma/client.ts'
 import { withdrawApproval } from './approvals.ts'
@@ -90,7 +98,10 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
         ? { ok: true as const, txHash: result.hash, amountOut: result.amountOut, executionId: result.executionId }
         : { ok: false as const, error: 'the swap reverted on chain', txHash: result.hash, executionId: result.executionId }
       await store.finishRun(run, outcome, settings.maxFailures)
-      log.info({ automationId: automation.id, runId: run.id, hash: result.hash, success: result.success, amountOut: result.amountOut }, 'automation run finished')
+      log.info(
+        { automationId: automation.id, runId: run.id, hash: result.hash, success: result.success, amountOut: result.amountOut },
+        'automation run finished',
+      )
     } catch (error) {
       const status = error instanceof ServiceCallError ? error.statusCode : undefined
       // paused between our check and trading's
@@ -98,7 +109,10 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
       // no answer in time, or trading unavailable: the swap may still be mined; the same key picks it up
       const retry = (status === 503 || status === 504 || status === undefined) && run.attempts < settings.maxAttempts
       if (retry) {
-        log.warn({ err: error, automationId: automation.id, runId: run.id, attempt: run.attempts }, 'automation run not finished; it is resumed after its lease')
+        log.warn(
+          { err: error, automationId: automation.id, runId: run.id, attempt: run.attempts },
+          'automation run not finished; it is resumed after its lease',
+        )
         return
       }
       const message = error instanceof ServiceCallError ? error.message : 'the swap could not be made'
@@ -118,7 +132,12 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
     const order = automation.config as unknown as LimitOrder
     let quoted: string
     try {
-      const quote = await callEndpoint(nc, channels.trading.quote, { tokenIn: order.tokenIn, tokenOut: order.tokenOut, amountIn: order.amount }, { timeoutMs: settings.executeTimeoutMs })
+      const quote = await callEndpoint(
+        nc,
+        channels.trading.quote,
+        { tokenIn: order.tokenIn, tokenOut: order.tokenOut, amountIn: order.amount },
+        { timeoutMs: settings.executeTimeoutMs },
+      )
       quoted = quote.amountOut
     } catch (error) {
       await store.checked(automation, `the last price check failed: ${(error as Error).message}`)

@@ -74,7 +74,8 @@ export function modelBridge({ prices, book, chainId }: { prices: PriceSource; bo
   const chainOf = (id: number, side: string): ModelChain => {
     const chain = modelChains.find((c) => c.id === id)
     if (chain) return chain
-    const devnet = id === chainId && chainId === DEVNET_CHAIN_ID ? ` (the devnet stands in for Arbitrum One: use ${ARBITRUM_ONE_CHAIN_ID})` : ''
+    const devnet =
+      id === chainId && chainId === DEVNET_CHAIN_ID ? ` (the devnet stands in for Arbitrum One: use ${ARBITRUM_ONE_CHAIN_ID})` : ''
     throw new BridgeUnsupported(`${side} ${id} is not a chain the bridge knows${devnet}: GET /bridge/chains lists them`)
   }
 
@@ -96,7 +97,10 @@ export function modelBridge({ prices, book, chainId }: { prices: PriceSource; bo
     const asset = bridgeModel.priceAsset.get(token.symbol.replace(bridgeModel.bridgedSuffix, ''))
     const price = asset ? known[asset]?.price : undefined
     // the shortest decimal of the price, at most 18 places: 3000.1 is 3000.1, not 3000.09999…
-    const scaled = price !== undefined && Number.isFinite(price) && price > 0 ? usd(price.toLocaleString('en-US', { useGrouping: false, maximumFractionDigits: usdDecimals })) : 0n
+    const scaled =
+      price !== undefined && Number.isFinite(price) && price > 0
+        ? usd(price.toLocaleString('en-US', { useGrouping: false, maximumFractionDigits: usdDecimals }))
+        : 0n
     if (scaled === 0n) throw new BridgeUnsupported(`the bridge model has no USD price for ${token.symbol} on ${chain.name} (${chain.id})`)
     return { number: price!, scaled }
   }
@@ -110,7 +114,8 @@ export function modelBridge({ prices, book, chainId }: { prices: PriceSource; bo
 
     async quote(request: BridgeRequest): Promise<BridgeQuote> {
       const { fromChainId, toChainId, amount, slippageBps } = request
-      if (fromChainId === toChainId) throw new BridgeUnsupported(`fromChainId and toChainId are both ${fromChainId}: use /swap/quote for a swap on one chain`)
+      if (fromChainId === toChainId)
+        throw new BridgeUnsupported(`fromChainId and toChainId are both ${fromChainId}: use /swap/quote for a swap on one chain`)
       const fromChain = chainOf(fromChainId, 'fromChainId')
       const toChain = chainOf(toChainId, 'toChainId')
       const from = tokenOf(fromChain, request.fromToken, 'fromToken')
@@ -131,11 +136,29 @@ export function modelBridge({ prices, book, chainId }: { prices: PriceSource; bo
         )
       }
 
-      const token = (t: ModelToken, id: number, priceUsd: number): BridgeToken => ({ chainId: id, address: getAddress(t.address), symbol: t.symbol, decimals: t.decimals, priceUsd })
+      const token = (t: ModelToken, id: number, priceUsd: number): BridgeToken => ({
+        chainId: id,
+        address: getAddress(t.address),
+        symbol: t.symbol,
+        decimals: t.decimals,
+        priceUsd,
+      })
       const cost = (name: string, amountUsd: bigint): Cost => ({ name, amountUsd: showUsd(amountUsd) })
       const { durationSeconds } = bridgeModel
       return {
-        id: keccak256(stringToHex(JSON.stringify([fromChainId, toChainId, from.address.toLowerCase(), to.address.toLowerCase(), amount.toString(), request.userAddress.toLowerCase(), slippageBps]))),
+        id: keccak256(
+          stringToHex(
+            JSON.stringify([
+              fromChainId,
+              toChainId,
+              from.address.toLowerCase(),
+              to.address.toLowerCase(),
+              amount.toString(),
+              request.userAddress.toLowerCase(),
+              slippageBps,
+            ]),
+          ),
+        ),
         source: 'model',
         tool: 'model',
         fromChainId,
@@ -146,7 +169,11 @@ export function modelBridge({ prices, book, chainId }: { prices: PriceSource; bo
         toAmount: toAmount.toString(),
         toAmountMin: ((toAmount * (bps - BigInt(slippageBps))) / bps).toString(),
         estimatedDurationSeconds:
-          fromChainId === ethereum ? durationSeconds.fromEthereum : toChainId === ethereum ? durationSeconds.toEthereum : durationSeconds.otherwise,
+          fromChainId === ethereum
+            ? durationSeconds.fromEthereum
+            : toChainId === ethereum
+              ? durationSeconds.toEthereum
+              : durationSeconds.otherwise,
         feeCosts: [cost('bridge fee', bridgeFee), cost('relayer fee', relayerFee)],
         gasCosts: [cost('gas on the source chain', usd(bridgeModel.gasUsd.get(fromChainId)!))],
       }

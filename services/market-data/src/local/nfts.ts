@@ -5,7 +5,9 @@ import { erc721Abi, getAddress, type Address, type PublicClient } from 'viem'
 import type { NftSource } from '../providers/types.ts'
 
 const byCollectionThenId = (a: Nft, b: Nft) =>
-  a.collection.localeCompare(b.collection) || a.contractAddress.localeCompare(b.contractAddress) || Number(BigInt(a.tokenId) - BigInt(b.tokenId))
+  a.collection.localeCompare(b.collection) ||
+  a.contractAddress.localeCompare(b.contractAddress) ||
+  Number(BigInt(a.tokenId) - BigInt(b.tokenId))
 
 /**
  * Every token of book().nfts.collections `owner` holds (listTokensByLogs), sorted by collection,
@@ -13,7 +15,15 @@ const byCollectionThenId = (a: Nft, b: Nft) =>
  * tokenURI: the devnet's collection has no image, so its metadata URI stands in. isSpam: the
  * collection is in book().nfts.spam or `extraSpam`. A book without nfts lists none.
  */
-export function logNfts({ client, book, extraSpam = [] }: { client: PublicClient; book: () => AddressBook; extraSpam?: Address[] }): NftSource {
+export function logNfts({
+  client,
+  book,
+  extraSpam = [],
+}: {
+  client: PublicClient
+  book: () => AddressBook
+  extraSpam?: Address[]
+}): NftSource {
   return {
     name: 'logs',
     async nftsOf(owner) {
@@ -27,15 +37,21 @@ export function logNfts({ client, book, extraSpam = [] }: { client: PublicClient
             client.readContract({ address: contractAddress, abi: erc721Abi, functionName: 'name' }),
             listTokensByLogs(client, contractAddress, owner),
           ])
-          const uris = await Promise.all(tokenIds.map((tokenId) => client.readContract({ address: contractAddress, abi: erc721Abi, functionName: 'tokenURI', args: [tokenId] })))
-          return tokenIds.map((tokenId, i): Nft => ({
-            contractAddress,
-            tokenId: tokenId.toString(),
-            name: `${collection} #${tokenId}`,
-            collection,
-            imageUrl: uris[i]!,
-            isSpam: spam.has(contractAddress.toLowerCase()),
-          }))
+          const uris = await Promise.all(
+            tokenIds.map((tokenId) =>
+              client.readContract({ address: contractAddress, abi: erc721Abi, functionName: 'tokenURI', args: [tokenId] }),
+            ),
+          )
+          return tokenIds.map(
+            (tokenId, i): Nft => ({
+              contractAddress,
+              tokenId: tokenId.toString(),
+              name: `${collection} #${tokenId}`,
+              collection,
+              imageUrl: uris[i]!,
+              isSpam: spam.has(contractAddress.toLowerCase()),
+            }),
+          )
         }),
       )
       return { nfts: held.flat().sort(byCollectionThenId) }

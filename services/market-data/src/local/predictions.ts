@@ -30,7 +30,9 @@ async function readCatalog(path: string): Promise<PredictionMarket[]> {
   return parsed.map((market: unknown, i) => {
     if (!entry.Check(market)) {
       const [first] = entry.Errors(market)
-      throw new StartupError(`prediction catalog ${path}: market ${i} ${first ? `${first.instancePath || '/'} ${first.message}` : 'is not a prediction market'}`)
+      throw new StartupError(
+        `prediction catalog ${path}: market ${i} ${first ? `${first.instancePath || '/'} ${first.message}` : 'is not a prediction market'}`,
+      )
     }
     const id = market.conditionId.toLowerCase()
     if (seen.has(id)) throw new StartupError(`prediction catalog ${path}: market ${i} repeats conditionId ${id}`)

@@ -43,7 +43,17 @@ export interface PoolPrices extends PriceSource {
  * change24h against the history `record` keeps in price_samples. An asset without a pool
  * route to USDC is left out and logged.
  */
-export function poolPrices({ db, pools, log, now = Date.now }: { db: PrismaClient; pools: DevnetPools; log: Logger; now?: () => number }): PoolPrices {
+export function poolPrices({
+  db,
+  pools,
+  log,
+  now = Date.now,
+}: {
+  db: PrismaClient
+  pools: DevnetPools
+  log: Logger
+  now?: () => number
+}): PoolPrices {
   function assetPrices({ tokens, usd }: PoolSnapshot): Map<CoreAsset, number> {
     const prices = new Map<CoreAsset, number>()
     const missing: CoreAsset[] = []
@@ -64,7 +74,10 @@ export function poolPrices({ db, pools, log, now = Date.now }: { db: PrismaClien
       const current = assetPrices(await pools.snapshot())
       const then = await pricesDayBefore(db, [...current.keys()], now())
       // ten decimals of a percent: float noise (-1.1e-14) is no change
-      const entries = [...current].map(([asset, price]): [CoreAsset, PriceEntry] => [asset, { price, change24h: Number(percentChange(price, then.get(asset)).toFixed(10)) }])
+      const entries = [...current].map(([asset, price]): [CoreAsset, PriceEntry] => [
+        asset,
+        { price, change24h: Number(percentChange(price, then.get(asset)).toFixed(10)) },
+      ])
       return Object.fromEntries(entries)
     },
     async record(intervalMs) {
@@ -72,7 +85,9 @@ export function poolPrices({ db, pools, log, now = Date.now }: { db: PrismaClien
       const bucket = new Date(Math.floor(now() / intervalMs) * intervalMs)
       const samples = [
         ...[...assetPrices(snapshot)].map(([asset, price]) => ({ asset, price })),
-        ...snapshot.pools.filter((pool) => usable(pool.pairPrice)).map((pool) => ({ asset: poolAsset(pool.address), price: pool.pairPrice })),
+        ...snapshot.pools
+          .filter((pool) => usable(pool.pairPrice))
+          .map((pool) => ({ asset: poolAsset(pool.address), price: pool.pairPrice })),
       ]
       await db.priceSample.createMany({ data: samples.map((sample) => ({ ...sample, bucket })), skipDuplicates: true })
     },

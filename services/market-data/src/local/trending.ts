@@ -41,14 +41,27 @@ export function swapIndexer({ db, client, pools, chainId, log, chunkBlocks = 200
       // no address would mean every contract's logs
       if (address.length === 0) return []
       const logs = await client.getLogs({ address, event, fromBlock, toBlock, strict: true })
-      return logs.map(({ address, blockNumber, logIndex, transactionHash, args }) => ({ address, blockNumber, logIndex, transactionHash, amount0: args.amount0, amount1: args.amount1 }))
+      return logs.map(({ address, blockNumber, logIndex, transactionHash, args }) => ({
+        address,
+        blockNumber,
+        logIndex,
+        transactionHash,
+        amount0: args.amount0,
+        amount1: args.amount1,
+      }))
     }
     return (await Promise.all([read('uniswap', uniswapSwap), read('camelot', algebraSwap)])).flat()
   }
 
   async function restart(head: bigint, nextBlock: bigint) {
-    log.warn({ cursor, nextBlock, head }, 'swap indexer: the chain is behind the cursor (restarted): its swaps are indexed again from block 0')
-    await db.$transaction([db.swapEvent.deleteMany({ where: { chainId } }), db.indexCursor.update({ where: { name: cursor }, data: { nextBlock: 0n } })])
+    log.warn(
+      { cursor, nextBlock, head },
+      'swap indexer: the chain is behind the cursor (restarted): its swaps are indexed again from block 0',
+    )
+    await db.$transaction([
+      db.swapEvent.deleteMany({ where: { chainId } }),
+      db.indexCursor.update({ where: { name: cursor }, data: { nextBlock: 0n } }),
+    ])
   }
 
   return {
@@ -56,7 +69,10 @@ export function swapIndexer({ db, client, pools, chainId, log, chunkBlocks = 200
     async round(): Promise<boolean> {
       const watched = await pools.list()
       if (watched.length === 0) return false
-      const [head, row] = await Promise.all([client.getBlockNumber({ cacheTime: 0 }), db.indexCursor.findUnique({ where: { name: cursor } })])
+      const [head, row] = await Promise.all([
+        client.getBlockNumber({ cacheTime: 0 }),
+        db.indexCursor.findUnique({ where: { name: cursor } }),
+      ])
       let from = row?.nextBlock ?? 0n
       if (from > head + 1n) {
         await restart(head, from)
@@ -93,7 +109,8 @@ export function swapIndexer({ db, client, pools, chainId, log, chunkBlocks = 200
 }
 
 /** USD with cents; below a dollar, four significant digits, so a small price keeps its precision. */
-const usdString = (value: number) => (value >= 1 || value === 0 ? value.toFixed(2) : value.toFixed(Math.min(20, 3 - Math.floor(Math.log10(value)))))
+const usdString = (value: number) =>
+  value >= 1 || value === 0 ? value.toFixed(2) : value.toFixed(Math.min(20, 3 - Math.floor(Math.log10(value))))
 const percentString = (value: number) => {
   const fixed = value.toFixed(2)
   return fixed === '-0.00' ? '0.00' : fixed
@@ -107,7 +124,19 @@ const percentString = (value: number) => {
  * pricesDayBefore; poolPrices.record keeps the samples). A pool whose base has no USD price is
  * left out and logged.
  */
-export function poolTrending({ db, pools, chainId, log, now = Date.now }: { db: PrismaClient; pools: DevnetPools; chainId: number; log: Logger; now?: () => number }): TrendingSource {
+export function poolTrending({
+  db,
+  pools,
+  chainId,
+  log,
+  now = Date.now,
+}: {
+  db: PrismaClient
+  pools: DevnetPools
+  chainId: number
+  log: Logger
+  now?: () => number
+}): TrendingSource {
   return {
     name: 'pools',
     async trending(limit) {
@@ -118,7 +147,11 @@ export function poolTrending({ db, pools, chainId, log, now = Date.now }: { db: 
           SELECT pool, sum(abs(amount0))::text AS volume0, sum(abs(amount1))::text AS volume1
           FROM swap_events WHERE chain_id = ${chainId} AND at > ${new Date(at - DAY_MS)}
           GROUP BY pool`,
-        pricesDayBefore(db, snapshot.pools.map((pool) => poolAsset(pool.address)), at),
+        pricesDayBefore(
+          db,
+          snapshot.pools.map((pool) => poolAsset(pool.address)),
+          at,
+        ),
       ])
       const volumes = new Map(sums.map((row) => [row.pool.toLowerCase(), row]))
       const unpriced: string[] = []
@@ -130,9 +163,22 @@ export function poolTrending({ db, pools, chainId, log, now = Date.now }: { db: 
         }
         const volume = volumeOf(pool, volumes.get(pool.address.toLowerCase()), basePrice, snapshot.usd(pool.quote.address))
         const change = percentChange(pool.pairPrice, then.get(poolAsset(pool.address)))
-        return [{ volume, pool: { name: pool.name, basePrice: usdString(basePrice), volume24h: volume.toFixed(2), change24h: percentString(change), address: pool.address, dex: pool.dex } }]
+        return [
+          {
+            volume,
+            pool: {
+              name: pool.name,
+              basePrice: usdString(basePrice),
+              volume24h: volume.toFixed(2),
+              change24h: percentString(change),
+              address: pool.address,
+              dex: pool.dex,
+            },
+          },
+        ]
       })
-      if (unpriced.length > 0) log.warn({ pools: unpriced }, 'pools trending source: no USD price for the base of these pools; they are left out')
+      if (unpriced.length > 0)
+        log.warn({ pools: unpriced }, 'pools trending source: no USD price for the base of these pools; they are left out')
       ranked.sort((a, b) => b.volume - a.volume || (a.pool.name < b.pool.name ? -1 : a.pool.name > b.pool.name ? 1 : 0))
       return ranked.slice(0, limit).map(({ pool }): TrendingPool => pool)
     },
@@ -140,7 +186,12 @@ export function poolTrending({ db, pools, chainId, log, now = Date.now }: { db: 
 }
 
 /** USD through the pool: |amount| of its quote side at the quote's price (its base side at the base's when the quote has none). */
-function volumeOf(pool: PricedPool, sums: { volume0: string; volume1: string } | undefined, basePrice: number, quotePrice: number | undefined): number {
+function volumeOf(
+  pool: PricedPool,
+  sums: { volume0: string; volume1: string } | undefined,
+  basePrice: number,
+  quotePrice: number | undefined,
+): number {
   if (!sums) return 0
   const [token, price] = quotePrice === undefined ? [pool.base, basePrice] : [pool.quote, quotePrice]
   const raw = token === pool.token0 ? sums.volume0 : sums.volume1

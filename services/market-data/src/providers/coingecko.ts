@@ -24,7 +24,8 @@ export function coingeckoPrices(http: HttpClient): PriceSource {
       const answer = await http.getJson<SimplePrice>('/simple/price', {
         query: { ids: Object.values(coingeckoIds).join(','), vs_currencies: 'usd', include_24hr_change: 'true' },
       })
-      if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) throw new UnexpectedAnswer('coingecko', 'not an object of coins')
+      if (typeof answer !== 'object' || answer === null || Array.isArray(answer))
+        throw new UnexpectedAnswer('coingecko', 'not an object of coins')
       const prices: Partial<Record<CoreAsset, PriceEntry>> = {}
       for (const [asset, id] of Object.entries(coingeckoIds) as Array<[CoreAsset, string]>) {
         const coin = answer[id]

@@ -22,7 +22,14 @@ interface LifiQuote {
   id?: unknown
   tool?: unknown
   action?: { fromChainId?: unknown; toChainId?: unknown; fromToken?: LifiToken; toToken?: LifiToken; fromAmount?: unknown }
-  estimate?: { fromAmount?: unknown; toAmount?: unknown; toAmountMin?: unknown; executionDuration?: unknown; feeCosts?: LifiCost[]; gasCosts?: LifiCost[] }
+  estimate?: {
+    fromAmount?: unknown
+    toAmount?: unknown
+    toAmountMin?: unknown
+    executionDuration?: unknown
+    feeCosts?: LifiCost[]
+    gasCosts?: LifiCost[]
+  }
   transactionRequest?: { to?: unknown; data?: unknown; value?: unknown; gasLimit?: unknown; chainId?: unknown }
 }
 
@@ -32,7 +39,8 @@ const integer = (value: unknown): string | undefined => {
   if (typeof value === 'string' && /^(0x[0-9a-fA-F]{1,64}|[0-9]{1,78})$/.test(value)) return BigInt(value).toString()
   return undefined
 }
-const chainIdOr = (value: unknown, fallback: number) => (Number.isSafeInteger(value) && (value as number) > 0 ? (value as number) : fallback)
+const chainIdOr = (value: unknown, fallback: number) =>
+  Number.isSafeInteger(value) && (value as number) > 0 ? (value as number) : fallback
 
 function required<T>(value: T | undefined, field: string): T {
   if (value === undefined) throw new UnexpectedAnswer('lifi', `${field} is missing or malformed`)
@@ -131,18 +139,30 @@ export function lifiBridge(http: HttpClient): BridgeSource {
     async chains() {
       const answer = await http.getJson<{ chains?: unknown }>('/chains')
       if (!Array.isArray(answer?.chains)) throw new UnexpectedAnswer('lifi', 'no chains array')
-      return (answer.chains as Array<{ id?: unknown; key?: unknown; name?: unknown; nativeToken?: LifiToken }>).flatMap((chain): BridgeChain[] => {
-        const native = chain.nativeToken
-        if (!Number.isInteger(chain.id) || typeof chain.name !== 'string' || typeof native?.address !== 'string' || !isAddress(native.address)) return []
-        return [
-          {
-            id: chain.id as number,
-            key: typeof chain.key === 'string' ? chain.key : String(chain.id),
-            name: chain.name,
-            nativeToken: { address: getAddress(native.address), symbol: String(native.symbol ?? ''), decimals: Number(native.decimals ?? 18) },
-          },
-        ]
-      })
+      return (answer.chains as Array<{ id?: unknown; key?: unknown; name?: unknown; nativeToken?: LifiToken }>).flatMap(
+        (chain): BridgeChain[] => {
+          const native = chain.nativeToken
+          if (
+            !Number.isInteger(chain.id) ||
+            typeof chain.name !== 'string' ||
+            typeof native?.address !== 'string' ||
+            !isAddress(native.address)
+          )
+            return []
+          return [
+            {
+              id: chain.id as number,
+              key: typeof chain.key === 'string' ? chain.key : String(chain.id),
+              name: chain.name,
+              nativeToken: {
+                address: getAddress(native.address),
+                symbol: String(native.symbol ?? ''),
+                decimals: Number(native.decimals ?? 18),
+              },
+            },
+          ]
+        },
+      )
     },
   }
 }

@@ -51,7 +51,8 @@ function marketOf(market: GammaMarket, eventSlug: unknown): PredictionMarket | u
   const prices = jsonList(market.outcomePrices)
   const slug = typeof market.slug === 'string' ? market.slug : ''
   const page = eventSlug ?? market.events?.[0]?.slug
-  const endDate = typeof market.endDate === 'string' && !Number.isNaN(Date.parse(market.endDate)) ? new Date(market.endDate).toISOString() : null
+  const endDate =
+    typeof market.endDate === 'string' && !Number.isNaN(Date.parse(market.endDate)) ? new Date(market.endDate).toISOString() : null
   return {
     conditionId: market.conditionId.toLowerCase(),
     question: typeof market.question === 'string' ? market.question : '',

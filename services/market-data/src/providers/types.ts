@@ -1,13 +1,5 @@
 // What each market source answers, whichever it is: a public API's adapter or the devnet's local source.
-import type {
-  BridgeChain,
-  BridgeQuote,
-  CoreAsset,
-  Nft,
-  PredictionMarket,
-  PriceEntry,
-  TrendingPool,
-} from '@ats/contracts'
+import type { BridgeChain, BridgeQuote, CoreAsset, Nft, PredictionMarket, PriceEntry, TrendingPool } from '@ats/contracts'
 import type { Address } from 'viem'
 
 /** USD prices of the core assets. */

@@ -11,7 +11,8 @@ export async function marketRoutes(app: FastifyInstance, { market }: { market: M
   api.route({ ...routes.trending, handler: () => market.trending() })
   api.route({
     ...routes.nfts,
-    handler: (request) => market.nfts(request.params.address as Address, { includeHidden: request.query.includeHidden, pageKey: request.query.pageKey }),
+    handler: (request) =>
+      market.nfts(request.params.address as Address, { includeHidden: request.query.includeHidden, pageKey: request.query.pageKey }),
   })
   api.route({ ...routes.topPredictions, handler: (request) => market.topPredictions(request.query.limit) })
   api.route({ ...routes.searchPredictions, handler: (request) => market.searchPredictions(request.query.q, request.query.limit) })

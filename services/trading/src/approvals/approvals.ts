@@ -171,9 +171,16 @@ export function createApprovalStore({ db, ttlMs, log, now = Date.now }: Approval
     },
 
     /** Newest first: `owners` null for every approval (an admin key), else those of the key or payer wallet. */
-    async list(owners: { keyId?: string | undefined; wallet?: string | undefined } | null, status: ApprovalStatus | undefined, limit: number) {
+    async list(
+      owners: { keyId?: string | undefined; wallet?: string | undefined } | null,
+      status: ApprovalStatus | undefined,
+      limit: number,
+    ) {
       await expireDue()
-      const whose = owners === null ? [] : [{ keyId: owners.keyId ?? '-' }, ...(owners.wallet ? [{ keyId: null, ownerId: owners.wallet.toLowerCase() }] : [])]
+      const whose =
+        owners === null
+          ? []
+          : [{ keyId: owners.keyId ?? '-' }, ...(owners.wallet ? [{ keyId: null, ownerId: owners.wallet.toLowerCase() }] : [])]
       return db.approval.findMany({
         where: { ...(status ? { status } : {}), ...(owners === null ? {} : { OR: whose }) },
         orderBy: { createdAt: 'desc' },

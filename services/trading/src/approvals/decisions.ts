@@ -67,9 +67,16 @@ export function createDecisions({ db, store, executor, walletControl, log, now =
     if (row.result !== null || row.error !== null) return row
     let data: Prisma.ApprovalUpdateManyMutationInput
     try {
-      const { result } = await executor.execute(requestOf(row), callerOfApproval(row), `approval:${row.id}`, { approved: true, via: 'approval' })
+      const { result } = await executor.execute(requestOf(row), callerOfApproval(row), `approval:${row.id}`, {
+        approved: true,
+        via: 'approval',
+      })
       if (isAwaitingApproval(result)) throw new Error('an approved swap was held for approval again')
-      data = { result: result as unknown as Prisma.InputJsonValue, executionId: result.executionId, error: result.success ? null : 'the swap reverted on chain' }
+      data = {
+        result: result as unknown as Prisma.InputJsonValue,
+        executionId: result.executionId,
+        error: result.success ? null : 'the swap reverted on chain',
+      }
     } catch (error) {
       if (!isOutcome(error)) throw error
       data = { error: (error as Error).message }

@@ -11,7 +11,10 @@ import { launchesToday, lockSpends, spentToday, startOfUtcDay } from '../spend.t
 import { checkLaunches, checkUsd, type SpendLimits } from '../swaps/policy.ts'
 
 /** The fixed-supply ERC-20 the launchpad deploys (contracts/LaunchToken.sol, compiled by `pnpm compile:contracts`). */
-const artifact = JSON.parse(readFileSync(new URL('../../artifacts/LaunchToken.json', import.meta.url), 'utf8')) as { abi: Abi; bytecode: Hex }
+const artifact = JSON.parse(readFileSync(new URL('../../artifacts/LaunchToken.json', import.meta.url), 'utf8')) as {
+  abi: Abi
+  bytecode: Hex
+}
 
 const newId = () => `lch_${randomBytes(12).toString('base64url')}`
 
@@ -48,7 +51,17 @@ function supplyOf(body: LaunchBody): bigint {
  * counts against the key's launches per day and, at the most its gas can cost, against the
  * USD caps (the key's and the wallet-wide ones), checked with swaps under one lock.
  */
-export function createLaunchpad({ db, tx, idempotency, chainId, log, walletControl, limitsOf, gasUsd, now = Date.now }: {
+export function createLaunchpad({
+  db,
+  tx,
+  idempotency,
+  chainId,
+  log,
+  walletControl,
+  limitsOf,
+  gasUsd,
+  now = Date.now,
+}: {
   db: PrismaClient
   tx: ChainTx
   idempotency: IdempotencyStore
@@ -62,7 +75,14 @@ export function createLaunchpad({ db, tx, idempotency, chainId, log, walletContr
   now?: () => number
 }) {
   /** Checks the launch against the key's limits and records it pending, under the spend lock. */
-  async function reserve(body: LaunchBody, supply: bigint, keyId: string, idem: { scope: string; key: string } | undefined, data: Hex, holder: Address) {
+  async function reserve(
+    body: LaunchBody,
+    supply: bigint,
+    keyId: string,
+    idem: { scope: string; key: string } | undefined,
+    data: Hex,
+    holder: Address,
+  ) {
     const limits = await limitsOf(keyId)
     const cost = await tx.costOf({ data })
     const usd = await gasUsd(cost)
@@ -72,7 +92,11 @@ export function createLaunchpad({ db, tx, idempotency, chainId, log, walletContr
       for (const limit of limits) {
         if (!limit.walletWide) checkLaunches(limit, await launchesToday(t, keyId, since))
         const unpriced = 'no route from WETH to USDC to price its gas'
-        checkUsd(limit, { what: "this launch's gas", value: usd, unpriced }, await spentToday(t, limit.walletWide ? 'everyone' : { keyId }, since))
+        checkUsd(
+          limit,
+          { what: "this launch's gas", value: usd, unpriced },
+          await spentToday(t, limit.walletWide ? 'everyone' : { keyId }, since),
+        )
       }
       return t.launch.create({
         data: {
@@ -94,7 +118,10 @@ export function createLaunchpad({ db, tx, idempotency, chainId, log, walletContr
 
   async function finish(row: Launch, receipt: TransactionReceipt): Promise<LaunchedToken> {
     if (receipt.status !== 'success' || !receipt.contractAddress) {
-      await db.launch.update({ where: { id: row.id }, data: { status: 'reverted', blockNumber: receipt.blockNumber, error: 'the deployment reverted' } })
+      await db.launch.update({
+        where: { id: row.id },
+        data: { status: 'reverted', blockNumber: receipt.blockNumber, error: 'the deployment reverted' },
+      })
       throw new LaunchFailed(`the deployment of ${row.symbol} reverted (${receipt.transactionHash})`)
     }
     const done = await db.launch.update({
@@ -106,7 +133,11 @@ export function createLaunchpad({ db, tx, idempotency, chainId, log, walletContr
   }
 
   async function perform(body: LaunchBody, supply: bigint, keyId: string | undefined, idem: { scope: string; key: string } | undefined) {
-    let row = idem ? await db.launch.findUnique({ where: { idempotencyScope_idempotencyKey: { idempotencyScope: idem.scope, idempotencyKey: idem.key } } }) : null
+    let row = idem
+      ? await db.launch.findUnique({
+          where: { idempotencyScope_idempotencyKey: { idempotencyScope: idem.scope, idempotencyKey: idem.key } },
+        })
+      : null
     if (row?.status === 'success') return view(row)
     if (row?.status === 'submitted' && row.txHash && row.rawTx) {
       const outcome = await tx.resume(row.txHash as Hex, row.rawTx as Hex)
@@ -120,7 +151,10 @@ export function createLaunchpad({ db, tx, idempotency, chainId, log, walletContr
     row ??= await reserve(body, supply, keyId, idem, data, holder)
     const pending = row
     const { receipt } = await tx.send({ data }, async (signed) => {
-      await db.launch.update({ where: { id: pending.id }, data: { status: 'submitted', txHash: signed.hash, rawTx: signed.raw, nonce: signed.nonce } })
+      await db.launch.update({
+        where: { id: pending.id },
+        data: { status: 'submitted', txHash: signed.hash, rawTx: signed.raw, nonce: signed.nonce },
+      })
     })
     return finish(pending, receipt)
   }

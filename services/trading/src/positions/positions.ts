@@ -13,7 +13,13 @@ const USDC_TO_GMX_USD = 10n ** 24n
  * sizeInUsd ÷ sizeInTokens per whole index token; pnl is valued at the DEX mid price of the
  * index token in USDC (fees and funding not counted).
  */
-export function createPositions({ client, book, quoter, tokens, wallet }: {
+export function createPositions({
+  client,
+  book,
+  quoter,
+  tokens,
+  wallet,
+}: {
   client: PublicClient
   book: () => AddressBook
   quoter: Quoter
@@ -27,7 +33,12 @@ export function createPositions({ client, book, quoter, tokens, wallet }: {
     const gmx = book().gmxV2
     if (!gmx) return undefined
     try {
-      const props = await client.readContract({ address: gmx.reader, abi: gmxReaderMarketAbi, functionName: 'getMarket', args: [gmx.dataStore, market] })
+      const props = await client.readContract({
+        address: gmx.reader,
+        abi: gmxReaderMarketAbi,
+        functionName: 'getMarket',
+        args: [gmx.dataStore, market],
+      })
       return tokens(props.indexToken)
     } catch {
       return undefined
@@ -49,8 +60,17 @@ export function createPositions({ client, book, quoter, tokens, wallet }: {
     const address = of ? getAddress(of) : wallet()
     const { aaveV3, gmxV2 } = book()
     const [lending, perps] = await Promise.all([
-      aaveV3 ? client.readContract({ address: aaveV3.pool, abi: aavePoolAbi, functionName: 'getUserAccountData', args: [address] }) : undefined,
-      gmxV2 ? client.readContract({ address: gmxV2.reader, abi: gmxReaderAbi, functionName: 'getAccountPositions', args: [gmxV2.dataStore, address, 0n, 100n] }) : [],
+      aaveV3
+        ? client.readContract({ address: aaveV3.pool, abi: aavePoolAbi, functionName: 'getUserAccountData', args: [address] })
+        : undefined,
+      gmxV2
+        ? client.readContract({
+            address: gmxV2.reader,
+            abi: gmxReaderAbi,
+            functionName: 'getAccountPositions',
+            args: [gmxV2.dataStore, address, 0n, 100n],
+          })
+        : [],
     ])
     const gmx = await Promise.all(
       perps.map(async (position) => {

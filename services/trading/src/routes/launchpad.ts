@@ -18,7 +18,10 @@ export async function launchpadRoutes(app: FastifyInstance, { launchpad }: { lau
     },
   })
 
-  api.route({ ...tradingRoutes.launched, handler: async (request) => ({ tokens: await launchpad.list(keyOf(request), request.query.limit) }) })
+  api.route({
+    ...tradingRoutes.launched,
+    handler: async (request) => ({ tokens: await launchpad.list(keyOf(request), request.query.limit) }),
+  })
 
   api.route({
     ...tradingRoutes.launchedToken,

@@ -24,7 +24,12 @@ export const keyOf = (request: FastifyRequest) => request.identity.keyId ?? '-'
 
 export async function swapRoutes(
   app: FastifyInstance,
-  { quoter, executor, prepare, impactCeilingBps }: { quoter: Quoter; executor: Executor; prepare: ReturnType<typeof createPreparer>; impactCeilingBps: number },
+  {
+    quoter,
+    executor,
+    prepare,
+    impactCeilingBps,
+  }: { quoter: Quoter; executor: Executor; prepare: ReturnType<typeof createPreparer>; impactCeilingBps: number },
 ) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
@@ -44,7 +49,10 @@ export async function swapRoutes(
 
   api.route({ ...tradingRoutes.prepare, handler: async (request) => prepare(request.body) })
 
-  api.route({ ...tradingRoutes.executions, handler: async (request) => ({ executions: await executor.list(keyOf(request), request.query.limit) }) })
+  api.route({
+    ...tradingRoutes.executions,
+    handler: async (request) => ({ executions: await executor.list(keyOf(request), request.query.limit) }),
+  })
 
   api.route({
     ...tradingRoutes.execution,

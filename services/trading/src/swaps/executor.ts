@@ -1,6 +1,13 @@
 import { randomBytes } from 'node:crypto'
 import { erc20Abi } from '@ats/chain'
-import { isAwaitingApproval, type AwaitingApproval, type Execution as ExecutionView, type SpendPolicy, type SwapBody, type SwapResult } from '@ats/contracts'
+import {
+  isAwaitingApproval,
+  type AwaitingApproval,
+  type Execution as ExecutionView,
+  type SpendPolicy,
+  type SwapBody,
+  type SwapResult,
+} from '@ats/contracts'
 import {
   Forbidden,
   WalletPaused,
@@ -84,7 +91,11 @@ export const swapPaths = ['http', 'nats', 'approval'] as const
 export type SwapCounter = CounterMetric<{ outcome: typeof swapOutcomes; via: typeof swapPaths }>
 export type SwapPath = (typeof swapPaths)[number]
 export const swapCounter = (metrics: ServiceMetrics): SwapCounter =>
-  metrics.counter({ name: 'ats_swaps_total', help: 'swaps from the server wallet, by how they ended and how they came (replays not counted)', labels: { outcome: swapOutcomes, via: swapPaths } })
+  metrics.counter({
+    name: 'ats_swaps_total',
+    help: 'swaps from the server wallet, by how they ended and how they came (replays not counted)',
+    labels: { outcome: swapOutcomes, via: swapPaths },
+  })
 
 /** Who asked, as an execution or approval row keeps it (a payer lower-case), with the idempotency key of the execute. */
 export const requesterColumns = (caller: Caller, payer: string | undefined, idem: { scope: string; key: string } | undefined) => ({
@@ -185,7 +196,9 @@ export function createExecutor(options: ExecutorOptions) {
     const payer = getAddress(caller.ownerId)
     const policy = await options.payerPolicy(payer)
     if (!policy) {
-      throw new Forbidden(`payer ${payer} may not swap from the server wallet: an admin allowlists payers with PUT /admin/agent-payers/:address`)
+      throw new Forbidden(
+        `payer ${payer} may not swap from the server wallet: an admin allowlists payers with PUT /admin/agent-payers/:address`,
+      )
     }
     if (recipient) checkRecipient({ owner: `payer ${payer}`, own: payer, allowed: policy.allowedRecipients }, recipient)
     limits.push(limitsOfPayer(payer, policy, options.defaults, find))
@@ -194,7 +207,13 @@ export function createExecutor(options: ExecutorOptions) {
   }
 
   /** Refuses (403) a swap over the USD caps of the limits, counting what their owners spent today. */
-  async function checkCaps(t: Prisma.TransactionClient, q: RoutedQuote, usdValue: number | undefined, caller: Caller, { limits, payer }: Limits) {
+  async function checkCaps(
+    t: Prisma.TransactionClient,
+    q: RoutedQuote,
+    usdValue: number | undefined,
+    caller: Caller,
+    { limits, payer }: Limits,
+  ) {
     const since = startOfUtcDay(now())
     for (const limit of limits) {
       const owner = limit.walletWide ? 'everyone' : payer ? { payer } : { keyId: caller.keyId ?? '-' }
@@ -283,9 +302,16 @@ export function createExecutor(options: ExecutorOptions) {
     return resultOf(done)
   }
 
-  async function perform(request: SwapRequest, caller: Caller, idem: { scope: string; key: string } | undefined, approved: boolean): Promise<SwapResult | AwaitingApproval> {
+  async function perform(
+    request: SwapRequest,
+    caller: Caller,
+    idem: { scope: string; key: string } | undefined,
+    approved: boolean,
+  ): Promise<SwapResult | AwaitingApproval> {
     let row = idem
-      ? await db.execution.findUnique({ where: { idempotencyScope_idempotencyKey: { idempotencyScope: idem.scope, idempotencyKey: idem.key } } })
+      ? await db.execution.findUnique({
+          where: { idempotencyScope_idempotencyKey: { idempotencyScope: idem.scope, idempotencyKey: idem.key } },
+        })
       : null
     if (row) {
       log.warn({ executionId: row.id, status: row.status }, 'resuming a swap an earlier try left unfinished')
@@ -311,13 +337,24 @@ export function createExecutor(options: ExecutorOptions) {
       // a swap the caps refuse is refused now, not held for a person to approve in vain
       await db.$transaction((t) => checkCaps(t, q, usdValue, caller, limits))
       const approval = await options.approvals.hold({ request, caller, payer: limits.payer, idem, quote: q, minOut, usdValue, asking })
-      log.info({ approvalId: approval.id, keyId: caller.keyId, usdValue, approvalAboveUsd: asking.approvalAboveUsd }, 'swap held for approval')
+      log.info(
+        { approvalId: approval.id, keyId: caller.keyId, usdValue, approvalAboveUsd: asking.approvalAboveUsd },
+        'swap held for approval',
+      )
       return { status: 'awaiting_approval', approval }
     }
     if (row) {
       row = await db.execution.update({
         where: { id: row.id },
-        data: { status: 'pending', quotedAmountOut: q.amountOut.toString(), amountOutMinimum: minOut.toString(), txHash: null, rawTx: null, nonce: null, error: null },
+        data: {
+          status: 'pending',
+          quotedAmountOut: q.amountOut.toString(),
+          amountOutMinimum: minOut.toString(),
+          txHash: null,
+          rawTx: null,
+          nonce: null,
+          error: null,
+        },
       })
     } else {
       row = await reserve(q, minOut, usdValue, request, caller, idem, limits)
@@ -332,12 +369,15 @@ export function createExecutor(options: ExecutorOptions) {
         await db.execution.update({ where: { id: pending.id }, data: { gasUsd } })
       }
       const deadline = BigInt(Math.floor(now() / 1000) + options.deadlineSeconds)
-      const { receipt } = await tx.send({ to: q.dex.router, data: q.dex.swapCall(q.path, q.amountIn, minOut, receiver, deadline) }, async (signed) => {
-        await db.execution.update({
-          where: { id: pending.id },
-          data: { status: 'submitted', txHash: signed.hash, rawTx: signed.raw, nonce: signed.nonce },
-        })
-      })
+      const { receipt } = await tx.send(
+        { to: q.dex.router, data: q.dex.swapCall(q.path, q.amountIn, minOut, receiver, deadline) },
+        async (signed) => {
+          await db.execution.update({
+            where: { id: pending.id },
+            data: { status: 'submitted', txHash: signed.hash, rawTx: signed.raw, nonce: signed.nonce },
+          })
+        },
+      )
       return await finish(pending, receipt, limits.wallet)
     } catch (error) {
       if (error instanceof WouldRevert || error instanceof WalletPaused) {
@@ -386,7 +426,9 @@ export function createExecutor(options: ExecutorOptions) {
         slippageBps: request.slippageBps ?? 50,
         ...(request.recipient ? { recipient: getAddress(request.recipient) } : {}),
       })
-      return idempotency.run(scope, idempotencyKey, fingerprint, () => countOutcome(via, () => perform(request, caller, { scope, key: idempotencyKey }, approved)))
+      return idempotency.run(scope, idempotencyKey, fingerprint, () =>
+        countOutcome(via, () => perform(request, caller, { scope, key: idempotencyKey }, approved)),
+      )
     },
 
     async list(keyId: string, limit: number) {

@@ -76,7 +76,10 @@ const limitName = (limits: SpendLimits, field: keyof SpendPolicy, what: string) 
 
 /** The lowest price-impact ceiling of the limits (undefined: none). */
 export const impactCeilingOf = (limits: SpendLimits[]) =>
-  limits.reduce<SpendLimits | undefined>((low, l) => (l.maxPriceImpactBps !== undefined && (low?.maxPriceImpactBps ?? Infinity) > l.maxPriceImpactBps ? l : low), undefined)
+  limits.reduce<SpendLimits | undefined>(
+    (low, l) => (l.maxPriceImpactBps !== undefined && (low?.maxPriceImpactBps ?? Infinity) > l.maxPriceImpactBps ? l : low),
+    undefined,
+  )
 
 const percent = (bps: number) => `${(bps / 100).toFixed(2).replace(/\.?0+$/, '')}%`
 
@@ -91,7 +94,8 @@ export function checkImpact(limits: SpendLimits[], impactBps: number): void {
 }
 
 /** A token as messages name it: its address too when it is not the address book's token of its symbol. */
-const nameOf = (token: Token, listed: boolean) => (listed ? token.symbol : `"${token.symbol}" at ${token.address} (not in this chain's address book)`)
+const nameOf = (token: Token, listed: boolean) =>
+  listed ? token.symbol : `"${token.symbol}" at ${token.address} (not in this chain's address book)`
 
 /**
  * Checks a swap against limits before anything is sent; `spentToday` is what the same owner's
@@ -119,14 +123,23 @@ export function checkSpend(
   }
   const gas = swap.gasUsd ? ` and ${formatUsd(swap.gasUsd)} of approval gas` : ''
   const value = swap.usdValue === undefined ? undefined : swap.usdValue + (swap.gasUsd ?? 0)
-  checkUsd(limits, { what: 'this swap', value, detail: gas, unpriced: `no trusted USD price for ${nameOf(swap.tokenIn, swap.listed(swap.tokenIn))}` }, spentToday)
+  checkUsd(
+    limits,
+    { what: 'this swap', value, detail: gas, unpriced: `no trusted USD price for ${nameOf(swap.tokenIn, swap.listed(swap.tokenIn))}` },
+    spentToday,
+  )
 }
 
 /** Checks a spend of `value` USD (a swap, a launch's gas) against the USD caps of the limits; 403 naming the cap. */
-export function checkUsd(limits: SpendLimits, spend: { what: string; value: number | undefined; detail?: string; unpriced: string }, spentToday: number): void {
+export function checkUsd(
+  limits: SpendLimits,
+  spend: { what: string; value: number | undefined; detail?: string; unpriced: string },
+  spentToday: number,
+): void {
   if (!hasUsdLimit(limits)) return
   const prefix = `refused by the spend policy of ${limits.owner}`
-  if (spend.value === undefined) throw new Forbidden(`${prefix}: ${spend.what} has no USD price (${spend.unpriced}), and the policy caps USD`)
+  if (spend.value === undefined)
+    throw new Forbidden(`${prefix}: ${spend.what} has no USD price (${spend.unpriced}), and the policy caps USD`)
   const value = spend.value
   const worth = `${spend.what} is worth ${formatUsd(value)}${spend.detail ?? ''}`
   if (limits.maxUsdPerSwap !== undefined && value > limits.maxUsdPerSwap) {
@@ -152,7 +165,10 @@ export function checkLaunches(limits: SpendLimits, launchedToday: number): void 
  * The limits whose approvalAboveUsd holds this swap for a person's decision (the lowest such
  * threshold), or undefined: a swap worth more than it, or with no trusted USD price, waits.
  */
-export function approvalAsked(limits: SpendLimits[], usdValue: number | undefined): (SpendLimits & { approvalAboveUsd: number }) | undefined {
+export function approvalAsked(
+  limits: SpendLimits[],
+  usdValue: number | undefined,
+): (SpendLimits & { approvalAboveUsd: number }) | undefined {
   let asking: (SpendLimits & { approvalAboveUsd: number }) | undefined
   for (const limit of limits) {
     const above = limit.approvalAboveUsd

@@ -14,7 +14,13 @@ const pad = (gas: bigint) => (gas * 125n) / 100n
  * the chain's current state (eth_simulateV1), so a revert is reported before anyone signs.
  * Nothing is sent.
  */
-export function createPreparer({ client, quoter, chainId, deadlineSeconds, now = Date.now }: {
+export function createPreparer({
+  client,
+  quoter,
+  chainId,
+  deadlineSeconds,
+  now = Date.now,
+}: {
   client: PublicClient
   quoter: Quoter
   chainId: number
@@ -32,7 +38,11 @@ export function createPreparer({ client, quoter, chainId, deadlineSeconds, now =
     ])
     const calls: Array<{ kind: UnsignedTransaction['kind']; to: Address; data: Hex }> = []
     if (allowance < q.amountIn) {
-      calls.push({ kind: 'approval', to: q.tokenIn.address, data: encodeFunctionData({ abi: erc20Abi, functionName: 'approve', args: [q.dex.router, q.amountIn] }) })
+      calls.push({
+        kind: 'approval',
+        to: q.tokenIn.address,
+        data: encodeFunctionData({ abi: erc20Abi, functionName: 'approve', args: [q.dex.router, q.amountIn] }),
+      })
     }
     calls.push({ kind: 'swap', to: q.dex.router, data: q.dex.swapCall(q.path, q.amountIn, minOut, from, BigInt(deadline)) })
 
@@ -49,7 +59,10 @@ export function createPreparer({ client, quoter, chainId, deadlineSeconds, now =
         const failed = results.findIndex((result) => result.status !== 'success')
         if (failed >= 0) {
           const result = results[failed]!
-          simulation = { ok: false, error: `the ${calls[failed]!.kind} would revert: ${result.error ? revertReason(result.error) : 'reverted'}` }
+          simulation = {
+            ok: false,
+            error: `the ${calls[failed]!.kind} would revert: ${result.error ? revertReason(result.error) : 'reverted'}`,
+          }
         }
         gas = results.map((result) => pad(result.gasUsed))
       } catch (error) {
@@ -70,7 +83,15 @@ export function createPreparer({ client, quoter, chainId, deadlineSeconds, now =
       route: routeOf(q),
       deadline,
       blockNumber: q.blockNumber.toString(),
-      transactions: calls.map((call, i) => ({ kind: call.kind, chainId, from, to: call.to, data: call.data, value: '0', gas: gas[i]!.toString() })),
+      transactions: calls.map((call, i) => ({
+        kind: call.kind,
+        chainId,
+        from,
+        to: call.to,
+        data: call.data,
+        value: '0',
+        gas: gas[i]!.toString(),
+      })),
       simulation,
     }
   }

@@ -18,7 +18,11 @@ const unlessRevert = (error: unknown): undefined => {
  * quoter itself reports when it can, else a bisection on its own answer, first on the number's
  * size, then on its value: about 20 quotes at one block, only for amounts the pools cannot absorb.
  */
-export async function fillableAmount(quote: (amountIn: bigint) => Promise<PathQuote | undefined>, amountIn: bigint, first: PathQuote): Promise<bigint> {
+export async function fillableAmount(
+  quote: (amountIn: bigint) => Promise<PathQuote | undefined>,
+  amountIn: bigint,
+  first: PathQuote,
+): Promise<bigint> {
   if (first.amountInUsed !== undefined) return first.amountInUsed
   const fills = async (amount: bigint) => {
     const q = await quote(amount)
@@ -117,7 +121,10 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
       let best: { path: Hop[]; quote: PathQuote } | undefined
       for (const { path, quote } of quoted) {
         if (!quote || quote.amountOut === 0n) continue
-        const better = !best || (best.quote.partial && !quote.partial) || (best.quote.partial === quote.partial && quote.amountOut > best.quote.amountOut)
+        const better =
+          !best ||
+          (best.quote.partial && !quote.partial) ||
+          (best.quote.partial === quote.partial && quote.amountOut > best.quote.amountOut)
         if (better) best = { path, quote }
       }
       if (!best) return null
@@ -129,7 +136,12 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
       return {
         amountOut: quote.amountOut,
         midAmountOut: midPriceOut(path, prices, quote.fees, amountIn),
-        spotAmountOut: midPriceOut(path, prices, quote.fees.map(() => 0), amountIn),
+        spotAmountOut: midPriceOut(
+          path,
+          prices,
+          quote.fees.map(() => 0),
+          amountIn,
+        ),
         path,
         fees: quote.fees,
         fillable,
@@ -140,7 +152,10 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
   /** The request's tokens and amount, or a 400 that says what is wrong. */
   async function check(request: QuoteRequest) {
     const amountIn = parseAmount('amountIn', request.amountIn)
-    const [tokenIn, tokenOut] = await Promise.all([tokens.resolve('tokenIn', request.tokenIn), tokens.resolve('tokenOut', request.tokenOut)])
+    const [tokenIn, tokenOut] = await Promise.all([
+      tokens.resolve('tokenIn', request.tokenIn),
+      tokens.resolve('tokenOut', request.tokenOut),
+    ])
     if (tokenIn.address === tokenOut.address) throw new BadRequest('tokenIn and tokenOut are the same token')
     return { amountIn, tokenIn, tokenOut }
   }

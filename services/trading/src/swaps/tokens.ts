@@ -31,7 +31,10 @@ export function tokenResolver(client: PublicClient, registry: () => TokenRegistr
       }
     },
   })
-  const known = () => registry().all.map((t) => t.symbol).join(', ')
+  const known = () =>
+    registry()
+      .all.map((t) => t.symbol)
+      .join(', ')
   return {
     async resolve(field, ref) {
       const found = registry().find(ref)

@@ -18,7 +18,13 @@ const dollars = (amount: bigint, decimals: number) => Number(formatUnits(amount,
  * each DEX at the block, the higher of the two. Moving that value down takes moving every such
  * route, the deepest pools included (docs/trading.md "Valuing a swap").
  */
-export async function referenceUsd(token: Token, amount: bigint, quoter: Quoter, tokens: TokenResolver, blockNumber: bigint): Promise<number | undefined> {
+export async function referenceUsd(
+  token: Token,
+  amount: bigint,
+  quoter: Quoter,
+  tokens: TokenResolver,
+  blockNumber: bigint,
+): Promise<number | undefined> {
   const listed = tokens.listed(token)
   if (!listed) return undefined
   if (USD_STABLES.has(listed.symbol.toUpperCase())) return dollars(amount, listed.decimals)
@@ -26,7 +32,9 @@ export async function referenceUsd(token: Token, amount: bigint, quoter: Quoter,
   for (const dex of dexes) {
     try {
       // the mid price, so a route too thin for the whole amount still prices it
-      const inUsdc = await quoter.quoteAt({ tokenIn: listed.address, tokenOut: 'USDC', amountIn: amount.toString(), dex }, blockNumber, { partial: true })
+      const inUsdc = await quoter.quoteAt({ tokenIn: listed.address, tokenOut: 'USDC', amountIn: amount.toString(), dex }, blockNumber, {
+        partial: true,
+      })
       const value = dollars(inUsdc.spotAmountOut, inUsdc.tokenOut.decimals)
       if (best === undefined || value > best) best = value
     } catch (error) {
@@ -37,7 +45,8 @@ export async function referenceUsd(token: Token, amount: bigint, quoter: Quoter,
 }
 
 /** The USD value of a swap: what it spends, tokenIn, at its reference value (undefined when it has none). */
-export const usdValueOf = (q: RoutedQuote, quoter: Quoter, tokens: TokenResolver) => referenceUsd(q.tokenIn, q.amountIn, quoter, tokens, q.blockNumber)
+export const usdValueOf = (q: RoutedQuote, quoter: Quoter, tokens: TokenResolver) =>
+  referenceUsd(q.tokenIn, q.amountIn, quoter, tokens, q.blockNumber)
 
 /** The USD value of `wei` of gas: ether at WETH's reference value. */
 export const gasUsdOf = (wei: bigint, quoter: Quoter, tokens: TokenResolver, blockNumber: bigint) =>
