@@ -2,10 +2,9 @@
 // committed one differs from what the code declares, naming the file and the command.
 import { readFile, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { settingsOf } from '@ats/service-kit'
 import { openApiDocument } from '../gateway/src/routing/openapi.ts'
 import { gatewayService } from '../gateway/src/service.ts'
-import { fleetMembers, root } from '@ats/fleet'
+import { declaredSettings, fleetMembers, root } from '@ats/fleet'
 
 /** Each generated page: its path in the repository and its text. */
 const pages: Array<{ path: string; text: () => Promise<string> }> = [
@@ -40,9 +39,8 @@ async function settingsPage(): Promise<string> {
   const members = await fleetMembers()
   const rows = new Map<string, { name: string; users: string[]; schema: Schema; optional: boolean }>()
   for (const member of members) {
-    for (const [name, value] of Object.entries(settingsOf(member.definition))) {
-      const schema = value as unknown as Schema
-      const optional = (value as Record<string, unknown>)['~optional'] === true
+    for (const [name, { schema: declared, optional }] of Object.entries(declaredSettings(member))) {
+      const schema = declared as Schema
       // same name, same declaration: one row; a process that declares it otherwise (a default of its own) gets its own row
       const key = `${name} ${JSON.stringify({ ...schema, optional })}`
       const row = rows.get(key) ?? { name, users: [], schema, optional }

@@ -15,7 +15,7 @@ import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { freshDatabase, startNatsCluster, type NatsCluster } from '@ats/service-kit/testing'
+import { freePorts, freshDatabase, startNatsCluster, type NatsCluster } from '@ats/service-kit/testing'
 // by path, as bench/ does: the root package depends on neither
 import { startDevnet } from '../packages/devnet/src/index.ts'
 import { signPayments } from '../bench/payments.ts'
@@ -73,14 +73,6 @@ function componentEnv(component: Component): NodeJS.ProcessEnv {
 // ---------------------------------------------------------------------------------------------
 // Processes
 // ---------------------------------------------------------------------------------------------
-
-async function freePorts(count: number): Promise<number[]> {
-  const servers = Array.from({ length: count }, () => createServer().listen(0, '127.0.0.1'))
-  await Promise.all(servers.map((server) => once(server, 'listening')))
-  const ports = servers.map((server) => (server.address() as { port: number }).port)
-  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))))
-  return ports
-}
 
 interface Proc {
   name: string

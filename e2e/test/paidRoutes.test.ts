@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process'
-import { createServer } from 'node:net'
+import { freePort } from '@ats/service-kit/testing'
 import { fileURLToPath } from 'node:url'
 import { startTestDevnet } from '@ats/devnet'
 import t, { type Test } from 'tap'
@@ -109,14 +109,6 @@ t.test("SKIP_PAYMENT lets paid routes through unpaid: the owner is the header's 
   t.equal(named.body.headers['x-ats-owner-id'], payer.address)
   t.equal(named.headers.get('x-payment-response'), null, 'and nothing is charged')
 })
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const server = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    })
-  })
 
 /** A gateway in a process of its own, as deployed. */
 async function gatewayProcess(t: Test, env: NodeJS.ProcessEnv) {

@@ -1,5 +1,14 @@
 import { paymentsMessageId, type PaymentChannels, type PaymentCharged, type PaymentsCharged } from '@ats/contracts'
-import { ROOT_CONTEXT, ensureStream, publishTraced, trace, traceContext, tracingEnabled, type Context, type Logger } from '@ats/service-kit'
+import {
+  ROOT_CONTEXT,
+  batchSpanSpec,
+  ensureStream,
+  publishTraced,
+  traceContext,
+  tracingEnabled,
+  type Context,
+  type Logger,
+} from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 
 interface Waiter {
@@ -21,22 +30,6 @@ export interface ChargePublisherOptions {
   maxUnsent?: number
   /** how long one publish waits for JetStream's ack (5 s) */
   publishTimeoutMs?: number
-}
-
-/**
- * Where a batch's publish span sits: one charge, in its request's trace (the ledger continues
- * it); several, in a trace of its own linked to each request's.
- */
-function tracedAs(waiters: Waiter[]): {
-  parent?: Context
-  links?: Array<{ context: NonNullable<ReturnType<typeof trace.getSpanContext>> }>
-} {
-  if (waiters.length === 1 && waiters[0]!.trace) return { parent: waiters[0]!.trace }
-  const links = waiters.flatMap((w) => {
-    const linked = w.trace && trace.getSpanContext(w.trace)
-    return linked ? [{ context: linked }] : []
-  })
-  return links.length > 0 ? { parent: ROOT_CONTEXT, links } : { parent: ROOT_CONTEXT }
 }
 
 /**
@@ -72,7 +65,12 @@ export async function createChargePublisher(
       channels.charged.subject,
       channels.charged.message.encode(batch),
       { msgID: paymentsMessageId(batch), timeout: publishTimeoutMs },
-      tracingEnabled() ? tracedAs(waiters) : undefined,
+      tracingEnabled()
+        ? batchSpanSpec(
+            waiters.map((w) => w.trace),
+            ROOT_CONTEXT,
+          )
+        : undefined,
     )
 
   const keep = (batch: PaymentsCharged) => {

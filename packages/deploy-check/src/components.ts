@@ -1,9 +1,7 @@
 /** The deployables the checks hold the files to, and the settings each reads: from the code (@ats/fleet). */
 import { readFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
-import { fleetMembers } from '@ats/fleet'
-import { settingsOf } from '@ats/service-kit'
-import type { Obj } from './objects.ts'
+import { declaredSettings, fleetMembers, type DeclaredSetting } from '@ats/fleet'
 
 export interface Component {
   /** the fleet member: gateway, agent, trading, ... */
@@ -11,18 +9,13 @@ export interface Component {
   packageName: string
   /** the package directory, relative to the repository root */
   dir: string
-  settings: Record<string, { secret: boolean; optional: boolean; schema: any }>
+  settings: Record<string, DeclaredSetting>
 }
 
 /** The fleet (from the code) plus the devnet, which only compose runs. */
 export async function deployables(repoRoot: string): Promise<{ fleet: Component[]; devnet: Component }> {
   const fleet = (await fleetMembers()).map((m) => {
-    const settings = Object.fromEntries(
-      Object.entries(settingsOf(m.definition) as Obj).map(([k, v]) => [
-        k,
-        { secret: v.secret === true, optional: v['~optional'] === true, schema: v },
-      ]),
-    )
+    const settings = declaredSettings(m)
     const dir = relative(repoRoot, m.dir)
     return { name: m.name, dir, packageName: JSON.parse(readFileSync(join(m.dir, 'package.json'), 'utf8')).name as string, settings }
   })

@@ -10,12 +10,11 @@
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
-import { freshDatabase, freshNamespace, testInfra } from '@ats/service-kit/testing'
+import { freePort, freshDatabase, freshNamespace, testInfra } from '@ats/service-kit/testing'
 import t from 'tap'
 import { parse, parseAllDocuments } from 'yaml'
 import { execForm, readImage } from '../src/dockerfile.ts'
@@ -67,14 +66,6 @@ function imageOf(name: string, service: Obj): Image {
     dependsOn: Object.keys(service.depends_on ?? {}),
   }
 }
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const server = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    })
-  })
 
 t.test('every image built as its Dockerfile builds it runs the fleet, as compose runs it, and the API answers', async (t) => {
   const work = mkdtempSync(join(tmpdir(), 'ats-images-'))

@@ -1,7 +1,7 @@
 import { readdir } from 'node:fs/promises'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { join } from 'node:path'
-import type { ServiceDefinition } from '@ats/service-kit'
+import { settingsOf, type ServiceDefinition } from '@ats/service-kit'
 
 /**
  * Fleet membership: which deployables exist and how `pnpm start` runs each. Shared by scripts/
@@ -39,6 +39,27 @@ export async function fleetMembers(): Promise<FleetMember[]> {
     if (definition) members.push({ name: definition.name, dir, definition })
   }
   return members
+}
+
+/** A setting as a member declares it: its schema (type, default, description), and whether it is secret or may be unset. */
+export interface DeclaredSetting {
+  secret: boolean
+  optional: boolean
+  schema: Record<string, any>
+}
+
+/**
+ * Every setting a member reads, as declared: the one reader of the declarations for what is
+ * checked against them (deploy-check's ConfigMaps and Secrets) and what is written from them
+ * (docs/settings.md).
+ */
+export function declaredSettings(member: FleetMember): Record<string, DeclaredSetting> {
+  return Object.fromEntries(
+    Object.entries(settingsOf(member.definition)).map(([name, value]) => {
+      const schema = value as unknown as Record<string, any>
+      return [name, { secret: schema.secret === true, optional: schema['~optional'] === true, schema }]
+    }),
+  )
 }
 
 /**

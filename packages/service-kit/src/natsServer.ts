@@ -1,19 +1,11 @@
-// One nats-server with JetStream and an authorization block, for `pnpm start` (scripts/access.ts)
+// One nats-server with JetStream and an authorization block, for `pnpm start` (packages/fleet's access.ts)
 // and the least-privilege tests: a server that enforces each component's permissions.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-
-async function freePort(): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as { port: number }
-  server.close()
-  return port
-}
+import { freePort } from './ports.ts'
 
 export interface NatsServer {
   url: string

@@ -186,11 +186,14 @@ async function call<Req, Rep>(
   const service = serviceOf(endpoint.subject)
   const started = Date.now()
   const retryUntil = started + noResponderRetryMs(timeoutMs)
+  // encoded once, in the try as before: a request its schema refuses is answered like a failed call
+  let data: Uint8Array | undefined
   let msg: Msg
   for (let wait = 50; ; wait = Math.min(wait * 2, 400)) {
     try {
       const timeout = Math.max(1, timeoutMs - (Date.now() - started))
-      msg = await nc.request(endpoint.subject, endpoint.request.encode(request), { timeout, ...(h ? { headers: h } : {}) })
+      data ??= endpoint.request.encode(request)
+      msg = await nc.request(endpoint.subject, data, { timeout, ...(h ? { headers: h } : {}) })
       break
     } catch (error) {
       const code = (error as { code?: string }).code

@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { connect as tcpConnect, createServer } from 'node:net'
+import { connect as tcpConnect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { natsChannels } from '@ats/contracts'
 import { connect } from 'nats'
@@ -13,6 +13,7 @@ import pg from 'pg'
 import type { TProperties } from 'typebox'
 import type { DatabaseClient } from './database.ts'
 import { createService, type Service, type ServiceDefinition } from './service.ts'
+import { freePort, freePorts } from './ports.ts'
 
 /**
  * Test infrastructure: real Postgres, NATS and Redis. Each comes from its
@@ -174,16 +175,6 @@ export async function startService<S extends TProperties, Db extends DatabaseCli
   const url = await service.listen()
   return Object.assign(service, { url })
 }
-/** `count` distinct free loopback ports (all held open while picked, so none comes twice). */
-async function freePorts(count: number): Promise<number[]> {
-  const servers = Array.from({ length: count }, () => createServer().listen(0, '127.0.0.1'))
-  await Promise.all(servers.map((server) => once(server, 'listening')))
-  const ports = servers.map((server) => (server.address() as { port: number }).port)
-  for (const server of servers) server.close()
-  return ports
-}
-
-const freePort = async () => (await freePorts(1))[0]!
 
 /**
  * A service as a process of its own (`node --import tsx <entry>`, its server.ts), for tests
@@ -382,3 +373,5 @@ export async function startTestTracing() {
   useTracerProvider(provider)
   return exporter
 }
+
+export { freePort, freePorts } from './ports.ts'

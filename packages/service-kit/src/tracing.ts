@@ -125,6 +125,20 @@ export interface SpanSpec {
   parent?: Context
 }
 
+/**
+ * Where the span of work done for several traces at once sits (a batch of messages, charges
+ * published together): one trace, continued as its child; several, a span under
+ * `batchParent` linked to each (a span has one parent, and a batch serves them all).
+ */
+export function batchSpanSpec(traces: Array<Context | undefined>, batchParent: Context): Pick<SpanSpec, 'parent' | 'links'> {
+  if (traces.length === 1 && traces[0]) return { parent: traces[0] }
+  const links = traces.flatMap((t) => {
+    const linked = t && trace.getSpanContext(t)
+    return linked ? [{ context: linked }] : []
+  })
+  return links.length > 0 ? { parent: batchParent, links } : { parent: batchParent }
+}
+
 /** Marks a span failed with the error's first line (messages never carry secrets in this code base: see errors.ts). */
 export function failSpan(span: Span, error: unknown): void {
   const message = error instanceof Error ? error.message.split('\n')[0] : String(error)

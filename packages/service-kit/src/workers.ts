@@ -2,7 +2,7 @@ import type { Topic } from '@ats/contracts'
 import { AckPolicy, DeliverPolicy, headers as natsHeaders, nanos, type Consumer, type JsMsg, type NatsConnection } from 'nats'
 import { ensureStream, jetStreamReplicas, type StreamSpec } from './jetstream.ts'
 import type { Logger } from './logger.ts'
-import { SpanKind, SpanStatusCode, contextOfHeaders, startSpan, trace, traceContext, tracingEnabled } from './tracing.ts'
+import { SpanKind, SpanStatusCode, batchSpanSpec, contextOfHeaders, startSpan, traceContext, tracingEnabled } from './tracing.ts'
 
 /** Background work: one loop helper, and the durable JetStream consumer built on it. */
 
@@ -101,19 +101,18 @@ const consumeAttributes = (subject: string, durable: string, count: number) => (
  */
 function consumeSpan(messages: JsMsg[], durable: string) {
   const subject = messages[0]!.subject
-  const parents = messages.map((m) => contextOfHeaders(m.headers))
-  const one = parents.length === 1
-  const links = one ? [] : parents.flatMap((p) => (trace.getSpanContext(p) ? [{ context: trace.getSpanContext(p)! }] : []))
-  const { span, ctx } = startSpan(`process ${subject}`, {
+  const one = messages.length === 1
+  return startSpan(`process ${subject}`, {
     kind: SpanKind.CONSUMER,
-    parent: one ? parents[0]! : traceContext.active(),
-    ...(links.length > 0 ? { links } : {}),
+    ...batchSpanSpec(
+      messages.map((m) => contextOfHeaders(m.headers)),
+      traceContext.active(),
+    ),
     attributes: {
       ...consumeAttributes(subject, durable, messages.length),
       ...(one ? { 'ats.deliveries': messages[0]!.info.deliveryCount } : {}),
     },
   })
-  return { span, ctx }
 }
 
 /** Runs `fn` in a consumer span over `messages` when tracing is on; just runs it otherwise. */
