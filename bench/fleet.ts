@@ -135,8 +135,8 @@ export const startAdmin = (base: BenchBase, port: number, env: NodeJS.ProcessEnv
   startService(base, 'admin', port, { SETTLEMENT_ENABLED: 'false', ...env })
 
 /** The market-data service on 127.0.0.1:`port` on its devnet sources, caching in the bench's Redis. */
-export const startMarketData = (base: BenchBase, port: number) =>
-  startService(base, 'market-data', port, { ADDRESS_BOOK: base.addressBookPath })
+export const startMarketData = (base: BenchBase, port: number, extra: NodeJS.ProcessEnv = {}) =>
+  startService(base, 'market-data', port, { ADDRESS_BOOK: base.addressBookPath, ...extra })
 
 /** The gateway's settings for this bench's fleet: its admin at `adminUrl`, the devnet's address book, plus `extra`. */
 export function gatewayEnv(base: BenchBase, adminUrl: string, extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {

@@ -49,6 +49,7 @@ import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start } from './pro
  *   BENCH_TARGETS      (all)    the targets to run, comma-separated: bare,keyed,market,log off,paid (ratios need both sides)
  *   BENCH_GATEWAY_NODE_OPTIONS  NODE_OPTIONS of the deployed gateway only (port 3900: keyed and paid), e.g.
  *                               '--import ./bench/cpuProfile.mjs' for a CPU profile (PROFILE_DIR), written when the bench ends
+ *   BENCH_MARKET_NODE_OPTIONS   the same for the market-data service behind the "market" target (port 3906)
  * With the defaults the rounds take about 3 minutes, plus 30-40 s (more on a busy machine) to
  * start the servers and sign the payments.
  */
@@ -177,7 +178,11 @@ async function main() {
   const gateway = await start('gateway/src/server.ts', { ...gatewaySettings, ...profiled, PORT: '3900', OPS_PORT: '3910' }, 'ignore')
   const quiet = await start('gateway/src/server.ts', { ...gatewaySettings, PORT: '3902', OPS_PORT: '3912', LOG_LEVEL: 'warn' }, 'ignore')
   // the real market-data service (its devnet sources, Redis cache) behind a gateway of its own
-  const marketData = await startMarketData(base, 3906)
+  const marketData = await startMarketData(
+    base,
+    3906,
+    process.env.BENCH_MARKET_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_MARKET_NODE_OPTIONS } : {},
+  )
   const marketGateway = await start(
     'gateway/src/server.ts',
     { ...gatewaySettings, MARKET_DATA_URL: 'http://127.0.0.1:3906', PORT: '3903', OPS_PORT: '3913' },
