@@ -2,11 +2,12 @@
 # Builds one deployable into a directory that holds only what runs: the compiled
 # JavaScript (dist/), the production dependencies (`pnpm deploy --prod`: no tsx, no
 # TypeScript, no test tools) and the package's data files (migrations, artifacts,
-# catalog: its package.json "files"). Every Dockerfile's build stage runs it, and so
-# does packages/deploy-check's test, which starts the result with plain node.
+# catalog: its package.json "files"). The Dockerfile's build stage runs it for every
+# deployable (/out/<target>, which that target copies), and so does
+# packages/deploy-check's test, which starts the result with plain node.
 #
-#   scripts/deploy-package.sh @ats/admin /out      (after pnpm install)
-#   node --conditions=ats-dist /out/dist/server.js
+#   scripts/deploy-package.sh @ats/admin /out/admin      (after pnpm install)
+#   node --conditions=ats-dist /out/admin/dist/server.js
 #
 # "ats-dist" is the export condition under which the workspace packages resolve to
 # their dist/*.js; without it (tsx, tests) they resolve to src/*.ts.

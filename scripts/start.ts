@@ -1,7 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
-import { connect } from 'node:net'
 import { delimiter, join } from 'node:path'
 import { createInterface } from 'node:readline'
 // by path, like the services themselves: the root package depends on no service
@@ -9,6 +8,7 @@ import { generateApiKey } from '../services/admin/src/keys/apiKeys.ts'
 import type { Devnet } from '../packages/devnet/src/deploy.ts'
 import { describeDevnet, devnetPort, startDevnetOrExplain } from '../packages/devnet/src/cli.ts'
 import { fleetMembers, memberEnv, type FleetMember } from '@ats/fleet'
+import { localInfra, portOpen } from '@ats/service-kit'
 import { fleetAccess, startNatsServer, type FleetAccess, type NatsServer } from '@ats/fleet/access'
 
 /**
@@ -17,36 +17,21 @@ import { fleetAccess, startNatsServer, type FleetAccess, type NatsServer } from 
  * Without RPC_URL it first starts the local devnet (anvil on 127.0.0.1:8545, see
  * packages/devnet) and points every service at it; anvil stops last.
  */
-const defaults = {
-  DATABASE_URL: 'postgresql://postgres@127.0.0.1:5432/postgres',
-  NATS_URL: 'nats://127.0.0.1:4222',
-  REDIS_URL: 'redis://127.0.0.1:6379',
-}
-
 const say = (line: string) => process.stdout.write(`${line}\n`)
 const fail = (line: string): never => {
   process.stderr.write(`${line}\n`)
   process.exit(1)
 }
 
+/** Whether the server of `url` (the first, when comma-separated) accepts connections. */
 function reachable(url: string, fallbackPort: number): Promise<boolean> {
   const { hostname, port } = new URL(url.split(',')[0]!)
-  return new Promise((resolve) => {
-    const socket = connect({ host: hostname || '127.0.0.1', port: Number(port) || fallbackPort, timeout: 1500 })
-    const done = (ok: boolean) => {
-      socket.destroy()
-      resolve(ok)
-    }
-    socket
-      .once('connect', () => done(true))
-      .once('error', () => done(false))
-      .once('timeout', () => done(false))
-  })
+  return portOpen(hostname || '127.0.0.1', Number(port) || fallbackPort, 1500)
 }
 
 async function infrastructure(): Promise<NodeJS.ProcessEnv> {
   const env: NodeJS.ProcessEnv = {}
-  const databaseUrl = process.env.DATABASE_URL || defaults.DATABASE_URL
+  const databaseUrl = process.env.DATABASE_URL || localInfra.databaseUrl
   if (!(await reachable(databaseUrl, 5432))) {
     fail(
       `PostgreSQL is not reachable at ${new URL(databaseUrl).host}. Start it (Debian: pg_ctlcluster 15 main start) or set DATABASE_URL to a reachable server.`,
@@ -55,7 +40,7 @@ async function infrastructure(): Promise<NodeJS.ProcessEnv> {
   env.DATABASE_URL = databaseUrl
   // without NATS_URL, a nats-server of this run's own enforces each component's permissions (leastPrivilege)
   if (!process.env.NATS_URL && natsServerBinary) return { ...env, ...(await redis()) }
-  const natsUrl = process.env.NATS_URL || defaults.NATS_URL
+  const natsUrl = process.env.NATS_URL || localInfra.natsUrl
   if (!(await reachable(natsUrl, 4222))) {
     fail(`NATS is not reachable at ${natsUrl}. Start it with JetStream (nats-server -js) or set NATS_URL to a reachable server.`)
   }
@@ -65,7 +50,7 @@ async function infrastructure(): Promise<NodeJS.ProcessEnv> {
 
 async function redis(): Promise<NodeJS.ProcessEnv> {
   // the gateway's paid routes keep used nonces, payment ids and reservations there (issue 23)
-  const redisUrl = process.env.REDIS_URL || defaults.REDIS_URL
+  const redisUrl = process.env.REDIS_URL || localInfra.redisUrl
   if (!(await reachable(redisUrl, 6379)))
     fail(
       `Redis is not reachable at ${new URL(redisUrl).host}: start redis-server or set REDIS_URL to a reachable server (the paid routes need it).`,

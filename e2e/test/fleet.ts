@@ -24,8 +24,8 @@ export const adminKey = 'atsk_gatewayTestBootstrapKey-00000000'
 type TestDevnet = Awaited<ReturnType<typeof startTestDevnet>>
 
 /**
- * A probe upstream for the route groups whose services do not exist yet: it
- * answers with what it received, so tests can see what the gateway forwards.
+ * An echo upstream standing in for the services a test does not start: it answers
+ * with what it received, so tests can see what the gateway forwards.
  */
 export async function startEcho(t: Test) {
   const app = Fastify()
@@ -61,7 +61,7 @@ export interface FleetOptions {
   gateways?: number
   gatewayEnv?: NodeJS.ProcessEnv
   adminEnv?: NodeJS.ProcessEnv
-  /** where the not-yet-built services are: the echo probe by default */
+  /** where the services the test does not start are: the echo upstream by default */
   otherServices?: string
   /** where the trading service is (otherServices by default) */
   tradingUrl?: string

@@ -17,7 +17,7 @@ import type { UpstreamName } from './routing/routeTable.ts'
 import { clientErrorHandler, serverTimeouts } from './routes/timeouts.ts'
 import { gatewaySettings, trustProxyOf } from './settings.ts'
 
-export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = {
+export const gatewayService: ServiceDefinition<typeof gatewaySettings, never, 'read'> = {
   name: 'gateway',
   version: '0.1.0',
   port: 3000,
@@ -63,8 +63,10 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never> = 
     })
     // requests in flight per client address, counted first (before the body limit and auth)
     const concurrency = createConcurrencyLimiter()
-    app.addHook('onRequest', async (request, reply) => {
+    // callback style, not async: no promise on every request (a throw is Fastify's error path all the same)
+    app.addHook('onRequest', (request, reply, done) => {
       concurrency.enter(request, reply, `address:${request.ip}`, config.MAX_CONCURRENT_PER_ADDRESS, 'client address')
+      done()
     })
     const failures = createAuthFailureLimiter({
       redis,

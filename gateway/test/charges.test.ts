@@ -9,7 +9,7 @@ import { createService, ensureStream } from '@ats/service-kit'
 import { baseTestEnv, eventually, freshNamespace, testInfra } from '@ats/service-kit/testing'
 import { appendPaymentIdentifierToExtensions, generatePaymentId, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier'
 import Fastify from 'fastify'
-import { Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
 import { connect, type NatsConnection } from 'nats'
 import { pino } from 'pino'
 import t, { type Test } from 'tap'
@@ -18,7 +18,7 @@ import { createChargePublisher, type ChargePublisherOptions } from '../src/payme
 import { createNonceStore, decodePaymentSignature, MalformedPaymentError, type Payment } from '../src/payments/index.ts'
 import { createPaymentIdStore, requestFingerprint } from '../src/payments/paymentIds.ts'
 import { gatewayService } from '../src/service.ts'
-import { b64, paymentFixtures, redisPair } from './paymentFixtures.ts'
+import { b64, deadRedis, paymentFixtures, redisPair } from './paymentFixtures.ts'
 
 // the charge publisher
 const charge = (nonceByte: string): PaymentCharged => ({
@@ -346,13 +346,7 @@ t.test('50 concurrent claims of one id on two replicas: one first, 49 repeats; t
 })
 
 t.test('an unreachable Redis fails closed (503), never a free repeat', async (t) => {
-  const dead = new Redis('redis://127.0.0.1:1', {
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    enableOfflineQueue: false,
-    retryStrategy: () => null,
-  })
-  t.teardown(() => dead.disconnect())
+  const dead = deadRedis(t)
   const id = generatePaymentId()
   await t.rejects(storeOn(dead).claim(payer.address, id, 'fp', await paymentOf(id)), {
     name: 'PaymentUnavailableError',

@@ -92,3 +92,18 @@ export function redisPair(
   })
   return pair
 }
+
+/**
+ * A client of a Redis that is not there (port 1): every command fails at once, nothing queued or
+ * retried, as the stores see Redis down. Disconnected when the test ends.
+ */
+export function deadRedis(t: { teardown(fn: () => void): void }): Redis {
+  const dead = new Redis('redis://127.0.0.1:1', {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: false,
+    retryStrategy: () => null,
+  })
+  t.teardown(() => dead.disconnect())
+  return dead
+}

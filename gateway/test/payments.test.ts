@@ -2,7 +2,7 @@
 // verifier on a devnet and the test Redis.
 import t, { type Test } from 'tap'
 import { randomBytes } from 'node:crypto'
-import { Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
 import { createChainClients, transferWithAuthorizationTypes } from '@ats/chain'
 import { startDevnet } from '@ats/devnet'
 import { hashTypedData, recoverTypedDataAddress, toHex, type Address, type Hex } from 'viem'
@@ -21,7 +21,7 @@ import {
 } from '../src/payments/index.ts'
 import { createAuthorizationSigning } from '../src/payments/signature.ts'
 import { paymentRequiredBody, paymentRequiredHeader, paymentRequirementsV2 } from '@ats/contracts'
-import { b64, nowS, paymentFixtures, redisPair } from './paymentFixtures.ts'
+import { b64, deadRedis, nowS, paymentFixtures, redisPair } from './paymentFixtures.ts'
 
 t.test('x402 headers without a chain: decoding, digests and the 402 shapes', async (t) => {
   // pure: decoding, digests and the 402 shapes need no chain (anvil's account 1 signs, the devnet's addresses)
@@ -302,13 +302,7 @@ t.test('the in-memory store forgets a nonce after validBefore + margin', async (
 })
 
 t.test('an unreachable Redis or RPC fails closed with PaymentUnavailableError, not a 402', async (t) => {
-  const dead = new Redis('redis://127.0.0.1:1', {
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    enableOfflineQueue: false,
-    retryStrategy: () => null,
-  })
-  t.teardown(() => dead.disconnect())
+  const dead = deadRedis(t)
   await t.rejects(
     createNonceStore({ redis: dead }).claim(payer.address, toHex(randomBytes(32)), BigInt(nowS() + 60)),
     PaymentUnavailableError,

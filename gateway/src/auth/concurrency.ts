@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { TooManyInFlight } from '../errors.ts'
 
@@ -12,6 +13,10 @@ export interface ConcurrencyLimiter {
   /** requests in flight for `who` (tests, metrics) */
   inFlight(who: string): number
 }
+
+/** what a response counted against, left when it closes (one listener per response, not one per count) */
+const entered = Symbol('entered')
+type Counted = ServerResponse & { [entered]?: string[] }
 
 export function createConcurrencyLimiter(): ConcurrencyLimiter {
   const counts = new Map<string, number>()
@@ -28,8 +33,16 @@ export function createConcurrencyLimiter(): ConcurrencyLimiter {
         throw new TooManyInFlight(what, limit)
       }
       counts.set(who, now + 1)
-      // 'close' comes once per response, whether it finished or the client left first
-      reply.raw.once('close', () => leave(who))
+      const raw = reply.raw as Counted
+      const list = raw[entered]
+      if (list) list.push(who)
+      else {
+        raw[entered] = [who]
+        // 'close' comes once per response, whether it finished or the client left first
+        raw.once('close', () => {
+          for (const w of raw[entered]!) leave(w)
+        })
+      }
     },
     inFlight: (who) => counts.get(who) ?? 0,
   }

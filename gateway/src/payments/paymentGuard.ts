@@ -137,6 +137,7 @@ export function createPaymentGuard(
       `JOB_PAYMENT_MIN_VALIDITY_SECONDS (${jobWindow}) must be below PAYMENT_TIMEOUT_SECONDS (${settings.PAYMENT_TIMEOUT_SECONDS}): clients sign validBefore = now + PAYMENT_TIMEOUT_SECONDS`,
     )
   }
+  const pathOf = (request: FastifyRequest) => request.url.split('?')[0]!
   const checkJobWindow = (request: FastifyRequest, payment: Payment) => {
     if (request.method !== 'POST' || pathOf(request) !== '/agent/prompt') return
     const now = BigInt(Math.floor(Date.now() / 1000))
@@ -176,7 +177,6 @@ export function createPaymentGuard(
 
   // the `network` of payment responses, as the client's x402 version names it
   const responseNetwork = { 1: v1Network(terms.chainId), 2: caip2Network(terms.chainId) }
-  const pathOf = (request: FastifyRequest) => request.url.split('?')[0]!
   // never from the client's Host header: a client could make our 402 name any site. Without
   // PUBLIC_URL the gateway names itself by the port the request reached (right for local use)
   if (!settings.PUBLIC_URL) log.warn('PUBLIC_URL is not set: 402 answers name http://localhost:<port> as the resource')

@@ -58,17 +58,20 @@ export function installBodyLimit(app: FastifyInstance, limit: number): void {
     if (!declaredTooLarge(req.headers, limit)) res.writeContinue()
     app.server.emit('request', req, res)
   })
-  app.addHook('onRequest', async (request, reply) => {
-    if (!declaredTooLarge(request.headers, limit)) return
+  // both hooks in callback style: most requests pass them without a promise (issue 26)
+  app.addHook('onRequest', (request, reply, done) => {
+    if (!declaredTooLarge(request.headers, limit)) return done()
     if (expectsContinue(request.headers)) reply.header('connection', 'close')
     throw new BodyTooLarge(limit)
   })
-  app.addHook('preParsing', async (request, _reply, payload) => {
+  app.addHook('preParsing', (request, _reply, payload, done) => {
     // no body at all: nothing to wait for
-    if (request.headers['transfer-encoding'] === undefined && Number(request.headers['content-length'] ?? 0) === 0) return payload
-    const bytes = await readWithin(payload, limit)
-    request.bodyBytes = bytes
-    // one chunk: the proxy sends it to the service in one go
-    return Readable.from([bytes], { objectMode: false })
+    if (request.headers['transfer-encoding'] === undefined && Number(request.headers['content-length'] ?? 0) === 0)
+      return done(null, payload)
+    readWithin(payload, limit).then((bytes) => {
+      request.bodyBytes = bytes
+      // one chunk: the proxy sends it to the service in one go
+      done(null, Readable.from([bytes], { objectMode: false }))
+    }, done)
   })
 }

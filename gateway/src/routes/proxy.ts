@@ -1,7 +1,6 @@
 import proxy from '@fastify/http-proxy'
-import { randomBytes } from 'node:crypto'
 import type { IncomingHttpHeaders } from 'node:http'
-import { identityHeaders } from '@ats/contracts'
+import { generatedIdempotencyKey, identityHeaders } from '@ats/contracts'
 import { errorBody, errorHandler, injectHttp, requestTraceContext, tracingEnabled, type ErrorFormat } from '@ats/service-kit'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerBase } from 'fastify'
 import { authHook, countFailedPayments, type AuthDeps } from '../auth/authHook.ts'
@@ -67,7 +66,7 @@ function upstreamFailed(service: UpstreamName, format: ErrorFormat) {
  */
 async function spendKey(request: FastifyRequest, reply: FastifyReply) {
   if (request.method !== 'POST') return
-  request.headers['idempotency-key'] ??= `gen_${randomBytes(18).toString('base64url')}`
+  request.headers['idempotency-key'] ??= generatedIdempotencyKey()
   const key = request.headers['idempotency-key']
   if (typeof key === 'string') reply.header('idempotency-key', key)
 }

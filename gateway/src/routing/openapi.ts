@@ -101,7 +101,7 @@ export function buildOpenApi(info: OpenApiInfo, routes: readonly ApiRoute[]) {
 }
 
 /**
- * The public API's document as the gateway serves it at /openapi.json, and as `pnpm docs:openapi`
+ * The public API's document as the gateway serves it at /openapi.json, and as `pnpm docs:generate`
  * writes it to docs/openapi.json: the contract users read, built from the routes' own schemas.
  */
 export const openApiDocument = (version: string) =>

@@ -32,7 +32,8 @@ const key = (tier: Tier, keyHeaders?: readonly KeyHeader[]): RouteAuth => ({ kin
 
 /**
  * The gateway's route table (docs/architecture.md, "Contracts").
- * Order matters only for overlapping prefixes: the longest prefix wins.
+ * Order does not matter: where prefixes overlap (/swap and /swap/execute), groupFor picks the
+ * longest that matches, wherever it stands.
  */
 export const routeTable: readonly RouteGroup[] = [
   { prefix: '/agent', service: 'agent', auth: { kind: 'payment' }, owner: 'payer' },

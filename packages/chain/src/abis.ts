@@ -86,12 +86,6 @@ export const algebraSwapRouterAbi = parseAbi([
   'function exactInputSingle(ExactInputSingleParams params) payable returns (uint256 amountOut)',
 ])
 
-/** Chainlink AggregatorV3. */
-export const chainlinkAggregatorAbi = parseAbi([
-  'function decimals() view returns (uint8)',
-  'function latestRoundData() view returns (uint80 roundId, int256 answer, uint256 startedAt, uint256 updatedAt, uint80 answeredInRound)',
-])
-
 export { erc20Abi, erc721Abi } from 'viem'
 
 /** Uniswap V3 factory: the pool of a pair and fee tier (zero address when none). */

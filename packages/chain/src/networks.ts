@@ -27,8 +27,6 @@ export interface AddressBook {
   }
   aaveV3?: { pool: Address }
   gmxV2?: { dataStore: Address; reader: Address }
-  /** Chainlink USD feeds by token symbol */
-  chainlink?: Record<string, Address>
   /** ERC-721 collections the NFT routes know; those in `spam` are hidden unless asked for */
   nfts?: { collections: Address[]; spam: Address[] }
   /** Only on a local devnet (chain 31337): where it answers and its funded test accounts. */
@@ -59,13 +57,5 @@ export const arbitrumOne: AddressBook = {
   gmxV2: {
     dataStore: '0xFD70de6b91282D8017aA4E741e9Ae325CAb992d8',
     reader: '0x470fbC46bcC0f16532691Df360A07d8Bf5ee0789',
-  },
-  chainlink: {
-    WETH: '0x639Fe6ab55C921f74e7fac1ee960C0B6293ba612',
-    USDC: '0x50834F3163758fcC1Df9973b6e91f0F0F0434aD3',
-    USDT: '0x3f3f5dF88dC9F13eac63DF89EC16ef6e7E25DdE7',
-    DAI: '0xc5C8E77B397E531B8EC06BFb0048328B30E9eCfB',
-    WBTC: '0xd0C7101eACbB49F3deCcCc166d238410D6D46d57',
-    ARB: '0xb2A824043730FE05F3DA2efaFa1CBbe83fa548D6',
   },
 }

@@ -37,7 +37,7 @@ t.test('a registry refuses a symbol or address given twice', async (t) => {
 
 t.test('every address in the Arbitrum One book is checksummed', async (t) => {
   const addresses = JSON.stringify(arbitrumOne).match(/0x[0-9a-fA-F]{40}/g) ?? []
-  t.ok(addresses.length > 20)
+  t.ok(addresses.length >= 20)
   const { getAddress } = await import('viem')
   for (const address of addresses) t.equal(getAddress(address), address)
 })

@@ -57,15 +57,19 @@ export function checkCompose(
       problems.push(`docker-compose.yml: no service "${c.name}"`)
       continue
     }
-    const dockerfile = isObj(s.build) ? s.build.dockerfile : undefined
-    if (dockerfile !== `${c.dir}/Dockerfile`)
-      problems.push(`docker-compose.yml: service "${c.name}" must build ${c.dir}/Dockerfile (found ${dockerfile ?? 'no build'})`)
+    // the root Dockerfile (compose's default when build names none), the deployable's target
+    const build = isObj(s.build) ? s.build : undefined
+    if (build?.context !== '.' || (build.dockerfile ?? 'Dockerfile') !== 'Dockerfile' || build.target !== c.name) {
+      problems.push(
+        `docker-compose.yml: service "${c.name}" must build target ${c.name} of the root Dockerfile (build: { context: ., target: ${c.name} }; found ${build ? JSON.stringify(build) : 'no build'})`,
+      )
+    }
   }
   for (const [name, s] of Object.entries(services)) {
     if (!isObj(s)) continue
-    const fromImage = isObj(s.build) && imageHealth.get(s.build.dockerfile) === true
+    const fromImage = isObj(s.build) && imageHealth.get(s.build.target) === true
     if (!isObj(s.healthcheck) && !fromImage)
-      problems.push(`docker-compose.yml: service "${name}" has no healthcheck (in compose or its Dockerfile)`)
+      problems.push(`docker-compose.yml: service "${name}" has no healthcheck (in compose or its image's Dockerfile target)`)
     if (isObj(s.healthcheck) && s.healthcheck.disable === true)
       problems.push(`docker-compose.yml: service "${name}" disables its healthcheck`)
     const deps = s.depends_on

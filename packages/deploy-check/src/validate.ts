@@ -2,9 +2,9 @@
  * The report of every offline check of the deployment files, without a cluster or a Docker
  * engine; each concern lives in its own file:
  *
- *  - Dockerfiles (one per deployable): linted (src/dockerfile.ts);
+ *  - the Dockerfile (one, at the root; a target per deployable): linted target by target (src/dockerfile.ts);
  *  - docker-compose.yml (src/compose.ts): `docker-compose config -q` with .env.example, and the fleet's
- *    rules: every deployable built from its Dockerfile, a healthcheck on every service,
+ *    rules: every deployable built from its Dockerfile target, a healthcheck on every service,
  *    depends_on waiting for health, only the gateway published;
  *  - k8s (src/k8s.ts): base and every overlay rendered by kustomize (kubectl kustomize), every document
  *    validated against its Kubernetes schema (kubernetes-models), and the fleet's rules:

@@ -1,12 +1,12 @@
 /**
  * A rehearsal of `docker compose up` without a Docker engine: every image's contents are
- * built the way its Dockerfile builds them (scripts/deploy-package.sh), and each is run
- * the way its container would run: the Dockerfile's CMD and ENV, docker-compose.yml's
- * environment with .env.example's values, as uid 1000 (the image's "node" user) in a
- * directory it cannot write, with plain node (no tsx, no dev dependencies). Compose's
- * hostnames become local ports; Postgres, NATS and Redis are the test's. Each process is
- * healthy when its Dockerfile's HEALTHCHECK command says so; then the API answers
- * through the gateway as docs/deploy.md's compose section says.
+ * built the way the Dockerfile's build stage builds them (every package compiled once, then
+ * scripts/deploy-package.sh for each), and each is run the way its container would run: its
+ * Dockerfile target's CMD and ENV, docker-compose.yml's environment with .env.example's
+ * values, as uid 1000 (the image's "node" user) in a directory it cannot write, with plain
+ * node (no tsx, no dev dependencies). Compose's hostnames become local ports; Postgres, NATS
+ * and Redis are the test's. Each process is healthy when its target's HEALTHCHECK command
+ * says so; then the API answers through the gateway as docs/deploy.md's compose section says.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
@@ -17,7 +17,7 @@ import { promisify } from 'node:util'
 import { freePort, freshDatabase, freshNamespace, testInfra } from '@ats/service-kit/testing'
 import t from 'tap'
 import { parse, parseAllDocuments } from 'yaml'
-import { execForm, readImage } from '../src/dockerfile.ts'
+import { execForm, readDockerfile, readImage } from '../src/dockerfile.ts'
 import { kustomize } from '../src/kubectl.ts'
 
 const repo = fileURLToPath(new URL('../../..', import.meta.url))
@@ -55,8 +55,11 @@ interface Image {
   dependsOn: string[]
 }
 
+const dockerfile = readDockerfile(readFileSync(join(repo, 'Dockerfile'), 'utf8'))
+
 function imageOf(name: string, service: Obj): Image {
-  const facts = readImage(readFileSync(join(repo, service.build.dockerfile), 'utf8'))
+  const facts = readImage(dockerfile, service.build.target)
+  if (!facts) throw new Error(`the Dockerfile has no target ${service.build.target} (compose's service ${name})`)
   return {
     name,
     package: facts.deployedPackage!,
@@ -67,13 +70,13 @@ function imageOf(name: string, service: Obj): Image {
   }
 }
 
-t.test('every image built as its Dockerfile builds it runs the fleet, as compose runs it, and the API answers', async (t) => {
+t.test('every image built as the Dockerfile builds it runs the fleet, as compose runs it, and the API answers', async (t) => {
   const work = mkdtempSync(join(tmpdir(), 'ats-images-'))
   chmodSync(work, 0o755) // like /app: readable by the node user, writable by root only
   t.teardown(() => rmSync(work, { recursive: true, force: true }))
   const images = apps.map(([name, service]) => imageOf(name, service))
 
-  // ---- build: each Dockerfile's build stage (every package compiled once, then deployed) ----
+  // ---- build: the Dockerfile's build stage (every package compiled once, then each deployed) ----
   // DEPLOY_PACKAGE_BUILT=1: `pnpm test` has just run `pnpm build` (scripts/test.ts), so not twice
   const buildStarted = Date.now()
   if (process.env.DEPLOY_PACKAGE_BUILT !== '1') await run('pnpm', ['build'], { cwd: repo, maxBuffer: 32 * 1024 * 1024 })
@@ -124,7 +127,7 @@ t.test('every image built as its Dockerfile builds it runs the fleet, as compose
   const home = join(work, 'home')
   mkdirSync(home)
   if (process.getuid?.() === 0) chownSync(home, NODE_UID, NODE_UID)
-  /** a container's whole environment: what Docker and the base image set, the Dockerfile's ENV, compose's environment */
+  /** a container's whole environment: what Docker and the base image set, its target's ENV, compose's environment */
   const envOf = (image: Image): Record<string, string> => {
     const env: Record<string, string> = { PATH: IMAGE_PATH, HOME: home, HOSTNAME: image.name, NATS_NAMESPACE: namespace, LOG_LEVEL: 'warn' }
     for (const [k, v] of Object.entries(image.env)) env[k] = local(v)

@@ -3,17 +3,15 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
-import { deployables } from '../src/components.ts'
 import { checkDeployment } from '../src/validate.ts'
 
 const repo = fileURLToPath(new URL('../../..', import.meta.url))
 
 /** A copy of every file the check reads, to break one of them on purpose. */
-async function copyOfDeployFiles(t: Test): Promise<string> {
+function copyOfDeployFiles(t: Test): string {
   const dir = mkdtempSync(join(tmpdir(), 'deploy-check-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-  const { fleet, devnet } = await deployables(repo)
-  for (const file of ['k8s', 'docker-compose.yml', '.env.example', ...[...fleet, devnet].map((c) => `${c.dir}/Dockerfile`)]) {
+  for (const file of ['k8s', 'docker-compose.yml', '.env.example', 'Dockerfile']) {
     cpSync(join(repo, file), join(dir, file), { recursive: true })
   }
   return dir
@@ -27,10 +25,10 @@ function edit(root: string, file: string, from: string | RegExp, to: string): vo
   writeFileSync(path, after)
 }
 
-t.test('the repository passes: Dockerfiles, compose, base and every overlay', async (t) => {
+t.test('the repository passes: the Dockerfile, compose, base and every overlay', async (t) => {
   const { problems, notes } = await checkDeployment(repo)
   t.same(problems, [])
-  t.match(notes.join('\n'), /Dockerfiles: 7 linted/)
+  t.match(notes.join('\n'), /Dockerfile: 7 targets linted/)
   t.match(notes.join('\n'), /k8s\/overlays\/dev: \d+ documents rendered and valid/)
   t.match(notes.join('\n'), /k8s\/overlays\/dev-keda: \d+ documents rendered and valid/)
   t.match(notes.join('\n'), /k8s\/overlays\/prod: \d+ documents rendered and valid/)
@@ -38,7 +36,7 @@ t.test('the repository passes: Dockerfiles, compose, base and every overlay', as
 })
 
 t.test('an untouched copy passes too (the checks read the copy, not the repository)', async (t) => {
-  const root = await copyOfDeployFiles(t)
+  const root = copyOfDeployFiles(t)
   t.same((await checkDeployment(root, repo)).problems, [])
 })
 
@@ -221,33 +219,70 @@ const cases: Array<{ name: string; file: string; from: string | RegExp; to: stri
     to: '      trading:\n        condition: service_started\n\n  admin:',
     expect: /service "automation" depends on "trading" without condition: service_healthy/,
   },
+  // the Dockerfile: each case breaks one target, in its own stage or in one it builds on
   {
-    name: 'a Dockerfile whose image runs as root',
-    file: 'services/admin/Dockerfile',
-    from: 'USER node',
-    to: 'USER root',
-    expect: /services\/admin\/Dockerfile:\d+: USER root: the container must not run as root/,
+    name: "a target whose image runs as root (a USER in the target's own stage)",
+    file: 'Dockerfile',
+    from: 'COPY --from=build /out/admin ./\n',
+    to: 'COPY --from=build /out/admin ./\nUSER root\n',
+    expect: /Dockerfile:\d+: target admin: USER root: the container must not run as root/,
   },
   {
-    name: 'a Dockerfile that runs TypeScript with tsx',
-    file: 'gateway/Dockerfile',
-    from: 'CMD ["node", "--conditions=ats-dist", "dist/server.js"]',
-    to: 'CMD ["node", "--import", "tsx", "src/server.ts"]',
-    expect: /gateway\/Dockerfile:\d+: CMD runs node --import tsx src\/server\.ts: the image runs compiled JavaScript/,
+    name: 'a target whose image runs as root (a USER in the stage the services build on)',
+    file: 'Dockerfile',
+    from: /(FROM runtime AS service\n)USER node/,
+    to: '$1USER root',
+    expect:
+      /Dockerfile:\d+: targets admin, agent, automation, market-data, trading, gateway: USER root: the container must not run as root/,
   },
   {
-    name: 'a Dockerfile without a HEALTHCHECK',
-    file: 'services/trading/Dockerfile',
-    from: /HEALTHCHECK [^\n]*\\\n[^\n]*\n/,
-    to: '',
-    expect: /services\/trading\/Dockerfile:\d+: the runtime stage has no HEALTHCHECK/,
+    name: 'a target that runs TypeScript with tsx',
+    file: 'Dockerfile',
+    from: 'COPY --from=build /out/gateway ./\n',
+    to: 'COPY --from=build /out/gateway ./\nCMD ["node", "--import", "tsx", "src/server.ts"]\n',
+    expect: /Dockerfile:\d+: target gateway: CMD runs node --import tsx src\/server\.ts: the image runs compiled JavaScript/,
+  },
+  {
+    name: 'a target without a HEALTHCHECK',
+    file: 'Dockerfile',
+    from: 'COPY --from=build /out/trading ./\n',
+    to: 'COPY --from=build /out/trading ./\nHEALTHCHECK NONE\n',
+    expect: /Dockerfile:\d+: target trading: no HEALTHCHECK/,
+  },
+  {
+    name: "a target that copies another deployable's package",
+    file: 'Dockerfile',
+    from: 'COPY --from=build /out/automation ./',
+    to: 'COPY --from=build /out/trading ./',
+    expect: /Dockerfile:\d+: target automation: deploys @ats\/trading, but automation is @ats\/automation/,
+  },
+  {
+    name: 'a target that builds on the build stage (the whole workspace in the image)',
+    file: 'Dockerfile',
+    from: 'FROM service AS market-data',
+    to: 'FROM build AS market-data',
+    expect: /Dockerfile:\d+: target market-data: builds on the build stage/,
+  },
+  {
+    name: 'a deployable without a target',
+    file: 'Dockerfile',
+    from: 'FROM service AS agent',
+    to: 'FROM service AS agents',
+    expect: /Dockerfile:1: no stage "agent": every deployable is a target of this Dockerfile/,
   },
   {
     name: 'a Dockerfile with a syntax error',
-    file: 'packages/devnet/Dockerfile',
+    file: 'Dockerfile',
     from: 'EXPOSE 8545',
     to: 'EXPOZE 8545',
-    expect: /packages\/devnet\/Dockerfile:\d+: dockerfile-utils: Unknown instruction: EXPOZE/,
+    expect: /Dockerfile:\d+: dockerfile-utils: Unknown instruction: EXPOZE/,
+  },
+  {
+    name: 'a compose service that builds another target',
+    file: 'docker-compose.yml',
+    from: 'build: { context: ., target: admin }',
+    to: 'build: { context: ., target: trading }',
+    expect: /docker-compose\.yml: service "admin" must build target admin of the root Dockerfile/,
   },
   // least privilege (src/access.ts)
   {
@@ -282,7 +317,7 @@ const cases: Array<{ name: string; file: string; from: string | RegExp; to: stri
 
 for (const c of cases) {
   t.test(`fails on ${c.name}`, async (t) => {
-    const root = await copyOfDeployFiles(t)
+    const root = copyOfDeployFiles(t)
     edit(root, c.file, c.from, c.to)
     const { problems } = await checkDeployment(root, repo)
     t.ok(problems.length > 0, 'the check fails')
@@ -292,7 +327,7 @@ for (const c of cases) {
 
 t.test('the CLI exits 1 and lists the problem', async (t) => {
   const { spawnSync } = await import('node:child_process')
-  const root = await copyOfDeployFiles(t)
+  const root = copyOfDeployFiles(t)
   edit(root, 'k8s/base/admin-hpa.yaml', 'averageUtilization: 70', 'averageUtilization: "seventy"')
   const cli = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'cli.ts')
   const run = spawnSync(process.execPath, ['--import', 'tsx', cli], { encoding: 'utf8', env: { ...process.env, DEPLOY_CHECK_ROOT: root } })

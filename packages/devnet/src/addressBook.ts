@@ -5,11 +5,8 @@ import { defaultDevnetAddressBookPath, type AddressBook } from '@ats/chain'
 /** The address book services use: the one type of packages/chain, for Arbitrum One and the devnet alike. */
 export type { AddressBook } from '@ats/chain'
 
-/** `<repo root>/.devnet/address-book.json`: where services (ADDRESS_BOOK) read the devnet's book. */
-export const DEVNET_ADDRESS_BOOK_PATH = defaultDevnetAddressBookPath
-
 /** Writes the book as JSON atomically (write, then rename), creating the folder. */
-export function writeAddressBook(book: AddressBook, path: string = DEVNET_ADDRESS_BOOK_PATH): string {
+export function writeAddressBook(book: AddressBook, path: string = defaultDevnetAddressBookPath): string {
   mkdirSync(dirname(path), { recursive: true })
   const temporary = `${path}.${process.pid}.tmp`
   writeFileSync(temporary, `${JSON.stringify(book, null, 2)}\n`)
@@ -18,7 +15,7 @@ export function writeAddressBook(book: AddressBook, path: string = DEVNET_ADDRES
 }
 
 /** Removes the book at `path` if it is still the one given (another devnet may have replaced it). */
-export function removeAddressBook(book: AddressBook, path: string = DEVNET_ADDRESS_BOOK_PATH): void {
+export function removeAddressBook(book: AddressBook, path: string = defaultDevnetAddressBookPath): void {
   try {
     if (readFileSync(path, 'utf8') === `${JSON.stringify(book, null, 2)}\n`) rmSync(path, { force: true })
   } catch {

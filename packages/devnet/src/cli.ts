@@ -2,7 +2,7 @@
  * pnpm devnet: anvil on 127.0.0.1:8545 (DEVNET_PORT to change) with every token, Uniswap V3
  * and Algebra Integral deployed, the ten default accounts funded and the address book
  * written to <repo>/.devnet/address-book.json. Stays in the foreground until Ctrl-C.
- * In a container (packages/devnet/Dockerfile): DEVNET_HOST=0.0.0.0 so that other containers
+ * In a container (the Dockerfile's devnet target): DEVNET_HOST=0.0.0.0 so that other containers
  * reach it, and ADDRESS_BOOK names the file to write (a volume the services read).
  */
 import { realpathSync } from 'node:fs'

@@ -1,10 +1,10 @@
-import { anvilChain, MULTICALL3_ADDRESS, type AddressBook } from '@ats/chain'
+import { anvilChain, defaultDevnetAddressBookPath, MULTICALL3_ADDRESS, type AddressBook } from '@ats/chain'
 import { localArtifact } from './artifacts.ts'
 import type { Address } from 'viem'
 import { deployCollection } from './collection.ts'
 import { deployPositions } from './positions.ts'
 import { deployAlgebra, type AlgebraAddresses } from './algebra.ts'
-import { removeAddressBook, writeAddressBook, DEVNET_ADDRESS_BOOK_PATH } from './addressBook.ts'
+import { removeAddressBook, writeAddressBook } from './addressBook.ts'
 import { startAnvil, type Anvil } from './anvil.ts'
 import { findSnapshot, saveSnapshot, snapshotsEnabled } from './snapshot.ts'
 import { devAccounts, fundAccounts, type DevAccount } from './funding.ts'
@@ -104,7 +104,7 @@ export interface StartDevnetOptions {
   port: number
   /** the interface anvil listens on (127.0.0.1) */
   host?: string
-  /** where to write the address book; DEVNET_ADDRESS_BOOK_PATH by default, false to write none */
+  /** where to write the address book; defaultDevnetAddressBookPath (where services read it) by default, false to write none */
   addressBookPath?: string | false
   /** how many default accounts to fund (10) */
   accounts?: number
@@ -119,7 +119,7 @@ export interface StartDevnetOptions {
 export async function startDevnet({
   port,
   host,
-  addressBookPath = DEVNET_ADDRESS_BOOK_PATH,
+  addressBookPath = defaultDevnetAddressBookPath,
   accounts: count = 10,
   snapshot = false,
 }: StartDevnetOptions): Promise<Devnet> {

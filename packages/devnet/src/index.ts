@@ -8,7 +8,7 @@ export {
   type Devnet,
   type StartDevnetOptions,
 } from './deploy.ts'
-export { DEVNET_ADDRESS_BOOK_PATH, writeAddressBook } from './addressBook.ts'
+export { writeAddressBook } from './addressBook.ts'
 export { devAccounts, fundAccounts, sendBatch, FUNDING, DEFAULT_FUNDING, DEV_MNEMONIC, type DevAccount, type BatchTx } from './funding.ts'
 export { deployTokens, tokenBySymbol } from './tokens.ts'
 export { localArtifact, type Artifact } from './artifacts.ts'

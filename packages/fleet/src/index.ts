@@ -1,7 +1,7 @@
 import { readdir } from 'node:fs/promises'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { join } from 'node:path'
-import { settingsOf, type ServiceDefinition } from '@ats/service-kit'
+import { settingsOf, type AnyServiceDefinition } from '@ats/service-kit'
 
 /**
  * Fleet membership: which deployables exist and how `pnpm start` runs each. Shared by scripts/
@@ -14,7 +14,7 @@ export const root = fileURLToPath(new URL('../../..', import.meta.url))
 export interface FleetMember {
   name: string
   dir: string
-  definition: ServiceDefinition<any, any>
+  definition: AnyServiceDefinition
 }
 
 /** A member's src/service.ts; where no TypeScript loader runs (the compiled tests), its dist/service.js. */
@@ -34,7 +34,7 @@ export async function fleetMembers(): Promise<FleetMember[]> {
   for (const dir of [...dirs.map((d) => join(root, 'services', d.name)), join(root, 'gateway')]) {
     const module = await loadService(dir)
     const definition = Object.values(module).find(
-      (v): v is ServiceDefinition<any, any> => typeof v === 'object' && v !== null && 'register' in v && 'name' in v,
+      (v): v is AnyServiceDefinition => typeof v === 'object' && v !== null && 'register' in v && 'name' in v,
     )
     if (definition) members.push({ name: definition.name, dir, definition })
   }

@@ -2,6 +2,7 @@ import { defaultNamespace, namespacePattern } from '@ats/contracts'
 import { Type, type Static, type TObject, type TProperties, type TSchema, type TStringOptions } from 'typebox'
 import { Compile } from 'typebox/compile'
 import Value from 'typebox/value'
+import { localInfra } from './localInfra.ts'
 
 /** A start-up problem an operator fixes with a setting: printed as one line, exit 1. */
 export class StartupError extends Error {
@@ -34,7 +35,7 @@ export const baseSettings = {
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)),
     { default: 'info', description: 'pino log level' },
   ),
-  NATS_URL: Type.String({ default: 'nats://127.0.0.1:4222', secret: true, description: 'NATS server(s), comma-separated' }),
+  NATS_URL: Type.String({ default: localInfra.natsUrl, secret: true, description: 'NATS server(s), comma-separated' }),
   NATS_NAMESPACE: Type.String({
     pattern: namespacePattern,
     default: defaultNamespace,
@@ -77,7 +78,7 @@ export const redisUrlSetting = Type.String({ secret: true, description: 'Redis, 
 
 export const databaseSettings = {
   DATABASE_URL: Type.String({
-    default: 'postgresql://postgres@127.0.0.1:5432/postgres',
+    default: localInfra.databaseUrl,
     secret: true,
     description: 'PostgreSQL connection URL; each service uses its own schema in it',
   }),

@@ -185,11 +185,12 @@ export function createHttpClient(options: HttpClientOptions): HttpClient {
     const verb = method.toUpperCase()
     const { span, ctx } = startSpan(`${verb} ${name}`, {
       kind: SpanKind.CLIENT,
-      // the path without its query: query strings carry api keys
+      // the call's own path, without the base URL's prefix or the query: both may carry api keys
+      // (Alchemy's key is a path segment of its base URL)
       attributes: {
         'http.request.method': verb,
         'server.address': base.hostname,
-        'url.path': `${prefix}${path.split('?', 1)[0]}`,
+        'url.path': path.split('?', 1)[0]!,
         'ats.upstream': name,
       },
     })

@@ -2,6 +2,7 @@
 // `export *` of every module). A name not listed here is the kit's own; export it when a
 // service needs it, from the module that owns it.
 export { StartupError, databaseSettings, httpUrlSetting, isHttpUrl, loadConfig, paymentSettings, safeUrl } from './config.ts'
+export { localInfra, portOpen } from './localInfra.ts'
 export {
   BadRequest,
   BodyTooLarge,
@@ -28,7 +29,10 @@ export {
   createService,
   runService,
   settingsOf,
+  type AnyServiceDefinition,
+  type ChainMode,
   type KitConfig,
+  type KitContext,
   type ReadinessCheck,
   type Service,
   type ServiceConfig,
@@ -94,9 +98,6 @@ export {
   type IdempotencyOptions,
   type IdempotencyStore,
 } from './idempotency.ts'
-export { parseAmount } from './amounts.ts'
-export { findToken, tradingTokens, type ListedToken, type TradingTokens } from './tradingTokens.ts'
 export { pauseMessage, watchWalletControl, type WalletControlWatch } from './walletControl.ts'
-export { checkRecipient, type RecipientRule } from './recipients.ts'
 export { databaseRoleOf, databaseRolesScript, ensureRoles, roleUrl, type DatabaseRole } from './roles.ts'
 export { startNatsServer, type NatsServer } from './natsServer.ts'

@@ -44,19 +44,17 @@ export interface KitConfig {
 }
 export type ServiceConfig<S extends TProperties> = KitConfig & Static<TObject<S>>
 
-export interface ServiceContext<S extends TProperties, Db> {
+/** What every service's context holds, whatever it declares. */
+export interface KitContext<S extends TProperties> {
   name: string
   version: string
   config: ServiceConfig<S>
   nc: NatsConnection
   /** the subjects, streams and buckets of this fleet's NATS namespace, by service */
   channels: NatsChannels
-  db: Db
   log: Logger
   /** for services that declare `redis`: the connection, or undefined when optional and REDIS_URL is unset */
   redis: Redis | undefined
-  /** for services that declare `chain`: clients, address book, server wallet and its sender */
-  chain: ChainContext
   /** run on shutdown, after the server stopped taking requests and before NATS drains */
   onClose(hook: () => Promise<void> | void): void
   /** adds a dependency that /ready checks, beside Postgres and NATS */
@@ -65,18 +63,68 @@ export interface ServiceContext<S extends TProperties, Db> {
   metrics: ServiceMetrics
 }
 
+/** How a service uses the chain: 'read' (clients, address book), or 'write' (also the server wallet). */
+export type ChainMode = 'read' | 'write'
+
+/**
+ * `Then` for what a service declares, `Else` (nothing) for what it does not: a type parameter
+ * that is `never` means "not declared". `[X] extends [never]` is how TypeScript asks "is X never?".
+ */
+type IfDeclared<X, Then, Else = unknown> = [X] extends [never] ? Else : Then
+
+/**
+ * The context `register` gets: the kit's, plus `db` (its Prisma client, `Db`) and `chain` only for
+ * a service that declares them. Reaching `ctx.chain` in a service without `chain` is a type error,
+ * not an undefined at run time.
+ */
+export type ServiceContext<S extends TProperties, Db = never, Chain extends ChainMode = never> = KitContext<S> &
+  IfDeclared<Db, { /** the service's Prisma client, on its migrated schema */ db: Db }> &
+  IfDeclared<Chain, { /** clients, address book, server wallet and its sender */ chain: ChainContext }>
+
 /** A readiness check: resolves when the dependency answers, throws otherwise. */
 export type ReadinessCheck = () => Promise<unknown>
 
-export interface ServiceDefinition<S extends TProperties, Db extends DatabaseClient> {
+/**
+ * A service: what it declares, and its routes. The type parameters say what it declares and
+ * must match its fields (the compiler checks both ways):
+ * - `S`: its own settings (`typeof settings`; `{}` for none)
+ * - `Db`: its Prisma client when it declares `database`, else `never` (the default)
+ * - `Chain`: 'read' or 'write' when it declares `chain`, else `never` (the default)
+ * e.g. `ServiceDefinition<typeof settings, PrismaClient, 'write'>`. `register` then gets
+ * `ctx.db` and `ctx.chain` exactly when they exist (ServiceContext).
+ */
+export type ServiceDefinition<S extends TProperties, Db extends DatabaseClient = never, Chain extends ChainMode = never> = ServiceFields<
+  S,
+  Db,
+  Chain
+> &
+  IfDeclared<Db, { /** the service's Prisma schema; migrated at start */ database: DatabaseOptions<Db> }, { database?: undefined }> &
+  IfDeclared<
+    Chain,
+    {
+      /** the chain (RPC_URL, CHAIN_ID, ADDRESS_BOOK): 'read', or 'write' with SERVER_WALLET_PRIVATE_KEY (sent through `ctx.chain.sender()`) */
+      chain: Chain
+    },
+    { chain?: undefined }
+  >
+
+/** What code about every service reads of a definition (settingsOf, the fleet's list, migrations): any definition is one. */
+export type AnyServiceDefinition = Pick<
+  ServiceFields<TProperties, never, never>,
+  'name' | 'version' | 'port' | 'settings' | 'edge' | 'redis'
+> & {
+  database?: DatabaseOptions<any>
+  chain?: ChainMode
+}
+
+/** The fields every definition has, whatever it declares. */
+interface ServiceFields<S extends TProperties, Db, Chain extends ChainMode> {
   name: string
   version: string
   /** port when PORT is unset */
   port: number
   /** the service's own settings, validated with the kit's */
   settings?: S
-  /** the service's Prisma schema; migrated at start */
-  database?: DatabaseOptions<Db>
   /**
    * the gateway answers clients directly: no internal token, its own request ids, and /ready
    * and /metrics on a port of their own (OPS_PORT), never on the public one
@@ -84,19 +132,17 @@ export interface ServiceDefinition<S extends TProperties, Db extends DatabaseCli
   edge?: boolean
   /** Redis (REDIS_URL): 'required', or 'optional' (unset: undefined) */
   redis?: 'required' | 'optional'
-  /** the chain (RPC_URL, CHAIN_ID, ADDRESS_BOOK): 'read', or 'write' with SERVER_WALLET_PRIVATE_KEY (sent through `ctx.chain.sender()`) */
-  chain?: 'read' | 'write'
   /** extra Fastify options (body limits, router options, trustProxy), fixed or from the settings */
   fastify?: Partial<FastifyServerOptions> | ((config: ServiceConfig<S>) => Partial<FastifyServerOptions>)
   /** registers routes, hooks and NATS endpoints; runs after the kit's own plugins */
-  register(app: FastifyInstance, ctx: ServiceContext<S, Db>): Promise<void>
+  register(app: FastifyInstance, ctx: ServiceContext<S, Db, Chain>): Promise<void>
 }
 
-export interface Service<S extends TProperties, Db> {
+export interface Service<S extends TProperties, Db = never, Chain extends ChainMode = never> {
   app: FastifyInstance
   /** the edge's operational server (/ready, /metrics); the app itself for services */
   ops: FastifyInstance
-  ctx: ServiceContext<S, Db>
+  ctx: ServiceContext<S, Db, Chain>
   listen(): Promise<string>
   /** where /ready and /metrics answer, once listening */
   opsUrl(): string
@@ -105,7 +151,8 @@ export interface Service<S extends TProperties, Db> {
 
 const portSetting = (port: number, description: string) => Type.Integer({ minimum: 0, maximum: 65535, default: port, description })
 
-function kitSettings(definition: ServiceDefinition<TProperties, DatabaseClient>): TProperties {
+/** The kit's settings for what a definition declares. */
+function kitSettings(definition: AnyServiceDefinition): TProperties {
   return {
     PORT: portSetting(definition.port, 'HTTP port'),
     ...baseSettings,
@@ -125,7 +172,7 @@ function kitSettings(definition: ServiceDefinition<TProperties, DatabaseClient>)
 }
 
 /** Every setting a process of this definition reads: the kit's (by what it declares) and its own. */
-export function settingsOf(definition: ServiceDefinition<any, any>): TProperties {
+export function settingsOf(definition: AnyServiceDefinition): TProperties {
   return { ...kitSettings(definition), ...(definition.settings ?? {}) }
 }
 
@@ -134,18 +181,18 @@ export function settingsOf(definition: ServiceDefinition<any, any>): TProperties
  * the kit's logging, errors, metrics, health and readiness, then the service's
  * own routes. Nothing listens until `listen()`.
  */
-export async function createService<S extends TProperties, Db extends DatabaseClient>(
-  definition: ServiceDefinition<S, Db>,
+export async function createService<S extends TProperties, Db extends DatabaseClient = never, Chain extends ChainMode = never>(
+  definition: ServiceDefinition<S, Db, Chain>,
   env: NodeJS.ProcessEnv = process.env,
-): Promise<Service<S, Db>> {
+): Promise<Service<S, Db, Chain>> {
   const config = {
-    ...(loadConfig(kitSettings(definition as ServiceDefinition<TProperties, DatabaseClient>), env) as unknown as KitConfig),
+    ...(loadConfig(kitSettings(definition), env) as unknown as KitConfig),
     ...loadConfig(definition.settings ?? ({} as S), env),
   } as ServiceConfig<S>
   if (definition.chain) checkAddressBook(config as unknown as ChainConfig)
   // first: the logger writes trace ids, and the database and chain clients make spans, only when it is on
   await startTracing(definition.name, definition.version, config)
-  let db = undefined as unknown as Db
+  let db: Db | undefined
   if (definition.database && config.DATABASE_URL) {
     await migrate(config.DATABASE_URL, { schema: definition.database.schema, dir: definition.database.migrations })
     db = createDatabase(config.DATABASE_URL, definition.database)
@@ -194,22 +241,22 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
   app.addHook('onRoute', hardenRouteSchema)
   app.decorateRequest('identity', null as unknown as Identity)
   const { observe, registry } = installMetrics(ops, definition.name)
-  const ctx: ServiceContext<S, Db> = {
+  const kit: KitContext<S> = {
     name: definition.name,
     version: definition.version,
     config,
     nc,
     channels: natsChannels(config.NATS_NAMESPACE),
-    db,
     log: logger,
     redis,
-    chain: chain as ChainContext,
     onClose: (hook) => closeHooks.push(hook),
     addReadinessCheck: (name, check) => {
       checks[name] = check
     },
     metrics: serviceMetrics(registry, logger),
   }
+  // db and chain exist exactly when the definition declares them, as its type says (ServiceContext)
+  const ctx = { ...kit, ...(db ? { db } : {}), ...(chain ? { chain } : {}) } as ServiceContext<S, Db, Chain>
 
   // only when on: off, requests pay for no hook at all; installed before the log line's hook, which it wraps
   if (tracingEnabled()) installRequestTracing(app, definition.name, definition.edge === true)
@@ -298,8 +345,10 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
  * taking requests, drains NATS and closes Prisma. A start-up problem an operator
  * can fix prints one line naming it and exits 1, never a stack trace.
  */
-export async function runService<S extends TProperties, Db extends DatabaseClient>(definition: ServiceDefinition<S, Db>): Promise<void> {
-  let service: Service<S, Db>
+export async function runService<S extends TProperties, Db extends DatabaseClient = never, Chain extends ChainMode = never>(
+  definition: ServiceDefinition<S, Db, Chain>,
+): Promise<void> {
+  let service: Service<S, Db, Chain>
   try {
     service = await createService(definition)
     const address = await service.listen()

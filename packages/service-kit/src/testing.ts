@@ -5,15 +5,15 @@ import { existsSync } from 'node:fs'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { connect as tcpConnect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { natsChannels } from '@ats/contracts'
 import { connect } from 'nats'
 import pg from 'pg'
 import type { TProperties } from 'typebox'
 import type { DatabaseClient } from './database.ts'
-import { createService, type Service, type ServiceDefinition } from './service.ts'
+import { createService, type ChainMode, type Service, type ServiceDefinition } from './service.ts'
 import { freePort, freePorts } from './ports.ts'
+import { localInfra, portOpen } from './localInfra.ts'
 
 /**
  * Test infrastructure: real Postgres, NATS and Redis. Each comes from its
@@ -40,7 +40,7 @@ interface Candidate {
 const candidates = {
   databaseUrl: {
     env: 'DATABASE_URL',
-    local: 'postgresql://postgres@127.0.0.1:5432/postgres',
+    local: localInfra.databaseUrl,
     port: 5432,
     image: 'postgres:16-alpine',
     containerPort: 5432,
@@ -49,7 +49,7 @@ const candidates = {
   },
   natsUrl: {
     env: 'NATS_URL',
-    local: 'nats://127.0.0.1:4222',
+    local: localInfra.natsUrl,
     port: 4222,
     image: 'nats:2.10-alpine',
     containerPort: 4222,
@@ -58,7 +58,7 @@ const candidates = {
   },
   redisUrl: {
     env: 'REDIS_URL',
-    local: 'redis://127.0.0.1:6379',
+    local: localInfra.redisUrl,
     port: 6379,
     image: 'redis:7-alpine',
     containerPort: 6379,
@@ -66,23 +66,10 @@ const candidates = {
   },
 } satisfies Record<keyof Infra, Candidate>
 
-const listening = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const socket = tcpConnect({ host: '127.0.0.1', port, timeout: 500 })
-    const done = (open: boolean) => {
-      socket.destroy()
-      resolve(open)
-    }
-    socket
-      .once('connect', () => done(true))
-      .once('error', () => done(false))
-      .once('timeout', () => done(false))
-  })
-
 async function resolveOne(candidate: Candidate): Promise<string> {
   const fromEnv = process.env[candidate.env]
   if (fromEnv) return fromEnv
-  if (await listening(candidate.port)) return candidate.local
+  if (await portOpen('127.0.0.1', candidate.port)) return candidate.local
   const { GenericContainer, Wait } = await import('testcontainers')
   try {
     let container = new GenericContainer(candidate.image).withExposedPorts(candidate.containerPort)
@@ -165,11 +152,11 @@ export async function baseTestEnv(t: Teardown): Promise<NodeJS.ProcessEnv> {
 }
 
 /** Builds and listens on a free port; closed when the test ends. */
-export async function startService<S extends TProperties, Db extends DatabaseClient>(
+export async function startService<S extends TProperties, Db extends DatabaseClient = never, Chain extends ChainMode = never>(
   t: Teardown,
-  definition: ServiceDefinition<S, Db>,
+  definition: ServiceDefinition<S, Db, Chain>,
   env: NodeJS.ProcessEnv,
-): Promise<Service<S, Db> & { url: string }> {
+): Promise<Service<S, Db, Chain> & { url: string }> {
   const service = await createService(definition, env)
   t.teardown(() => service.close())
   const url = await service.listen()

@@ -1,6 +1,7 @@
 // A kit service as its callers see it: HTTP answers (health, readiness, identity, errors,
 // metrics, shutdown, logs), the input rules every route gets, and NATS endpoints called over RPC.
 import { Writable } from 'node:stream'
+import { InvalidAmount, RecipientNotAllowed, ServerWalletNotConfigured } from '@ats/chain'
 import { endpoint, FreeText, identityHeaders } from '@ats/contracts'
 import pino from 'pino'
 import t, { type Test } from 'tap'
@@ -34,6 +35,15 @@ const probe: ServiceDefinition<{}, never> = {
     })
     api.get('/wallet', async () => {
       throw new Unavailable('server wallet not configured')
+    })
+    // the chain package's errors are classes with a code and a status, not the kit's createError
+    const chainErrors = {
+      amount: () => new InvalidAmount('amountIn must be greater than 0'),
+      recipient: () => new RecipientNotAllowed('recipient 0x0 is not allowed for key k'),
+      wallet: () => new ServerWalletNotConfigured(),
+    }
+    api.get('/chain/:error', async (request) => {
+      throw chainErrors[(request.params as { error: keyof typeof chainErrors }).error]()
     })
     api.post(
       '/items',
@@ -107,6 +117,19 @@ t.test('a registry error keeps its status and message', async (t) => {
   const res = await fetch(`${svc.url}/wallet`, { headers: internal })
   t.equal(res.status, 503)
   t.same(await res.json(), { error: 'server wallet not configured' })
+})
+
+t.test("the chain package's errors keep their status and message", async (t) => {
+  const svc = await start(t)
+  for (const [error, status, message] of [
+    ['amount', 400, 'amountIn must be greater than 0'],
+    ['recipient', 403, 'recipient 0x0 is not allowed for key k'],
+    ['wallet', 503, 'server wallet not configured'],
+  ] as const) {
+    const res = await fetch(`${svc.url}/chain/${error}`, { headers: internal })
+    t.equal(res.status, status, error)
+    t.same(await res.json(), { error: message })
+  }
 })
 
 t.test('invalid input answers 400 saying what is wrong', async (t) => {
@@ -446,4 +469,32 @@ t.test('a responder that does not answer in time gives 504 {error}', async (t) =
   const res = await caller.app.inject({ url: '/books/b1', headers: asKey })
   t.equal(res.statusCode, 504)
   t.same(res.json(), { error: 'books service did not answer within 300 ms' })
+})
+
+// The context follows the declaration: pnpm typecheck checks these lines, and fails if an
+// expected error goes away (a service without `chain` reaching ctx.chain would compile).
+t.test('ctx has db and chain only when the definition declares them', async (t) => {
+  const reader: ServiceDefinition<{}, never, 'read'> = {
+    name: 'reader',
+    version: '0.0.0',
+    port: 0,
+    chain: 'read',
+    async register(_app, ctx) {
+      void ctx.chain.publicClient
+      // @ts-expect-error no `database`: no ctx.db
+      void ctx.db
+    },
+  }
+  const plain: ServiceDefinition<{}, never> = {
+    name: 'plain',
+    version: '0.0.0',
+    port: 0,
+    async register(_app, ctx) {
+      // @ts-expect-error no `chain`: no ctx.chain
+      void ctx.chain
+    },
+  }
+  // @ts-expect-error typed as a chain writer, it must declare chain: 'write'
+  const undeclared: ServiceDefinition<{}, never, 'write'> = { name: 'writer', version: '0.0.0', port: 0, async register() {} }
+  t.same([reader.chain, plain.chain, undeclared.chain], ['read', undefined, undefined])
 })

@@ -1,5 +1,7 @@
 // Tracing, on (in memory): an HTTP request, the NATS requests it makes, a JetStream job it submits
 // and the consumer that runs it are one trace, with the right parents; log lines carry its id.
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { endpoint, identityHeaders, topic } from '@ats/contracts'
 import { SpanKind } from '@opentelemetry/api'
 import type { ReadableSpan } from '@opentelemetry/sdk-trace-base'
@@ -16,6 +18,7 @@ import {
   startWorkQueueConsumer,
   type ServiceDefinition,
 } from '../src/index.ts'
+import { createHttpClient } from '../src/http.ts'
 import { loggerOptions } from '../src/logger.ts'
 import { baseTestEnv, eventually, startService, startTestTracing, testInternalToken } from '../src/testing.ts'
 
@@ -232,4 +235,31 @@ t.test("a service continues the traceparent it is sent; its handler's log lines 
   t.equal(traceOf(span), trace, 'same trace')
   t.equal(parentOf(span), parent, 'child of the caller')
   t.equal(lines.find((l) => l.msg === 'working')?.trace_id, trace, 'the handler logs with the trace id')
+})
+
+t.test("an outbound call's span records the call's own path: a key in the base URL's path or the query never reaches it", async (t) => {
+  const server = createServer((_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end('{"ok":true}')
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise((resolve) => server.close(resolve)))
+  const key = 'alchemy-key-5f2b9c'
+  // as market data builds Alchemy's client: the key is a path segment of the base URL
+  const http = createHttpClient({
+    name: 'alchemy',
+    baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/nft/v3/${key}`,
+    timeoutMs: 2000,
+  })
+  t.teardown(() => http.close())
+  t.same(await http.getJson('/getNFTsForOwner?owner=0xabc', { query: { apiKey: key } }), { ok: true })
+  const span = await eventually('the client span', async () => spans().find((s) => s.name === 'GET alchemy'))
+  t.equal(span.kind, SpanKind.CLIENT)
+  t.match(span.attributes, {
+    'http.request.method': 'GET',
+    'server.address': '127.0.0.1',
+    'url.path': '/getNFTsForOwner',
+    'ats.upstream': 'alchemy',
+  })
+  t.notOk(JSON.stringify(span.attributes).includes(key), 'no attribute carries the key')
 })

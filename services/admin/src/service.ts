@@ -127,7 +127,7 @@ const settings = {
   }),
 }
 
-export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
+export const adminService: ServiceDefinition<typeof settings, PrismaClient, 'write'> = {
   name: 'admin',
   version: '0.1.0',
   port: 3005,
@@ -150,8 +150,8 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
     if (config.ADMIN_API_KEY) {
       const { revoked, state } = await keys.seedBootstrap(config.ADMIN_API_KEY)
       for (const key of revoked) publish(nc, keyRevoked, { id: key.id, hash: key.hash })
-      if (state === 'revoked') app.log.warn('ADMIN_API_KEY was revoked by an admin and stays revoked: set a new one')
-      else app.log.info({ state, retired: revoked.length }, 'bootstrap admin key ready')
+      if (state === 'revoked') log.warn('ADMIN_API_KEY was revoked by an admin and stays revoked: set a new one')
+      else log.info({ state, retired: revoked.length }, 'bootstrap admin key ready')
     }
 
     const nats = await addNatsService(nc, adminContract.name, version, 'API keys, payments ledger, revenue')
@@ -164,7 +164,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient> = {
 
     const settlement = chooseSettlement(config, chain)
     if (!settlement) {
-      app.log.warn(
+      log.warn(
         config.SETTLEMENT_ENABLED
           ? 'neither SERVER_WALLET_PRIVATE_KEY nor FACILITATOR_URL is set: payments are recorded and stay pending until one is'
           : 'SETTLEMENT_ENABLED=false: payments are recorded as skipped, never settled',

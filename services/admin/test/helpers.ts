@@ -34,6 +34,24 @@ export const adminHeaders = {
   [identityHeaders.keyId]: 'key_test_admin',
 }
 
+/**
+ * Calls admin's HTTP API as the gateway does for a route without a key: the internal token
+ * alone, the body as JSON. Answers the status and the parsed body.
+ */
+export function internalCall(url: string) {
+  return async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${url}${path}`, {
+      method,
+      headers: {
+        [identityHeaders.internalToken]: testInternalToken,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    })
+    return { status: res.status, body: (await res.json()) as any }
+  }
+}
+
 export const devnetChainId = 31337
 /** the network as the client named it in its payment */
 export const devnetNetwork = 'eip155:31337'

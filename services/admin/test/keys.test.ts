@@ -6,23 +6,14 @@ import type { NatsConnection } from 'nats'
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { adminService } from '../src/service.ts'
+import { internalCall } from './helpers.ts'
 
 const bootstrapKey = 'atsk_bootstrap-key-for-tests-00000000'
 
 async function start(t: Test, extra: NodeJS.ProcessEnv = {}) {
   const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ADMIN_API_KEY: bootstrapKey, ...extra }
   const svc = await startService(t, adminService, env)
-  const call = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${svc.url}${path}`, {
-      method,
-      headers: {
-        [identityHeaders.internalToken]: testInternalToken,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    })
-    return { status: res.status, body: (await res.json()) as any }
-  }
+  const call = internalCall(svc.url)
   return { svc, env, call }
 }
 

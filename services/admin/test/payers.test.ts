@@ -1,10 +1,10 @@
-import { blockedPayerCodec, hashApiKey, identityHeaders, natsChannels } from '@ats/contracts'
+import { blockedPayerCodec, hashApiKey, natsChannels } from '@ats/contracts'
 import { callEndpoint } from '@ats/service-kit'
-import { baseTestEnv, startService, testInternalToken } from '@ats/service-kit/testing'
+import { baseTestEnv, startService } from '@ats/service-kit/testing'
 import { connect } from 'nats'
 import t from 'tap'
 import { adminService } from '../src/service.ts'
-import { freshAddress, startAdmin } from './helpers.ts'
+import { freshAddress, internalCall, startAdmin } from './helpers.ts'
 
 // Payers as admin keeps them: the blocked payers the gateways watch, and the agent allowlist
 // (with keys bound to a wallet). One file: each test file costs seconds of CPU to start.
@@ -65,17 +65,7 @@ t.test('the agent allowlist and wallet-bound keys', async (t) => {
   const payer = '0x70997970C51812dc3A010C7d01b50e0d17dc79C8'
   const env: NodeJS.ProcessEnv = await baseTestEnv(t)
   const svc = await startService(t, adminService, env)
-  const call = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${svc.url}${path}`, {
-      method,
-      headers: {
-        [identityHeaders.internalToken]: testInternalToken,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    })
-    return { status: res.status, body: (await res.json()) as any }
-  }
+  const call = internalCall(svc.url)
   const nc = await connect({ servers: env.NATS_URL })
   t.teardown(() => nc.close())
   const channels = natsChannels(env.NATS_NAMESPACE!).admin

@@ -16,7 +16,9 @@ export const TooManyStreams = createError<[number]>(
 )
 export const PromptNotText = createError<[]>('ATS_ERR_AGENT_PROMPT_NOT_TEXT', 'body/prompt must be a string', 400)
 
-// /v1: answered in OpenAI's error shape; `param` names the field at fault
+// /v1: answered in OpenAI's error shape; `param` names the field at fault. These codes have no
+// AGENT_ prefix, unlike the rest (docs/architecture.md, "Errors"): /v1 clients see them in lower
+// case without ATS_ERR_ (invalid_request, timeout, …), so adding the prefix would change the wire.
 export const InvalidRequest = createError<[string]>('ATS_ERR_INVALID_REQUEST', '%s', 400)
 /** A request body naming a model that is not ours: 400, as OpenAI answers it (its code on the wire is OpenAI's model_not_found). */
 export const InvalidModel = createError<[string, string]>('ATS_ERR_INVALID_MODEL', "the model '%s' does not exist; models: %s", 400)

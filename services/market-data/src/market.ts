@@ -11,7 +11,8 @@ import {
   type Prices,
   type Trending,
 } from '@ats/contracts'
-import { BadRequest, NotFound, parseAmount, type SharedCache } from '@ats/service-kit'
+import { parseAmount } from '@ats/chain'
+import { BadRequest, NotFound, type SharedCache } from '@ats/service-kit'
 import type { Address } from 'viem'
 import type { BridgeSource, NftSource, PredictionSource, PriceSource, TrendingSource } from './providers/types.ts'
 

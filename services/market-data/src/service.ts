@@ -94,7 +94,7 @@ const settings = {
   }),
 }
 
-export const marketDataService: ServiceDefinition<typeof settings, PrismaClient> = {
+export const marketDataService: ServiceDefinition<typeof settings, PrismaClient, 'read'> = {
   name: 'market-data',
   version: '0.1.0',
   port: 3003,

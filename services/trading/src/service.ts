@@ -92,7 +92,7 @@ const settings = {
   }),
 }
 
-export const tradingService: ServiceDefinition<typeof settings, PrismaClient> = {
+export const tradingService: ServiceDefinition<typeof settings, PrismaClient, 'write'> = {
   name: 'trading',
   version: '0.1.0',
   port: 3002,

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto'
 import { Type, type Static } from 'typebox'
 
 export const tiers = ['readonly', 'readwrite', 'admin'] as const
@@ -38,6 +39,13 @@ export const identityHeaders = {
   internalToken: 'x-ats-internal-token',
   requestId: 'x-request-id',
 } as const
+
+/**
+ * The Idempotency-Key a spend runs under when the client sent none (`gen_` and 24 base64url
+ * characters): made by the gateway for its spending groups, and by trading for a spend that
+ * reached it without one, and answered in the idempotency-key header so the client can retry with it.
+ */
+export const generatedIdempotencyKey = (): string => `gen_${randomBytes(18).toString('base64url')}`
 
 export const IdentitySchema = Type.Object({
   ownerId: Type.Optional(Type.String()),

@@ -250,6 +250,11 @@ const LimitQuery = Type.Object({ limit: Type.Integer({ minimum: 1, maximum: 100,
 const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody }
 export const writeErrors = { ...errors, 409: ErrorBody, 422: ErrorBody }
 
+/**
+ * POST /swap/execute is not here but in approvalRoutes (./approvals.ts): its 202 answers
+ * AwaitingApproval, declared there, and approvals.ts imports this file's SwapBody and SwapResult,
+ * so declaring execute here would make the two files import each other.
+ */
 export const tradingRoutes = {
   quote: route({
     method: 'GET',

@@ -188,6 +188,20 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
   const recorded = (ids: string[]) => {
     if (ids.length > 0) hooks.eventsRecorded?.(ids)
   }
+  /** After cancel or fail committed: the hooks, then what the caller gets (null: the job was not there to end). */
+  const ended = (
+    jobId: string,
+    status: 'cancelled' | 'failed',
+    { rows, event, eventId }: { rows: EventRow[]; event: JobEvent | null; eventId: string | null },
+  ): Ended | null => {
+    outcomeStored(rows, jobId)
+    if (eventId) recorded([eventId])
+    if (event) hooks.statusChanged?.(status)
+    const row = rows[0]
+    return event && row
+      ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } }
+      : null
+  }
   return {
     /**
      * The thread (new, or the owner's), the user message, the pending job and its first event, in
@@ -265,7 +279,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       // a paid job cancelled while running (or waiting) is charged (work was done), one cancelled
       // before a worker started it is voided: decided from the status it had, in the same statement;
       // `approval` is kept from a wait that was not decided, so that the caller withdraws it
-      const { rows, event, eventId } = await db.$transaction(async (t) => {
+      const ending = await db.$transaction(async (t) => {
         const rows = await t.$queryRaw<EventRow[]>`
           UPDATE jobs SET status = 'cancelled', worker_id = NULL, lease_until = NULL, updated_at = now(),
             payment_outcome = CASE WHEN payment IS NULL THEN NULL WHEN status IN ('running', 'awaiting_approval') THEN 'charge' ELSE 'void' END,
@@ -275,13 +289,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
         const eventId = await recordJobEvent(t, 'job.cancelled', rows[0]!, { status: 'cancelled' })
         return { rows, event: await appendEvent(t, id, 'status', { status: 'cancelled' }), eventId }
       })
-      outcomeStored(rows, id)
-      if (eventId) recorded([eventId])
-      if (event) hooks.statusChanged?.('cancelled')
-      const row = rows[0]
-      return event && row
-        ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } }
-        : null
+      return ended(id, 'cancelled', ending)
     },
 
     async thread(owner: Owner, id: string): Promise<ThreadView | null> {
@@ -426,7 +434,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
      */
     async fail(jobId: string, workerId: string | null, error: string): Promise<Ended | null> {
       // a failed paid job voids its payment, with the job's error as the reason
-      const { rows, event, eventId } = await db.$transaction(async (t) => {
+      const ending = await db.$transaction(async (t) => {
         const rows = workerId
           ? await t.$queryRaw<EventRow[]>`
               UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now(),
@@ -440,13 +448,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
         const eventId = await recordJobEvent(t, 'job.failed', rows[0]!, { status: 'failed', error })
         return { rows, event: await appendEvent(t, jobId, 'status', { status: 'failed', error }), eventId }
       })
-      outcomeStored(rows, jobId)
-      if (eventId) recorded([eventId])
-      if (event) hooks.statusChanged?.('failed')
-      const row = rows[0]
-      return event && row
-        ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } }
-        : null
+      return ended(jobId, 'failed', ending)
     },
 
     /** The outcome of a finished paid job, to publish; null when it has none (unpaid, or not finished). */

@@ -10,8 +10,9 @@ import {
   type NatsChannels,
   type PreparedSwap,
   type SwapResult,
+  tradingTokens,
 } from '@ats/contracts'
-import { ServiceCallError, callEndpoint, tradingTokens, type CallContext } from '@ats/service-kit'
+import { ServiceCallError, callEndpoint, type CallContext } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import { Type, type Static, type TSchema } from 'typebox'
 import { Compile } from 'typebox/compile'
@@ -135,7 +136,7 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
     }
   }
 
-  const tokens = tradingTokens(nc, channels.trading.tokens, { timeoutMs })
+  const tokens = tradingTokens(() => callEndpoint(nc, channels.trading.tokens, {}, { timeoutMs }))
   async function tokenOf(symbolOrAddress: string) {
     const found = await tokens.find(symbolOrAddress).catch((error: Error) => {
       throw new ToolError(`the token list is not available (${error.message})`, true)

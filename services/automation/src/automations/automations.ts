@@ -1,17 +1,8 @@
 // What an owner does with their automations, over HTTP and NATS alike: who owns a request, and
 // creating (its wallet and config checked), pausing or resuming, and deleting an automation.
-import type { AutomationStatus, CreateAutomationRequest, NatsChannels } from '@ats/contracts'
-import {
-  callEndpoint,
-  checkRecipient,
-  findToken,
-  Forbidden,
-  NotFound,
-  Unauthorized,
-  Unavailable,
-  type Logger,
-  type TradingTokens,
-} from '@ats/service-kit'
+import { checkRecipient } from '@ats/chain'
+import { findToken, type AutomationStatus, type CreateAutomationRequest, type NatsChannels, type TradingTokens } from '@ats/contracts'
+import { callEndpoint, Forbidden, NotFound, Unauthorized, Unavailable, type Logger } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import { getAddress, isAddress } from 'viem'
 import { withdrawApproval } from '../scheduler/approvals.ts'

@@ -4,8 +4,8 @@
 //   or a five-field cron expression in UTC), until `maxRuns` runs or `endAt`.
 // limit-order: check every `checkEvery` (default 1m) what `amount` of tokenIn would buy; as soon
 //   as the quote reaches `minAmountOut` of tokenOut, swap once and complete. `endAt` expires it.
-import { automationTypes, type AutomationType } from '@ats/contracts'
-import { BadRequest, type ListedToken } from '@ats/service-kit'
+import { automationTypes, type AutomationType, type ListedToken } from '@ats/contracts'
+import { BadRequest } from '@ats/service-kit'
 import { CronExpressionParser } from 'cron-parser'
 
 interface Common {

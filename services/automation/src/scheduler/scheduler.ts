@@ -5,16 +5,8 @@
 // switch, watched into memory) due runs are recorded as skipped and nothing is asked of trading.
 // A swap over the key's approvalAboveUsd is not sent: the run waits for the approval (approvals.ts).
 import { formatUnits } from 'viem'
-import { isAwaitingApproval, type Approval, type NatsChannels } from '@ats/contracts'
-import {
-  callEndpoint,
-  pauseMessage,
-  ServiceCallError,
-  startWorkerLoop,
-  type Logger,
-  type TradingTokens,
-  type WalletControlWatch,
-} from '@ats/service-kit'
+import { isAwaitingApproval, type Approval, type NatsChannels, type TradingTokens } from '@ats/contracts'
+import { callEndpoint, pauseMessage, ServiceCallError, startWorkerLoop, type Logger, type WalletControlWatch } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import type { Automation, AutomationRun } from '../generated/prisma/client.ts'
 import { withdrawApproval } from './approvals.ts'

@@ -3,7 +3,7 @@ import { NotFound, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
 import type { Address } from 'viem'
 import type { Launchpad } from '../launchpad/launchpad.ts'
-import { keyOf, spendKeyOf } from './swap.ts'
+import { keyOf, spendKeyOf } from './caller.ts'
 
 export async function launchpadRoutes(app: FastifyInstance, { launchpad }: { launchpad: Launchpad }) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()

@@ -1,26 +1,10 @@
-import { randomBytes } from 'node:crypto'
 import { approvalRoutes, isAwaitingApproval, tradingRoutes } from '@ats/contracts'
-import { NotFound, idempotencyKeyOf, type TypeBoxTypeProvider } from '@ats/service-kit'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { Executor, Caller } from '../swaps/executor.ts'
+import { NotFound, type TypeBoxTypeProvider } from '@ats/service-kit'
+import type { FastifyInstance } from 'fastify'
+import type { Executor } from '../swaps/executor.ts'
 import { quoteAnswer, type Quoter } from '../swaps/quotes.ts'
 import type { createPreparer } from '../swaps/prepare.ts'
-
-export const callerOf = (request: FastifyRequest): Caller => ({ keyId: request.identity.keyId, ownerId: request.identity.ownerId })
-
-/**
- * The Idempotency-Key a spend runs under: the client's, or one generated for it, answered in the
- * idempotency-key header (on errors too: a 504 can be repeated with it) and the result's
- * `idempotencyKey`, so every execute and launch can be retried without spending twice.
- */
-export function spendKeyOf(request: FastifyRequest, reply: FastifyReply): string {
-  const key = idempotencyKeyOf(request.headers) ?? `gen_${randomBytes(18).toString('base64url')}`
-  reply.header('idempotency-key', key)
-  return key
-}
-
-/** The key the gateway authenticated; its routes are per key. */
-export const keyOf = (request: FastifyRequest) => request.identity.keyId ?? '-'
+import { callerOf, keyOf, spendKeyOf } from './caller.ts'
 
 export async function swapRoutes(
   app: FastifyInstance,

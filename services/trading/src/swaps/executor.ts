@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { erc20Abi } from '@ats/chain'
+import { checkRecipient, erc20Abi } from '@ats/chain'
 import {
   isAwaitingApproval,
   type AwaitingApproval,
@@ -11,7 +11,6 @@ import {
 import {
   Forbidden,
   WalletPaused,
-  checkRecipient,
   clientErrorStatus,
   fingerprintOf,
   recordEvent,

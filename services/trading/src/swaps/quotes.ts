@@ -1,6 +1,6 @@
-import type { Token } from '@ats/chain'
+import { parseAmount, type Token } from '@ats/chain'
 import type { DexName, Quote } from '@ats/contracts'
-import { BadRequest, cachedLoader, parseAmount } from '@ats/service-kit'
+import { BadRequest, cachedLoader } from '@ats/service-kit'
 import { formatUnits, type PublicClient } from 'viem'
 import { isRevert, rethrowAsChainError } from '../chainTx.ts'
 import { NoRoute, TooLarge } from '../errors.ts'
