@@ -1,4 +1,4 @@
-// The trading token list as services keep it: lookup by symbol, alias or address, one load per ttl.
+// The trading token list as services read it: lookup by symbol, alias or address.
 import t from 'tap'
 import { findToken, tradingTokens, type ListedToken, type TokenList } from '../src/index.ts'
 
@@ -12,28 +12,14 @@ t.test('a token is found by symbol in any case, by the name people use, or by ad
   t.equal(findToken([weth, usdc], 'DOGE'), undefined)
 })
 
-t.test('the list is loaded once per ttl, shared while loading, and a failed load is not kept', async (t) => {
-  let clock = 0
-  let loads = 0
+t.test('lookups read the list the loader answers, and reject when it does', async (t) => {
   let fail = true
-  const tokens = tradingTokens(
-    async (): Promise<TokenList> => {
-      loads++
-      if (fail) throw new Error('no responders')
-      return { chainId: 42161, tokens: [weth, usdc] }
-    },
-    { ttlMs: 1000, now: () => clock },
-  )
-  await t.rejects(tokens.list(), /no responders/)
+  const tokens = tradingTokens(async (): Promise<TokenList> => {
+    if (fail) throw new Error('no responders')
+    return { chainId: 42161, tokens: [weth, usdc] }
+  })
+  await t.rejects(tokens.find('eth'), /no responders/)
   fail = false
-  const [a, b] = await Promise.all([tokens.find('eth'), tokens.list()])
-  t.equal(a, weth)
-  t.equal(b.length, 2)
-  t.equal(loads, 2, 'the failure was not kept; the two callers shared one load')
-  clock = 999
-  await tokens.list()
-  t.equal(loads, 2)
-  clock = 1000
-  await tokens.list()
-  t.equal(loads, 3, 'asked again once the ttl passed')
+  t.equal(await tokens.find('eth'), weth)
+  t.equal((await tokens.list()).length, 2)
 })

@@ -14,6 +14,8 @@
  *    the component reads set from a ConfigMap or (secret ones only) a Secret; NetworkPolicies
  *    that let only the gateway reach the services and only the services the datastores;
  *    KEDA ScaledObjects checked by src/keda.ts (no schema for them here);
+ *  - dependencies (src/dependencies.ts): every package a deployable's src/ imports at run time is
+ *    among the production dependencies its image holds;
  *  - least privilege (src/access.ts): each component's own NATS user and Postgres role in
  *    compose and k8s, and the generated authorization files up to date.
  *
@@ -23,6 +25,7 @@
 import { checkAccessFiles } from './access.ts'
 import { deployables } from './components.ts'
 import { checkCompose } from './compose.ts'
+import { checkDependencies } from './dependencies.ts'
 import { checkDockerfiles } from './dockerfile.ts'
 import { checkKubernetes } from './k8s.ts'
 
@@ -39,6 +42,8 @@ export async function checkDeployment(root: string, repoRoot = root): Promise<Re
   const notes: string[] = []
   const { fleet, devnet } = await deployables(repoRoot)
   const imageHealth = checkDockerfiles(root, [...fleet, devnet], problems, notes)
+  // what each image's pnpm deploy --prod holds covers what its code imports (src/dependencies.ts)
+  checkDependencies(repoRoot, [...fleet, devnet], problems, notes)
   checkCompose(root, [...fleet, devnet], imageHealth, problems, notes)
   // each component's own NATS user and Postgres role (src/access.ts)
   await checkAccessFiles(root, problems)

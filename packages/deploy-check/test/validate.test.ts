@@ -335,3 +335,30 @@ t.test('the CLI exits 1 and lists the problem', async (t) => {
   t.match(run.stderr, /validate-deploy: \d+ problem\(s\)/)
   t.match(run.stderr, /HorizontalPodAutoscaler admin: .*averageUtilization/)
 })
+
+t.test('fails on a package the code imports at run time but lists only under devDependencies', async (t) => {
+  // the code of every workspace package (no node_modules, no dist), with automation's @ats/chain made a dev dependency
+  const root = mkdtempSync(join(tmpdir(), 'deploy-check-deps-'))
+  t.teardown(() => rmSync(root, { recursive: true, force: true }))
+  for (const dir of ['gateway', 'services', 'packages']) {
+    cpSync(join(repo, dir), join(root, dir), { recursive: true, filter: (source) => !/[/\\](node_modules|dist)$/.test(source) })
+  }
+  const { deployables } = await import('../src/components.ts')
+  const { checkDependencies } = await import('../src/dependencies.ts')
+  const { fleet, devnet } = await deployables(repo)
+  const check = () => {
+    const problems: string[] = []
+    checkDependencies(root, [...fleet, devnet], problems, [])
+    return problems
+  }
+  t.same(check(), [], 'the copy passes as it is')
+  const file = join(root, 'services/automation/package.json')
+  const manifest = JSON.parse(readFileSync(file, 'utf8'))
+  manifest.devDependencies['@ats/chain'] = manifest.dependencies['@ats/chain']
+  delete manifest.dependencies['@ats/chain']
+  writeFileSync(file, JSON.stringify(manifest))
+  t.match(
+    check().join('\n'),
+    /services\/automation\/src\/\S+\.ts: imports @ats\/chain, which @ats\/automation does not list in "dependencies"/,
+  )
+})

@@ -1,7 +1,7 @@
 // The automation service: its settings, and the wiring of its store, NATS endpoints, routes and scheduler.
 import { fileURLToPath } from 'node:url'
 import { automationContract, tradingTokens } from '@ats/contracts'
-import { addNatsService, callEndpoint, startEventOutbox, watchWalletControl, type ServiceDefinition } from '@ats/service-kit'
+import { addNatsService, cachedLoader, callEndpoint, startEventOutbox, watchWalletControl, type ServiceDefinition } from '@ats/service-kit'
 import { Type } from 'typebox'
 import { createAutomations } from './automations/automations.ts'
 import { createStore, runCounter } from './automations/store.ts'
@@ -68,7 +68,13 @@ export const automationService: ServiceDefinition<typeof settings, PrismaClient>
     const store = createStore(db, { maxPerOwner: config.AUTOMATION_MAX_PER_KEY, events, runsCounted: runCounter(metrics) })
 
     // the chain's tokens, from trading (what its swaps accept)
-    const tokens = tradingTokens(() => callEndpoint(nc, channels.trading.tokens, {}, { timeoutMs: 5_000 }))
+    // the list, kept 10 minutes (one call to trading, shared by concurrent lookups)
+    const tokenList = cachedLoader({
+      max: 1,
+      ttlMs: 600_000,
+      load: () => callEndpoint(nc, channels.trading.tokens, {}, { timeoutMs: 5_000 }),
+    })
+    const tokens = tradingTokens(() => tokenList.get('all'))
     const automations = createAutomations({ nc, channels, store, log, tokens, minIntervalMs: config.AUTOMATION_MIN_INTERVAL_MS })
 
     const nats = await addNatsService(nc, automationContract.name, version, 'automations and their scheduler')

@@ -1,6 +1,7 @@
-// Here, beside TokenList, not in the kit: the caller passes the loader (callEndpoint on channels.trading.tokens), so no NATS here.
+// Here, beside TokenList, not in the kit: the caller passes the loader (the kit's cachedLoader over
+// callEndpoint on channels.trading.tokens), so neither NATS nor a cache of its own here.
 // The chain's token list as the trading service serves it (what its quotes and swaps accept),
-// kept for a while, with lookup by symbol or address: for services that take tokens from their clients.
+// with lookup by symbol or address: for services that take tokens from their clients.
 import type { TokenList } from './nats.ts'
 
 export type ListedToken = TokenList['tokens'][number]
@@ -17,30 +18,12 @@ export function findToken<T extends { symbol: string; address: string }>(list: r
   )
 }
 
-export interface TradingTokensOptions {
-  /** how long one answer is used (10 minutes) */
-  ttlMs?: number
-  /** the clock, for tests */
-  now?: () => number
-}
-
 /**
- * The list `load` answers, kept `ttlMs`: callers meanwhile share one load, and a failed load is
- * not kept (the next call asks again).
+ * Lookup over the list `load` answers. Keeping it is the caller's: pass the kit's cachedLoader
+ * (the one cache of the fleet), so that a lookup costs no call to trading while the list is fresh.
  */
-export function tradingTokens(load: () => Promise<TokenList>, { ttlMs = 600_000, now = Date.now }: TradingTokensOptions = {}) {
-  let kept: { tokens: Promise<ListedToken[]>; until: number } | undefined
-  const list = (): Promise<ListedToken[]> => {
-    if (!kept || now() >= kept.until) {
-      const tokens = load().then((answer) => answer.tokens)
-      const entry = { tokens, until: now() + ttlMs }
-      kept = entry
-      tokens.catch(() => {
-        if (kept === entry) kept = undefined
-      })
-    }
-    return kept.tokens
-  }
+export function tradingTokens(load: () => Promise<TokenList>) {
+  const list = async (): Promise<ListedToken[]> => (await load()).tokens
   return {
     /** every token; rejects when the loader does */
     list,

@@ -12,7 +12,7 @@ import {
   type SwapResult,
   tradingTokens,
 } from '@ats/contracts'
-import { ServiceCallError, callEndpoint, type CallContext } from '@ats/service-kit'
+import { ServiceCallError, cachedLoader, callEndpoint, type CallContext } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import { Type, type Static, type TSchema } from 'typebox'
 import { Compile } from 'typebox/compile'
@@ -136,7 +136,9 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
     }
   }
 
-  const tokens = tradingTokens(() => callEndpoint(nc, channels.trading.tokens, {}, { timeoutMs }))
+  // the list, kept 10 minutes (one call to trading, shared by concurrent lookups)
+  const tokenList = cachedLoader({ max: 1, ttlMs: 600_000, load: () => callEndpoint(nc, channels.trading.tokens, {}, { timeoutMs }) })
+  const tokens = tradingTokens(() => tokenList.get('all'))
   async function tokenOf(symbolOrAddress: string) {
     const found = await tokens.find(symbolOrAddress).catch((error: Error) => {
       throw new ToolError(`the token list is not available (${error.message})`, true)
