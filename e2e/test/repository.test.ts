@@ -1,0 +1,68 @@
+// The repository stands alone (issue 28): no file names a place outside it, and every relative
+// link of its Markdown resolves to a file inside it. It reads the files git tracks.
+import { execFileSync } from 'node:child_process'
+import { existsSync, readFileSync } from 'node:fs'
+import { dirname, join, relative, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import t from 'tap'
+
+const root = fileURLToPath(new URL('../..', import.meta.url))
+
+/** what names a place outside the repository: the papers it was first designed from, a machine's own paths, the tool library */
+const outside: RegExp[] = [/\bshared\/(spec|ARCHITECTURE|STYLE)/, /\b(ARCHITECTURE|STYLE)\.md\b/, /\/work\//, /[.]library\b/]
+
+/** "file:line: text" for each line that names a place outside the repository */
+function outsideReferences(file: string, text: string): string[] {
+  const found: string[] = []
+  text.split('\n').forEach((line, i) => {
+    if (outside.some((pattern) => pattern.test(line))) found.push(`${file}:${i + 1}: ${line.trim().slice(0, 160)}`)
+  })
+  return found
+}
+
+/** "file: target" for each relative Markdown link that leaves the repository or names no file */
+function brokenLinks(file: string, text: string): string[] {
+  const found: string[] = []
+  for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+    if (/^([a-z]+:|#)/i.test(target!)) continue
+    const path = resolve(root, dirname(file), decodeURIComponent(target!.split('#')[0]!))
+    const inside = !relative(root, path).startsWith('..')
+    if (!inside || !existsSync(path)) found.push(`${file}: ${target} ${inside ? 'does not exist' : 'is outside the repository'}`)
+  }
+  return found
+}
+
+const tracked = execFileSync('git', ['ls-files', '-z'], { cwd: root, encoding: 'utf8' }).split('\0').filter(Boolean)
+const textOf = (file: string) => {
+  const bytes = readFileSync(join(root, file))
+  return bytes.includes(0) ? undefined : bytes.toString('utf8')
+}
+
+t.test('no tracked file names a place outside the repository', async (t) => {
+  const found = tracked.flatMap((file) => {
+    const text = existsSync(join(root, file)) ? textOf(file) : undefined
+    return text === undefined ? [] : outsideReferences(file, text)
+  })
+  t.same(found, [])
+  t.ok(tracked.length > 100, `read ${tracked.length} files`)
+})
+
+t.test('every relative link of the Markdown files resolves inside the repository', async (t) => {
+  const markdown = tracked.filter((file) => file.endsWith('.md') && existsSync(join(root, file)))
+  t.same(
+    markdown.flatMap((file) => brokenLinks(file, textOf(file) ?? '')),
+    [],
+  )
+  t.ok(markdown.length > 10, `read ${markdown.length} Markdown files`)
+})
+
+t.test('the checks find what they look for', async (t) => {
+  t.equal(outsideReferences('README.md', 'The contract: shared/spec/agent-trading-api.md').length, 1)
+  t.equal(outsideReferences('x.ts', '// see ARCHITECTURE.md').length, 1)
+  t.equal(outsideReferences('x.ts', "const p = '/work/main/docs'").length, 1)
+  t.equal(outsideReferences('docs/a.md', 'docs/architecture.md, in our own words').length, 0)
+  t.same(
+    brokenLinks('docs/a.md', '[spec](../../shared/spec/x.md) [gone](./missing.md) [ok](architecture.md) [web](https://x.y) [here](#top)'),
+    ['docs/a.md: ../../shared/spec/x.md is outside the repository', 'docs/a.md: ./missing.md does not exist'],
+  )
+})
