@@ -6,7 +6,6 @@ import {
   openBucket,
   paymentSettings,
   publish,
-  serveEndpoint,
   startEventOutbox,
   StartupError,
   type ChainContext,
@@ -16,6 +15,7 @@ import { Type } from 'typebox'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createAgentPayers } from './agentPayers/agentPayers.ts'
 import { createKeyStore } from './keys/keyStore.ts'
+import { serveAdminEndpoints } from './nats/admin.ts'
 import { agentPayerRoutes } from './routes/agentPayers.ts'
 import { createJobPayments, startJobOutcomes } from './payments/jobPayments.ts'
 import { createLedger, paymentCounter } from './payments/ledger.ts'
@@ -140,12 +140,15 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient, 'wri
     client: (adapter) => new PrismaClient({ adapter }),
   },
   async register(app, { db, nc, channels, config, version, onClose, chain, log, metrics }) {
-    const { keyVerify, keyPolicy, keyRevoked, payments, agentPayer } = channels.admin
+    const { keyRevoked, payments } = channels.admin
     const keys = createKeyStore(db)
     // payment.settled and payment.voided are recorded with their state change, published from here
     const events = await startEventOutbox({ nc, channels: channels.admin.events, databaseUrl: config.DATABASE_URL!, schema, log })
     onClose(events.stop)
     const agentPayers = createAgentPayers(db)
+    const counted = paymentCounter(metrics)
+    // payments of agent jobs: held until the agent says how the job ended, then due or voided
+    const jobPayments = createJobPayments(db, { settle: config.SETTLEMENT_ENABLED, events, counted })
 
     if (config.ADMIN_API_KEY) {
       const { revoked, state } = await keys.seedBootstrap(config.ADMIN_API_KEY)
@@ -158,9 +161,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient, 'wri
     onClose(async () => {
       await nats.stop()
     })
-    serveEndpoint(nats, 'keys-verify', keyVerify, log, async ({ hash }) => ({ key: await keys.findActiveByHash(hash) }))
-    serveEndpoint(nats, 'keys-policy', keyPolicy, log, async ({ keyId }) => ({ key: await keys.findActiveById(keyId) }))
-    serveEndpoint(nats, 'agent-payers-get', agentPayer, log, async ({ address }) => ({ payer: await agentPayers.get(address) }))
+    serveAdminEndpoints(nats, { channels, log, keys, agentPayers, jobPayments })
 
     const settlement = chooseSettlement(config, chain)
     if (!settlement) {
@@ -170,17 +171,11 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient, 'wri
           : 'SETTLEMENT_ENABLED=false: payments are recorded as skipped, never settled',
       )
     }
-    const counted = paymentCounter(metrics)
     const ledger = createLedger(db, { settle: config.SETTLEMENT_ENABLED, events, counted })
     const consumer = await startLedgerConsumer(nc, payments, ledger, log, config.LEDGER_RETRY_MS)
     onClose(consumer.stop)
-    // payments of agent jobs: held until the agent says how the job ended, then due or voided
-    const jobPayments = createJobPayments(db, { settle: config.SETTLEMENT_ENABLED, events, counted })
     const outcomes = await startJobOutcomes({ nc, channels: payments, jobPayments, log, intervalMs: config.SETTLEMENT_INTERVAL_MS })
     onClose(outcomes.stop)
-    serveEndpoint(nats, 'payments-of-jobs', channels.admin.paymentsOfJobs, log, async ({ jobIds }) => ({
-      payments: await jobPayments.ofJobs(jobIds),
-    }))
     const blockedPayers = await openBucket(nc, payments.blockedPayers)
     if (settlement) {
       const settler = startSettler({

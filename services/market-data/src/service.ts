@@ -5,7 +5,6 @@ import {
   createHttpClient,
   createSharedCache,
   httpUrlSetting,
-  serveEndpoint,
   startWorkerLoop,
   StartupError,
   type ServiceDefinition,
@@ -20,6 +19,7 @@ import { catalogPredictions, loadCatalog } from './local/predictions.ts'
 import { poolPrices } from './local/prices.ts'
 import { poolTrending, swapIndexer } from './local/trending.ts'
 import { cachedPrices, createMarket } from './market.ts'
+import { serveMarketEndpoints } from './nats/market.ts'
 import { alchemyNfts } from './providers/alchemy.ts'
 import { coingeckoPrices } from './providers/coingecko.ts'
 import { geckoTerminalTrending } from './providers/geckoterminal.ts'
@@ -108,7 +108,7 @@ export const marketDataService: ServiceDefinition<typeof settings, PrismaClient,
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
     client: (adapter) => new PrismaClient({ adapter }),
   },
-  async register(app, { db, nc, redis, channels: fleet, config, version, onClose, chain, log }) {
+  async register(app, { db, nc, redis, channels, config, version, onClose, chain, log }) {
     const upstream = (name: string, baseUrl: string, extra: { headers?: Record<string, string> } = {}) => {
       const http = createHttpClient({
         name,
@@ -205,17 +205,7 @@ export const marketDataService: ServiceDefinition<typeof settings, PrismaClient,
     onClose(async () => {
       await nats.stop()
     })
-    const channels = fleet.market
-    serveEndpoint(nats, 'prices', channels.prices, log, () => market.prices())
-    serveEndpoint(nats, 'trending', channels.trending, log, () => market.trending())
-    serveEndpoint(nats, 'nfts', channels.nfts, log, ({ address, includeHidden, pageKey }) =>
-      market.nfts(address as Address, { includeHidden: includeHidden ?? false, pageKey }),
-    )
-    serveEndpoint(nats, 'predictions-top', channels.topPredictions, log, ({ limit }) => market.topPredictions(limit))
-    serveEndpoint(nats, 'predictions-search', channels.searchPredictions, log, ({ q, limit }) => market.searchPredictions(q, limit))
-    serveEndpoint(nats, 'prediction', channels.prediction, log, ({ conditionId }) => market.prediction(conditionId))
-    serveEndpoint(nats, 'bridge-quote', channels.bridgeQuote, log, (request) => market.bridgeQuote(request))
-    serveEndpoint(nats, 'bridge-chains', channels.bridgeChains, log, () => market.bridgeChains())
+    serveMarketEndpoints(nats, { channels, log, market })
 
     await app.register(marketRoutes, { market })
   },

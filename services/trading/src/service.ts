@@ -5,7 +5,6 @@ import {
   addNatsService,
   callEndpoint,
   createIdempotencyStore,
-  serveEndpoint,
   startEventOutbox,
   startIdempotencyPurge,
   watchWalletControl,
@@ -20,6 +19,7 @@ import { camelotDex } from './dex/camelot.ts'
 import { uniswapDex } from './dex/uniswap.ts'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createLaunchpad } from './launchpad/launchpad.ts'
+import { serveTradingEndpoints } from './nats/trading.ts'
 import { createPositions } from './positions/positions.ts'
 import { approvalsRoutes } from './routes/approvals.ts'
 import { launchpadRoutes } from './routes/launchpad.ts'
@@ -28,7 +28,7 @@ import { swapRoutes } from './routes/swap.ts'
 import { createExecutor, swapCounter } from './swaps/executor.ts'
 import type { SpendDefaults, SpendLimits } from './swaps/policy.ts'
 import { createPreparer } from './swaps/prepare.ts'
-import { createQuoter, quoteAnswer } from './swaps/quotes.ts'
+import { createQuoter } from './swaps/quotes.ts'
 import { tokenResolver } from './swaps/tokens.ts'
 import { gasUsdOf } from './swaps/usd.ts'
 
@@ -210,33 +210,8 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient, 'w
     onClose(async () => {
       await nats.stop()
     })
-    const {
-      quote,
-      execute,
-      approval,
-      approvalWithdraw,
-      prepare: prepareChannel,
-      positions: positionsChannel,
-      tokens: tokensChannel,
-    } = channels.trading
     const impactCeilingBps = config.SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS
-    serveEndpoint(nats, 'quote', quote, log, async (request) => quoteAnswer(await quoter.quote(request), impactCeilingBps))
-    serveEndpoint(nats, 'execute', execute, log, async ({ idempotencyKey, jobId, automationRunId, ...request }, { identity }) => {
-      const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId }
-      return (await executor.execute(request, caller, idempotencyKey, { via: 'nats' })).result
-    })
-    serveEndpoint(nats, 'approval', approval, log, async ({ id }, { identity }) => ({
-      approval: await decisions.forRequester(id, identity),
-    }))
-    serveEndpoint(nats, 'approvalWithdraw', approvalWithdraw, log, async ({ id, reason }, { identity }) => ({
-      approval: await decisions.withdraw(id, identity, reason),
-    }))
-    serveEndpoint(nats, 'prepare', prepareChannel, log, async (request) => prepare(request))
-    serveEndpoint(nats, 'positions', positionsChannel, log, async ({ address }) => positions(address))
-    serveEndpoint(nats, 'tokens', tokensChannel, log, async () => ({
-      chainId: chain.chainId,
-      tokens: chain.tokens().all.map(({ symbol, address, decimals }) => ({ symbol, address, decimals })),
-    }))
+    serveTradingEndpoints(nats, { channels, log, chain, quoter, impactCeilingBps, executor, decisions, prepare, positions })
 
     await app.register(swapRoutes, { quoter, executor, prepare, impactCeilingBps })
     await app.register(approvalsRoutes, { store: approvals, decisions })

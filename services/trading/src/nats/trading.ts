@@ -1,0 +1,61 @@
+// The NATS endpoints of trading (quote, execute, approvals, prepare, positions, tokens), which the agent and automation's runs call.
+import type { NatsChannels } from '@ats/contracts'
+import { serveEndpoint, type ChainContext, type Logger } from '@ats/service-kit'
+import type { Service } from 'nats'
+import type { Decisions } from '../approvals/decisions.ts'
+import type { createPositions } from '../positions/positions.ts'
+import type { Executor } from '../swaps/executor.ts'
+import type { createPreparer } from '../swaps/prepare.ts'
+import { quoteAnswer, type Quoter } from '../swaps/quotes.ts'
+
+export function serveTradingEndpoints(
+  nats: Service,
+  {
+    channels,
+    log,
+    chain,
+    quoter,
+    impactCeilingBps,
+    executor,
+    decisions,
+    prepare,
+    positions,
+  }: {
+    channels: NatsChannels
+    log: Logger
+    chain: Pick<ChainContext, 'chainId' | 'tokens'>
+    quoter: Quoter
+    impactCeilingBps: number
+    executor: Executor
+    decisions: Decisions
+    prepare: ReturnType<typeof createPreparer>
+    positions: ReturnType<typeof createPositions>
+  },
+) {
+  const {
+    quote,
+    execute,
+    approval,
+    approvalWithdraw,
+    prepare: prepareChannel,
+    positions: positionsChannel,
+    tokens: tokensChannel,
+  } = channels.trading
+  serveEndpoint(nats, 'quote', quote, log, async (request) => quoteAnswer(await quoter.quote(request), impactCeilingBps))
+  serveEndpoint(nats, 'execute', execute, log, async ({ idempotencyKey, jobId, automationRunId, ...request }, { identity }) => {
+    const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId }
+    return (await executor.execute(request, caller, idempotencyKey, { via: 'nats' })).result
+  })
+  serveEndpoint(nats, 'approval', approval, log, async ({ id }, { identity }) => ({
+    approval: await decisions.forRequester(id, identity),
+  }))
+  serveEndpoint(nats, 'approvalWithdraw', approvalWithdraw, log, async ({ id, reason }, { identity }) => ({
+    approval: await decisions.withdraw(id, identity, reason),
+  }))
+  serveEndpoint(nats, 'prepare', prepareChannel, log, async (request) => prepare(request))
+  serveEndpoint(nats, 'positions', positionsChannel, log, async ({ address }) => positions(address))
+  serveEndpoint(nats, 'tokens', tokensChannel, log, async () => ({
+    chainId: chain.chainId,
+    tokens: chain.tokens().all.map(({ symbol, address, decimals }) => ({ symbol, address, decimals })),
+  }))
+}
