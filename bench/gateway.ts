@@ -16,12 +16,12 @@ import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start } from './pro
  * this machine. Every server is its own process; autocannon runs in this one. Where taskset
  * exists, the load generator gets core 0 and the servers core 1, so the two sides do not steal
  * each other's time. The same run measures the real market-data service's cached GET /market/prices
- * behind a gateway, against the keyed route (aim: 80% of its throughput). (`pnpm bench` then runs
+ * behind a gateway, against the keyed route (aim: 90% of its throughput). (`pnpm bench` then runs
  * bench/quote.ts: GET /swap/quote through the gateway.)
  *
  * Method (bench/harness/rounds.ts): one warm-up round, not counted, then BENCH_ROUNDS rounds; each round
- * runs the four targets one after another for BENCH_SECONDS each, always in the order bare, keyed,
- * keyed with the access log off, paid. Each ratio is computed per round against the denominator's
+ * runs the targets one after another for BENCH_SECONDS each, always in the order bare, shape (the bare
+ * proxy with the gateway's hooks and headers as no-ops), keyed, market, keyed with the access log off, paid. Each ratio is computed per round against the denominator's
  * runs adjacent in time (keyed against the bare runs just before and after it, paid against the
  * keyed runs just before and after it) and reported as the median with min..max over the rounds,
  * with a verdict on its aim: met, not met, or spread too wide to judge. Every run also records what
@@ -46,7 +46,7 @@ import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start } from './pro
  *   BENCH_PAID_MAX     300000   at most this many payments are signed
  *   BENCH_DEVNET_PORT  8691     the devnet's (anvil's) port
  *   LOG_LEVEL          info     the deployed gateway's and the admin's log level (the "log off" gateway runs at warn)
- *   BENCH_TARGETS      (all)    the targets to run, comma-separated: bare,keyed,market,log off,paid (ratios need both sides)
+ *   BENCH_TARGETS      (all)    the targets to run, comma-separated: bare,shape,keyed,market,log off,paid (ratios need both sides)
  *   BENCH_GATEWAY_NODE_OPTIONS  NODE_OPTIONS of the deployed gateway only (port 3900: keyed and paid), e.g.
  *                               '--import ./bench/cpuProfile.mjs' for a CPU profile (PROFILE_DIR), written when the bench ends
  *   BENCH_MARKET_NODE_OPTIONS   the same for the market-data service behind the "market" target (port 3906)
@@ -135,7 +135,7 @@ async function main() {
   const payers = devnet.accounts.slice(1, 9) // each funded with 1,000,000 USDC
 
   // how many payments, and how long they must stay valid: signing, then every run of every row
-  const rows = 5
+  const rows = 6
   const wanted = Math.ceil(paidRps * duration * (rounds + 1)) + 3 // + the acceptance check (its replay reuses it) and the check under load
   const count = Math.min(wanted, maxPayments)
   const validFor = Math.ceil(count * 500e-6) + (rounds + 1) * rows * (duration + 3) + 120
@@ -147,6 +147,8 @@ async function main() {
 
   const upstream = (await start('bench/upstream.ts', {}, 'pipe')).address
   const bare = await start('bench/bareProxy.ts', { UPSTREAM: upstream, PORT: '3901' }, 'pipe')
+  // the bare proxy with the gateway's hooks and headers and none of its work: what Fastify and Node charge for the shape
+  const shape = await start('bench/bareProxy.ts', { UPSTREAM: upstream, PORT: '3907', SHAPED: '1' }, 'pipe')
   // the admin records the charged payments (one ledger write per batch); settling them on the
   // devnet would add a transaction per request on anvil, so settlement is off
   const admin = await startAdmin(
@@ -296,11 +298,12 @@ async function main() {
       'one was accepted and refused when replayed',
   )
   console.log(
-    `a warm-up round, then ${rounds} rounds of bare, keyed, market-data, keyed (log off), paid; ${duration} s each, ${connections} connections; ` +
+    `a warm-up round, then ${rounds} rounds of bare, shape, keyed, market-data, keyed (log off), paid; ${duration} s each, ${connections} connections; ` +
       'GET /market/prices (bare and keyed: a fixed answer; market-data: the real service, cached), GET /agent/skills (paid, one payment per request)',
   )
   const allTargets = [
     proxied('bare', 'bare @fastify/http-proxy', `${bare.address}/market/prices`, bare.pid),
+    proxied('shape', "bare, with the gateway's hooks and headers as no-ops", `${shape.address}/market/prices`, shape.pid),
     proxied('keyed', 'gateway, keyed (readonly key)', 'http://127.0.0.1:3900/market/prices', gateway.pid, keyedHeaders),
     marketTarget(
       proxied('market', 'gateway, keyed, to market-data (cached)', 'http://127.0.0.1:3903/market/prices', marketGateway.pid, keyedHeaders),
@@ -319,6 +322,9 @@ async function main() {
     ratios: (
       [
         { name: 'keyed / bare', numerator: 'keyed', denominator: 'bare', aim: 85 },
+        // the floor: the gateway's shape alone (bench/bareProxy.ts SHAPED=1), and the gateway's own code over it
+        { name: 'shape / bare', numerator: 'shape', denominator: 'bare' },
+        { name: 'keyed / shape', numerator: 'keyed', denominator: 'shape' },
         { name: 'market-data cached / keyed', numerator: 'market', denominator: 'keyed', aim: 90 },
         { name: 'keyed, log off / bare', numerator: 'log off', denominator: 'bare' },
         { name: 'paid / keyed', numerator: 'paid', denominator: 'keyed', aim: 60 },
