@@ -4,7 +4,8 @@ import { RequestHistogram } from '../src/metrics.ts'
 
 const bounds = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
 
-t.test("the hand-kept request histogram renders exactly as prom-client's own Histogram", async (t) => {
+/** prom-client's Histogram and ours, each in a registry of its own labelled as a service's is */
+function bothHistograms() {
   const reference = new Registry()
   reference.setDefaultLabels({ service: 'gateway' })
   const theirs = new Histogram({
@@ -18,6 +19,11 @@ t.test("the hand-kept request histogram renders exactly as prom-client's own His
   ours.setDefaultLabels({ service: 'gateway' })
   const histogram = new RequestHistogram(bounds)
   ours.registerMetric(histogram as unknown as Metric)
+  return { reference, theirs, ours, histogram }
+}
+
+t.test("the hand-kept request histogram renders exactly as prom-client's own Histogram", async (t) => {
+  const { reference, theirs, ours, histogram } = bothHistograms()
 
   // on the bounds, between them, past the largest, and a route label that needs escaping
   const observations: [string, string, number, number][] = [
@@ -46,17 +52,7 @@ t.test("the hand-kept request histogram renders exactly as prom-client's own His
 })
 
 t.test('its JSON (registry.getMetricsAsJSON) holds the same values as prom-client gives', async (t) => {
-  const reference = new Registry()
-  const theirs = new Histogram({
-    name: 'http_request_duration_seconds',
-    help: 'h',
-    labelNames: ['method', 'route', 'status'],
-    buckets: bounds,
-    registers: [reference],
-  })
-  const ours = new Registry()
-  const histogram = new RequestHistogram(bounds)
-  ours.registerMetric(histogram as unknown as Metric)
+  const { reference, theirs, ours, histogram } = bothHistograms()
   theirs.labels({ method: 'GET', route: '/x', status: 200 }).observe(0.02)
   histogram.observe('GET', '/x', 200, 0.02)
   const [a] = await ours.getMetricsAsJSON()
