@@ -27,6 +27,7 @@ import { payerRoutes } from './routes/payers.ts'
 import { revenueRoutes } from './routes/revenue.ts'
 import { walletRoutes } from './routes/wallet.ts'
 import { webhookSubscriptionRoutes } from './routes/webhooks.ts'
+import { startDeliveryPurge } from './webhooks/deliveryPurge.ts'
 import { startDeliveryWorker } from './webhooks/deliveryWorker.ts'
 import { startWebhookFanout } from './webhooks/fanout.ts'
 import { parseRetrySchedule, retrySchedulePattern } from './webhooks/retrySchedule.ts'
@@ -119,6 +120,12 @@ const settings = {
     description:
       'a webhook subscription whose deliveries have all failed for this long is disabled (with the reason) when one more fails for good',
   }),
+  WEBHOOK_DELIVERY_RETENTION_DAYS: Type.Integer({
+    minimum: 1,
+    default: 30,
+    description:
+      'days a webhook delivery that ended (succeeded or failed) stays in the delivery log; older ones are deleted every hour. Pending ones are kept',
+  }),
   WEBHOOK_ALLOW_HTTP: Type.Boolean({ default: false, description: 'development only: allow http:// webhook URLs (otherwise https only)' }),
   WEBHOOK_ALLOW_PRIVATE_ADDRESSES: Type.Boolean({
     default: false,
@@ -208,8 +215,8 @@ type AdminContext = Parameters<typeof adminService.register>[1]
 type AdminConfig = AdminContext['config']
 
 /**
- * Webhooks: the routes, the fan-out of events to subscriptions, and the sender. The fan-out
- * starts after the sender so that its first deliveries wake it.
+ * Webhooks: the routes, the fan-out of events to subscriptions, the sender, and the purge of
+ * old deliveries. The fan-out starts after the sender so that its first deliveries wake it.
  */
 async function startWebhooks(
   app: Parameters<typeof adminService.register>[0],
@@ -243,6 +250,8 @@ async function startWebhooks(
     pollMs: config.WEBHOOK_POLL_MS,
   })
   onClose(sender.stop)
+  const purge = startDeliveryPurge({ db, log, retentionDays: config.WEBHOOK_DELIVERY_RETENTION_DAYS })
+  onClose(purge.stop)
   const fanout = await startWebhookFanout({ nc, channels, db, log, onQueued: sender.wake, ackWaitMs: config.WEBHOOK_FANOUT_ACK_WAIT_MS })
   onClose(fanout.stop)
   const subscriptions = createSubscriptions(db, { maxPerKey: config.WEBHOOK_MAX_PER_KEY, secretGraceMs: config.WEBHOOK_SECRET_GRACE_MS })
