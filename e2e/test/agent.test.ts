@@ -168,6 +168,7 @@ const fleet = await startAgentFleet(t, {
       '/webhooks',
       '/webhooks/{id}',
       '/webhooks/{id}/rotate-secret',
+      '/webhooks/{id}/test',
       '/webhooks/{id}/deliveries',
       '/webhooks/{id}/deliveries/{deliveryId}/redeliver',
     ]) {
@@ -211,6 +212,12 @@ const fleet = await startAgentFleet(t, {
     t.match(log.body.deliveries, [{ eventId: event.id, eventType: 'job.completed', status: 'succeeded', attempts: 1 }])
     await new Promise((resolve) => setTimeout(resolve, 500))
     t.equal(received.filter((r) => r.body.includes('"job.completed"')).length, 1, 'one delivery: the other key got nothing')
+
+    const tested = await request(`/webhooks/${mine.body.id}/test`, { method: 'POST', key: writer.key })
+    t.equal(tested.status, 200, 'POST /webhooks/:id/test answers through the gateway')
+    t.match(tested.body, { delivered: true, status: 204, eventId: /^evt_/ })
+    const ping = received.find((r) => r.headers['webhook-id'] === tested.body.eventId)
+    t.match(ping && new Webhook(mine.body.secret).verify(ping.body, ping.headers as Record<string, string>), { type: 'webhook.test' })
     t.equal((await request(`/webhooks/${mine.body.id}`, { key: stranger.key })).status, 404, 'another key cannot see it')
   })
 }

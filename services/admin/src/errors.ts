@@ -13,3 +13,9 @@ export const TooManyWebhooks = createError<[number]>(
   'this key has %d webhook subscriptions already (WEBHOOK_MAX_PER_KEY): delete one first',
   409,
 )
+/** A test event is one synchronous try: redelivering it would put it on the retry schedule. */
+export const TestEventNotRedelivered = createError<[string]>(
+  'ATS_ERR_ADMIN_TEST_EVENT_NOT_REDELIVERED',
+  'delivery %s is a webhook.test event, which is not redelivered: POST /webhooks/:id/test sends a new one',
+  409,
+)

@@ -12,7 +12,7 @@ import {
   type ServiceDefinition,
 } from '@ats/service-kit'
 import { Type } from 'typebox'
-import { PrismaClient } from './generated/prisma/client.ts'
+import { PrismaClient, type WebhookSubscription } from './generated/prisma/client.ts'
 import { createAgentPayers } from './agentPayers/agentPayers.ts'
 import { createKeyStore } from './keys/keyStore.ts'
 import { serveAdminEndpoints } from './nats/admin.ts'
@@ -32,6 +32,7 @@ import { startDeliveryWorker } from './webhooks/deliveryWorker.ts'
 import { startWebhookFanout } from './webhooks/fanout.ts'
 import { parseRetrySchedule, retrySchedulePattern } from './webhooks/retrySchedule.ts'
 import { createSubscriptions } from './webhooks/subscriptions.ts'
+import { sendTestEvent } from './webhooks/testEvent.ts'
 
 const schema = 'admin'
 
@@ -255,7 +256,8 @@ async function startWebhooks(
   const fanout = await startWebhookFanout({ nc, channels, db, log, onQueued: sender.wake, ackWaitMs: config.WEBHOOK_FANOUT_ACK_WAIT_MS })
   onClose(fanout.stop)
   const subscriptions = createSubscriptions(db, { maxPerKey: config.WEBHOOK_MAX_PER_KEY, secretGraceMs: config.WEBHOOK_SECRET_GRACE_MS })
-  await app.register(webhookSubscriptionRoutes, { subscriptions, rules, onQueued: sender.wake })
+  const sendTest = (sub: WebhookSubscription) => sendTestEvent(db, sub, { rules, timeoutMs: config.WEBHOOK_TIMEOUT_MS })
+  await app.register(webhookSubscriptionRoutes, { subscriptions, rules, sendTest, onQueued: sender.wake })
 }
 
 function chooseSettlement(config: AdminConfig, chain: ChainContext): Settlement | undefined {

@@ -281,6 +281,86 @@ t.test('after a secret rotation, deliveries verify with the new secret and the o
   t.notOk(JSON.stringify(shown.body).includes('whsec_'), 'no secret is shown again')
 })
 
+t.test('POST /webhooks/:id/test sends one signed webhook.test now and answers how the receiver took it', async (t) => {
+  const admin = await start(t)
+  let answer = 204
+  const hook = await receiver(t, () => answer)
+  const key = await admin.newKey('readwrite')
+  const sub = await admin.subscribe(key, hook.url, ['job.completed'])
+
+  const before = Date.now()
+  const ok = await admin.as(key, 'POST', `/webhooks/${sub.id}/test`)
+  t.equal(ok.status, 200)
+  t.match(ok.body, { delivered: true, status: 204, durationMs: Number, eventId: /^evt_/, deliveryId: /^whd_/ })
+  t.notOk('error' in ok.body)
+  t.equal(hook.got.length, 1, 'sent before the answer, once')
+  const got = hook.got[0]!
+  t.equal(got.headers['webhook-id'], ok.body.eventId)
+  const event = new Webhook(sub.secret).verify(got.body, signedHeaders(got)) as any
+  t.match(event, { id: ok.body.eventId, type: 'webhook.test', data: { subscriptionId: sub.id, message: String } })
+  t.ok(Date.parse(event.timestamp) >= before - 1000)
+
+  answer = 500
+  const failing = await admin.as(key, 'POST', `/webhooks/${sub.id}/test`)
+  t.equal(failing.status, 200, 'the test was made: its outcome is in the answer')
+  t.match(failing.body, { delivered: false, status: 500, error: 'receiver answered 500', response: 'thanks' })
+
+  // the log shows both, ended: nothing is retried
+  const log = await admin.deliveries(key, sub.id)
+  t.match(log, [
+    {
+      id: failing.body.deliveryId,
+      eventType: 'webhook.test',
+      status: 'failed',
+      attempts: 1,
+      nextAttemptAt: null,
+      lastAttempt: { status: 500 },
+    },
+    {
+      id: ok.body.deliveryId,
+      eventType: 'webhook.test',
+      status: 'succeeded',
+      attempts: 1,
+      deliveredAt: Number,
+      lastAttempt: { status: 204 },
+    },
+  ])
+  await new Promise((resolve) => setTimeout(resolve, 400))
+  t.equal(hook.got.length, 2, 'the failed test is not retried')
+  t.match((await admin.as(key, 'GET', `/webhooks/${sub.id}`)).body, { enabled: true })
+  const redeliver = await admin.as(key, 'POST', `/webhooks/${sub.id}/deliveries/${failing.body.deliveryId}/redeliver`)
+  t.equal(redeliver.status, 409, 'a test event is not redelivered')
+  t.match(redeliver.body.error, /webhook\.test/)
+
+  // a paused subscription can still be tested: the endpoint is what is tested
+  answer = 200
+  t.equal((await admin.as(key, 'PATCH', `/webhooks/${sub.id}`, { enabled: false })).status, 200)
+  t.match((await admin.as(key, 'POST', `/webhooks/${sub.id}/test`)).body, { delivered: true, status: 200 })
+  t.equal(hook.got.length, 3)
+})
+
+t.test('a test event to an unreachable URL fails with the reason; another key or an unknown id is 404', async (t) => {
+  const admin = await start(t)
+  // a port that was just free: nothing listens on it
+  const closed = createServer().listen(0, '127.0.0.1')
+  await once(closed, 'listening')
+  const { port } = closed.address() as AddressInfo
+  closed.close()
+  const key = await admin.newKey('readwrite')
+  const sub = await admin.subscribe(key, `http://127.0.0.1:${port}/hook`, ['job.completed'])
+
+  const res = await admin.as(key, 'POST', `/webhooks/${sub.id}/test`)
+  t.equal(res.status, 200)
+  t.match(res.body, { delivered: false, error: /connection failed/, durationMs: Number })
+  t.notOk('status' in res.body, 'no answer, no status')
+  t.match(await admin.deliveries(key, sub.id), [{ id: res.body.deliveryId, eventType: 'webhook.test', status: 'failed', attempts: 1 }])
+
+  const other = await admin.newKey('readwrite')
+  t.equal((await admin.as(other, 'POST', `/webhooks/${sub.id}/test`)).status, 404, "not another key's")
+  t.equal((await admin.as(key, 'POST', '/webhooks/whk_nope/test')).status, 404)
+  t.equal((await admin.deliveries(key, sub.id)).length, 1, 'nothing was sent for them')
+})
+
 t.test('a subscription whose deliveries fail past WEBHOOK_DISABLE_AFTER_MS is disabled, saying why; enabling it starts over', async (t) => {
   const admin = await start(t, { WEBHOOK_DISABLE_AFTER_MS: '200' })
   let answer = 500

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox'
-import { WebhookEventTypeSchema } from '../common/events.ts'
+import { DeliveredEventTypeSchema, WebhookEventTypeSchema } from '../common/events.ts'
 import { ErrorBody } from '../common/errors.ts'
 import { EpochMs } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
@@ -90,7 +90,7 @@ export type DeliveryAttempt = Static<typeof DeliveryAttempt>
 export const WebhookDelivery = Type.Object({
   id: Type.String({ description: 'whd_…' }),
   eventId: Type.String({ description: 'evt_…: the webhook-id header, the same on every try' }),
-  eventType: WebhookEventTypeSchema,
+  eventType: DeliveredEventTypeSchema,
   status: DeliveryStatusSchema,
   attempts: Type.Integer({ description: 'tries since it was queued (a redeliver starts over)' }),
   nextAttemptAt: Type.Union([EpochMs(), Type.Null()], { description: 'pending: when it is tried next' }),
@@ -100,6 +100,21 @@ export const WebhookDelivery = Type.Object({
   deliveredAt: Type.Union([EpochMs(), Type.Null()]),
 })
 export type WebhookDelivery = Static<typeof WebhookDelivery>
+
+export const WebhookTestResult = Type.Object({
+  delivered: Type.Boolean({ description: 'the receiver answered 2xx' }),
+  status: Type.Optional(Type.Integer({ description: "the receiver's HTTP status, when an answer came" })),
+  error: Type.Optional(
+    Type.String({
+      description: 'why it failed: no answer (timeout, connection refused…), a refused address, a redirect, a non-2xx status',
+    }),
+  ),
+  durationMs: Type.Integer(),
+  response: Type.Optional(Type.String({ description: 'the first bytes of the answer (at most 4 KB)' })),
+  eventId: Type.String({ description: 'evt_…: the webhook-id header of the test event' }),
+  deliveryId: Type.String({ description: 'whd_…: the try as GET /webhooks/:id/deliveries lists it' }),
+})
+export type WebhookTestResult = Static<typeof WebhookTestResult>
 
 const WebhookParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
 const DeliveryParams = Type.Object({
@@ -154,6 +169,13 @@ export const webhookRoutes = {
     summary: 'A new signing secret; the old one stays valid WEBHOOK_SECRET_GRACE_MS (deliveries carry both signatures meanwhile)',
     schema: { params: WebhookParams, response: { 200: RotatedSecret, ...notFound, ...errors } },
   }),
+  testWebhook: route({
+    method: 'POST',
+    url: '/webhooks/:id/test',
+    summary:
+      'Send one signed webhook.test event to the URL now (also when disabled) and answer how the receiver took it; one try, not retried, logged as a delivery',
+    schema: { params: WebhookParams, response: { 200: WebhookTestResult, ...notFound, ...errors } },
+  }),
   listWebhookDeliveries: route({
     method: 'GET',
     url: '/webhooks/:id/deliveries',
@@ -167,7 +189,7 @@ export const webhookRoutes = {
   redeliverWebhook: route({
     method: 'POST',
     url: '/webhooks/:id/deliveries/:deliveryId/redeliver',
-    summary: 'Queue a delivery again now (same webhook-id, tries counted afresh)',
-    schema: { params: DeliveryParams, response: { 202: WebhookDelivery, ...notFound, ...errors } },
+    summary: 'Queue a delivery again now (same webhook-id, tries counted afresh); a webhook.test one is not (409)',
+    schema: { params: DeliveryParams, response: { 202: WebhookDelivery, 409: ErrorBody, ...notFound, ...errors } },
   }),
 }

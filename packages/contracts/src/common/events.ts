@@ -27,6 +27,20 @@ export const WebhookEventTypeSchema = Type.Unsafe<WebhookEventType>({
   description: 'an event type (docs/webhooks.md)',
 })
 
+/**
+ * The test event POST /webhooks/:id/test sends: only on request, to that one subscription. It is
+ * never published, so no subscription asks for it and no service emits it; it shows in the
+ * delivery log, hence the wider list for deliveries.
+ */
+export const webhookTestEventType = 'webhook.test'
+export const deliveredEventTypes = [...webhookEventTypes, webhookTestEventType] as const
+export type DeliveredEventType = (typeof deliveredEventTypes)[number]
+export const DeliveredEventTypeSchema = Type.Unsafe<DeliveredEventType>({
+  type: 'string',
+  enum: [...deliveredEventTypes],
+  description: 'an event type (docs/webhooks.md); webhook.test: a test event, sent only on request (POST /webhooks/:id/test)',
+})
+
 /** Whose event it is: the API key that caused it, and/or the wallet it concerns (a payer, a key's bound wallet), lower-case. */
 export const EventOwner = Type.Object(
   {

@@ -1,12 +1,15 @@
-import { webhookRoutes } from '@ats/contracts'
+import { webhookRoutes, type WebhookTestResult } from '@ats/contracts'
 import { Forbidden, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { WebhookSubscription } from '../generated/prisma/client.ts'
 import { checkWebhookUrl, type UrlRules } from '../webhooks/sender.ts'
 import { webhookOf, type Subscriptions, type Viewer } from '../webhooks/subscriptions.ts'
 
 export interface WebhookRouteOptions {
   subscriptions: Subscriptions
   rules: UrlRules
+  /** sends one test event to a subscription now and records it (webhooks/testEvent.ts) */
+  sendTest: (subscription: WebhookSubscription) => Promise<WebhookTestResult>
   /** a redelivery is due now: the sender need not wait for its next poll */
   onQueued: () => void
 }
@@ -18,7 +21,7 @@ function viewerOf(request: FastifyRequest): Viewer {
   return { keyId, admin: tier === 'admin' }
 }
 
-export async function webhookSubscriptionRoutes(app: FastifyInstance, { subscriptions, rules, onQueued }: WebhookRouteOptions) {
+export async function webhookSubscriptionRoutes(app: FastifyInstance, { subscriptions, rules, sendTest, onQueued }: WebhookRouteOptions) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({
@@ -77,6 +80,27 @@ export async function webhookSubscriptionRoutes(app: FastifyInstance, { subscrip
         'webhook secret rotated',
       )
       return rotated
+    },
+  })
+
+  api.route({
+    ...webhookRoutes.testWebhook,
+    handler: async (request) => {
+      const viewer = viewerOf(request)
+      const sub = await subscriptions.owned(viewer, request.params.id)
+      const result = await sendTest(sub)
+      request.log.info(
+        {
+          webhookId: sub.id,
+          by: viewer.keyId,
+          deliveryId: result.deliveryId,
+          delivered: result.delivered,
+          status: result.status,
+          ms: result.durationMs,
+        },
+        'webhook test event sent',
+      )
+      return result
     },
   })
 

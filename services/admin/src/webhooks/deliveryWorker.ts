@@ -38,18 +38,25 @@ interface Claimed {
 }
 
 const attemptLogSize = 20
-const maxResponseBytes = 4096
+/** how much of an answer a try keeps (the log's `response`) */
+export const maxResponseBytes = 4096
 /** beyond the send's own timeout, for the claim to outlast writing the result */
 const lockMarginMs = 5_000
 
 /** What the log keeps of a try. */
-const logEntryOf = (at: Date, a: Attempt): DeliveryAttempt => ({
+export const logEntryOf = (at: Date, a: Attempt): DeliveryAttempt => ({
   at: at.getTime(),
   ...(a.status === undefined ? {} : { status: a.status }),
   ...(a.error === undefined ? {} : { error: a.error }),
   durationMs: Math.round(a.durationMs),
   ...(a.response === undefined ? {} : { response: a.response }),
 })
+
+/** The secrets that sign at `at`: the current one, and the one before a rotation during its grace period. */
+export const signingSecrets = (
+  s: { secret: string; previousSecret: string | null; previousSecretUntil: Date | null },
+  at: Date,
+): string[] => [s.secret, ...(s.previousSecret && s.previousSecretUntil && s.previousSecretUntil > at ? [s.previousSecret] : [])]
 
 const failureOf = (a: Attempt) => (a.status === undefined ? (a.error ?? 'no answer') : `HTTP ${a.status}${a.error ? ` (${a.error})` : ''}`)
 
@@ -123,8 +130,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
 
   async function deliver(d: Claimed) {
     const at = new Date()
-    const secrets = [d.secret, ...(d.previousSecret && d.previousSecretUntil && d.previousSecretUntil > at ? [d.previousSecret] : [])]
-    const headers = { ...signWebhook(d.eventId, at, d.body, secrets) }
+    const headers = { ...signWebhook(d.eventId, at, d.body, signingSecrets(d, at)) }
     const attempt = await sendWebhook({ url: d.url, headers, body: d.body, timeoutMs, maxResponseBytes, rules })
     const attemptLog = [...d.attemptLog, logEntryOf(at, attempt)].slice(-attemptLogSize)
     const fields = {

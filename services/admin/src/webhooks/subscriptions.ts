@@ -1,9 +1,18 @@
 // Webhook subscriptions and their delivery log, as their owners see them: a key sees and changes
 // only its own, an admin key everyone's. Secrets leave only through create and rotate.
 import { randomBytes } from 'node:crypto'
-import type { DeliveryAttempt, DeliveryStatus, UpdateWebhookBody, Webhook, WebhookDelivery, WebhookEventType } from '@ats/contracts'
+import {
+  webhookTestEventType,
+  type DeliveredEventType,
+  type DeliveryAttempt,
+  type DeliveryStatus,
+  type UpdateWebhookBody,
+  type Webhook,
+  type WebhookDelivery,
+  type WebhookEventType,
+} from '@ats/contracts'
 import { NotFound } from '@ats/service-kit'
-import { TooManyWebhooks } from '../errors.ts'
+import { TestEventNotRedelivered, TooManyWebhooks } from '../errors.ts'
 import type { PrismaClient, WebhookDelivery as DeliveryRow, WebhookSubscription } from '../generated/prisma/client.ts'
 import { newWebhookSecret } from './sender.ts'
 
@@ -31,7 +40,7 @@ export const deliveryOf = (row: DeliveryRow): WebhookDelivery => {
   return {
     id: row.id,
     eventId: row.eventId,
-    eventType: row.eventType as WebhookEventType,
+    eventType: row.eventType as DeliveredEventType,
     status: row.status as DeliveryStatus,
     attempts: row.attempts,
     nextAttemptAt: row.status === 'pending' ? (row.nextAttemptAt?.getTime() ?? null) : null,
@@ -136,14 +145,17 @@ export function createSubscriptions(db: PrismaClient, { maxPerKey, secretGraceMs
       return rows.map(deliveryOf)
     },
 
-    /** Queues a delivery again now: the same body and webhook-id, its tries counted afresh (the log kept). */
+    /** Queues a delivery again now: the same body and webhook-id, its tries counted afresh (the log kept). A test event is not. */
     async redeliver(viewer: Viewer, id: string, deliveryId: string): Promise<WebhookDelivery> {
       await owned(viewer, id)
       const { count } = await db.webhookDelivery.updateMany({
-        where: { id: deliveryId, subscriptionId: id },
+        where: { id: deliveryId, subscriptionId: id, eventType: { not: webhookTestEventType } },
         data: { status: 'pending', attempts: 0, nextAttemptAt: new Date(), lockedUntil: null, deliveredAt: null },
       })
-      if (count === 0) throw new NotFound(`delivery ${deliveryId}`)
+      if (count === 0) {
+        const test = await db.webhookDelivery.count({ where: { id: deliveryId, subscriptionId: id } })
+        throw test > 0 ? new TestEventNotRedelivered(deliveryId) : new NotFound(`delivery ${deliveryId}`)
+      }
       return deliveryOf(await db.webhookDelivery.findUniqueOrThrow({ where: { id: deliveryId } }))
     },
   }
