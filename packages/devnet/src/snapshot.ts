@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs'
+import { readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -77,4 +77,30 @@ export async function saveSnapshot(rpcUrl: string, book: DevnetAddressBook, base
   }
   write(`${base}.state.json`, gunzipSync(Buffer.from(result.slice(2), 'hex')))
   write(`${base}.book.json`, JSON.stringify(book))
+  pruneSnapshots(base)
+}
+
+/**
+ * Removes the saved devnets of other code (an older commit, another checkout: the anvil binary's
+ * path is part of the name, so every clone saves its own) last written more than `maxAgeMs` ago
+ * (a day), and half-written files left by a process that died while saving. Each is ~4.5 MB;
+ * without this a machine that runs CI often gathers hundreds in its temporary directory. A
+ * snapshot in use by a run started within the day is never one of them; `keep` (this code's) never is.
+ * Returns how many files it removed.
+ */
+export function pruneSnapshots(keep: string, { dir = tmpdir(), now = Date.now(), maxAgeMs = 86_400_000 } = {}): number {
+  let removed = 0
+  for (const name of readdirSync(dir)) {
+    if (!/^ats-devnet-[0-9a-f]{24}\.(state|book)\.json(\.\d+\.tmp)?$/.test(name)) continue
+    const path = join(dir, name)
+    if (path.startsWith(`${keep}.`) && !name.endsWith('.tmp')) continue
+    try {
+      if (now - statSync(path).mtimeMs <= maxAgeMs) continue
+      rmSync(path, { force: true })
+      removed++
+    } catch {
+      // gone meanwhile (another run pruned it): nothing to do
+    }
+  }
+  return removed
 }
