@@ -19,6 +19,7 @@ import { freePorts, freshDatabase, startNatsCluster, type NatsCluster } from '@a
 // by path, as bench/ does: the root package depends on neither
 import { startDevnet } from '../packages/devnet/src/index.ts'
 import { signPayments } from '../bench/payments.ts'
+import { generateApiKey } from '../services/admin/src/keys/apiKeys.ts'
 import { fleetAccess, type FleetAccess } from '@ats/fleet/access'
 import { fleetMembers, root } from '@ats/fleet'
 
@@ -560,7 +561,7 @@ interface Fleet {
 
 /** Every process, the first replica of each service first (it migrates its schema), the gateways last, and the fronts. */
 async function startFleet({ redis, databaseUrl, devnet }: Infrastructure): Promise<Fleet> {
-  const adminKey = `atsk_${randomBytes(24).toString('base64url')}`
+  const adminKey = generateApiKey()
   const payTo = devnet.accounts[9]!.address
   const base: NodeJS.ProcessEnv = {
     DATABASE_URL: databaseUrl,

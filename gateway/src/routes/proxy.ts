@@ -1,7 +1,7 @@
 import proxy from '@fastify/http-proxy'
 import type { IncomingHttpHeaders } from 'node:http'
 import { generatedIdempotencyKey, identityHeaders } from '@ats/contracts'
-import { errorBody, errorHandler, injectHttp, requestTraceContext, tracingEnabled, type ErrorFormat } from '@ats/service-kit'
+import { errorBody, errorHandler, injectHttp, requestTraceContext, type ErrorFormat } from '@ats/service-kit'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerBase } from 'fastify'
 import { authHook, countFailedPayments, type AuthDeps } from '../auth/authHook.ts'
 import { routeTable, type RouteGroup, type UpstreamName } from '../routing/routeTable.ts'
@@ -43,10 +43,8 @@ function forwardedHeaders(request: FastifyRequest<any, RawServerBase>, headers: 
   const paid = request.payment
   if (paid) out[identityHeaders.payment] = `${paid.payer.toLowerCase()}:${paid.payment.authorization.nonce.toLowerCase()}`
   // the service's server span becomes a child of the gateway's
-  if (tracingEnabled()) {
-    const trace = requestTraceContext(request)
-    if (trace) injectHttp(out, trace)
-  }
+  const trace = requestTraceContext(request)
+  if (trace) injectHttp(out, trace)
   return out
 }
 

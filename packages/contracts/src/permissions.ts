@@ -216,7 +216,7 @@ export function natsPermissions(component: FleetComponent, namespace: string): N
 }
 
 /** `ATS_NATS_PASSWORD_MARKET_DATA`: the environment variable nats-server reads a component's password from. */
-export const natsPasswordVariable = (component: FleetComponent) => `ATS_NATS_PASSWORD_${component.toUpperCase().replace(/-/g, '_')}`
+const natsPasswordVariable = (component: FleetComponent) => `ATS_NATS_PASSWORD_${component.toUpperCase().replace(/-/g, '_')}`
 
 /** the NATS user of a component: its name (per namespace when `userPrefix` is set) */
 export const natsUserOf = (component: FleetComponent, userPrefix = '') => `${userPrefix}${component}`

@@ -13,12 +13,10 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { databaseRoleOf } from '@ats/service-kit'
 import { accessConfig, accessFiles } from '@ats/fleet/access'
-
-type Obj = Record<string, any>
-const arr = (v: unknown): any[] => (Array.isArray(v) ? v : [])
+import { arr, type Obj } from './objects.ts'
 
 /** `MARKET_DATA`: the suffix of a component's Secret keys */
-export const secretSuffix = (component: string) => component.toUpperCase().replace(/-/g, '_')
+const secretSuffix = (component: string) => component.toUpperCase().replace(/-/g, '_')
 
 export async function checkAccessFiles(root: string, problems: string[]): Promise<void> {
   const expected = await accessConfig()

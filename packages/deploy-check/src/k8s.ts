@@ -23,10 +23,12 @@ export const overlays = (root: string): string[] => [
 export async function checkKubernetes(root: string, fleet: Component[], problems: string[], notes: string[]): Promise<void> {
   const example = loadYaml(join(root, 'k8s/base/secret.example.yaml'), problems).find((d) => d.kind === 'Secret')
   if (!example) problems.push('k8s/base/secret.example.yaml: must hold an example Secret (the keys operators create)')
+  // hashed once for every render of this check: overlays reach into base, so each render's key is all of k8s/
+  const k8sContent = contentKey([join(root, 'k8s')])
   for (const dir of overlays(root)) {
     let rendered: string
     try {
-      rendered = renderOnce(root, dir)
+      rendered = renderOnce(root, dir, k8sContent)
     } catch (error) {
       problems.push(`${dir}: kustomize failed: ${(error as Error).message}`)
       continue
@@ -350,9 +352,9 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
 /** `kubectl kustomize` outputs by directory and content of k8s/ (only successes are kept) */
 const renders = new Map<string, string>()
 
-/** `kubectl kustomize` of root/dir, once per content of root/k8s (overlays reach into base) */
-function renderOnce(root: string, dir: string): string {
-  const key = `${dir}\0${contentKey([join(root, 'k8s')])}`
+/** `kubectl kustomize` of root/dir, once per content of root/k8s (`k8sContent`, its contentKey) */
+function renderOnce(root: string, dir: string, k8sContent: string): string {
+  const key = `${dir}\0${k8sContent}`
   let rendered = renders.get(key)
   if (rendered === undefined) {
     rendered = kustomize(join(root, dir))

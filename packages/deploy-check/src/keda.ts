@@ -6,9 +6,7 @@
  * unknown consumer as the stream's last sequence (scales to the maximum and stays there).
  */
 import { agentChannels, defaultNamespace } from '@ats/contracts'
-
-type Obj = Record<string, any>
-const arr = (v: unknown): any[] => (Array.isArray(v) ? v : [])
+import { arr, type Obj } from './objects.ts'
 
 export const scaledObjectApiVersion = 'keda.sh/v1alpha1'
 export const isScaledObject = (doc: Obj): boolean => doc.kind === 'ScaledObject' && String(doc.apiVersion).startsWith('keda.sh/')

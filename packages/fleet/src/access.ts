@@ -19,7 +19,7 @@ import { fleetMembers, type FleetMember } from './index.ts'
 export { startNatsServer, type NatsServer } from '@ats/service-kit'
 
 /** Each member with a database: its role (prefix_component) and the schema it declares. */
-export function databaseRolesOf(members: FleetMember[], prefix = 'ats'): Array<DatabaseRole & { component: string }> {
+function databaseRolesOf(members: FleetMember[], prefix = 'ats'): Array<DatabaseRole & { component: string }> {
   return members
     .filter((m) => m.definition.database)
     .map((m) => ({ component: m.name, role: databaseRoleOf(m.name, prefix), schema: m.definition.database!.schema as string }))
@@ -28,7 +28,7 @@ export function databaseRolesOf(members: FleetMember[], prefix = 'ats'): Array<D
 const password = () => randomBytes(24).toString('base64url')
 
 /** NATS URL(s) with a user and password in each server (the kit takes them out, nats.ts). */
-export function natsUrlWith(natsUrl: string, user: string, pass: string): string {
+function natsUrlWith(natsUrl: string, user: string, pass: string): string {
   return natsUrl
     .split(',')
     .map((s) => {

@@ -79,7 +79,7 @@ export function checkAddressBook(config: ChainConfig): void {
  * A client span per JSON-RPC call (`rpc eth_call`), over viem's transport: calls viem batches
  * into one HTTP request keep a span each. The RPC provider gets no traceparent.
  */
-export function tracedTransport(transport: Transport): Transport {
+function tracedTransport(transport: Transport): Transport {
   return (params) => {
     const inner = transport(params)
     const request: typeof inner.request = (args, options) =>

@@ -69,6 +69,8 @@ export function serveEndpoint<Req, Rep>(
   log: Logger,
   handler: (request: Req, context: Required<Pick<CallContext, 'identity'>> & CallContext) => Promise<Rep>,
 ): void {
+  // once here: info() builds the service's whole description, endpoints and all
+  const serviceName = service.info().name
   service.addEndpoint(name, {
     subject: endpoint.subject,
     handler: (error, msg: ServiceMsg) => {
@@ -113,7 +115,7 @@ export function serveEndpoint<Req, Rep>(
           'messaging.system': 'nats',
           'messaging.destination.name': endpoint.subject,
           'messaging.operation.type': 'process',
-          'ats.service': service.info().name,
+          'ats.service': serviceName,
           'ats.endpoint': name,
           ...(context.requestId ? { 'ats.request_id': context.requestId } : {}),
         },

@@ -10,7 +10,8 @@ import { natsChannels } from '@ats/contracts'
 import { connect } from 'nats'
 import pg from 'pg'
 import type { TProperties } from 'typebox'
-import type { DatabaseClient } from './database.ts'
+import { createDatabase, type DatabaseClient, type DatabaseOptions } from './database.ts'
+import { migrate } from './migrator.ts'
 import { createService, type ChainMode, type Service, type ServiceDefinition } from './service.ts'
 import { freePort, freePorts } from './ports.ts'
 import { localInfra, portOpen } from './localInfra.ts'
@@ -115,6 +116,18 @@ export async function freshDatabase(t: Teardown): Promise<string> {
   const url = new URL(databaseUrl)
   url.pathname = `/${name}`
   return url.toString()
+}
+
+/** A fresh database with a service's migrations applied (`definition.database`), and its Prisma client on it, closed at teardown. */
+export async function migratedDatabase<Db extends DatabaseClient>(
+  t: Teardown,
+  database: DatabaseOptions<Db>,
+): Promise<{ db: Db; url: string }> {
+  const url = await freshDatabase(t)
+  await migrate(url, { schema: database.schema, dir: database.migrations })
+  const db = createDatabase(url, database)
+  t.teardown(() => db.$disconnect())
+  return { db, url }
 }
 
 export const testInternalToken = 'test-internal-token-0123456789'

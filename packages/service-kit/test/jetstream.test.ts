@@ -20,7 +20,7 @@ import {
   type WorkOutcome,
   type WorkQueueOptions,
 } from '../src/index.ts'
-import { eventually, freshDatabase, freshNamespace, natsServerPath, testInfra } from '../src/testing.ts'
+import { eventually, freePort, freshDatabase, freshNamespace, natsServerPath, testInfra } from '../src/testing.ts'
 
 // ensureStream
 const spec = (name: string) => ({ name, subjects: [`test.${name}.>`], maxAgeMs: 60_000, duplicateWindowMs: 10_000 })
@@ -40,7 +40,7 @@ t.test(
   'a NATS without JetStream is a start-up error that says so',
   { skip: !existsSync(natsServerPath) && 'no nats-server binary here' },
   async (t) => {
-    const port = 4300 + Math.floor(Math.random() * 500)
+    const port = await freePort()
     const server = spawn(natsServerPath, ['-a', '127.0.0.1', '-p', String(port)], { stdio: 'ignore' })
     t.teardown(() => void server.kill())
     let nc: NatsConnection | undefined
@@ -217,8 +217,8 @@ t.test(
 const Task = Type.Object({ id: Type.String() })
 type Task = { id: string }
 
-/** A work queue of its own on the test NATS, and a way to publish tasks to it. */
-async function queue(t: Test, options: Partial<WorkQueueOptions<Task>> & Pick<WorkQueueOptions<Task>, 'handle'>) {
+/** A connection to the test NATS, a tasks topic in a fresh namespace, and its work-queue stream. */
+async function taskStream(t: Test) {
   const nc = await connect({ servers: (await testInfra()).natsUrl })
   t.teardown(() => nc.close())
   const ns = await freshNamespace(t)
@@ -230,6 +230,12 @@ async function queue(t: Test, options: Partial<WorkQueueOptions<Task>> & Pick<Wo
     duplicateWindowMs: 10_000,
     retention: 'workqueue' as const,
   }
+  return { nc, tasks, stream }
+}
+
+/** A work queue of its own on the test NATS, and a way to publish tasks to it. */
+async function queue(t: Test, options: Partial<WorkQueueOptions<Task>> & Pick<WorkQueueOptions<Task>, 'handle'>) {
+  const { nc, tasks, stream } = await taskStream(t)
   const exhausted: Array<[string, number]> = []
   const consumer = await startWorkQueueConsumer({
     nc,
@@ -335,17 +341,7 @@ t.test('retryInMs redelivers; a handler that keeps failing is bounded: `exhauste
 })
 
 t.test('a task handed back by stopping processes more often than maxDeliveries still runs: a hand-back is not a delivery', async (t) => {
-  const nc = await connect({ servers: (await testInfra()).natsUrl })
-  t.teardown(() => nc.close())
-  const ns = await freshNamespace(t)
-  const tasks = topic(`${ns}.test.tasks`, Task)
-  const stream = {
-    name: `${ns}_tasks`,
-    subjects: [tasks.subject],
-    maxAgeMs: 60_000,
-    duplicateWindowMs: 10_000,
-    retention: 'workqueue' as const,
-  }
+  const { nc, tasks, stream } = await taskStream(t)
   const exhausted: string[] = []
   const seen: number[] = []
   // one process of the fleet: its own consumer on the shared durable

@@ -128,6 +128,9 @@ export interface RecentPayment {
   voidReason: string | null
 }
 
+/** A filter of recent payments by their settlement state. */
+export const inState = (state: RecentPayment['settlement']) => (p: RecentPayment) => p.settlement === state
+
 const adminEntry = fileURLToPath(new URL('../src/server.ts', import.meta.url))
 
 export interface AdminOptions {

@@ -3,7 +3,7 @@ import Fastify from 'fastify'
 import t from 'tap'
 import type { Hex } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
-import { devnetUsdc, eventually, freshAddress, signCharge, startAdmin, startSettlingAdmin, type RecentPayment } from './helpers.ts'
+import { devnetUsdc, eventually, freshAddress, inState, signCharge, startAdmin, startSettlingAdmin } from './helpers.ts'
 // Settlement when things go wrong, and payments held for their job, run in this process too, on
 // the same devnet (one per process): each test file costs seconds of CPU to start, and its devnet
 // more. Their tests register first (imports run before this module's body).
@@ -11,7 +11,6 @@ import './settlement/faults.ts'
 import './settlement/jobPayments.ts'
 
 const day = 86_400_000
-const inState = (state: RecentPayment['settlement']) => (p: RecentPayment) => p.settlement === state
 
 t.test('a settled payment moves its USDC from payer to payTo on chain, and its tx hash is in the ledger', async (t) => {
   const admin = await startSettlingAdmin(t)

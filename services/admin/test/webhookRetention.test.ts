@@ -1,5 +1,5 @@
-import { loadConfig, migrate, StartupError, type Logger } from '@ats/service-kit'
-import { createDatabase, eventually, freshDatabase } from '@ats/service-kit/testing'
+import { loadConfig, StartupError, type Logger } from '@ats/service-kit'
+import { eventually, migratedDatabase } from '@ats/service-kit/testing'
 import t, { type Test } from 'tap'
 import { adminService } from '../src/service.ts'
 import { purgeDeliveries, startDeliveryPurge } from '../src/webhooks/deliveryPurge.ts'
@@ -12,14 +12,7 @@ import { purgeDeliveries, startDeliveryPurge } from '../src/webhooks/deliveryPur
 const day = 86_400_000
 const ago = (days: number) => new Date(Date.now() - days * day)
 
-async function migratedDb(t: Test) {
-  const url = await freshDatabase(t)
-  const database = adminService.database!
-  await migrate(url, { schema: database.schema, dir: database.migrations })
-  const db = createDatabase(url, database)
-  t.teardown(() => db.$disconnect())
-  return db
-}
+const migratedDb = async (t: Test) => (await migratedDatabase(t, adminService.database!)).db
 
 /** A logger that keeps the info lines, and fails the test on an error line. */
 function recordingLog(t: Test) {

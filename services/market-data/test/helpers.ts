@@ -1,7 +1,6 @@
 import { identityHeaders } from '@ats/contracts'
 import { startTestDevnet } from '@ats/devnet'
-import { migrate } from '@ats/service-kit/migrator'
-import { baseTestEnv, createDatabase, freshDatabase, startService, testInfra, testInternalToken } from '@ats/service-kit/testing'
+import { baseTestEnv, migratedDatabase, startService, testInfra, testInternalToken } from '@ats/service-kit/testing'
 import type { Test } from 'tap'
 import type { PrismaClient } from '../src/generated/prisma/client.ts'
 import { marketDataService } from '../src/service.ts'
@@ -10,14 +9,7 @@ export { eventually } from '@ats/service-kit/testing'
 export { startTestDevnet } from '@ats/devnet'
 
 /** A fresh database with market-data's migrations applied, and the service's Prisma client on it (closed at teardown). */
-export async function migratedDb(t: Test): Promise<{ db: PrismaClient; url: string }> {
-  const url = await freshDatabase(t)
-  const database = marketDataService.database!
-  await migrate(url, { schema: database.schema, dir: database.migrations })
-  const db = createDatabase(url, database)
-  t.teardown(() => db.$disconnect())
-  return { db, url }
-}
+export const migratedDb = (t: Test): Promise<{ db: PrismaClient; url: string }> => migratedDatabase(t, marketDataService.database!)
 
 /** What the gateway adds to a request of an API key. */
 export const keyHeaders = (keyId = 'key_market_reader', tier = 'readonly') => ({

@@ -5,8 +5,8 @@ import { startDurableConsumer, type Logger, type WorkerLoop } from '@ats/service
 import type { NatsConnection } from 'nats'
 import type { PrismaClient } from '../generated/prisma/client.ts'
 
-/** What is POSTed, byte for byte the same on every try: the Standard Webhooks payload shape. */
-export const deliveryBody = (event: DomainEvent) =>
+/** What is POSTed, byte for byte the same on every try: the Standard Webhooks payload shape (a test event's too). */
+export const deliveryBody = (event: Pick<DomainEvent, 'id' | 'at' | 'data'> & { type: string }) =>
   JSON.stringify({ id: event.id, type: event.type, timestamp: new Date(event.at).toISOString(), data: event.data })
 
 /**

@@ -6,6 +6,7 @@ import { webhookTestEventType, type WebhookTestResult } from '@ats/contracts'
 import { newEventId } from '@ats/service-kit'
 import type { PrismaClient, WebhookSubscription } from '../generated/prisma/client.ts'
 import { logEntryOf, maxResponseBytes, signingSecrets } from './deliveryWorker.ts'
+import { deliveryBody } from './fanout.ts'
 import { sendWebhook, signWebhook, type UrlRules } from './sender.ts'
 
 export interface TestEventOptions {
@@ -30,12 +31,7 @@ export async function sendTestEvent(
   const at = new Date()
   const eventId = newEventId()
   const deliveryId = `whd_${randomBytes(16).toString('hex')}`
-  const body = JSON.stringify({
-    id: eventId,
-    type: webhookTestEventType,
-    timestamp: at.toISOString(),
-    data: { subscriptionId: sub.id, message },
-  })
+  const body = deliveryBody({ id: eventId, type: webhookTestEventType, at: at.getTime(), data: { subscriptionId: sub.id, message } })
   const headers = { ...signWebhook(eventId, at, body, signingSecrets(sub, at)) }
   const attempt = await sendWebhook({ url: sub.url, headers, body, timeoutMs, maxResponseBytes, rules })
   const entry = logEntryOf(at, attempt)

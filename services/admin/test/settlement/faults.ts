@@ -18,7 +18,7 @@ import {
 import { privateKeyToAccount } from 'viem/accounts'
 import type { PaymentRow } from '../../src/payments/ledger.ts'
 import { onchainSettlement } from '../../src/payments/settlement.ts'
-import { devnetUsdc, eventually, freshAddress, signCharge, startAdmin, startSettlingAdmin, type RecentPayment } from '../helpers.ts'
+import { devnetUsdc, eventually, freshAddress, inState, signCharge, startAdmin, startSettlingAdmin } from '../helpers.ts'
 
 /**
  * Settlement when things go wrong: an admin killed while its transaction waits for a block, an
@@ -26,9 +26,25 @@ import { devnetUsdc, eventually, freshAddress, signCharge, startAdmin, startSett
  * another transfer, a kept transaction that was never broadcast or can no longer be mined.
  */
 
-const inState = (state: RecentPayment['settlement']) => (p: RecentPayment) => p.settlement === state
 /** valid for ten minutes: the fault test holds blocks back for a while */
 const longValidity = () => BigInt(Math.floor(Date.now() / 1000) + 600)
+
+/** The `transferWithAuthorization` arguments of the charge's signed authorization. */
+function transferArgs(charge: PaymentCharged) {
+  const { r, s, v } = parseSignature(charge.signature as Hex)
+  const a = charge.authorization
+  return [
+    a.from as Address,
+    a.to as Address,
+    BigInt(a.value),
+    BigInt(a.validAfter),
+    BigInt(a.validBefore),
+    a.nonce as Hex,
+    Number(v),
+    r,
+    s,
+  ] as const
+}
 
 async function chainTools() {
   const chain = await devnetUsdc()
@@ -38,24 +54,12 @@ async function chainTools() {
 
   /** Sends the charge's authorization from devnet account 2, as any relayer could. */
   const relay = async (charge: PaymentCharged) => {
-    const { r, s, v } = parseSignature(charge.signature as Hex)
-    const a = charge.authorization
     const hash = await relayer.writeContract({
       chain: null,
       address: usdc,
       abi: eip3009Abi,
       functionName: 'transferWithAuthorization',
-      args: [
-        a.from as Address,
-        a.to as Address,
-        BigInt(a.value),
-        BigInt(a.validAfter),
-        BigInt(a.validBefore),
-        a.nonce as Hex,
-        Number(v),
-        r,
-        s,
-      ],
+      args: transferArgs(charge),
     })
     const receipt = await publicClient.waitForTransactionReceipt({ hash, pollingInterval: 50 })
     if (receipt.status !== 'success') throw new Error(`relay ${hash} reverted`)
@@ -217,7 +221,6 @@ t.test('a kept transaction is broadcast again, never signed anew; one that can n
 
   /** A ledger row for `charge` holding a transaction signed at `nonce` but never broadcast. */
   const keptRow = async (charge: PaymentCharged, nonce: number): Promise<PaymentRow> => {
-    const { r, s, v } = parseSignature(charge.signature as Hex)
     const a = charge.authorization
     const raw = await wallet.signTransaction({
       type: 'eip1559',
@@ -230,17 +233,7 @@ t.test('a kept transaction is broadcast again, never signed anew; one that can n
       data: encodeFunctionData({
         abi: eip3009Abi,
         functionName: 'transferWithAuthorization',
-        args: [
-          a.from as Address,
-          a.to as Address,
-          BigInt(a.value),
-          BigInt(a.validAfter),
-          BigInt(a.validBefore),
-          a.nonce as Hex,
-          Number(v),
-          r,
-          s,
-        ],
+        args: transferArgs(charge),
       }),
     })
     return {
