@@ -4,14 +4,14 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js'
 import { Webhook } from 'standardwebhooks'
 import OpenAI from 'openai'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { adminKey, eventually, startAgentFleet, startReceiver } from './fleet.ts'
 
 /**
- * Issue 25 items 4 and 5, an agent job through the gateway: a swap over the spend policy's
- * approvalAboveUsd makes the job wait (awaiting_approval: GET job, its event stream, /v1 answers
- * say so and where to decide); approved it swaps once and completes, rejected it completes
- * saying it did not swap.
+ * An agent job through the gateway: a swap over the spend policy's approvalAboveUsd makes the job
+ * wait (awaiting_approval: GET job, its event stream, /v1 answers say so and where a person
+ * decides); approved by someone other than the requester it swaps once and completes, rejected it
+ * completes saying it did not swap. The key that asked cannot approve its own swap, over HTTP or MCP.
  */
 const fleet = await startAgentFleet(t, {
   agentEnv: { APPROVAL_POLL_MS: '200' },
@@ -88,9 +88,17 @@ t.test(
     })
     controller.abort()
 
+    // a key bound to the paying wallet decides the payer's approvals
+    const bound = await request('/admin/keys', {
+      method: 'POST',
+      key: adminKey,
+      body: { tier: 'readwrite', label: 'payer', wallet: payer },
+    })
+    t.equal(bound.status, 201, JSON.stringify(bound.body))
     const before = await nonceOf()
-    const approved = await request(`/approvals/${waiting.approval.id}/approve`, { method: 'POST', key: adminKey })
+    const approved = await request(`/approvals/${waiting.approval.id}/approve`, { method: 'POST', key: bound.body.key })
     t.equal(approved.status, 200, JSON.stringify(approved.body))
+    t.equal(approved.body.decidedBy, bound.body.id)
     const done = await paidJob(jobId, (status) => ['complete', 'failed', 'cancelled'].includes(status))
     t.equal(done.status, 'complete', done.error)
     t.match(done.result.text, /^Swapped 50 USDC for [0-9.]+ WETH/)
@@ -110,7 +118,7 @@ t.test('a /v1 response says approval is needed and where; rejected, the job comp
   t.match(
     response.output_text,
     new RegExp(
-      `^Approval needed: swap 50 USDC for WETH \\(worth \\$50\\.00, over the \\$10\\.00 approval threshold of key key_\\S+\\)\\. Approve: POST /approvals/${ats.approval.id}/approve, or reject: POST /approvals/${ats.approval.id}/reject \\(within 15 minutes\\)\\. This answer's job goes on after the decision: GET /v1/responses/${response.id}$`,
+      `^Approval needed: swap 50 USDC for WETH \\(worth \\$50\\.00, over the \\$10\\.00 approval threshold of key key_\\S+\\)\\. A person decides it \\(an admin key or a key the policy names in approvers\\): approve with POST /approvals/${ats.approval.id}/approve, or reject with POST /approvals/${ats.approval.id}/reject, within 15 minutes\\. This answer's job goes on after the decision: GET /v1/responses/${response.id}$`,
     ),
   )
   const listed = await request('/portfolio/jobs', { key })
@@ -153,7 +161,7 @@ t.test('the job.awaiting_approval webhook carries the approval, signed, to the k
   t.equal((await request(`/approvals/${answer.body.ats.approval.id}/reject`, { method: 'POST', key })).status, 200)
 })
 
-t.test('a chat completion answers at once with the approval in `ats`; approved with the key, the job swaps', async (t) => {
+t.test('a chat completion answers at once with the approval in `ats`; approved by an admin key, the job swaps', async (t) => {
   const { key } = await approvalKey()
   const openai = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1`, maxRetries: 0 })
   const completion = await openai.chat.completions.create({ model: 'ats-planner', messages: [{ role: 'user', content: prompt }] })
@@ -163,11 +171,12 @@ t.test('a chat completion answers at once with the approval in `ats`; approved w
   t.match(
     completion.choices[0]!.message.content,
     new RegExp(
-      `^Approval needed: swap 50 USDC for WETH .*Approve: POST /approvals/${ats.approval.id}/approve.*job ${ats.jobId}, in GET /portfolio/jobs$`,
+      `^Approval needed: swap 50 USDC for WETH .*approve with POST /approvals/${ats.approval.id}/approve.*job ${ats.jobId}, in GET /portfolio/jobs$`,
     ),
   )
 
-  t.equal((await request(ats.approval.links.approve, { method: 'POST', key })).status, 200)
+  t.equal((await request(ats.approval.links.approve, { method: 'POST', key })).status, 403, 'not by the key that asked')
+  t.equal((await request(ats.approval.links.approve, { method: 'POST', key: adminKey })).status, 200)
   const job = await eventually('the job to complete', async () => {
     const found = (
       (await request('/portfolio/jobs', { key })).body.jobs as Array<{ id: string; status: string; result?: { text: string } }>
@@ -184,7 +193,10 @@ t.test("Anthropic's Messages pause the turn, and a streamed chat completion ends
   const message = await anthropic.messages.create({ model: 'ats-planner', max_tokens: 1024, messages: [{ role: 'user', content: prompt }] })
   t.equal(message.stop_reason, 'pause_turn')
   const block = message.content[0]!
-  t.match(block.type === 'text' ? block.text : '', /^Approval needed: swap 50 USDC for WETH .*Approve: POST \/approvals\/apr_\S+\/approve/)
+  t.match(
+    block.type === 'text' ? block.text : '',
+    /^Approval needed: swap 50 USDC for WETH .*approve with POST \/approvals\/apr_\S+\/approve/,
+  )
   const paused = (message as unknown as { ats: { jobId: string; approval: { id: string } } }).ats
   t.match(paused, { status: 'awaiting_approval', approval: { status: 'pending' } })
 
@@ -201,7 +213,7 @@ t.test("Anthropic's Messages pause the turn, and a streamed chat completion ends
       last = { finish_reason: chunk.choices[0].finish_reason, ats: (chunk as unknown as typeof last).ats }
   }
   t.equal(last.finish_reason, 'stop')
-  t.match(text, new RegExp(`^Approval needed: swap 50 USDC for WETH .*reject: POST /approvals/${last.ats!.approval.id}/reject`))
+  t.match(text, new RegExp(`^Approval needed: swap 50 USDC for WETH .*reject with POST /approvals/${last.ats!.approval.id}/reject`))
 
   const jobs = (await request('/portfolio/jobs', { key })).body.jobs as Array<{ status: string }>
   t.same(
@@ -213,19 +225,29 @@ t.test("Anthropic's Messages pause the turn, and a streamed chat completion ends
     t.equal((await request(`/approvals/${id}/reject`, { method: 'POST', key })).status, 200)
 })
 
-t.test('over MCP: agent_prompt answers the wait at once; list_approvals, approve_swap and reject_swap decide', async (t) => {
-  const { key } = await approvalKey()
+/** An MCP client of the gateway with `key`; `data` calls a tool and answers its structured result (an error result throws). */
+async function mcpClient(t: Test, key: string) {
   const client = new Client({ name: 'approvals-test', version: '1.0.0' })
   await client.connect(
     new StreamableHTTPClientTransport(new URL(`${gateway.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${key}` } } }),
   )
   t.teardown(() => client.close())
   await client.listTools() // the client then checks each result against the tool's outputSchema
+  const call = async (name: string, args: Record<string, unknown> = {}) =>
+    (await client.callTool({ name, arguments: args })) as CallToolResult
   const data = async (name: string, args: Record<string, unknown> = {}) => {
-    const result = (await client.callTool({ name, arguments: args })) as CallToolResult
+    const result = await call(name, args)
     if (result.isError) throw new Error(`${name}: ${JSON.stringify(result.content)}`)
     return result.structuredContent as any
   }
+  return { client, call, data }
+}
+
+t.test('over MCP: agent_prompt answers the wait at once; approve_swap of the same key is refused, an approver decides', async (t) => {
+  const approver = await fleet.createKey('readwrite', 'approver')
+  const { key } = await fleet.createKey('readwrite', 'mcp approvals', { approvalAboveUsd: 10, approvers: [approver.id] })
+  const { call, data } = await mcpClient(t, key)
+  const decider = await mcpClient(t, approver.key)
 
   const answer = await data('agent_prompt', { prompt })
   t.equal(answer.status, 'in_progress')
@@ -235,9 +257,19 @@ t.test('over MCP: agent_prompt answers the wait at once; list_approvals, approve
   const listed = await data('list_approvals', {})
   t.same(listed.approvals.map((a: { id: string }) => a.id).sort(), [answer.ats.approval.id, held.approval.id].sort())
 
+  const tools = await decider.client.listTools()
+  for (const name of ['agent_prompt', 'approve_swap', 'execute_swap']) {
+    const description = tools.tools.find((tool) => tool.name === name)?.description ?? ''
+    t.notMatch(description, /approve_swap, reject_swap|approve it yourself/, `${name} does not invite the model to approve`)
+  }
+  const own = await call('approve_swap', { id: held.approval.id })
+  t.equal(own.isError, true, 'the key that asked cannot approve its own swap')
+  t.match(JSON.stringify(own.content), /cannot approve it itself/)
+  t.equal((await data('get_approval', { id: held.approval.id })).status, 'pending')
+
   t.match(await data('reject_swap', { id: answer.ats.approval.id, reason: 'no' }), { status: 'rejected' })
-  const approved = await data('approve_swap', { id: held.approval.id })
-  t.match(approved, { status: 'approved', result: { success: true } })
+  const approved = await decider.data('approve_swap', { id: held.approval.id })
+  t.match(approved, { status: 'approved', decidedBy: approver.id, result: { success: true } })
   const done = await eventually('the agent answer to complete', async () => {
     const current = await data('agent_get_job', { id: answer.id })
     return current.status === 'completed' ? current : undefined

@@ -1,10 +1,11 @@
 import t from 'tap'
-import { eventually, startTradingFleet } from './fleet.ts'
+import { adminKey, eventually, startTradingFleet } from './fleet.ts'
 
 /**
- * Issue 25 item 4, through the gateway: a swap over its key's approvalAboveUsd waits for a person;
- * approved it is mined once, rejected or expired nothing is sent. Approvals expire after 4 s here
- * (the expiry test waits that long; the others decide within a second).
+ * Through the gateway: a swap over its key's approvalAboveUsd waits for a person other than the
+ * key that asked (an admin key, a key its policy names in approvers; the key itself only with
+ * selfApprove); approved it is mined once, rejected or expired nothing is sent. Approvals expire
+ * after 4 s here (the expiry test waits that long; the others decide within a second).
  */
 const ttlMs = 4000
 const fleet = await startTradingFleet(t, { tradingEnv: { APPROVAL_TTL_MS: String(ttlMs) } })
@@ -16,9 +17,9 @@ const fiftyUsdc = { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '50000000' }
 const approvalKey = () => fleet.createKey('readwrite', 'approvals', { approvalAboveUsd: 10 })
 const executionsOf = async (key: string) => (await request('/swap/executions', { key })).body.executions as { id: string; hash: string }[]
 
-/** A $50 swap of a fresh key, held: 202 with the pending approval. */
-async function held() {
-  const owner = await approvalKey()
+/** A $50 swap of a fresh key (with the approval policy, or `policy`), held: 202 with the pending approval. */
+async function held(policy?: Record<string, unknown>) {
+  const owner = policy ? await fleet.createKey('readwrite', 'approvals', policy) : await approvalKey()
   const res = await request('/swap/execute', { method: 'POST', key: owner.key, body: fiftyUsdc })
   if (res.status !== 202) throw new Error(`expected 202, got ${res.status} ${JSON.stringify(res.body)}`)
   return { ...owner, approval: res.body.approval as { id: string; links: { approve: string; reject: string; self: string } }, res }
@@ -55,15 +56,30 @@ t.test('a $50 swap under approvalAboveUsd 10 answers 202 and waits; GET /approva
   t.same(await executionsOf(key), [])
 })
 
-t.test('approve → mined once: two approvals sent at once answer the same execution', async (t) => {
+t.test('the key that asked cannot approve its own swap: 403, nothing is sent, it stays pending', async (t) => {
   const { key, id, approval } = await held()
   const before = await nonceOf()
+  const res = await request(approval.links.approve, { method: 'POST', key })
+  t.equal(res.status, 403)
+  t.match(res.body, {
+    error: new RegExp(`^key ${id} asked for this swap and cannot approve it itself: .*admin key.*approvers.*selfApprove`),
+  })
+  t.equal((await request(approval.links.self, { key })).body.status, 'pending')
+  t.equal(await nonceOf(), before)
+  t.same(await executionsOf(key), [])
+})
+
+t.test('an admin key approves → mined once: two approvals sent at once answer the same execution', async (t) => {
+  const { key, approval } = await held()
+  const admin = (await request('/approvals', { key: adminKey })).body.approvals.find((a: { id: string }) => a.id === approval.id)
+  t.ok(admin, 'an admin key lists every key’s approvals')
+  const before = await nonceOf()
   const [a, b] = await Promise.all([
-    request(approval.links.approve, { method: 'POST', key }),
-    request(approval.links.approve, { method: 'POST', key }),
+    request(approval.links.approve, { method: 'POST', key: adminKey }),
+    request(approval.links.approve, { method: 'POST', key: adminKey }),
   ])
   t.same([a.status, b.status], [200, 200])
-  t.match(a.body, { status: 'approved', decidedBy: id, result: { success: true, amountIn: '50000000' } })
+  t.match(a.body, { status: 'approved', decidedBy: /^key_/, result: { success: true, amountIn: '50000000' } })
   t.equal(b.body.result.executionId, a.body.result.executionId, 'the same execution')
   const receipt = await publicClient.getTransactionReceipt({ hash: a.body.result.hash })
   t.equal(receipt.status, 'success', 'mined')
@@ -76,13 +92,39 @@ t.test('approve → mined once: two approvals sent at once answer the same execu
   )
 })
 
-t.test('reject → nothing sent, and approve afterwards answers 409', async (t) => {
+t.test('a key its policy names in approvers lists and approves it; the swap is mined', async (t) => {
+  const approver = await fleet.createKey('readwrite', 'approver')
+  const { key, approval } = await held({ approvalAboveUsd: 10, approvers: [approver.id] })
+  const listed = await request('/approvals', { key: approver.key })
+  t.same(
+    listed.body.approvals.map((a: { id: string }) => a.id),
+    [approval.id],
+    'the approver sees what waits for it',
+  )
+  t.match(listed.body.approvals[0].policy, { approvers: [approver.id], selfApprove: false })
+  const before = await nonceOf()
+  const approved = await request(approval.links.approve, { method: 'POST', key: approver.key })
+  t.equal(approved.status, 200, JSON.stringify(approved.body))
+  t.match(approved.body, { status: 'approved', decidedBy: approver.id, result: { success: true } })
+  t.equal(await nonceOf(), before + 1, 'one transaction')
+  t.equal((await executionsOf(key)).length, 1)
+})
+
+t.test('with selfApprove: true in its spend policy the key approves its own swap', async (t) => {
+  const { key, id, approval } = await held({ approvalAboveUsd: 10, selfApprove: true })
+  t.match(approval, { policy: { selfApprove: true } })
+  const approved = await request(approval.links.approve, { method: 'POST', key })
+  t.equal(approved.status, 200, JSON.stringify(approved.body))
+  t.match(approved.body, { status: 'approved', decidedBy: id, result: { success: true } })
+})
+
+t.test('reject by the key that asked → nothing sent, and approve afterwards answers 409', async (t) => {
   const { key, approval } = await held()
   const before = await nonceOf()
   const rejected = await request(approval.links.reject, { method: 'POST', key, body: { reason: 'not today' } })
   t.equal(rejected.status, 200)
   t.match(rejected.body, { status: 'rejected', decisionReason: 'not today', result: null })
-  const approve = await request(approval.links.approve, { method: 'POST', key })
+  const approve = await request(approval.links.approve, { method: 'POST', key: adminKey })
   t.equal(approve.status, 409)
   t.match(approve.body.error, /rejected .*not today.*nothing was sent/)
   t.equal(await nonceOf(), before)
@@ -101,7 +143,7 @@ t.test('an approval nobody decides expires: nothing sent, approve answers 409', 
     ttlMs + 10_000,
   )
   t.match(expired.error, /abandoned: not approved within 4 seconds/)
-  const approve = await request(approval.links.approve, { method: 'POST', key })
+  const approve = await request(approval.links.approve, { method: 'POST', key: adminKey })
   t.equal(approve.status, 409)
   t.equal(await nonceOf(), before)
   t.same(await executionsOf(key), [])

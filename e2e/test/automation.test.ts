@@ -79,8 +79,10 @@ const fleet = await startAgentFleet(t, {
     })
     t.equal(await arbOf(), 0n, 'nothing bought before the approval')
 
-    // approved twice at once: one swap
-    const approvals = await Promise.all([0, 1].map(() => request(`/approvals/${first.approval.id}/approve`, { method: 'POST', key })))
+    // approved twice at once (by an admin key: the automation's own key may not approve its swaps): one swap
+    const approvals = await Promise.all(
+      [0, 1].map(() => request(`/approvals/${first.approval.id}/approve`, { method: 'POST', key: adminKey })),
+    )
     for (const approved of approvals) t.equal(approved.status, 200, JSON.stringify(approved.body))
     const succeeded = await ended(first.id)
     t.match(succeeded, { status: 'success', txHash: /^0x[0-9a-f]{64}$/, approval: { id: first.approval.id } })

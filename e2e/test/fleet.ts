@@ -38,14 +38,17 @@ export async function startEcho(t: Test) {
   return app.listen({ port: 0, host: '127.0.0.1' })
 }
 
-/** A local webhook receiver (admin needs WEBHOOK_ALLOW_HTTP and WEBHOOK_ALLOW_PRIVATE_ADDRESSES for it): every request it got, in order. */
-export async function startReceiver(t: Test, answer: () => number = () => 204) {
+/**
+ * A local webhook receiver (admin needs WEBHOOK_ALLOW_HTTP and WEBHOOK_ALLOW_PRIVATE_ADDRESSES for it): every request it got, in order,
+ * recorded when it arrives; `answer` gives the status, and may hold the answer back by resolving later.
+ */
+export async function startReceiver(t: Test, answer: () => number | Promise<number> = () => 204) {
   const received: Array<{ headers: IncomingHttpHeaders; body: string }> = []
   const server = createServer(async (req, res) => {
     const chunks: Buffer[] = []
     for await (const chunk of req) chunks.push(chunk as Buffer)
     received.push({ headers: req.headers, body: Buffer.concat(chunks).toString() })
-    res.statusCode = answer()
+    res.statusCode = await answer()
     res.end()
   })
   server.listen(0, '127.0.0.1')

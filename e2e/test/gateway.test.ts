@@ -201,7 +201,8 @@ t.test('an unknown path answers 404 {error}', async (t) => {
 })
 
 t.test('when key verification is unreachable a new key gets 503, not a false 401', async (t) => {
-  const { request, createKey, admin } = await startFleet(t)
+  // no key cache: the gateway must ask admin (a key it heard created would pass from its cache)
+  const { request, createKey, admin } = await startFleet(t, { gatewayEnv: { KEY_CACHE_TTL_MS: '0' } })
   const { key } = await createKey('readonly')
   await admin.close()
   const res = await request('/market/prices', { key })

@@ -4,6 +4,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js'
 import { x402Client } from '@x402/core/client'
 import type { PaymentRequired } from '@x402/core/types'
 import { ExactEvmScheme } from '@x402/evm/exact/client'
+import { appendPaymentIdentifierToExtensions, generatePaymentId } from '@x402/extensions/payment-identifier'
 import t from 'tap'
 import { getAddress } from 'viem'
 import { adminKey, eventually, startAgentFleet } from './fleet.ts'
@@ -111,4 +112,77 @@ t.test('a paid prompt (a real EIP-3009 payment in _meta) runs its job, answers i
     { 'x402/payment': await payments.createPaymentPayload(skillsAsked.structuredContent as unknown as PaymentRequired) },
   )
   t.match(skills.structuredContent, { skills: [{ name: String, url: String }] }, "the agent's skills, paid like GET /agent/skills")
+})
+
+t.test('a paid prompt repeated with its payment id gets the route’s first answer: no second job, no second charge', async (t) => {
+  const id = generatePaymentId()
+  const withId = x402Client.fromConfig({
+    schemes: [{ network, client: new ExactEvmScheme(payer) }],
+    spendControls: { allowedAssets: [{ network, asset: usdc, maxAmountPerPayment: '10000' }] },
+  })
+  withId.onBeforePaymentCreation(async ({ paymentRequired }) => {
+    paymentRequired.extensions ??= {}
+    appendPaymentIdentifierToExtensions(paymentRequired.extensions, id)
+  })
+  const asked = (await call('agent_prompt', { prompt: 'price of ARB' })).structuredContent as unknown as PaymentRequired
+  const payment = await withId.createPaymentPayload(asked)
+  const paid = await call('agent_prompt', { prompt: 'price of ARB' }, { 'x402/payment': payment })
+  t.notOk(paid.isError, JSON.stringify(paid.content))
+  const job = paid.structuredContent as { id: string; threadId: string; status: string }
+  t.match(job, { id: /^job_/, status: 'complete' })
+
+  const again = await call('agent_prompt', { prompt: 'price of ARB' }, { 'x402/payment': payment })
+  t.notOk(again.isError, JSON.stringify(again.content))
+  t.same(
+    again.structuredContent,
+    { jobId: job.id, threadId: job.threadId, status: 'pending' },
+    "the route's first answer (the job as accepted), not the job followed again: its later state is agent_get_job's",
+  )
+  t.match(again._meta?.['x402/payment-response'], { success: true, payer: getAddress(payer.address) })
+
+  const renewed = await call('agent_prompt', { prompt: 'price of ARB' }, { 'x402/payment': await withId.createPaymentPayload(asked) })
+  t.equal(renewed.isError, true)
+  t.match(
+    (renewed.content[0] as { text: string }).text,
+    new RegExp(
+      `\\(409\\): payment id ${id} was first used with another payment \\(nonce ${(payment.payload.authorization as { nonce: string }).nonce}\\)`,
+    ),
+    'a new payment under the id is refused',
+  )
+
+  const key = await request('/admin/keys', {
+    method: 'POST',
+    key: adminKey,
+    body: { tier: 'readonly', label: 'jobs', wallet: payer.address },
+  })
+  const jobs = (await request('/portfolio/jobs?limit=50', { key: key.body.key })).body.jobs as Array<{ id: string; prompt?: string }>
+  t.same(
+    jobs.filter((j) => j.prompt === 'price of ARB').map((j) => j.id),
+    [job.id],
+    'one job',
+  )
+  const charged = await eventually(
+    'the payment settled',
+    async () => {
+      const { body } = await request('/admin/revenue', { key: adminKey })
+      const entries = body.recentPayments.filter((p: any) => p.jobId === job.id)
+      return entries.length > 0 && entries.every((p: any) => p.settlement === 'settled') ? entries : undefined
+    },
+    20_000,
+  )
+  t.equal(charged.length, 1, 'charged once')
+})
+
+t.test('a payment made for one paid tool is refused by another, and stays good for its own', async (t) => {
+  const skillsAsked = (await call('agent_skills', {})).structuredContent as unknown as PaymentRequired
+  const forSkills = await payments.createPaymentPayload(skillsAsked)
+  const wrong = await call('agent_prompt', { prompt: 'price of ETH' }, { 'x402/payment': forSkills })
+  t.equal(wrong.isError, true)
+  t.match(
+    (wrong.structuredContent as { error: string }).error,
+    /^wrong resource: the payment was made for mcp:\/\/tool\/agent_skills, not for POST http:\/\/localhost:\d+\/agent\/prompt/,
+  )
+  const right = await call('agent_skills', {}, { 'x402/payment': forSkills })
+  t.notOk(right.isError, JSON.stringify(right.content))
+  t.match(right.structuredContent, { skills: [{ name: String }] })
 })

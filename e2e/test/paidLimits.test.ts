@@ -1,15 +1,19 @@
+import { randomBytes } from 'node:crypto'
 import { createServer, type Server } from 'node:http'
 import { once } from 'node:events'
 import { startTestDevnet } from '@ats/devnet'
+import { startService } from '@ats/service-kit/testing'
 import t from 'tap'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { gatewayService } from '@ats/gateway/service'
 import { startPaidFleet } from './fleet.ts'
+import { jsonRequest, type JsonRequestInit } from './jsonRequest.ts'
 
 /**
- * Issue 23, item 5: paid routes had no rate limit, and each validly signed payment from a fresh
- * unfunded wallet cost a balanceOf RPC call. The gateway reaches the devnet through a proxy here
- * that counts the balanceOf calls it forwards; client addresses come from X-Forwarded-For
- * (TRUST_PROXY names the test's own loopback address).
+ * Limits of paid routes: per client address and per payer, and the lockouts after refusals. Each
+ * validly signed payment from a fresh unfunded wallet costs a balanceOf RPC call: the gateway
+ * reaches the devnet through a proxy here that counts the balanceOf calls it forwards. Client
+ * addresses come from X-Forwarded-For (TRUST_PROXY names the test's own loopback address).
  */
 const balanceOf = '0x70a08231'
 const balanceReads = new Map<string, number>()
@@ -95,4 +99,76 @@ t.test('a flood of unfunded payers from one address costs one balance read each 
     from('203.0.113.31', await pay({ payer: privateKeyToAccount(devnet.accounts[3]!.privateKey) })),
   )
   t.equal(funded.status, 200, 'another address pays as usual')
+})
+
+// A second gateway of the fleet with roomy rate limits and low lockout thresholds: the lockouts
+// themselves are what these tests look at
+const lockouts = await startService(t, gatewayService, {
+  ...fleet.gatewayEnv,
+  PAID_RATE_LIMIT_PER_ADDRESS: '1000',
+  PAID_RATE_LIMIT_PER_PAYER: '1000',
+  AUTH_FAILURE_LIMIT: '10',
+  PAYER_FAILURE_LIMIT: '20',
+})
+const viaLockouts = (path: string, init: JsonRequestInit) => jsonRequest(`${lockouts.url}${path}`, init)
+const account = (i: number) => privateKeyToAccount(devnet.accounts[i]!.privateKey)
+const unknownKey = () => `atsk_${randomBytes(24).toString('base64url')}`
+
+t.test(
+  '50 replays of one payment from one address count against its payer only: another payer and a key created then are served from that address',
+  async (t) => {
+    const replayer = account(4)
+    const header = await pay({ payer: replayer })
+    t.equal((await viaLockouts('/agent/skills', from('203.0.113.40', header))).status, 200, 'the payment is served once')
+    const replays = []
+    for (let i = 0; i < 50; i++) replays.push(await viaLockouts('/agent/skills', from('203.0.113.40', header)))
+    t.same(
+      replays.map((res) => res.status),
+      [...Array(20).fill(402), ...Array(30).fill(429)],
+      'PAYER_FAILURE_LIMIT (20) replays refused 402, then the payer gets 429',
+    )
+    t.match(replays[0]!.body.error, /^nonce already used/)
+    t.match(replays[49]!.body, { error: new RegExp(`^too many refused payments from payer ${replayer.address}; retry in \\d+ s$`, 'i') })
+    t.ok(Number(replays[49]!.headers.get('retry-after')) > 0, 'retry-after says when')
+
+    const other = await viaLockouts('/agent/skills', from('203.0.113.40', await pay({ payer: account(5) })))
+    t.equal(other.status, 200, 'another payer from the same address is served')
+    const { key } = await fleet.createKey('readonly')
+    const keyed = await viaLockouts('/market/prices', { key, ...from('203.0.113.40') })
+    t.equal(keyed.status, 200, 'a key created now is served from the same address')
+    const elsewhere = await viaLockouts('/agent/skills', from('203.0.113.41', await pay({ payer: replayer })))
+    t.equal(elsewhere.status, 429, "the replayer's new payment is refused from any address until the window ends")
+  },
+)
+
+t.test('a key created a moment ago is served from an address locked out for unknown keys; unknown keys stay refused', async (t) => {
+  const statuses = []
+  for (let i = 0; i < 10; i++) statuses.push((await viaLockouts('/market/prices', { key: unknownKey(), ...from('203.0.113.42') })).status)
+  t.same(statuses, Array(10).fill(401), 'AUTH_FAILURE_LIMIT (10) unknown keys')
+  const locked = await viaLockouts('/market/prices', { key: unknownKey(), ...from('203.0.113.42') })
+  t.equal(locked.status, 429, 'then the address is refused for unknown keys')
+  const { key } = await fleet.createKey('readonly')
+  const fresh = await viaLockouts('/market/prices', { key, ...from('203.0.113.42') })
+  t.equal(fresh.status, 200, 'the new key is known to this gateway already: served without a lookup')
+  t.equal((await viaLockouts('/market/prices', { key: unknownKey(), ...from('203.0.113.42') })).status, 429, 'unknown keys still are not')
+})
+
+t.test('payments whose signature does not verify count against the client address: it is locked out', async (t) => {
+  // the payment of account 5 claiming to come from account 6: the signature names another signer
+  const forged = (header: string) => {
+    const decoded = JSON.parse(Buffer.from(header, 'base64').toString())
+    decoded.payload.authorization.from = account(6).address
+    return Buffer.from(JSON.stringify(decoded)).toString('base64')
+  }
+  const refused = []
+  for (let i = 0; i < 10; i++)
+    refused.push(await viaLockouts('/agent/skills', from('203.0.113.43', forged(await pay({ payer: account(5) })))))
+  t.same(
+    refused.map((res) => res.status),
+    Array(10).fill(402),
+  )
+  t.match(refused[0]!.body.error, /^invalid signature/)
+  const locked = await viaLockouts('/agent/skills', from('203.0.113.43', await pay({ payer: account(5) })))
+  t.equal(locked.status, 429, 'then every payment from the address is refused for the window')
+  t.match(locked.body, { error: /^too many failed authentications from this address; retry in \d+ s$/ })
 })

@@ -46,15 +46,18 @@ t.test('a hand-signed X-PAYMENT passes once; the payer is the owner the service 
   const header = await pay()
   // a client's own x-ats-payment claim is replaced by the payment the gateway verified
   const forged = `${payer.address.toLowerCase()}:0x${'11'.repeat(32)}`
-  const res = await request('/agent/skills', { headers: { 'x-payment': header, 'x-ats-payment': forged } })
+  const res = await request('/agent/skills', {
+    headers: { 'x-payment': header, 'x-ats-payment': forged, 'x-ats-payment-valid-before': '99999999999' },
+  })
   t.equal(res.status, 200)
   t.equal(res.body.headers['x-ats-owner-id'], payer.address)
-  const nonce = JSON.parse(Buffer.from(header, 'base64').toString('utf8')).payload.authorization.nonce
+  const { nonce, validBefore } = JSON.parse(Buffer.from(header, 'base64').toString('utf8')).payload.authorization
   t.equal(
     res.body.headers['x-ats-payment'],
     `${payer.address.toLowerCase()}:${nonce}`,
     'the verified payment goes to the service as <payer>:<nonce>',
   )
+  t.equal(res.body.headers['x-ats-payment-valid-before'], validBefore, "with its validBefore, never the client's claim")
   t.notOk('x-payment' in res.body.headers, 'the payment header is not forwarded')
   const receipt = decode(res.headers.get('x-payment-response'))
   t.same(receipt, { success: true, transaction: '', network: 'anvil', payer: payer.address })

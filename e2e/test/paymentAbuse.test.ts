@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import { eip3009Abi, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
 import { startService } from '@ats/service-kit/testing'
 import t from 'tap'
@@ -7,12 +8,12 @@ import { adminService } from '@ats/admin/service'
 import { adminKey, eventually, startPaidFleet } from './fleet.ts'
 
 /**
- * Payers who try to be served without paying (issue 23): an authorization whose nonce the payer
- * spends on chain first, or after being served; payments that together exceed the balance.
- * One fleet: admin settles every 100 ms; the last test restarts it.
+ * Payers who try to be served without paying: an authorization whose nonce the payer spends on
+ * chain first, or after being served; payments that together exceed the balance, at once or in a
+ * burst while settlement runs. One fleet with the default limits: admin settles every 100 ms; the
+ * last test restarts it.
  */
-// (probes until a payer is refused fail payment checks from one address: AUTH_FAILURE_LIMIT)
-const fleet = await startPaidFleet(t, { adminEnv: { SETTLEMENT_INTERVAL_MS: '100' }, gatewayEnv: { AUTH_FAILURE_LIMIT: '1000' } })
+const fleet = await startPaidFleet(t, { adminEnv: { SETTLEMENT_INTERVAL_MS: '100' } })
 const devnetAccount = (i: number) => privateKeyToAccount(fleet.devnet.accounts[i]!.privateKey as Hex)
 const walletOf = (account: PrivateKeyAccount) => createWalletClient({ account, transport: http(fleet.devnet.rpcUrl) })
 
@@ -96,6 +97,34 @@ t.test(
       200,
       'the rest of the balance pays once the first payment settled',
     )
+  },
+)
+
+t.test(
+  'a payer holding 100 prices sends 150 paid requests in 3 s while settlement runs: served exactly 100 times, the rest 402 naming what is reserved',
+  async (t) => {
+    const payer = await fundedAccount(100n * 10_000n)
+    const headers = await Promise.all(Array.from({ length: 150 }, () => fleet.pay({ payer })))
+    // one every 20 ms, each sent without waiting for the answers before it
+    const answers = await Promise.all(headers.map(async (header, i) => paid(await sleep(i * 20, header))))
+    const count = (status: number) => answers.filter((a) => a.status === status).length
+    t.same(
+      { served: count(200), refused: count(402), other: answers.length - count(200) - count(402) },
+      { served: 100, refused: 50, other: 0 },
+      'no 503, no 429',
+    )
+    for (const refused of answers.filter((a) => a.status === 402)) {
+      t.match(
+        refused.body.error,
+        new RegExp(
+          `^insufficient funds: ${payer.address} holds \\d+, of which \\d+ is reserved by unsettled payments; the payment is 10000$`,
+        ),
+      )
+    }
+    // every served payment settles: the balance is spent to the last unit, and the payer is not blocked
+    await eventually('every payment settled', async () => ((await fleet.balanceOf(payer.address)) === 0n ? true : undefined))
+    const blocked = await fleet.request('/admin/payers/blocked', { key: adminKey })
+    t.notOk(JSON.stringify(blocked.body).toLowerCase().includes(payer.address.toLowerCase()), 'the payer is not blocked')
   },
 )
 

@@ -20,6 +20,12 @@ export const RateLimited = createError<[number, number, number]>(
   'rate limit exceeded: %s requests per %s s for this key; retry in %s s',
   429,
 )
+/** A payer whose payments were refused too often this window (PAYER_FAILURE_LIMIT). */
+export const PayerFailures = createError<[string, number]>(
+  'ATS_ERR_PAYER_FAILURES',
+  'too many refused payments from payer %s; retry in %s s',
+  429,
+)
 /** A client address or payer over its limit of paid requests. */
 export const PaidRateLimited = createError<[number, number, string, number]>(
   'ATS_ERR_PAID_RATE_LIMITED',
@@ -34,6 +40,22 @@ export const PaymentIdReused = createError<[string]>(
   'payment id %s was first used with another request (method, path, query or body differ); use a new id for a new request',
   409,
 )
+/** The same request under a used payment id with a new authorization: only the first payment repeats it. */
+export const PaymentIdOtherPayment = createError<[string, string]>(
+  'ATS_ERR_PAYMENT_ID_OTHER_PAYMENT',
+  'payment id %s was first used with another payment (nonce %s): to get its answer again send that same payment again; a new payment needs a new id',
+  409,
+)
+export const PaymentIdInProgress = createError<[string]>(
+  'ATS_ERR_PAYMENT_ID_IN_PROGRESS',
+  'payment id %s: the request is still being answered; send it again in a few seconds',
+  409,
+)
+export const PaymentIdNotStored = createError<[string, string]>(
+  'ATS_ERR_PAYMENT_ID_NOT_STORED',
+  'payment id %s: its answer was given once and not kept (%s), so it is not given again; a new payment with a new id asks again',
+  409,
+)
 
 /**
  * Which check refused a payment: our names, in x402's snake_case style. They never reach the
@@ -46,6 +68,8 @@ export type PaymentRefusalReason =
   | 'wrong_network'
   | 'wrong_asset'
   | 'wrong_recipient'
+  | 'wrong_resource'
+  | 'wrong_requirements'
   | 'amount_too_low'
   | 'not_yet_valid'
   | 'expired'
@@ -56,7 +80,11 @@ export type PaymentRefusalReason =
   | 'insufficient_funds'
   | 'payer_blocked'
 
-/** A payment refused: answered 402 with the message, which says exactly what is wrong and is safe to show the client. */
+/**
+ * A payment refused: answered 402 with the message, which says exactly what is wrong and is safe
+ * to show the client. `payer`: the signer it counts against (its signature verified, and the
+ * refusal is theirs to answer for); without one it counts against the client address.
+ */
 export class PaymentRefused extends Error {
   override name = 'PaymentRefused'
   readonly code = 'ATS_ERR_PAYMENT_REFUSED'
@@ -64,6 +92,7 @@ export class PaymentRefused extends Error {
   constructor(
     readonly reason: PaymentRefusalReason,
     message: string,
+    readonly payer?: string,
   ) {
     super(message)
   }

@@ -72,6 +72,7 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never, 'r
       redis,
       namespace: config.NATS_NAMESPACE,
       limit: config.AUTH_FAILURE_LIMIT,
+      payerLimit: config.PAYER_FAILURE_LIMIT,
       windowMs: config.RATE_LIMIT_WINDOW_MS,
     })
     const blockedPayers = await watchBlockedPayers(nc, channels.admin.payments.blockedPayers, log)
@@ -79,6 +80,7 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never, 'r
     onClose(blockedPayers.close)
     onClose(charges.close)
     app.decorateRequest('payment', null)
+    app.decorateRequest('paymentRefusal', null)
     installBodyLimit(app, config.BODY_LIMIT_BYTES)
     const pay = createPaymentGuard(config, { redis, log, blockedPayers, charges, chain })
     const auth: AuthDeps = { keys, limit, pay, failures, paid, concurrency, maxPerKey: config.MAX_CONCURRENT_PER_KEY }

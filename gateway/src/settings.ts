@@ -20,8 +20,15 @@ export const gatewaySettings = {
   RATE_LIMIT_ADMIN: perWindow(300, 'admin'),
   AUTH_FAILURE_LIMIT: Type.Integer({
     minimum: 1,
-    default: 30,
-    description: 'failed authentications per client address per rate-limit window before it gets 429 for unknown keys',
+    default: 300,
+    description:
+      'failures no one can be named for (malformed, unknown or revoked keys; payment headers that cannot be read, signatures that do not verify, payers holding less than one payment) per client address per rate-limit window before it gets 429 for unknown keys and on paid routes; high enough for a shared egress (NAT, an agent platform)',
+  }),
+  PAYER_FAILURE_LIMIT: Type.Integer({
+    minimum: 1,
+    default: 300,
+    description:
+      'refused payments of one payer (signature verified: replays, funds held by unsettled payments, a blocked payer) per rate-limit window before that payer gets 429 on paid routes; they never count against the client address',
   }),
   PAID_RATE_LIMIT_PER_ADDRESS: Type.Integer({
     minimum: 1,
@@ -122,7 +129,14 @@ export const gatewaySettings = {
     maximum: 86_400,
     default: 86_400,
     description:
-      'how long a payment id (x402 payment-identifier) is remembered: a repeat within it is answered again and not charged (at most 24 h: the agent keeps job keys 48 h)',
+      'how long a payment id (x402 payment-identifier) and its first answer are remembered: a repeat within it gets that answer again and is not charged (at most 24 h: the agent keeps job keys 48 h)',
+  }),
+  PAYMENT_ID_ANSWER_MAX_BYTES: Type.Integer({
+    minimum: 1_024,
+    maximum: 4_194_304,
+    default: 65_536,
+    description:
+      'the largest answer body kept in Redis for repeats of a paid request with a payment id (for PAYMENT_ID_TTL_SECONDS); a larger answer is given once and its repeats are refused with 409',
   }),
   SKIP_PAYMENT: Type.Boolean({ default: false, description: 'development only: paid routes pass without a verified payment' }),
   PUBLIC_URL: Type.Optional(

@@ -1,7 +1,7 @@
 // Charges of paid requests: the charge publisher that hands them to admin's payments stream
 // (on the test NATS only), then payment ids (x402 payment-identifier): the store on real Redis
 // shared by two "replicas", then the whole gateway (two of them) in process before a probe
-// upstream, on the devnet.
+// upstream, on the devnet: a repeat gets the first answer, never a new run uncharged.
 import { Writable } from 'node:stream'
 import { natsChannels, paymentRequirementsV2, type PaymentCharged } from '@ats/contracts'
 import { startTestDevnet } from '@ats/devnet'
@@ -198,15 +198,25 @@ const headerWith = async (
 /** the 402's declaration with the client's id appended by x402's own helper */
 const withId = (id: string) => appendPaymentIdentifierToExtensions({ [PAYMENT_IDENTIFIER]: { info: { required: false } } }, id)
 
-// the whole gateway: two replicas on one Redis, a probe upstream that echoes what it gets
+// the whole gateway: two replicas on one Redis, a probe upstream that echoes what it gets (and
+// how often it was asked: `?delayMs=` answers that much later, `?size=` pads the answer)
 const probe = Fastify()
 let failNext = 0
+const probed: string[] = []
 probe.all('/*', async (request, reply) => {
+  probed.push(request.url)
   if (failNext > 0) {
     failNext--
     return reply.code(503).send({ error: 'probe down' })
   }
-  return reply.code(request.method === 'POST' ? 202 : 200).send({ path: request.url, headers: request.headers, body: request.body ?? null })
+  const { delayMs, size } = request.query as { delayMs?: string; size?: string }
+  if (delayMs) await new Promise((resolve) => setTimeout(resolve, Number(delayMs)))
+  return reply.code(request.method === 'POST' ? 202 : 200).send({
+    path: request.url,
+    headers: request.headers,
+    body: request.body ?? null,
+    ...(size ? { pad: 'x'.repeat(Number(size)) } : {}),
+  })
 })
 t.teardown(() => probe.close())
 const probeUrl = await probe.listen({ port: 0, host: '127.0.0.1' })
@@ -217,6 +227,7 @@ const env: NodeJS.ProcessEnv = {
   PAY_TO: payTo,
   AGENT_URL: probeUrl,
   PAYMENT_ID_TTL_SECONDS: '120',
+  PAYMENT_ID_ANSWER_MAX_BYTES: '8192',
 }
 const gateways = [await createService(gatewayService, env), await createService(gatewayService, env)]
 t.teardown(() => Promise.all(gateways.map((g) => g.close())))
@@ -278,11 +289,10 @@ t.test('a fingerprint changes with the method, path, query, content type or body
 })
 
 const paymentOf = async (id: string, signer = payer): Promise<Payment> => decodePaymentSignature(await headerWith(withId(id), signer))
-const storeOn = (redis: Redis | undefined, namespace = 'ids-test') =>
-  createPaymentIdStore({ ...(redis ? { redis } : {}), nonces: createNonceStore(redis ? { redis } : {}), namespace, ttlMs: 60_000 })
+const storeOn = (redis: Redis, repeatWaitMs = 0) => createPaymentIdStore({ redis, namespace: 'ids-test', ttlMs: 60_000, repeatWaitMs })
 
 t.test(
-  'first use claims the nonce; the same request again is a repeat paid by the first payment; another request is a conflict',
+  'first use claims the nonce; the same request with the same payment again is a repeat; another request or another payment is refused',
   async (t) => {
     const [a, b] = [storeOn(redisA), storeOn(redisB)]
     const id = generatePaymentId()
@@ -293,10 +303,14 @@ t.test(
       false,
       'its nonce is claimed',
     )
+    t.same(await b.claim(payer.address, id, 'fp-1', first), { kind: 'repeat' }, 'the first payment sent again, on the other replica')
 
     const resigned = await paymentOf(id)
-    const repeat = await b.claim(payer.address, id, 'fp-1', resigned)
-    t.same(repeat, { kind: 'repeat', first }, 'on the other replica, paid by the first payment (bigints and all)')
+    t.same(
+      await b.claim(payer.address, id, 'fp-1', resigned),
+      { kind: 'other_payment', nonce: first.authorization.nonce },
+      'a new authorization under the id is not a repeat',
+    )
     t.equal(
       await createNonceStore({ redis: redisA }).claim(
         resigned.authorization.from,
@@ -304,9 +318,8 @@ t.test(
         resigned.authorization.validBefore,
       ),
       true,
-      "the repeat's own nonce was left unclaimed",
+      "the refused payment's nonce was left unclaimed",
     )
-    t.same(await b.claim(payer.address, id, 'fp-1', first), { kind: 'repeat', first }, 'the first payment sent again is a repeat too')
     t.same(await a.claim(payer.address, id, 'fp-2', await paymentOf(id)), { kind: 'conflict' })
     t.same(
       await a.claim(otherPayer.address, id, 'fp-2', await paymentOf(id, otherPayer)),
@@ -328,21 +341,43 @@ t.test('a new id on a payment whose nonce was used is refused, and the id stays 
   t.same(await store.claim(payer.address, id, 'fp', await paymentOf(id)), { kind: 'first' }, 'no record was left behind')
 })
 
-t.test('50 concurrent claims of one id on two replicas: one first, 49 repeats; the charge is taken once', async (t) => {
-  for (const [name, stores] of [
-    ['Redis', [storeOn(redisA), storeOn(redisB)]],
-    ['in memory', [storeOn(undefined)]],
-  ] as const) {
-    const id = generatePaymentId()
-    const payment = await paymentOf(id)
-    const claims = await Promise.all(
-      Array.from({ length: 50 }, (_, i) => stores[i % stores.length]!.claim(payer.address, id, 'fp', payment)),
-    )
-    t.equal(claims.filter((c) => c.kind === 'first').length, 1, `${name}: one first`)
-    t.equal(claims.filter((c) => c.kind === 'repeat').length, 49, `${name}: the rest repeats`)
-    const charges = await Promise.all(Array.from({ length: 50 }, (_, i) => stores[i % stores.length]!.charge(payer.address, id)))
-    t.equal(charges.filter(Boolean).length, 1, `${name}: charged once`)
-  }
+t.test('50 concurrent claims of one id on two replicas: one first run; the repeats wait for its answer', async (t) => {
+  const stores = [storeOn(redisA), storeOn(redisB)]
+  const id = generatePaymentId()
+  const payment = await paymentOf(id)
+  const { nonce } = payment.authorization
+  const claims = await Promise.all(Array.from({ length: 50 }, (_, i) => stores[i % 2]!.claim(payer.address, id, 'fp', payment)))
+  t.equal(claims.filter((c) => c.kind === 'first').length, 1, 'one first')
+  t.equal(claims.filter((c) => c.kind === 'repeat').length, 49, 'the rest repeats')
+  const turns = () => Promise.all(Array.from({ length: 20 }, (_, i) => stores[i % 2]!.turn(payer.address, id, nonce)))
+  t.ok(
+    (await turns()).every((turn) => turn.kind === 'in_progress'),
+    'while the first runs: in progress',
+  )
+
+  await stores[0]!.ended(payer.address, id, nonce, { kind: 'failed' })
+  const afterFailure = await turns()
+  t.equal(afterFailure.filter((turn) => turn.kind === 'run').length, 1, 'after an error answer, one repeat runs it again')
+  t.equal(afterFailure.filter((turn) => turn.kind === 'in_progress').length, 19, 'the others wait for that run')
+
+  const answer = { status: 200, headers: { 'content-type': 'application/json' }, body: Buffer.from('{"ok":true}') }
+  await stores[1]!.ended(payer.address, id, nonce, { kind: 'answered', answer })
+  t.ok(
+    (await turns()).every((turn) => turn.kind === 'answer' && turn.answer.body.equals(answer.body) && turn.answer.status === 200),
+    'every repeat gets the answer',
+  )
+  await stores[0]!.ended(payer.address, id, nonce, { kind: 'failed' })
+  t.match(await stores[0]!.turn(payer.address, id, nonce), { kind: 'answer' }, 'an answer is final: a late failure does not replace it')
+})
+
+t.test('a repeat waits a moment for a run in progress, and gets its answer', async (t) => {
+  const [waiting, running] = [storeOn(redisA, 2_000), storeOn(redisB)]
+  const id = generatePaymentId()
+  const payment = await paymentOf(id)
+  t.same(await running.claim(payer.address, id, 'fp', payment), { kind: 'first' })
+  const turn = waiting.turn(payer.address, id, payment.authorization.nonce)
+  await running.ended(payer.address, id, payment.authorization.nonce, { kind: 'not_stored', reason: 'a stream of events is not kept' })
+  t.same(await turn, { kind: 'not_stored', reason: 'a stream of events is not kept' })
 })
 
 t.test('an unreachable Redis fails closed (503), never a free repeat', async (t) => {
@@ -377,6 +412,7 @@ t.test('the same request with one payment id on two gateways: forwarded with one
   const message = await signed()
   const header = await headerWith(withId(id), payer, message)
   const body = { prompt: 'What is the price of ETH?', context: { b: 1, a: [1, 2] } }
+  const asked = probed.length
   const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => post(i % 2, header, body)))
   t.same(
     answers.map((a) => a.statusCode),
@@ -394,10 +430,15 @@ t.test('the same request with one payment id on two gateways: forwarded with one
     'every answer says it is paid',
   )
 
+  t.equal(answers.filter((a) => a.headers['idempotent-replayed'] === 'true').length, 5, 'five are the first answer given again')
+  t.equal(probed.length - asked, 1, 'the service was asked once')
+
   const resigned = await post(1, await headerWith(withId(id)), body)
-  t.equal(resigned.statusCode, 202, 'a newly signed payment with the id is a repeat too')
-  t.equal(resigned.json().headers['x-ats-idempotency-key'], key, 'paid by the first payment')
-  t.equal(resigned.json().headers['x-ats-payment'], `${payer.address.toLowerCase()}:${message.message.nonce}`)
+  t.equal(resigned.statusCode, 409, 'a newly signed payment with the id is refused')
+  t.equal(
+    resigned.json().error,
+    `payment id ${id} was first used with another payment (nonce ${message.message.nonce}): to get its answer again send that same payment again; a new payment needs a new id`,
+  )
   const charged = await chargedNonces(message.message.nonce)
   t.equal(charged.filter((n) => n === message.message.nonce).length, 1, 'one charge, of the first payment')
   t.equal(charged.length, 1, 'and nothing else')
@@ -500,4 +541,74 @@ t.test('a chunked body is fingerprinted whole and forwarded whole: the same byte
   const seen = (await res.json()) as { body: unknown; headers: Record<string, string> }
   t.same(seen.body, body, 'the service got the whole body')
   t.equal(seen.headers['x-ats-idempotency-key'], first.json().headers['x-ats-idempotency-key'], 'a repeat of the first')
+})
+
+const get = (via: number, header: string, url: string) =>
+  gateways[via]!.app.inject({ method: 'GET', url, headers: { 'payment-signature': header } })
+
+t.test('a repeat while the first is still being answered waits 2 s, then answers 409 with Retry-After; later, the answer', async (t) => {
+  const id = generatePaymentId()
+  const header = await headerWith(withId(id))
+  const url = `/agent/skills?delayMs=4000&id=${id}`
+  const first = get(0, header, url)
+  await eventually('the first request at the service', async () => (probed.includes(url) ? true : undefined))
+  const early = await get(1, header, url)
+  t.equal(early.statusCode, 409)
+  t.same(early.json(), { error: `payment id ${id}: the request is still being answered; send it again in a few seconds` })
+  t.equal(early.headers['retry-after'], '2')
+  t.equal((await first).statusCode, 200)
+  const later = await get(1, header, url)
+  t.equal(later.statusCode, 200)
+  t.equal(later.body, (await first).body, 'the first answer')
+  t.equal(probed.filter((u) => u === url).length, 1, 'the service was asked once')
+})
+
+t.test('an answer larger than PAYMENT_ID_ANSWER_MAX_BYTES is given once, in full; its repeat answers 409 saying why', async (t) => {
+  const id = generatePaymentId()
+  const header = await headerWith(withId(id))
+  const url = `/agent/skills?size=20000&id=${id}`
+  const first = await get(0, header, url)
+  t.equal(first.statusCode, 200)
+  t.equal(first.json().pad.length, 20_000, 'the whole answer')
+  t.equal(decode(first.headers['payment-response']).success, true, 'charged')
+  const again = await get(1, header, url)
+  t.equal(again.statusCode, 409)
+  t.same(again.json(), {
+    error: `payment id ${id}: its answer was given once and not kept (larger than the 8192 bytes kept), so it is not given again; a new payment with a new id asks again`,
+  })
+  t.equal(probed.filter((u) => u === url).length, 1, 'not run again')
+})
+
+t.test('a v2 payment made for another resource or other terms is refused (402 naming it) and its nonce left unused', async (t) => {
+  const { message, signature } = await signed()
+  const v2 = (top: Record<string, unknown>) =>
+    b64({ x402Version: 2, accepted: paymentRequirementsV2(terms), payload: wire(message, signature), ...top })
+  const resource = (url: string) => ({ resource: { url, description: 'x', mimeType: 'application/json' } })
+  const cases: Array<[Record<string, unknown>, RegExp]> = [
+    [
+      resource('http://localhost:3000/agent/prompt'),
+      /^wrong resource: the payment was made for http:\/\/localhost:3000\/agent\/prompt, not for GET http:\/\/localhost:\d+\/agent\/skills; /,
+    ],
+    [resource('mcp://tool/agent_prompt'), /^wrong resource: the payment was made for mcp:\/\/tool\/agent_prompt, not for GET /],
+    [resource('not a url'), /^wrong resource: the payment was made for not a url, /],
+    [
+      { accepted: { ...paymentRequirementsV2(terms), amount: '20000' } },
+      /^wrong requirements: .*\(accepted\.amount "20000" is not "10000"\)/,
+    ],
+    [{ accepted: { ...paymentRequirementsV2(terms), payTo: otherPayer.address } }, /accepted\.payTo 0x[0-9a-fA-F]{40} is not /],
+  ]
+  for (const [top, error] of cases) {
+    const res = await get(0, v2(top), '/agent/skills')
+    t.equal(res.statusCode, 402, error.source)
+    t.match(res.json(), { error }, error.source)
+  }
+  const asTool = await get(0, v2(resource('mcp://tool/agent_skills')), '/agent/skills')
+  t.equal(asTool.statusCode, 200, 'the MCP tool that calls the route names a resource good for it; the nonce was still unused')
+  const own = await get(1, v2(resource('http://localhost:3000/agent/skills')), '/agent/skills')
+  t.equal(own.statusCode, 402, 'and now it is used')
+  t.match(
+    own.json(),
+    { error: /^nonce already used/ },
+    'the resource is compared by path: without PUBLIC_URL a gateway names itself by its port',
+  )
 })

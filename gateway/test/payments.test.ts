@@ -61,9 +61,19 @@ t.test('x402 headers without a chain: decoding, digests and the 402 shapes', asy
       signature,
       authorization: { ...message, from: message.from.toLowerCase(), to: message.to.toLowerCase() },
     })
-    t.same({ ...fromV2, x402Version: 1, network: 'anvil', asset: undefined }, { ...fromV1, asset: undefined })
+    const { resource, accepted, ...v2Payment } = fromV2
+    t.same({ ...v2Payment, x402Version: 1, network: 'anvil', asset: undefined }, { ...fromV1, asset: undefined })
     t.equal(fromV2.network, 'eip155:31337')
     t.equal(fromV2.asset, usdc.toLowerCase())
+    t.equal(resource, terms.resource, 'v2 says what it paid for: the resource and the requirements it accepted')
+    t.same(accepted, paymentRequirementsV2(terms))
+    t.equal(
+      decodePaymentSignature(
+        b64({ ...JSON.parse(Buffer.from(paymentSignature(message, signature), 'base64').toString()), resource: undefined }),
+      ).resource,
+      undefined,
+      'a payment that says no resource',
+    )
     t.same(paymentFromHeaders({ 'x-payment': xPayment(message, signature) }), fromV1)
     t.same(paymentFromHeaders({ 'payment-signature': paymentSignature(message, signature), 'x-payment': 'junk' }), fromV2)
     t.equal(paymentFromHeaders({}), undefined)

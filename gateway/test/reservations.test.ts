@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import { pino } from 'pino'
 import t from 'tap'
 import { eip3009Abi, createChainClients, MULTICALL3_ADDRESS } from '@ats/chain'
@@ -34,8 +35,8 @@ const { terms, xPayment, signed } = paymentFixtures({ usdc, payTo, chainId: devn
 const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: devnet.chainId })
 
 /** a gateway replica's verifier: its own Redis client, its own balance cache (60 s: only a stale mark refreshes it) */
-const replica = (redis: typeof redisA) => {
-  const chain = createPayerChain({ publicClient, asset: usdc, ttlMs: 60_000 })
+const replica = (redis: typeof redisA, ttlMs = 60_000) => {
+  const chain = createPayerChain({ publicClient, asset: usdc, ttlMs })
   const reservations = createReservations({ redis, chain, namespace })
   const verifier = createPaymentVerifier({
     requirements: terms,
@@ -172,24 +173,70 @@ t.test('the authorization states of one tick are read in one Multicall3 call; us
   )
 })
 
-t.test('a payment id reserves once: its repeats, with the first payment or a new one, reserve nothing again', async (t) => {
+t.test('a payment id reserves once: its repeats reserve nothing again, nor does a new payment under it (refused)', async (t) => {
   const payer = await fundedAccount(25_000n)
-  const ids = createPaymentIdStore({
-    redis: redisA,
-    nonces: createNonceStore({ redis: redisA }),
-    reservations: a.reservations,
-    namespace,
-    ttlMs: 60_000,
-  })
+  const ids = createPaymentIdStore({ redis: redisA, reservations: a.reservations, namespace, ttlMs: 60_000 })
   const first = await payment(payer, { value: 12_000n })
   t.match(await ids.claim(payer.address, 'order-0001-abcdef', 'fp', first.payment), { kind: 'first' })
   t.match(await ids.claim(payer.address, 'order-0001-abcdef', 'fp', first.payment), { kind: 'repeat' }, 'the first payment again')
   t.match(
     await ids.claim(payer.address, 'order-0001-abcdef', 'fp', (await payment(payer, { value: 12_000n })).payment),
-    { kind: 'repeat' },
+    { kind: 'other_payment' },
     'a new payment',
   )
   // 12000 reserved once, not three times: 12000 more fits in 25000
   t.equal(await outcome(b.verifier.verify((await payment(payer, { value: 12_000n })).payment, nowS())), 'ok')
   t.match(await outcome(b.verifier.verify((await payment(payer)).payment, nowS())), /^insufficient funds: .* of which 24000 is reserved/)
 })
+
+t.test(
+  'reserves racing prunes and settlements on two replicas, round after round: exactly what the balance covers is admitted, the rest refused naming what is reserved',
+  async (t) => {
+    // replicas that cache balances 5 s, as gateways do: loads in flight meet prunes
+    const [c, d] = [replica(redisA, 5_000), replica(redisB, 5_000)]
+    const covered = 12
+    const sent = 36
+    for (let round = 1; round <= 8; round++) {
+      const payer = await fundedAccount(10_000n * BigInt(covered))
+      const payments = await Promise.all(Array.from({ length: sent }, () => payment(payer)))
+      // admin's part: every admitted payment settled on chain as soon as it is admitted, one at a time
+      let settling: Promise<unknown> = Promise.resolve()
+      const settlements: string[] = []
+      const results = await Promise.all(
+        payments.map(async (p, i) => {
+          // bursts of six at once, every 25 ms: loads of the balance in flight meet prunes
+          await sleep(Math.floor(i / 6) * 25)
+          const result = await outcome([a, b, c, d][i % 4]!.verifier.verify(p.payment, nowS()))
+          if (result === 'ok') {
+            settling = settling.then(() =>
+              settle(p).then(
+                () => settlements.push('settled'),
+                (error: Error) => settlements.push(error.message.split('\n')[0]!),
+              ),
+            )
+          }
+          return result
+        }),
+      )
+      await settling
+      const admitted = results.filter((r) => r === 'ok').length
+      const refused = results.filter((r) => r !== 'ok')
+      t.equal(admitted, covered, `round ${round}: ${covered} admitted`)
+      t.same(
+        settlements,
+        Array(admitted).fill('settled'),
+        `round ${round}: every admitted payment settled (a payment beyond the balance reverts)`,
+      )
+      t.same(
+        refused.filter((r) => !r.startsWith('insufficient funds')),
+        [],
+        `round ${round}: every other payment is refused for insufficient funds, none fails (a 503)`,
+      )
+      t.same(
+        refused.filter((r) => !new RegExp(`^insufficient funds: ${payer.address} holds \\d+, of which \\d+ is reserved`).test(r)),
+        [],
+        `round ${round}: every refusal names what is reserved`,
+      )
+    }
+  },
+)

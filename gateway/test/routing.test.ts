@@ -96,14 +96,11 @@ t.test('each tool has the access of its route group: read tools readonly, spendi
 })
 
 t.test('arguments go where the route reads them: path, query, body, Idempotency-Key', async (t) => {
-  t.same(requestOf(byName('get_nfts'), { address: '0xabc', includeHidden: true, pageKey: 'p 2' }), {
-    url: '/nfts/0xabc?includeHidden=true&pageKey=p+2',
+  const owner = `0x${'ab'.repeat(20)}`
+  t.same(requestOf(byName('get_nfts'), { address: owner, includeHidden: true, pageKey: 'p 2' }), {
+    url: `/nfts/${owner}?includeHidden=true&pageKey=p+2`,
   })
-  t.same(
-    requestOf(byName('get_prediction'), { conditionId: '../admin' }),
-    { url: '/predictions/..%2Fadmin' },
-    'a path argument cannot leave its segment',
-  )
+  t.same(requestOf(byName('get_approval'), { id: 'apr 1%' }), { url: '/approvals/apr%201%25' }, 'a path argument is encoded in its segment')
   t.same(requestOf(byName('execute_swap'), { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1', idempotencyKey: 'k1' }), {
     url: '/swap/execute',
     body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1' },
@@ -117,10 +114,21 @@ t.test('arguments go where the route reads them: path, query, body, Idempotency-
   t.same(requestOf(byName('agent_cancel_job', 'paid'), { id: 'job_1' }), { url: '/agent/job/job_1' })
 })
 
-t.test('arguments that fit no part of the route, or a missing path argument, are named', async (t) => {
+t.test('arguments that fit no part of the route, are missing, break its schema or leave their path segment are named', async (t) => {
   t.same(requestOf(byName('get_prices'), { symbol: 'ETH' }), { problem: 'unknown argument symbol: get_prices takes no arguments' })
   t.same(requestOf(byName('get_prediction'), {}), { problem: 'missing argument conditionId' })
   t.same(requestOf(byName('agent_cancel_job'), { id: '..' }), { problem: 'argument id cannot be . or ..' })
+  t.same(requestOf(byName('get_prediction'), { conditionId: ['..'] }), { problem: 'argument conditionId must be string' }, 'no array')
+  t.same(requestOf(byName('get_approval'), { id: '%2e%2E' }), { problem: 'argument id cannot be . or ..' }, 'nor once decoded')
+  t.same(requestOf(byName('get_approval'), { id: 'a%252Fb' }), {
+    problem: 'argument id cannot contain /, \\, ? or # (nor their %-escapes)',
+  })
+  t.same(requestOf(byName('execute_swap'), { tokenIn: 'USDC' }), { problem: 'missing argument tokenOut, amountIn' })
+  t.same(
+    requestOf(byName('list_jobs'), { limit: 'all' }),
+    { problem: 'argument limit must be integer' },
+    'checked against the input schema',
+  )
   t.same(requestOf(byName('get_swap_quote'), { idempotencyKey: 'x' }), {
     problem: 'unknown argument idempotencyKey: get_swap_quote takes tokenIn, tokenOut, amountIn, dex',
   })

@@ -2,13 +2,21 @@
 import { apiKeyPattern, hashApiKey, tierAllows } from '@ats/contracts'
 import { Forbidden, Unauthorized, Unavailable } from '@ats/service-kit'
 import type { FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify'
-import { AuthFailures } from '../errors.ts'
+import { AuthFailures, PayerFailures, type PaymentRefused } from '../errors.ts'
+import { paymentFromHeaders } from '../payments/header.ts'
 import type { PaymentGuard } from '../payments/paymentGuard.ts'
 import type { KeyHeader, RouteAuth } from '../routing/routeTable.ts'
 import type { AuthFailureLimiter } from './authFailures.ts'
 import type { KeyResolver, ResolvedKey } from './keyResolver.ts'
 import type { ConcurrencyLimiter } from './concurrency.ts'
 import type { KeyLimiter, PaidLimiter } from './rateLimit.ts'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** why the payment guard answered this paid request 402: counted against its payer, else the client address */
+    paymentRefusal: PaymentRefused | null
+  }
+}
 
 const bearer = /^Bearer\s+(\S+)\s*$/i
 
@@ -57,7 +65,7 @@ export function authHook(auth: RouteAuth, { keys, limit, pay, failures, paid, co
       hash = hashApiKey(rawKey(request, keyHeaders))
     } catch (error) {
       refuseIfFlooding(failures, request, reply)
-      await failures.failed(request.ip)
+      await failures.addresses.failed(request.ip)
       throw error
     }
     let key = keys.cached(hash)
@@ -72,7 +80,7 @@ export function authHook(auth: RouteAuth, { keys, limit, pay, failures, paid, co
       }
     }
     if (!key) {
-      await failures.failed(request.ip)
+      await failures.addresses.failed(request.ip)
       throw new Unauthorized('invalid or revoked API key')
     }
     return key
@@ -89,20 +97,41 @@ export function authHook(auth: RouteAuth, { keys, limit, pay, failures, paid, co
 
 /** throws 429 while this client address is refused for failed authentications or payments */
 function refuseIfFlooding(failures: AuthFailureLimiter, request: FastifyRequest, reply: FastifyReply) {
-  const retryAfter = failures.retryAfter(request.ip)
+  const retryAfter = failures.addresses.retryAfter(request.ip)
   if (retryAfter === undefined) return
   reply.header('retry-after', retryAfter)
   throw new AuthFailures(retryAfter)
 }
 
 /**
- * Paid routes (issue 23): before any payment check, which may cost a balance RPC call, the
- * client address must not be refused for failed checks (countFailedPayments) and must be
- * within its paid rate limit; a verified payer is then counted against its own limit.
+ * Throws 429 while the payer the payment names is refused for refused payments. Read from the
+ * header before its signature is checked: only the payer's own signed payments count toward the
+ * refusal, so naming someone else's address refuses no one but the sender.
+ */
+function refuseIfPayerFlooding(failures: AuthFailureLimiter, request: FastifyRequest, reply: FastifyReply) {
+  if (!failures.payers.refusing) return
+  let payer: string | undefined
+  try {
+    payer = paymentFromHeaders(request.headers)?.authorization.from
+  } catch {
+    return // the payment guard answers what is wrong with it
+  }
+  if (payer === undefined) return
+  const retryAfter = failures.payers.retryAfter(payer)
+  if (retryAfter === undefined) return
+  reply.header('retry-after', retryAfter)
+  throw new PayerFailures(payer, retryAfter)
+}
+
+/**
+ * Paid routes: before any payment check, which may cost a balance RPC call, the client address
+ * and the payer named must not be refused for failed checks (countFailedPayments) and the address
+ * must be within its paid rate limit; a verified payer is then counted against its own limit.
  */
 function paidHook({ pay, failures, paid }: Pick<AuthDeps, 'pay' | 'failures' | 'paid'>): onRequestHookHandler {
   return async function (request, reply) {
     refuseIfFlooding(failures, request, reply)
+    refuseIfPayerFlooding(failures, request, reply)
     await paid.address(request, reply)
     const answered = await (pay.onRequest as (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>).call(this, request, reply)
     if (answered === reply) return reply
@@ -112,12 +141,16 @@ function paidHook({ pay, failures, paid }: Pick<AuthDeps, 'pay' | 'failures' | '
 
 /**
  * The paid groups' onSend: a payment refused with 402 (in onRequest, or in preHandler for a
- * payment id) counts as a failed authentication of the client address, as a bad key does. In
- * onSend, so the count is in before the client reads its 402 and sends the next one.
+ * payment id) counts against the payer it names when its signature verified and the refusal is
+ * theirs, else as a failed authentication of the client address, as a bad key does. In onSend,
+ * so the count is in before the client reads its 402 and sends the next one.
  */
 export function countFailedPayments(failures: AuthFailureLimiter): onSendHookHandler {
   return async (request, reply, payload) => {
-    if (reply.statusCode === 402 && !request.payment && sentPayment(request)) await failures.failed(request.ip)
+    if (reply.statusCode !== 402 || request.payment || !sentPayment(request)) return payload
+    const payer = request.paymentRefusal?.payer
+    if (payer) await failures.payers.failed(payer.toLowerCase())
+    else await failures.addresses.failed(request.ip)
     return payload
   }
 }

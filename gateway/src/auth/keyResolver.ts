@@ -14,11 +14,12 @@ const negativeTtlMs = 5_000
 
 /**
  * Resolves API keys, by their SHA-256, to their entry: in memory first, else one NATS request to
- * admin (concurrent misses for the same key share it). Revocation broadcasts evict
- * at once; after a NATS reconnect, when a broadcast may have been missed, the
- * whole cache is dropped.
+ * admin (concurrent misses for the same key share it). Revocation broadcasts evict at once;
+ * creation broadcasts cache the new key, so it works at once even from a client address refused
+ * for unknown keys (which gets no lookup). After a NATS reconnect, when a broadcast may have been
+ * missed, the whole cache is dropped.
  */
-export function createKeyResolver(nc: NatsConnection, { keyVerify, keyRevoked }: AdminChannels, log: Logger, ttlMs: number) {
+export function createKeyResolver(nc: NatsConnection, { keyVerify, keyRevoked, keyCreated }: AdminChannels, log: Logger, ttlMs: number) {
   const keys = cachedLoader<string, ResolvedKey | null>({
     max: 50_000,
     ttlMs,
@@ -26,7 +27,10 @@ export function createKeyResolver(nc: NatsConnection, { keyVerify, keyRevoked }:
     ttlOf: (key) => (key ? ttlMs : Math.min(ttlMs, negativeTtlMs)),
   })
 
-  const unsubscribe = subscribe(nc, keyRevoked, log, ({ hash }) => keys.delete(hash))
+  const unsubscribers = [
+    subscribe(nc, keyRevoked, log, ({ hash }) => keys.delete(hash)),
+    subscribe(nc, keyCreated, log, ({ hash, ...key }) => keys.set(hash, key)),
+  ]
   void (async () => {
     for await (const status of nc.status()) {
       if (status.type === 'reconnect') {
@@ -41,7 +45,9 @@ export function createKeyResolver(nc: NatsConnection, { keyVerify, keyRevoked }:
     cached: (hash: string): ResolvedKey | null | undefined => keys.peek(hash),
     resolve: (hash: string): Promise<ResolvedKey | null> => keys.get(hash),
     size: () => keys.size,
-    close: unsubscribe,
+    close: () => {
+      for (const unsubscribe of unsubscribers) unsubscribe()
+    },
   }
 }
 

@@ -9,6 +9,9 @@ import { injectHttp, tracingEnabled, type Logger } from '@ats/service-kit'
 import { declareDiscoveryExtension } from '@x402/extensions/bazaar'
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js'
 import { McpPaymentError } from '../errors.ts'
+import { routePattern } from '../payments/discovery.ts'
+import { repeatedAnswerHeader } from '../payments/repeatAnswers.ts'
+import type { McpTool } from './tools.ts'
 
 /** What an injected request to a gateway route answered. */
 export interface RouteAnswer {
@@ -32,6 +35,17 @@ export const paymentResponseMetaKey = 'x402/payment-response'
 export const toolResource = (name: string) => `mcp://tool/${name}`
 
 /**
+ * The resources a paid route is also sold as: `mcp://tool/<name>` of each paid tool that calls
+ * it. A payment a client made for a tool's 402 names the tool, and is good for its route.
+ */
+export function paidToolResources(tools: readonly McpTool[]): (method: string, path: string) => readonly string[] {
+  const table = tools
+    .filter((tool) => tool.access.kind === 'paid')
+    .map((tool) => ({ method: tool.method, pattern: routePattern(tool.url), resource: toolResource(tool.name) }))
+  return (method, path) => table.filter((entry) => entry.method === method && entry.pattern.test(path)).map((entry) => entry.resource)
+}
+
+/**
  * The HTTP headers that carry a tool call's payment to the paid route: `payment-signature`
  * (base64 of the PaymentPayload) when `_meta["x402/payment"]` is there, else none.
  */
@@ -51,6 +65,13 @@ const header = (answer: RouteAnswer, name: string) => {
   const value = answer.headers[name]
   return typeof value === 'string' ? value : undefined
 }
+
+/**
+ * The route's first answer given again to a repeat of a paid call (the same payment, with its
+ * payment id): the tool answers it as it is. A paid prompt's repeat answers the job as it was
+ * accepted, not followed again: its later state is sold by agent_get_job.
+ */
+export const repeatedAnswer = (answer: RouteAnswer) => header(answer, repeatedAnswerHeader) === 'true'
 
 const decoded = (value: string | undefined): Record<string, unknown> | undefined => {
   if (!value) return undefined

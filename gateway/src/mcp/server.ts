@@ -15,6 +15,7 @@ import {
   paymentRequiredResult,
   paymentResponseMeta,
   paymentResponseMetaKey,
+  repeatedAnswer,
   type PaidJobFollower,
   type RouteAnswer,
 } from './paid.ts'
@@ -82,6 +83,9 @@ export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
       caller.tier ? tool.access.kind === 'key' && tierAllows(caller.tier, tool.access.tier) : tool.access.kind === 'paid',
     )
 
+  /** the /mcp requests whose tool call ran its route (the route counted them) */
+  const routed = new WeakSet<FastifyRequest>()
+
   async function callTool(
     request: FastifyRequest,
     caller: Caller,
@@ -109,6 +113,7 @@ export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
         return toolError(`${name}: ${(error as Error).message}`)
       }
     }
+    routed.add(request)
     const answered = await app.inject({
       method: tool.method,
       url: made.url,
@@ -125,8 +130,9 @@ export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
     })
     let answer: RouteAnswer = { statusCode: answered.statusCode, headers: answered.headers, body: answered.body }
     const paid = tool.access.kind === 'paid' ? paymentResponseMeta(answer) : undefined
-    // a paid prompt bought its job: the tool answers the job as it ends (or as it stands when the wait runs out)
-    if (tool.answersJob && answer.statusCode === 202) {
+    // a paid prompt bought its job: the tool answers the job as it ends (or as it stands when the wait runs out);
+    // a repeat of the call gets the route's first answer as it is
+    if (tool.answersJob && answer.statusCode === 202 && !repeatedAnswer(answer)) {
       const payer = (paid?.[paymentResponseMetaKey] as { payer?: unknown } | undefined)?.payer
       const { jobId } = JSON.parse(answer.body) as { jobId: string }
       const job = typeof payer === 'string' ? await options.followJob(jobId, payer, request.id) : undefined
@@ -155,19 +161,16 @@ export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
   }
 
   /**
-   * Every /mcp request counts once: a call of a tool the caller has as the route it runs, any
-   * other message here (by key, or by address without one).
+   * Every /mcp request counts once against the counter its routes use: the key's tier limit, or
+   * without a key the paid limit of the client address. A call of a tool the caller has is
+   * counted by the route it runs; refused before it (its arguments, its `_meta`, a message the
+   * MCP SDK refuses), it is counted here once answered, so a flood of refused calls is 429 as a
+   * flood of the route is. Any other message is counted before it is handled.
    */
-  async function count(
-    request: FastifyRequest<{ Body: { method: string; params?: { name?: unknown } } }>,
-    reply: FastifyReply,
-    caller: Caller,
-  ) {
-    const { method, params } = request.body
-    if (method === 'tools/call' && visible(caller).some((tool) => tool.name === params?.name)) return
-    if (caller.tier) await options.auth.limit(request, reply)
-    else await options.auth.paid.address(request, reply)
-  }
+  const count = (request: FastifyRequest, reply: FastifyReply, caller: Caller) =>
+    caller.tier ? options.auth.limit(request, reply) : options.auth.paid.address(request, reply)
+  const callsTool = (request: FastifyRequest<{ Body: { method: string; params?: { name?: unknown } } }>, caller: Caller) =>
+    request.body.method === 'tools/call' && visible(caller).some((tool) => tool.name === request.body.params?.name)
 
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
   api.route({
@@ -180,12 +183,15 @@ export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
       // the transport's answer is sent as it wrote it (JSON text), not through the route's serializer
       const reply = typedReply as FastifyReply
       const caller: Caller = { tier: request.identity?.tier }
-      await count(request, reply, caller)
+      const mayRunRoute = callsTool(request, caller)
+      if (!mayRunRoute) await count(request, reply, caller)
       const server = serverFor(request, caller)
       const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
       await server.connect(transport)
       try {
         const response = await transport.handleRequest(webRequestOf(request), { parsedBody: request.body })
+        // a call refused before its route: counted now, and over the limit answered 429 instead
+        if (mayRunRoute && !routed.has(request)) await count(request, reply, caller)
         reply.code(response.status).headers(Object.fromEntries(response.headers))
         return reply.send(await response.text())
       } finally {

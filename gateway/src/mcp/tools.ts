@@ -16,6 +16,7 @@ import {
 import { Type, type TSchema } from 'typebox'
 import { plain } from '../routing/openapi.ts'
 import { groupFor } from '../routing/routeTable.ts'
+import { argumentsProblem, propertyNames } from './arguments.ts'
 
 export type JsonSchema = Record<string, unknown>
 
@@ -152,7 +153,12 @@ export function mcpTools({ price }: { price: number }): readonly McpTool[] {
     tool({ name: 'list_swap_executions', route: tradingRoutes.executions }),
     tool({ name: 'list_approvals', route: approvalRoutes.approvals }),
     tool({ name: 'get_approval', route: approvalRoutes.approval }),
-    tool({ name: 'approve_swap', route: approvalRoutes.approve }),
+    tool({
+      name: 'approve_swap',
+      description:
+        'For a person deciding a swap someone else asked for (an admin key, a key the spend policy names in approvers, or a key bound to the paying wallet): approve it, and it runs now, once, with a fresh quote under the same limits; the job or automation run behind it goes on. Not for a swap this key asked for itself: that is refused (403) unless its policy sets selfApprove. 409 when it was rejected or expired',
+      route: approvalRoutes.approve,
+    }),
     tool({ name: 'reject_swap', route: approvalRoutes.reject }),
     tool({ name: 'create_automation', route: automationRoutes.create }),
     tool({ name: 'list_automations', route: automationRoutes.list }),
@@ -171,7 +177,7 @@ export function mcpTools({ price }: { price: number }): readonly McpTool[] {
     tool({
       name: 'agent_prompt',
       description:
-        "Ask the agent (it quotes, swaps under this key's spend policy, reads markets) and wait for its answer; the answer's id continues the conversation (previousResponseId). A swap over the policy's approvalAboveUsd answers at once, in_progress, saying what waits and where to decide it (approve_swap, reject_swap): agent_get_job later has the answer",
+        "Ask the agent (it quotes, swaps under this key's spend policy, reads markets) and wait for its answer; the answer's id continues the conversation (previousResponseId). A swap over the policy's approvalAboveUsd answers at once, in_progress, saying what waits for a person's decision (an admin key, or a key the policy names in approvers: not this key, unless its policy sets selfApprove); agent_get_job later has the answer",
       route: responses.create,
       bodyOf: (args) => ({
         model: 'ats-agent',
@@ -188,7 +194,7 @@ export function mcpTools({ price }: { price: number }): readonly McpTool[] {
 
     tool({
       name: 'agent_prompt',
-      description: `Ask the agent (it quotes, reads markets and answers in words) and wait for its answer: the job as it ends, as it stands when a swap of it waits for a person's approval (status awaiting_approval, with the approval and a notice saying where to decide it), or as it stands if it runs longer than the gateway's CHAT_TIMEOUT_MS (then follow it with agent_get_job). Charged only when the job completes. ${paidNote}`,
+      description: `Ask the agent (it quotes, reads markets and answers in words) and wait for its answer: the job as it ends, as it stands when a swap of it waits for a person's approval (status awaiting_approval, with the approval and a notice saying who decides it, a person other than the payer's agent, and by when), or as it stands if it runs longer than the gateway's CHAT_TIMEOUT_MS (then follow it with agent_get_job). Charged only when the job completes; a job that would end too late for the payment to be settled is stopped and not charged. ${paidNote}`,
       route: agentRoutes.prompt,
       answersJob: true,
     }),
@@ -208,25 +214,16 @@ export interface ToolRequest {
   idempotencyKey?: string
 }
 
-const propertyNames = (schema: TSchema | undefined) => Object.keys((schema as { properties?: object } | undefined)?.properties ?? {})
-
 /**
  * The request a tool call makes: arguments split into the path, the query and the body as the
- * route reads them; or what is wrong with the arguments when they cannot make one (the route
- * validates the rest).
+ * route reads them; or what is wrong with the arguments when they cannot make one, checked
+ * against the tool's input schema first (arguments.ts).
  */
 export function requestOf(tool: McpTool, args: Record<string, unknown>): ToolRequest | { problem: string } {
-  const pathNames = propertyNames(tool.parts.params)
+  const problem = argumentsProblem(tool, args)
+  if (problem) return { problem }
   const queryNames = propertyNames(tool.parts.querystring)
   const bodyNames = propertyNames(tool.parts.body)
-  const known = [...pathNames, ...queryNames, ...bodyNames, ...(tool.idempotencyKey ? ['idempotencyKey'] : [])]
-  const unknown = Object.keys(args).filter((name) => !known.includes(name))
-  if (unknown.length) return { problem: `unknown argument ${unknown.join(', ')}: ${tool.name} takes ${known.join(', ') || 'no arguments'}` }
-  const missing = pathNames.filter((name) => args[name] === undefined || args[name] === '')
-  if (missing.length) return { problem: `missing argument ${missing.join(', ')}` }
-  // encoded, a path argument stays in its segment; a dot segment would still be resolved away
-  const dots = pathNames.filter((name) => args[name] === '.' || args[name] === '..')
-  if (dots.length) return { problem: `argument ${dots.join(', ')} cannot be . or ..` }
 
   const path = tool.url.replace(/:([A-Za-z0-9_]+)/g, (_, name: string) => encodeURIComponent(String(args[name])))
   const query = new URLSearchParams()

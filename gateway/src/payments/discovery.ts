@@ -73,9 +73,12 @@ function extensionOf(route: ApiRoute, example: (typeof discoveryExamples)[keyof 
   return { ...extensions, bazaar: { ...extensions.bazaar, routeTemplate: route.url } }
 }
 
+/** The paths a route's url template (`/agent/job/:id`) matches. */
+export const routePattern = (url: string) => new RegExp(`^${url.replace(/:[A-Za-z0-9_]+/g, '[^/]+')}$`)
+
 const table = (Object.keys(discoveryExamples) as PaidRoute[]).map((name) => ({
   method: agentRoutes[name].method,
-  pattern: new RegExp(`^${agentRoutes[name].url.replace(/:[A-Za-z0-9_]+/g, '[^/]+')}$`),
+  pattern: routePattern(agentRoutes[name].url),
   extensions: extensionOf(agentRoutes[name], discoveryExamples[name]),
 }))
 

@@ -33,7 +33,14 @@ export interface Payment {
   authorization: Authorization
   /** v2 only: the client's idempotency key, from the `payment-identifier` extension */
   paymentId?: string
+  /** v2 only: the URL of the resource the client says it paid for (`resource.url`), when it says */
+  resource?: string
+  /** v2 only: the requirements the client says it accepted, as it sent them */
+  accepted?: AcceptedRequirements
 }
+
+/** The `accepted` requirements of a v2 payment (x402's PaymentRequirements). */
+export type AcceptedRequirements = z.infer<typeof PaymentPayloadV2Schema>['accepted']
 
 export const V1_HEADER = 'X-PAYMENT'
 export const V2_HEADER = 'PAYMENT-SIGNATURE'
@@ -166,6 +173,8 @@ export function decodePaymentSignature(raw: string): Payment {
     asset: p.accepted.asset.toLowerCase() as Hex,
     ...payment,
     ...(paymentId === undefined ? {} : { paymentId }),
+    ...(p.resource ? { resource: p.resource.url } : {}),
+    accepted: p.accepted,
   }
 }
 

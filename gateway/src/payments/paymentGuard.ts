@@ -17,10 +17,14 @@ import type { Redis } from 'ioredis'
 import { getAddress, type Address } from 'viem'
 import { createPayerChain, createReservations } from './reservations.ts'
 import { discoveryFor } from './discovery.ts'
-import { PaymentIdReused, PaymentRefused } from '../errors.ts'
+import { PaymentIdInProgress, PaymentIdNotStored, PaymentIdOtherPayment, PaymentIdReused, PaymentRefused } from '../errors.ts'
+import { paidToolResources } from '../mcp/paid.ts'
+import { mcpTools } from '../mcp/tools.ts'
+import { createPaymentBinding } from './binding.ts'
 import { paymentFromHeaders, type Payment } from './header.ts'
 import { createNonceStore } from './nonces.ts'
-import { createPaymentIdStore, requestFingerprint, type PaymentIdClaim } from './paymentIds.ts'
+import { createPaymentIdStore, requestFingerprint, type PaymentIdClaim, type RepeatTurn, type RunOutcome } from './paymentIds.ts'
+import { answerOf, readAnswer, replay, type ReadAnswer } from './repeatAnswers.ts'
 import { createPaymentVerifier, nonceUsed } from './verifier.ts'
 import type { BlockedPayers } from './blockedPayers.ts'
 import type { ChargePublisher } from './chargePublisher.ts'
@@ -44,6 +48,7 @@ export type PaymentSettings = Pick<
   | 'PUBLIC_URL'
   | 'PORT'
   | 'PAYMENT_ID_TTL_SECONDS'
+  | 'PAYMENT_ID_ANSWER_MAX_BYTES'
   | 'NATS_NAMESPACE'
 >
 
@@ -53,7 +58,7 @@ export const developmentOwner: Address = '0x000000000000000000000000000000000000
 /** The hooks of paid route groups: verify before the proxy, charge after the service answered. */
 export interface PaymentGuard {
   onRequest: onRequestHookHandler
-  /** a payment with a payment id: decided once the body is there (first, repeat or 409) */
+  /** a payment with a payment id: decided once the body is there (a run, the first answer again, or 409) */
   preHandler: preHandlerHookHandler
   onSend: onSendHookHandler
 }
@@ -67,6 +72,8 @@ export interface PaymentGuardDeps {
 }
 
 const passThrough: onSendHookHandler = (_request, _reply, payload, done) => done(null, payload)
+/** runs of a payment id whose end onSend has recorded (a run that never gets there failed) */
+const endedRuns = new WeakSet<FastifyRequest>()
 const noPaymentId: preHandlerHookHandler = (_request, _reply, done) => done()
 
 /** what the 402s say about payment ids: optional, see the payment-identifier extension */
@@ -159,7 +166,6 @@ export function createPaymentGuard(
   const reservations = createReservations({ redis, chain: payerChain, namespace: settings.NATS_NAMESPACE })
   const paymentIds = createPaymentIdStore({
     redis,
-    nonces,
     reservations,
     namespace: settings.NATS_NAMESPACE,
     ttlMs: settings.PAYMENT_ID_TTL_SECONDS * 1000,
@@ -182,6 +188,12 @@ export function createPaymentGuard(
   if (!settings.PUBLIC_URL) log.warn('PUBLIC_URL is not set: 402 answers name http://localhost:<port> as the resource')
   const resourceOf = (request: FastifyRequest, route: string) =>
     `${settings.PUBLIC_URL ?? `http://localhost:${request.socket.localPort ?? settings.PORT}`}${route}`
+  // a payment is good for the resource and terms it was made for (the route's, or the MCP tool's that calls it)
+  const checkBinding = createPaymentBinding({
+    requirements: terms,
+    publicUrl: settings.PUBLIC_URL,
+    otherResources: paidToolResources(mcpTools({ price: settings.PAYMENT_PRICE })),
+  })
 
   const paymentRequired = (request: FastifyRequest, reply: FastifyReply, error: string) => {
     const path = pathOf(request)
@@ -226,21 +238,23 @@ export function createPaymentGuard(
   }
 
   const refused = (request: FastifyRequest, reply: FastifyReply, error: unknown) => {
-    if (error instanceof PaymentRefused) return paymentRequired(request, reply, error.message)
+    if (error instanceof PaymentRefused) {
+      // counted against its payer, else the client address (countFailedPayments)
+      request.paymentRefusal = error
+      return paymentRequired(request, reply, error.message)
+    }
     request.log.error({ err: error }, 'payment verification failed')
     throw new Unavailable('payment verification is unavailable, try again shortly')
   }
 
-  // One charge per payment id: the first answer below 400 charges the id's first payment (a
-  // repeat may be it when the first answer was an error). If Redis fails here, charge: the
-  // ledger records a payment once per (payer, nonce), and every charge of an id names one nonce.
-  const chargesNow = async (request: FastifyRequest, paid: NonNullable<FastifyRequest['payment']>) => {
-    if (paid.payment.paymentId === undefined) return true
+  // How a run of a payment id ended, for its repeats. Not recorded (Redis down), its repeats are
+  // told it is in progress until the id expires: never answered without the charge.
+  const recordEnd = async (request: FastifyRequest, paid: NonNullable<FastifyRequest['payment']>, outcome: RunOutcome) => {
+    endedRuns.add(request)
     try {
-      return await paymentIds.charge(paid.payer, paid.payment.paymentId)
+      await paymentIds.ended(paid.payer, paid.payment.paymentId!, paid.payment.authorization.nonce, outcome)
     } catch (error) {
-      request.log.warn({ err: error }, 'payment id charge not recorded; charging (the ledger keeps one per nonce)')
-      return true
+      request.log.warn({ err: error }, 'the answer of a payment id was not recorded; its repeats are refused until it expires')
     }
   }
 
@@ -257,6 +271,7 @@ export function createPaymentGuard(
         payment = paymentFromHeaders(request.headers)
         if (!payment) return paymentRequired(request, reply, 'payment required: send X-PAYMENT (x402 v1) or PAYMENT-SIGNATURE (v2)')
         checkJobWindow(request, payment)
+        checkBinding(payment, { method: request.method, path: pathOf(request), resource: resourceOf(request, pathOf(request)) })
         // with a payment id, the nonce is claimed (or not: a repeat) once the body is known
         payer =
           payment.paymentId === undefined ? await verifier.verify(payment, Date.now() / 1000) : verifier.check(payment, Date.now() / 1000)
@@ -268,14 +283,16 @@ export function createPaymentGuard(
       request.payment = { payment, payer, route, resource: resourceOf(request, route) }
     },
 
-    // A payment id names a request: its first use claims the payment's nonce, the same request
-    // again is answered paid by that first payment (no new nonce claimed, the same job), another
-    // request with the id is refused. The service gets the id as an idempotency key.
+    // A payment id names a request and its payment: its first use claims the payment's nonce and
+    // runs; the same request with the same payment again gets the first answer, never a new run
+    // (unless that answer was an error, not charged: then one repeat runs it again); another
+    // request, or another payment, under the id is refused. The service gets the id as an
+    // idempotency key.
     async preHandler(request, reply) {
       const paid = request.payment
       const id = paid?.payment.paymentId
       if (!paid || id === undefined) return
-      // refused here, the request never reaches the service: no payment response, as in onRequest
+      // refused or answered here, the request never reaches the service: not charged again
       request.payment = null
       const fingerprint = requestFingerprint(
         request.method,
@@ -283,44 +300,74 @@ export function createPaymentGuard(
         request.headers['content-type'],
         request.bodyBytes ?? Buffer.alloc(0),
       )
+      const { nonce } = paid.payment.authorization
       let claim: PaymentIdClaim
+      let turn: RepeatTurn | undefined
       try {
-        await verifier.funded(paid.payment, paid.payer)
         claim = await paymentIds.claim(paid.payer, id, fingerprint, paid.payment)
+        if (claim.kind === 'repeat') turn = await paymentIds.turn(paid.payer, id, nonce)
       } catch (error) {
         return refused(request, reply, error)
       }
       if (claim.kind === 'conflict') throw new PaymentIdReused(id)
-      if (claim.kind === 'nonce_used') return paymentRequired(request, reply, nonceUsed(paid.payment, paid.payer).message)
-      if (claim.kind === 'repeat') paid.payment = claim.first
+      if (claim.kind === 'other_payment') throw new PaymentIdOtherPayment(id, claim.nonce)
+      if (claim.kind === 'nonce_used') return refused(request, reply, nonceUsed(paid.payment, paid.payer))
+      if (turn?.kind === 'answer') return replay(reply, turn.answer)
+      if (turn?.kind === 'not_stored') throw new PaymentIdNotStored(id, turn.reason)
+      if (turn?.kind === 'in_progress') {
+        reply.header('retry-after', '2')
+        throw new PaymentIdInProgress(id)
+      }
+      // the first run, or a run again after an error answer
       request.payment = paid
-      const { nonce } = paid.payment.authorization
       request.identity = { ...request.identity, idempotencyKey: `${paid.payer.toLowerCase()}:${id}:${nonce}` }
+      // a client gone before the answer: the run ends unanswered, and a repeat may run it again
+      reply.raw.once('close', () => {
+        if (!endedRuns.has(request)) void recordEnd(request, paid, { kind: 'failed' })
+      })
     },
 
     // Charged only when the service answered below 400, as the x402 reference middleware
-    // does; the nonce stays used either way and the answer says which happened.
+    // does; the nonce stays used either way and the answer says which happened. A payment id's
+    // answer is read whole first (when it can be kept) and recorded for its repeats.
     async onSend(request, reply, payload) {
       const paid = request.payment
       if (!paid) return payload
+      const id = paid.payment.paymentId
+      let read: ReadAnswer | undefined
+      if (id !== undefined && reply.statusCode < 400) {
+        read = await readAnswer(reply, payload, settings.PAYMENT_ID_ANSWER_MAX_BYTES)
+        if (read.kind === 'broken') {
+          reply.code(502).type('application/json').removeHeader('content-length').removeHeader('content-encoding')
+          payload = JSON.stringify({ error: 'the service broke off its answer; send the request again' })
+        }
+      }
       const network = responseNetwork[paid.payment.x402Version]
       let response: Record<string, unknown>
       if (reply.statusCode < 400) {
-        if (await chargesNow(request, paid)) await charges.charge(charged(request, reply, paid))
+        await charges.charge(charged(request, reply, paid))
         // settlement is asynchronous: the transaction is in GET /admin/revenue once settled
         response = { success: true, transaction: '', network, payer: paid.payer }
       } else {
         // never settled, so it reserves nothing (a payment id's may still be charged by a repeat)
-        if (paid.payment.paymentId === undefined) await reservations.release(paid.payer, paid.payment.authorization.nonce, request.log)
+        if (id === undefined) await reservations.release(paid.payer, paid.payment.authorization.nonce, request.log)
         const retry =
-          paid.payment.paymentId === undefined
-            ? "this payment's nonce is used, sign a new one to retry"
-            : 'send it again with the same payment id to retry'
+          id === undefined ? "this payment's nonce is used, sign a new one to retry" : 'send it again with the same payment id to retry'
         const errorReason = `not charged: the service answered ${reply.statusCode}; ${retry}`
         response = { success: false, errorReason, transaction: '', network, payer: paid.payer }
       }
       const header = encodeResponse(response)
       reply.header('x-payment-response', header).header('payment-response', header)
+      if (id === undefined) return payload
+      if (read?.kind === 'body') {
+        await recordEnd(request, paid, { kind: 'answered', answer: answerOf(reply, read.body) })
+        return read.body
+      }
+      if (read?.kind === 'not_stored') {
+        await recordEnd(request, paid, { kind: 'not_stored', reason: read.reason })
+        return read.payload
+      }
+      await recordEnd(request, paid, { kind: 'failed' })
       return payload
     },
   }

@@ -1,8 +1,7 @@
-// What a payer can still pay at the edge (issue 23): the on-chain balance minus what the payer's
-// unsettled payments have reserved, in Redis for every gateway, and the payment's nonce unused
-// on chain. Before, each payment was compared alone with a balance cached 5 s (three payments
-// of just over half the balance were all served) and a nonce was checked in Redis only (a payer
-// who spent it on chain first was served, and the settlement failed).
+// What a payer can still pay at the edge: the on-chain balance minus what the payer's unsettled
+// payments have reserved, in Redis for every gateway, and the payment's nonce unused on chain.
+// Compared alone with a cached balance, payments that together exceed it would all be served; a
+// nonce checked in Redis only could be spent on chain first, and the settlement would fail.
 import { eip3009Abi, MULTICALL3_ADDRESS, multicall3Abi } from '@ats/chain'
 import { cachedLoader, type Logger } from '@ats/service-kit'
 import type { Redis } from 'ioredis'
@@ -20,7 +19,7 @@ import { PaymentRefused, PaymentUnavailableError } from '../errors.ts'
 import type { Payment } from './header.ts'
 import { nonceKeyOf, nonceTtlMs, NONCE_MARGIN_MS } from './nonces.ts'
 
-/** A payer's balance, read at `block` or later. */
+/** A payer's balance at `block`: every transfer mined in `block` or before is in it, none after. */
 export interface Balance {
   balance: bigint
   block: bigint
@@ -45,41 +44,80 @@ const unavailable = (what: string) => (error: Error) => {
  * one tick go in one JSON-RPC batch (the chain client batches).
  */
 export function createPayerChain({ publicClient, asset, ttlMs = 5_000, now }: PayerChainOptions) {
-  const read = async (payer: Address, blockNumber?: bigint): Promise<Balance> => {
-    // the block number first: the balance is read at it or later, so `block` is a lower bound
+  const readBalance = async (payer: Address, blockNumber?: bigint): Promise<Balance> => {
+    // always at a named block: a node may answer 'latest' from a state older than the block
+    // number it has just given (anvil does, while it mines; so may nodes behind one URL)
     const block = blockNumber ?? (await publicClient.getBlockNumber({ cacheTime: 0 }).catch(unavailable('block number lookup')))
     const balance = await publicClient
-      .readContract({
-        address: asset,
-        abi: eip3009Abi,
-        functionName: 'balanceOf',
-        args: [payer],
-        ...(blockNumber === undefined ? {} : { blockNumber }),
-      })
+      .readContract({ address: asset, abi: eip3009Abi, functionName: 'balanceOf', args: [payer], blockNumber: block })
       .catch(unavailable('balance lookup'))
     return { balance, block }
   }
-  const balances = cachedLoader<Address, Balance>({ max: 50_000, ttlMs, ...(now ? { now } : {}), load: (payer) => read(payer) })
+  const balances = cachedLoader<Address, Balance>({ max: 50_000, ttlMs, ...(now ? { now } : {}), load: (payer) => readBalance(payer) })
   const authorizationUsed = authorizationStates(publicClient, asset)
+
+  /** the balance and the authorization states in one eth_call of Multicall3; throws where it answers nothing useful */
+  const together = async (payer: Address, nonces: readonly Hex[], block: bigint) => {
+    const calls = [balanceOfData(payer), ...nonces.map((nonce) => authorizationStateData(payer, nonce))]
+    const result = await publicClient.request({
+      method: 'eth_call',
+      params: [
+        {
+          to: MULTICALL3_ADDRESS,
+          data: encodeFunctionData({
+            abi: multicall3Abi,
+            functionName: 'aggregate3',
+            args: [calls.map((callData) => ({ target: asset, allowFailure: false, callData }))],
+          }),
+        },
+        numberToHex(block),
+      ],
+    })
+    const words = decodeFunctionResult({ abi: multicall3Abi, functionName: 'aggregate3', data: result as Hex }).map(({ returnData }) =>
+      oneWord(returnData),
+    )
+    if (words.length !== calls.length) throw new Error(`Multicall3 answered ${words.length} results for ${calls.length} calls`)
+    return { balance: { balance: words[0]!, block }, used: words.slice(1).map((word) => word !== 0n) }
+  }
+
   return {
     /** the payer's balance, cached briefly */
     balanceOf: (payer: Address) => balances.get(payer.toLowerCase() as Address),
-    /** the payer's balance read now (at `blockNumber`, else the latest block); the cached one is dropped */
-    async freshBalance(payer: Address, blockNumber?: bigint): Promise<Balance> {
-      const fresh = await read(payer, blockNumber)
-      balances.delete(payer.toLowerCase() as Address)
-      return fresh
-    },
     /** whether EIP-3009 has the (payer, nonce) authorization used or canceled (at `blockNumber`, else latest) */
     authorizationUsed,
     /** the latest block number */
     latestBlock: () => publicClient.getBlockNumber({ cacheTime: 0 }).catch(unavailable('block number lookup')),
+    /**
+     * The payer's balance and whether each of these authorizations is used, at `block`, from one
+     * call: one state of the chain for all (a node may answer a call at its newest block from the
+     * block it is still building, so two calls could see two states). Where Multicall3 answers
+     * nothing useful, one call each. The balance replaces an older cached one.
+     */
+    async snapshot(payer: Address, nonces: readonly Hex[], block: bigint): Promise<{ balance: Balance; used: boolean[] }> {
+      const read = await together(payer, nonces, block).catch(async () => ({
+        balance: await readBalance(payer, block),
+        used: await Promise.all(nonces.map((nonce) => authorizationUsed(payer, nonce, block))),
+      }))
+      const key = payer.toLowerCase() as Address
+      const cached = balances.peek(key)
+      if (!cached || cached.block < block) balances.set(key, read.balance)
+      return read
+    },
   }
 }
 
 export type PayerChain = ReturnType<typeof createPayerChain>
 
 const authorizationStateSelector = toFunctionSelector(getAbiItem({ abi: eip3009Abi, name: 'authorizationState' }))
+const balanceOfSelector = toFunctionSelector(getAbiItem({ abi: eip3009Abi, name: 'balanceOf' }))
+const word = (hex: Hex) => hex.slice(2).toLowerCase().padStart(64, '0')
+const authorizationStateData = (payer: Address, nonce: Hex): Hex => `${authorizationStateSelector}${word(payer)}${word(nonce)}`
+const balanceOfData = (owner: Address): Hex => `${balanceOfSelector}${word(owner)}`
+/** a call's one-word result as a number; anything else is an error */
+const oneWord = (result: Hex) => {
+  if (result.length !== 66) throw new Error(`answered ${result.length > 80 ? `${result.slice(0, 80)}…` : result}, not one word`)
+  return BigInt(result)
+}
 
 /** the most authorization states read in one Multicall3 call (~6,000 gas each) */
 const MAX_STATES_PER_CALL = 200
@@ -91,10 +129,10 @@ interface StateRead {
 }
 
 /**
- * `authorizationState(payer, nonce)` for every payment, read on chain before the work is done
- * (issue 23). The reads asked for in one tick of the event loop go out together: one `eth_call` of
- * Multicall3's aggregate3 per block asked for, instead of one `eth_call` each (issue 26: each cost
- * the gateway ~140 µs and the node a call; batched, the ABI work and the node's call are shared by
+ * `authorizationState(payer, nonce)` for every payment, read on chain before the work is done.
+ * The reads asked for in one tick of the event loop go out together: one `eth_call` of
+ * Multicall3's aggregate3 per block asked for, instead of one `eth_call` each (each cost the
+ * gateway ~140 µs and the node a call; batched, the ABI work and the node's call are shared by
  * every payment of the tick). A lone read is a plain `eth_call`; where Multicall3 answers nothing
  * useful (a chain without it), every read of the batch is made on its own.
  */
@@ -103,8 +141,11 @@ function authorizationStates(publicClient: PayerChainOptions['publicClient'], as
   let scheduled = false
   /** answers a read from its one-word result: used (non-zero) or not; anything else is an error */
   const settle = (read: StateRead, result: Hex) => {
-    if (result.length === 66) read.resolve(BigInt(result) !== 0n)
-    else read.reject(new Error(`authorizationState answered ${result.length > 80 ? `${result.slice(0, 80)}…` : result}, not one word`))
+    try {
+      read.resolve(oneWord(result) !== 0n)
+    } catch (error) {
+      read.reject(new Error(`authorizationState ${(error as Error).message}`))
+    }
   }
   const single = (read: StateRead, block: Hex | 'latest') =>
     publicClient
@@ -151,7 +192,7 @@ function authorizationStates(publicClient: PayerChainOptions['publicClient'], as
   return (payer: Address, nonce: Hex, blockNumber?: bigint): Promise<boolean> =>
     new Promise<boolean>((resolve, reject) => {
       const block: Hex | 'latest' = blockNumber === undefined ? 'latest' : numberToHex(blockNumber)
-      const data: Hex = `${authorizationStateSelector}${payer.slice(2).toLowerCase().padStart(64, '0')}${nonce.slice(2).padStart(64, '0')}`
+      const data = authorizationStateData(payer, nonce)
       const reads = queued.get(block)
       if (reads) reads.push({ data, resolve, reject })
       else queued.set(block, [{ data, resolve, reject }])
@@ -165,8 +206,9 @@ function authorizationStates(publicClient: PayerChainOptions['publicClient'], as
 export const RESERVATION_KEY_PREFIX = 'ats-x402-reserved:'
 
 // A payer's reservations are two keys: a hash (nonce -> value, '@sum' the total, '@block' the
-// newest block a pruning read) and a sorted set (nonce by expiry, ms), so that admitting a payment
-// costs the same however many are unsettled: expired ones are dropped a hundred at a time.
+// newest block a pruning read, '@balance' the balance it read there) and a sorted set (nonce by
+// expiry, ms), so that admitting a payment costs the same however many are unsettled: expired
+// ones are dropped a hundred at a time.
 const dropExpired = `
 local sum = tonumber(redis.call('HGET', KEYS[2], '@sum') or '0')
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 100)
@@ -180,19 +222,25 @@ if #expired > 0 then redis.call('HSET', KEYS[2], '@sum', string.format('%.0f', s
 
 // KEYS: nonce, amounts, expiries, and optionally a record (a payment id's). ARGV: nonce, value,
 // balance, balance block, nonce TTL ms, reservation expiry (ms since the epoch), now (ms), then
-// the record and its TTL ms. Returns {'ok'|'reserved'|'used'|'stale'|'record', the reserved sum |
-// the pruned block | the existing record}.
+// the record and its TTL ms. Returns {'ok'|'reserved'|'used'|'record', the reserved sum | the
+// existing record, the balance compared}. A balance read no later than the newest pruning's block
+// may lack a transfer whose reservation that pruning ended: the lower of it and the pruning's own
+// balance is compared (that one holds every transfer it ended; any lower one is as safe).
 const reserveScript = `
 if KEYS[4] then
   local existing = redis.call('GET', KEYS[4])
   if existing then return {'record', existing} end
 end
 local now = tonumber(ARGV[7])
+local held = tonumber(ARGV[3])
 local pruned = tonumber(redis.call('HGET', KEYS[2], '@block') or '0')
-if tonumber(ARGV[4]) < pruned then return {'stale', tostring(pruned)} end
+if tonumber(ARGV[4]) <= pruned then
+  local snapshot = tonumber(redis.call('HGET', KEYS[2], '@balance') or ARGV[3])
+  if snapshot < held then held = snapshot end
+end
 ${dropExpired}
 local value = tonumber(ARGV[2])
-if tonumber(ARGV[3]) - sum < value then return {'reserved', string.format('%.0f', sum)} end
+if held - sum < value then return {'reserved', string.format('%.0f', sum), string.format('%.0f', held)} end
 if not redis.call('SET', KEYS[1], '1', 'PX', ARGV[5], 'NX') then return {'used', '0'} end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2], '@sum', string.format('%.0f', sum + value))
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
@@ -204,12 +252,13 @@ end
 if KEYS[4] then redis.call('SET', KEYS[4], ARGV[8], 'PX', ARGV[9]) end
 return {'ok', string.format('%.0f', sum)}`
 
-// KEYS: amounts, expiries. ARGV: the block the nonces were read used at ('' for a release), then
-// the nonces whose reservations end.
+// KEYS: amounts, expiries. ARGV: the block the nonces were read used at ('' for a release), the
+// balance read with them at that block, then the nonces whose reservations end. Of two prunings
+// at one block (a node's newest block may still be growing), the lower balance is kept.
 const endScript = `
 local sum = tonumber(redis.call('HGET', KEYS[1], '@sum') or '0')
 local ended = 0
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local v = redis.call('HGET', KEYS[1], ARGV[i])
   if v then sum = sum - tonumber(v); redis.call('HDEL', KEYS[1], ARGV[i]); ended = ended + 1 end
   redis.call('ZREM', KEYS[2], ARGV[i])
@@ -218,7 +267,12 @@ if sum < 0 then sum = 0 end
 if ended > 0 then redis.call('HSET', KEYS[1], '@sum', string.format('%.0f', sum)) end
 if ARGV[1] ~= '' then
   local pruned = tonumber(redis.call('HGET', KEYS[1], '@block') or '0')
-  if tonumber(ARGV[1]) > pruned then redis.call('HSET', KEYS[1], '@block', ARGV[1]) end
+  local block = tonumber(ARGV[1])
+  if block > pruned then
+    redis.call('HSET', KEYS[1], '@block', ARGV[1], '@balance', ARGV[2])
+  elseif block == pruned and tonumber(ARGV[2]) < tonumber(redis.call('HGET', KEYS[1], '@balance') or ARGV[2]) then
+    redis.call('HSET', KEYS[1], '@balance', ARGV[2])
+  end
   local ttl = redis.call('PTTL', KEYS[1])
   if ttl < 600000 then redis.call('PEXPIRE', KEYS[1], 600000) end
 end
@@ -228,8 +282,8 @@ return ended`
 const PRUNE_AT_MOST = 200
 
 type ScriptedRedis = Redis & {
-  reservePayment(...keysAndArgv: string[]): Promise<[string, string]>
-  endReservations(amountsKey: string, expiriesKey: string, block: string, ...nonces: string[]): Promise<number>
+  reservePayment(...keysAndArgv: string[]): Promise<[string, string, string?]>
+  endReservations(amountsKey: string, expiriesKey: string, block: string, balance: string, ...nonces: string[]): Promise<number>
 }
 
 export type ReserveOutcome =
@@ -258,6 +312,8 @@ export interface ReservationOptions {
 }
 
 const LUA_SAFE = BigInt(Number.MAX_SAFE_INTEGER)
+/** a balance as the scripts compare it: Lua's numbers are exact to 2^53 (9 billion USDC) */
+const capped = (balance: bigint) => (balance > LUA_SAFE ? LUA_SAFE : balance).toString()
 
 /**
  * Per-payer reservations of unsettled payments, shared by every gateway in Redis. A payment is
@@ -266,8 +322,16 @@ const LUA_SAFE = BigInt(Number.MAX_SAFE_INTEGER)
  * settled, or can never be). A reservation ends early when its authorization is found used on
  * chain: its transfer is then in the balance (or it never will be, and the payer is blocked).
  * That pruning is done only when a payer would be refused, from one read of the balance and of
- * the reserved nonces at one block, and it records that block: a gateway whose cached balance
- * is older (it lacks a transfer whose reservation is gone) reads the balance again.
+ * the reserved nonces at one block (one call: one state of the chain), and it records that block
+ * and that balance.
+ *
+ * Why no interleaving admits more than the balance: every admitted payment is either still
+ * reserved, or was pruned, found used in the state a pruning read with its balance. A balance read
+ * at a block after the newest pruning's holds every pruned transfer; any other is compared at
+ * most at the newest pruning's own balance, which holds them (a lower one is safer still). What
+ * is reserved covers the rest; a settled payment not yet pruned is counted twice, so a payment can
+ * be refused early, never served beyond the balance. Balances are read at a named block, never at
+ * 'latest': a node may answer 'latest' from a state older than the block number it just gave.
  */
 export function createReservations({ redis, chain, namespace, marginMs = NONCE_MARGIN_MS, now = Date.now }: ReservationOptions) {
   // the number of keys is the first argument: 3, or 4 with a record
@@ -286,35 +350,31 @@ export function createReservations({ redis, chain, namespace, marginMs = NONCE_M
   const attempt = async (payment: Payment, { balance, block }: Balance, record: ReserveRecord | undefined) => {
     const a = payment.authorization
     const t = now()
-    const [kind, detail] = await scripted.reservePayment(
+    const [kind, detail, held] = await scripted.reservePayment(
       record ? '4' : '3',
       nonceKeyOf(a.from, a.nonce),
       ...keysOf(a.from),
       ...(record ? [record.key] : []),
       a.nonce.toLowerCase(),
       a.value.toString(),
-      (balance > LUA_SAFE ? LUA_SAFE : balance).toString(),
+      capped(balance),
       block.toString(),
       String(nonceTtlMs(a.validBefore, t, marginMs)),
       String(Number(a.validBefore) * 1000 + marginMs),
       String(t),
       ...(record ? [record.value, String(record.ttlMs)] : []),
     )
-    return { kind, detail }
+    return { kind, detail, held: BigInt(held ?? '0') }
   }
 
   /** Ends the reservations whose authorizations are used on chain, read with the balance at one block. */
   async function prune(payer: Address): Promise<Balance> {
     const [amounts, expiries] = keysOf(payer)
     const fields = await redis.zrange(expiries, 0, PRUNE_AT_MOST - 1)
-    const block = await chain.latestBlock()
-    // one block for all: the balance then holds every transfer whose reservation ends here
-    const [balance, used] = await Promise.all([
-      chain.freshBalance(payer, block),
-      Promise.all(fields.map((nonce) => chain.authorizationUsed(payer, nonce as Hex, block))),
-    ])
+    // one state for all: the balance then holds every transfer whose reservation ends here
+    const { balance, used } = await chain.snapshot(payer, fields as Hex[], await chain.latestBlock())
     const gone = fields.filter((_, i) => used[i])
-    await scripted.endReservations(amounts, expiries, block.toString(), ...gone)
+    await scripted.endReservations(amounts, expiries, balance.block.toString(), capped(balance.balance), ...gone)
     return balance
   }
 
@@ -322,7 +382,7 @@ export function createReservations({ redis, chain, namespace, marginMs = NONCE_M
     /** Ends the reservation of a payment that will not be charged (its request was answered 400 or more). */
     async release(payer: Address, nonce: Hex, log: Pick<Logger, 'warn'>) {
       try {
-        await scripted.endReservations(...keysOf(payer), '', nonce.toLowerCase())
+        await scripted.endReservations(...keysOf(payer), '', '', nonce.toLowerCase())
       } catch (error) {
         // it ends at validBefore anyway; meanwhile it only holds back the payer's own balance
         log.warn({ err: error }, 'reservation of an uncharged payment not released')
@@ -345,31 +405,20 @@ export function createReservations({ redis, chain, namespace, marginMs = NONCE_M
           throw new PaymentRefused(
             'nonce_used',
             `nonce already used on chain: authorization ${nonce} of ${payer} was used or canceled on the token contract; sign a new payment`,
+            payer,
           )
         }
-        let pruned = false
-        for (let stale = 0; ; ) {
-          const { kind, detail } = await attempt(payment, balance, record)
+        for (let pruned = false; ; pruned = true) {
+          const { kind, detail, held } = await attempt(payment, balance, record)
           if (kind === 'ok') return { kind: 'ok' }
           if (kind === 'used') return { kind: 'used' }
           if (kind === 'record') return { kind: 'record', existing: detail }
-          if (kind === 'stale') {
-            // another gateway ended reservations from a newer balance than ours: read it again
-            if (++stale > 3)
-              throw new PaymentUnavailableError(`the chain node answers with blocks older than ${detail}, which another gateway has read`)
-            balance = await chain.freshBalance(payer)
-            continue
-          }
+          // short: a balance that alone does not cover the payment is refused at once (a payer who
+          // holds nothing costs one read); else the reservations of settled payments end, and the
+          // payment is tried once more with the balance read for that
           const value = payment.authorization.value
-          if (balance.balance < value) throw insufficient(payer, balance.balance, value)
-          if (pruned) {
-            throw new PaymentRefused(
-              'insufficient_funds',
-              `insufficient funds: ${payer} holds ${balance.balance}, of which ${detail} is reserved by unsettled payments; the payment is ${value}`,
-            )
-          }
+          if (held < value || pruned) throw insufficient(payer, held, BigInt(detail), value)
           balance = await prune(payer)
-          pruned = true
         }
       } catch (error) {
         throw failed(error)
@@ -380,5 +429,14 @@ export function createReservations({ redis, chain, namespace, marginMs = NONCE_M
 
 export type Reservations = ReturnType<typeof createReservations>
 
-export const insufficient = (payer: Address, balance: bigint, value: bigint) =>
-  new PaymentRefused('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${value}`)
+/**
+ * The refusal of a payment the payer cannot cover. It counts against the payer when their balance
+ * alone covers it (their unsettled payments hold it back); a payer who holds less than one
+ * payment costs nothing to make, so that refusal counts against the client address instead.
+ */
+export const insufficient = (payer: Address, balance: bigint, reserved: bigint, value: bigint) =>
+  new PaymentRefused(
+    'insufficient_funds',
+    `insufficient funds: ${payer} holds ${balance}, of which ${reserved} is reserved by unsettled payments; the payment is ${value}`,
+    balance >= value ? payer : undefined,
+  )

@@ -85,7 +85,7 @@ export function createPaymentVerifier({
     const payer = checksums.memo(a.from)
     const refused = refusedPayer(a.from)
     if (refused !== undefined)
-      throw new PaymentRefused('payer_blocked', `payer refused: ${payer} has a payment that could not settle (${refused})`)
+      throw new PaymentRefused('payer_blocked', `payer refused: ${payer} has a payment that could not settle (${refused})`, payer)
     return payer
   }
 
@@ -115,5 +115,6 @@ export function createPaymentVerifier({
 
 export type PaymentVerifier = ReturnType<typeof createPaymentVerifier>
 
+/** A replay: the signer's own payment sent again, so the refusal counts against that payer. */
 export const nonceUsed = (payment: Payment, payer: Address) =>
-  new PaymentRefused('nonce_used', `nonce already used: ${payment.authorization.nonce} from ${payer}`)
+  new PaymentRefused('nonce_used', `nonce already used: ${payment.authorization.nonce} from ${payer}`, payer)

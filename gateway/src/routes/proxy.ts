@@ -39,9 +39,13 @@ function forwardedHeaders(request: FastifyRequest<any, RawServerBase>, headers: 
   if (tier) out[identityHeaders.tier] = tier
   if (wallet) out[identityHeaders.wallet] = wallet
   if (idempotencyKey) out[identityHeaders.idempotencyKey] = idempotencyKey
-  // the verified payment of a paid request: the agent ties the job it starts to it
+  // the verified payment of a paid request: the agent ties the job it starts to it, and ends the
+  // job while the payment can still be settled (its validBefore)
   const paid = request.payment
-  if (paid) out[identityHeaders.payment] = `${paid.payer.toLowerCase()}:${paid.payment.authorization.nonce.toLowerCase()}`
+  if (paid) {
+    out[identityHeaders.payment] = `${paid.payer.toLowerCase()}:${paid.payment.authorization.nonce.toLowerCase()}`
+    out[identityHeaders.paymentValidBefore] = paid.payment.authorization.validBefore.toString()
+  }
   // the service's server span becomes a child of the gateway's
   const trace = requestTraceContext(request)
   if (trace) injectHttp(out, trace)

@@ -36,7 +36,7 @@ function security(auth: RouteAuth | undefined) {
 function describeAuth(auth: RouteAuth | undefined): string {
   if (!auth || auth.kind === 'none') return 'No authentication.'
   if (auth.kind === 'payment')
-    return 'Paid per request with x402 (X-PAYMENT or PAYMENT-SIGNATURE). A v2 payment may carry a payment id (extension payment-identifier): the same request sent again with it is answered again and not charged; another request with it answers 409.'
+    return 'Paid per request with x402 (X-PAYMENT or PAYMENT-SIGNATURE). A v2 payment may carry a payment id (extension payment-identifier): the same request sent again with it and the same payment gets the first answer again, not charged; another request or another payment with it answers 409.'
   const where = auth.keyHeaders?.includes('x-api-key')
     ? " (Authorization: Bearer <key>, or x-api-key: <key> as Anthropic's SDKs send it)"
     : ''

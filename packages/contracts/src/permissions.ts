@@ -61,7 +61,7 @@ const eventsStream = (events: EventChannels, consume?: string[]): StreamUse => (
 export const natsUses: Record<FleetComponent, (c: NatsChannels) => NatsUse> = {
   gateway: ({ admin }) => ({
     calls: [admin.keyVerify],
-    subscribes: [admin.keyRevoked],
+    subscribes: [admin.keyRevoked, admin.keyCreated],
     streams: [{ stream: admin.payments.streamSpec, publish: [admin.payments.charged.subject] }],
     reads: [admin.payments.blockedPayers],
   }),
@@ -112,7 +112,7 @@ export const natsUses: Record<FleetComponent, (c: NatsChannels) => NatsUse> = {
     emits: ['automation.run.succeeded', 'automation.run.failed', 'automation.completed'],
   }),
   admin: ({ admin }) => ({
-    publishes: [admin.keyRevoked],
+    publishes: [admin.keyRevoked, admin.keyCreated],
     streams: [
       {
         stream: admin.payments.streamSpec,

@@ -19,3 +19,9 @@ export const TestEventNotRedelivered = createError<[string]>(
   'delivery %s is a webhook.test event, which is not redelivered: POST /webhooks/:id/test sends a new one',
   409,
 )
+/** A revoked key's subscriptions stay disabled: nothing is sent for a key that no longer exists for us. */
+export const WebhookOfRevokedKey = createError<[string, string]>(
+  'ATS_ERR_ADMIN_WEBHOOK_OF_REVOKED_KEY',
+  'webhook %s belongs to key %s, which was revoked: it stays disabled and is not changed, tested or redelivered (it can be read or deleted)',
+  409,
+)

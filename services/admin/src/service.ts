@@ -148,7 +148,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient, 'wri
     client: (adapter) => new PrismaClient({ adapter }),
   },
   async register(app, { db, nc, channels, config, version, onClose, chain, log, metrics }) {
-    const { keyRevoked, payments } = channels.admin
+    const { keyRevoked, keyCreated, payments } = channels.admin
     const keys = createKeyStore(db)
     // payment.settled and payment.voided are recorded with their state change, published from here
     const events = await startEventOutbox({ nc, channels: channels.admin.events, databaseUrl: config.DATABASE_URL!, schema, log })
@@ -199,7 +199,7 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient, 'wri
       onClose(settler.stop)
     }
 
-    await app.register(keyRoutes, { keys, nc, keyRevoked })
+    await app.register(keyRoutes, { keys, nc, keyRevoked, keyCreated })
     await app.register(payerRoutes, { blockedPayers, log })
     await app.register(agentPayerRoutes, { payers: agentPayers })
     await app.register(walletRoutes, { bucket: await openBucket(nc, channels.admin.walletControl) })

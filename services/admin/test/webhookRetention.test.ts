@@ -43,7 +43,7 @@ t.test('ended deliveries older than the retention are purged in batches; recent 
     },
   })
   let n = 0
-  const delivery = (status: string, fields: { createdAt: Date; deliveredAt?: Date; lastTry?: Date }) =>
+  const delivery = (status: string, fields: { createdAt: Date; deliveredAt?: Date; lastTry?: Date; cancelledAt?: Date }) =>
     db.webhookDelivery.create({
       data: {
         id: `whd_${++n}`,
@@ -55,6 +55,8 @@ t.test('ended deliveries older than the retention are purged in batches; recent 
         nextAttemptAt: status === 'pending' ? new Date() : null,
         createdAt: fields.createdAt,
         deliveredAt: fields.deliveredAt ?? null,
+        cancelledAt: fields.cancelledAt ?? null,
+        cancelReason: fields.cancelledAt ? 'cancelled: key revoked' : null,
         attemptLog: fields.lastTry
           ? [
               { at: fields.lastTry.getTime() - 60_000, durationMs: 5 },
@@ -76,6 +78,9 @@ t.test('ended deliveries older than the retention are purged in batches; recent 
   kept.push((await delivery('succeeded', { createdAt: ago(40), deliveredAt: ago(1) })).id)
   // made 40 days ago, redelivered and failed for good 2 days ago: it ended then
   kept.push((await delivery('failed', { createdAt: ago(40), lastTry: ago(2) })).id)
+  // cancelled 31 days ago (its key was revoked), and one cancelled yesterday after a try 40 days ago
+  purged.push((await delivery('cancelled', { createdAt: ago(45), cancelledAt: ago(31) })).id)
+  kept.push((await delivery('cancelled', { createdAt: ago(41), lastTry: ago(40), cancelledAt: ago(1) })).id)
   // still being tried after 60 days (a disabled subscription's): pending is never purged
   kept.push((await delivery('pending', { createdAt: ago(60), lastTry: ago(59) })).id)
 

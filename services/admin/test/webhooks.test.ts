@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net'
 import { identityHeaders, natsChannels, type DomainEvent, type WebhookEventType } from '@ats/contracts'
 import { newEventId } from '@ats/service-kit'
 import { testInternalToken } from '@ats/service-kit/testing'
+import pg from 'pg'
 import { Webhook } from 'standardwebhooks'
 import t, { type Test } from 'tap'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
@@ -103,10 +104,21 @@ async function start(t: Test, extra: NodeJS.ProcessEnv = {}, options: Parameters
     return event
   }
 
-  const deliveries = async (key: Key, webhookId: string) =>
+  const deliveries = async (key: Key | undefined, webhookId: string) =>
     (await as(key, 'GET', `/webhooks/${webhookId}/deliveries`)).body.deliveries as any[]
 
-  return { ...admin, publishCharges: admin.publish, events, js, as, newKey, subscribe, publish, deliveries }
+  /** one statement on admin's database, for what no route does (a revocation that raced, a fan-out that raced) */
+  const sql = async (text: string, values: unknown[] = []) => {
+    const client = new pg.Client({ connectionString: admin.env.DATABASE_URL })
+    await client.connect()
+    try {
+      return (await client.query(text, values)).rows
+    } finally {
+      await client.end()
+    }
+  }
+
+  return { ...admin, publishCharges: admin.publish, events, js, as, newKey, subscribe, publish, deliveries, sql }
 }
 
 t.test('an event reaches its owner subscription once, signed per Standard Webhooks', async (t) => {
@@ -557,4 +569,131 @@ t.test('subscription routes: URL rules, limits and ownership', async (t) => {
   )
   t.equal((await admin.as(key, 'DELETE', `/webhooks/${a.body.id}`)).status, 204)
   t.equal((await admin.as(key, 'GET', `/webhooks/${a.body.id}`)).status, 404, 'deleted')
+})
+
+/** long enough for a try due in `ms` (±20% jitter) to have been made, with the sender's poll */
+const pastATryIn = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms * 1.2 + 800))
+
+t.test("revoking a key disables its subscriptions and cancels their pending deliveries; other keys' go on", async (t) => {
+  const admin = await start(t, { WEBHOOK_RETRY_SCHEDULE: '1s,1s,1s' })
+  const failing = await receiver(t, () => 500)
+  const other = await receiver(t)
+  const key = await admin.newKey('readwrite')
+  const bystander = await admin.newKey('readwrite')
+  const first = await admin.subscribe(key, failing.url, ['job.failed'])
+  const second = await admin.subscribe(key, failing.url, ['job.failed'])
+  await admin.as(key, 'PATCH', `/webhooks/${second.id}`, { enabled: false })
+  const theirs = await admin.subscribe(bystander, other.url, ['job.failed'])
+  await admin.publish('job.failed', { keyId: key.id })
+  await eventually('the first try', async () => (failing.got.length === 1 ? true : undefined))
+  await eventually('the delivery to wait for its next try', async () =>
+    (await admin.deliveries(key, first.id))[0]?.attempts === 1 ? true : undefined,
+  )
+
+  const revoked = await admin.as(undefined, 'DELETE', `/admin/keys/${key.id}`)
+  t.equal(revoked.status, 200)
+  await pastATryIn(1_000)
+  t.equal(failing.got.length, 1, 'nothing is sent after the revocation')
+
+  for (const sub of [first, second]) {
+    const res = await admin.as(undefined, 'GET', `/webhooks/${sub.id}`)
+    t.match(res.body, { enabled: false, disabledReason: new RegExp(`^disabled 20\\d\\d-.*: key revoked \\(${key.id}\\)$`) }, sub.id)
+  }
+  const [cancelled] = await admin.deliveries(undefined, first.id)
+  t.match(cancelled, {
+    status: 'cancelled',
+    attempts: 1,
+    nextAttemptAt: null,
+    cancelReason: /^cancelled: key revoked 20\d\d-.*, nothing more is sent$/,
+  })
+  t.equal(cancelled.attemptLog.length, 1, 'the try before the revocation stays in the log')
+
+  await admin.publish('job.failed', { keyId: bystander.id })
+  await eventually("another key's delivery", async () => (other.got.length === 1 ? true : undefined))
+  t.match((await admin.as(bystander, 'GET', `/webhooks/${theirs.id}`)).body, { enabled: true, disabledReason: null })
+})
+
+t.test('a delivery whose key is found revoked when it is due is cancelled, not sent, and its subscription disabled', async (t) => {
+  const admin = await start(t, { WEBHOOK_RETRY_SCHEDULE: '1s,1s,1s' })
+  const hook = await receiver(t, () => 500)
+  const key = await admin.newKey('readwrite')
+  const sub = await admin.subscribe(key, hook.url, ['job.failed'])
+  await admin.publish('job.failed', { keyId: key.id })
+  await eventually('the delivery to wait for its next try', async () =>
+    (await admin.deliveries(key, sub.id))[0]?.attempts === 1 ? true : undefined,
+  )
+  // a revocation whose webhook step did not happen (it raced the sender, or came from elsewhere)
+  await admin.sql('UPDATE admin.api_keys SET revoked_at = now() WHERE id = $1', [key.id])
+
+  await pastATryIn(1_000)
+  t.equal(hook.got.length, 1, 'the sender checks the key before it sends')
+  const [cancelled] = await admin.deliveries(undefined, sub.id)
+  t.match(cancelled, { status: 'cancelled', attempts: 1, cancelReason: /key revoked/ })
+  t.match((await admin.as(undefined, 'GET', `/webhooks/${sub.id}`)).body, { enabled: false, disabledReason: /key revoked/ })
+})
+
+t.test('a delivery queued after its key was revoked (a fan-out that raced the revocation) is cancelled, not sent', async (t) => {
+  const admin = await start(t)
+  const hook = await receiver(t)
+  const key = await admin.newKey('readwrite')
+  const sub = await admin.subscribe(key, hook.url, ['job.failed'])
+  t.equal((await admin.as(undefined, 'DELETE', `/admin/keys/${key.id}`)).status, 200)
+  // the row a fan-out writes when it read the subscription just before the revocation committed
+  await admin.sql(
+    `INSERT INTO admin.webhook_deliveries (id, subscription_id, event_id, event_type, body) VALUES ('whd_raced', $1, 'evt_raced', 'job.failed', '{}')`,
+    [sub.id],
+  )
+  const [cancelled] = await eventually('the raced delivery to be cancelled', async () => {
+    const d = await admin.deliveries(undefined, sub.id)
+    return d[0]?.status === 'cancelled' ? d : undefined
+  })
+  t.match(cancelled, { id: 'whd_raced', attempts: 0, cancelReason: /key revoked/ })
+  t.equal(hook.got.length, 0, 'nothing was sent')
+})
+
+t.test("a revoked key's subscription is read or deleted only: change, rotate, test and redeliver answer 409", async (t) => {
+  const admin = await start(t)
+  const hook = await receiver(t)
+  const key = await admin.newKey('readwrite')
+  const sub = await admin.subscribe(key, hook.url, ['job.failed'])
+  await admin.publish('job.failed', { keyId: key.id })
+  const [delivered] = await eventually('the delivery', async () => {
+    const d = await admin.deliveries(key, sub.id)
+    return d[0]?.status === 'succeeded' ? d : undefined
+  })
+  t.equal((await admin.as(undefined, 'DELETE', `/admin/keys/${key.id}`)).status, 200)
+  t.equal((await admin.deliveries(undefined, sub.id))[0].status, 'succeeded', 'a delivered delivery stays delivered')
+
+  for (const [method, path, body] of [
+    ['PATCH', `/webhooks/${sub.id}`, { enabled: true }],
+    ['PATCH', `/webhooks/${sub.id}`, { enabled: false }],
+    ['PATCH', `/webhooks/${sub.id}`, { events: ['job.completed'] }],
+    ['POST', `/webhooks/${sub.id}/rotate-secret`],
+    ['POST', `/webhooks/${sub.id}/test`],
+    ['POST', `/webhooks/${sub.id}/deliveries/${delivered.id}/redeliver`],
+  ] as Array<[string, string, unknown?]>) {
+    const res = await admin.as(undefined, method, path, body)
+    t.equal(res.status, 409, `${method} ${path}`)
+    t.equal(
+      res.body.error,
+      `webhook ${sub.id} belongs to key ${key.id}, which was revoked: it stays disabled and is not changed, tested or redelivered (it can be read or deleted)`,
+    )
+  }
+  t.equal(hook.got.length, 1, 'nothing more was sent')
+  t.match((await admin.as(undefined, 'GET', `/webhooks/${sub.id}`)).body, { enabled: false, disabledReason: /key revoked/ })
+  t.equal((await admin.as(undefined, 'DELETE', `/webhooks/${sub.id}`)).status, 204)
+})
+
+t.test("rotating ADMIN_API_KEY retires the old bootstrap key's webhooks with it", async (t) => {
+  const first = await start(t, { ADMIN_API_KEY: 'atsk_webhook-bootstrap-key-0000000000' })
+  const hook = await receiver(t)
+  const keys = (await first.as(undefined, 'GET', '/admin/keys')).body.keys as Array<{ id: string; label: string }>
+  const bootstrap = keys.find((k) => k.label === 'bootstrap (ADMIN_API_KEY)')!
+  const sub = await first.subscribe({ id: bootstrap.id, tier: 'admin', wallet: null }, hook.url, ['job.failed'])
+
+  const second = await start(t, {}, { env: { ...first.env, ADMIN_API_KEY: 'atsk_webhook-rotated-key-000000000000' } })
+  t.match((await second.as(undefined, 'GET', `/webhooks/${sub.id}`)).body, {
+    enabled: false,
+    disabledReason: new RegExp(`key revoked \\(${bootstrap.id}\\)`),
+  })
 })

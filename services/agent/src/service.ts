@@ -61,6 +61,13 @@ const settings = {
   AGENT_JOB_MAX_RUN_MS: ms('a run longer than this is stopped and the job fails', 120_000, 1_000),
   AGENT_TOOL_TIMEOUT_MS: ms('how long a tool waits for trading, market-data or automation', 10_000),
   AGENT_SWAP_TIMEOUT_MS: ms('how long the swap tool waits for a swap to be mined', 90_000, 1_000),
+  AGENT_JOB_PAYMENT_MARGIN_SECONDS: Type.Integer({
+    minimum: 1,
+    maximum: 3600,
+    default: 60,
+    description:
+      "a paid job must end this long before its payment's validBefore, so that the payment can still be settled after it: a job taken from the queue later is not run, a wait for approval expires then at the latest, and a job still running or waiting then is stopped; each is failed with the reason and its payment voided (keep it below the gateway's JOB_PAYMENT_MIN_VALIDITY_SECONDS)",
+  }),
   APPROVAL_POLL_MS: ms("how often a job whose swap waits for a person's approval asks trading whether it was decided", 1_000),
   AGENT_CHAT_WAIT_MS: ms(
     "how long a /v1 completion waits for its job; then the job is cancelled and the answer is 504 (keep it under the gateway's CHAT_TIMEOUT_MS)",
@@ -159,6 +166,7 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
           maxAttempts: config.AGENT_MAX_ATTEMPTS,
           maxRunMs: config.AGENT_JOB_MAX_RUN_MS,
           historyMessages: config.AGENT_HISTORY_MESSAGES,
+          paymentMarginSeconds: config.AGENT_JOB_PAYMENT_MARGIN_SECONDS,
         },
       })
       onClose(workers.stop)
@@ -180,7 +188,15 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
       const skills = skillList(config.AGENT_PUBLIC_URL, parseExternalSkills(config.EXTERNAL_SKILLS))
       await app.register(skillRoutes, { skills })
       const paymentsOf = createJobPaymentLookup({ nc, endpoint: channels.admin.paymentsOfJobs, log })
-      await app.register(agentRoutesPlugin, { store, queue, events, cancelled, idempotency, paymentsOf })
+      await app.register(agentRoutesPlugin, {
+        store,
+        queue,
+        events,
+        cancelled,
+        idempotency,
+        paymentsOf,
+        paymentMarginSeconds: config.AGENT_JOB_PAYMENT_MARGIN_SECONDS,
+      })
       await app.register(portfolioRoutes, { store, paymentsOf })
       const answers = createAnswers({ store, queue, events, cancelled, waitMs: config.AGENT_CHAT_WAIT_MS })
       await app.register(chatRoutesPlugin, { prefix: '/v1', answers })

@@ -774,6 +774,34 @@ t.test('the outcome of each paid job is published once, with the reason of a voi
     t.same(job.payment, { state: 'pending' }, 'no charge is recorded here (no gateway): pending')
   })
 
+  top.test("a paid job's 202 names its deadline; one whose payment expires within the margin is voided, never run", async (t) => {
+    const validBeforeIn = async (seconds: number | string) => {
+      const validBefore = typeof seconds === 'number' ? String(Math.floor(Date.now() / 1000) + seconds) : seconds
+      const nonce = `0x${randomBytes(32).toString('hex')}`
+      const headers = { [identityHeaders.payment]: `${payer}:${nonce}`, [identityHeaders.paymentValidBefore]: validBefore }
+      // a prompt no tool serves: the prices the next tests make fail are not cached by it
+      const res = await call('/agent/prompt', { body: { prompt: 'what can you do' }, headers })
+      t.equal(res.status, 202)
+      return { ...res.body, validBefore: Number(validBefore) }
+    }
+    // AGENT_JOB_PAYMENT_MARGIN_SECONDS is 60 by default
+    const roomy = await validBeforeIn(600)
+    t.equal(roomy.deadline, (roomy.validBefore - 60) * 1000)
+    t.equal((await finished(roomy.jobId)).status, 'complete')
+
+    const late = await validBeforeIn(30)
+    t.equal(late.deadline, (late.validBefore - 60) * 1000, 'already past')
+    const voided = await finished(late.jobId)
+    t.equal(voided.status, 'failed')
+    t.match(voided.error, /^the job was not started: the payment that bought it expires at \S+ \(validBefore\), too soon to settle it/)
+    t.notOk(voided.result)
+    t.match(await outcomeOf(late.jobId), [{ jobId: late.jobId, outcome: 'void', status: 'failed', reason: voided.error }])
+
+    const malformed = await validBeforeIn('soon')
+    t.notOk('deadline' in malformed, 'a malformed validBefore gives no deadline')
+    t.equal((await finished(malformed.jobId)).status, 'complete')
+  })
+
   top.test("failed because a tool failed through a fault of ours: void with the job's error", async (t) => {
     stack.upstreams.behave('/simple/price', 500)
     const { jobId } = await paidPrompt('price of ETH')
@@ -820,7 +848,7 @@ t.test('the outcome of each paid job is published once, with the reason of a voi
       [...all.values()].every((list) => list.length === 1),
       'no job has two outcomes in the stream',
     )
-    t.equal(all.size, 5, 'one outcome per paid job, none for the unpaid one')
+    t.equal(all.size, 8, 'one outcome per paid job, none for the unpaid one')
 
     // GET /portfolio/jobs: a key bound to the payer's wallet sees the payments of its paid jobs
     const listed = await call('/portfolio/jobs', { headers: keyHeaders('key_reader', 'readonly', payer) })

@@ -81,7 +81,8 @@ t.test('three scheduler processes at once: every due run executed exactly once, 
 t.test('runs over the key approvalAboveUsd wait for a person (three replicas): approve, reject, pause, delete, expiry', async (top) => {
   const { devnet, publicClient, call } = stack
   const wallet = getAddress(devnet.accounts[7]!.address) as Address
-  const keyId = await stack.createKey(wallet, { approvalAboveUsd: 10 })
+  // the key decides its own runs' approvals here (selfApprove; by default the key that asked cannot approve)
+  const keyId = await stack.createKey(wallet, { approvalAboveUsd: 10, selfApprove: true })
   const startBlock = await publicClient.getBlockNumber({ cacheTime: 0 })
   const db = new pg.Client({ connectionString: stack.env.DATABASE_URL, options: '-c search_path=automation' })
   await db.connect()

@@ -9,6 +9,12 @@ export const TooLarge = createError<[string]>('ATS_ERR_TRADING_TOO_LARGE', '%s',
 export const PriceImpactTooHigh = createError<[string]>('ATS_ERR_TRADING_PRICE_IMPACT_TOO_HIGH', '%s', 422)
 /** The approval was approved, rejected or withdrawn already. */
 export const ApprovalDecided = createError<[string]>('ATS_ERR_TRADING_APPROVAL_DECIDED', '%s', 409)
+/** The key that asked for a held swap tried to approve it, and its policy does not set selfApprove. */
+export const SelfApproval = createError<[string]>(
+  'ATS_ERR_TRADING_SELF_APPROVAL',
+  'key %s asked for this swap and cannot approve it itself: an admin key or a key its spend policy names in approvers decides it (a policy with selfApprove: true lets a key approve its own swaps)',
+  403,
+)
 /** A token launch whose deployment reverted. */
 export const LaunchFailed = createError<[string]>('ATS_ERR_TRADING_LAUNCH_FAILED', '%s', 422)
 

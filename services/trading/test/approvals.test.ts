@@ -7,13 +7,18 @@ import t from 'tap'
 import { tradingService } from '../src/service.ts'
 import { eventually, keyHeaders, startTrading } from './helpers.ts'
 
-/** Swaps over a key's approvalAboveUsd wait for a person: nothing is sent until approved, and then once. */
+/**
+ * Swaps over a key's approvalAboveUsd wait for a person other than the key that asked: nothing is
+ * sent until approved, and then once.
+ */
 const fleet = await startTrading(t)
 const { call, publicClient, serverWallet } = fleet
 const nonceOf = () => publicClient.getTransactionCount({ address: serverWallet })
 const policy = { approvalAboveUsd: 10, maxUsdPerSwap: 1000, maxUsdPerDay: 100_000 }
 const usdc = (dollars: number) => ({ tokenIn: 'USDC', tokenOut: 'WETH', amountIn: String(dollars * 1_000_000) })
 const executions = async (keyId: string) => (await call('GET', '/swap/executions', { keyId })).body.executions as { id: string }[]
+/** An admin key, as the gateway forwards it: it decides any approval */
+const asAdmin = { keyId: 'key_the_admin', headers: keyHeaders('key_the_admin', 'admin') }
 
 // the server wallet approves the router once; later swaps are one transaction each
 t.before(async () => {
@@ -21,9 +26,9 @@ t.before(async () => {
   if (res.status !== 200) throw new Error(`warm-up swap failed: ${res.status} ${JSON.stringify(res.body)}`)
 })
 
-/** A key with the approval policy, and a $50 swap of it held for approval. */
-async function held(idempotencyKey = `held-${Math.random()}`) {
-  const { id: keyId } = await fleet.createKey(policy)
+/** A key with the approval policy (or `withPolicy`), and a $50 swap of it held for approval. */
+async function held(idempotencyKey = `held-${Math.random()}`, withPolicy: Record<string, unknown> = policy) {
+  const { id: keyId } = await fleet.createKey(withPolicy)
   const res = await call('POST', '/swap/execute', { body: usdc(50), keyId, headers: { 'idempotency-key': idempotencyKey } })
   if (res.status !== 202) throw new Error(`expected 202, got ${res.status} ${JSON.stringify(res.body)}`)
   return { keyId, approval: res.body.approval, res }
@@ -78,16 +83,49 @@ t.test('a swap over the caps is refused at once (403), not held for approval', a
   t.same((await call('GET', '/approvals', { keyId })).body.approvals, [])
 })
 
+t.test('the key that asked gets 403 on approve; the approval stays pending and it may still reject it', async (t) => {
+  const { keyId, approval } = await held()
+  t.match(approval.policy, { approvers: [], selfApprove: false })
+  const res = await call('POST', `/approvals/${approval.id}/approve`, { keyId })
+  t.equal(res.status, 403)
+  t.equal(
+    res.body.error,
+    `key ${keyId} asked for this swap and cannot approve it itself: an admin key or a key its spend policy names in approvers decides it (a policy with selfApprove: true lets a key approve its own swaps)`,
+  )
+  t.equal((await call('GET', `/approvals/${approval.id}`, { keyId })).body.status, 'pending')
+  t.same(await executions(keyId), [])
+  t.match((await call('POST', `/approvals/${approval.id}/reject`, { keyId })).body, { status: 'rejected', decidedBy: keyId })
+})
+
+t.test('a key the policy names in approvers sees, lists and approves it; with selfApprove the key itself approves', async (t) => {
+  const { id: approver } = await fleet.createKey()
+  const { keyId, approval } = await held(undefined, { ...policy, approvers: [approver] })
+  t.match(approval.policy, { approvers: [approver], selfApprove: false })
+  t.equal((await call('GET', `/approvals/${approval.id}`, { keyId: approver })).status, 200)
+  t.same(
+    (await call('GET', '/approvals', { keyId: approver })).body.approvals.map((a: { id: string }) => a.id),
+    [approval.id],
+  )
+  t.equal((await call('POST', `/approvals/${approval.id}/approve`, { keyId })).status, 403, 'not the key that asked')
+  const approved = await call('POST', `/approvals/${approval.id}/approve`, { keyId: approver })
+  t.match(approved.body, { status: 'approved', decidedBy: approver, result: { success: true } })
+
+  const own = await held(undefined, { ...policy, selfApprove: true })
+  t.match(own.approval.policy, { selfApprove: true })
+  const self = await call('POST', `/approvals/${own.approval.id}/approve`, { keyId: own.keyId })
+  t.match(self.body, { status: 'approved', decidedBy: own.keyId, result: { success: true } })
+})
+
 t.test('approve runs the swap once, with a fresh quote; a repeat answers the same swap', async (t) => {
   const { keyId, approval } = await held()
   const before = await nonceOf()
   const wethBefore = await fleet.balanceOf('WETH', serverWallet)
-  const res = await call('POST', `/approvals/${approval.id}/approve`, { keyId })
+  const res = await call('POST', `/approvals/${approval.id}/approve`, asAdmin)
   t.equal(res.status, 200)
   t.match(res.body, {
     id: approval.id,
     status: 'approved',
-    decidedBy: keyId,
+    decidedBy: 'key_the_admin',
     error: null,
     result: { success: true, tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '50000000' },
   })
@@ -99,7 +137,7 @@ t.test('approve runs the swap once, with a fresh quote; a repeat answers the sam
     [res.body.result.executionId],
     'one execution',
   )
-  const again = await call('POST', `/approvals/${approval.id}/approve`, { keyId })
+  const again = await call('POST', `/approvals/${approval.id}/approve`, asAdmin)
   t.equal(again.status, 200)
   t.equal(again.body.result.hash, res.body.result.hash, 'a repeat answers the same swap')
   t.equal(await nonceOf(), before + 1, 'still one transaction')
@@ -109,8 +147,8 @@ t.test('two approvals at once make one swap, and both answer it', async (t) => {
   const { keyId, approval } = await held()
   const before = await nonceOf()
   const [a, b] = await Promise.all([
-    call('POST', `/approvals/${approval.id}/approve`, { keyId }),
-    call('POST', `/approvals/${approval.id}/approve`, { keyId }),
+    call('POST', `/approvals/${approval.id}/approve`, asAdmin),
+    call('POST', `/approvals/${approval.id}/approve`, asAdmin),
   ])
   t.same([a.status, b.status], [200, 200])
   t.ok(a.body.result?.executionId, 'a swap was made')
@@ -125,7 +163,7 @@ t.test('reject sends nothing, and an approve after it answers 409', async (t) =>
   const res = await call('POST', `/approvals/${approval.id}/reject`, { keyId, body: { reason: 'too much' } })
   t.equal(res.status, 200)
   t.match(res.body, { status: 'rejected', decidedBy: keyId, result: null })
-  const approve = await call('POST', `/approvals/${approval.id}/approve`, { keyId })
+  const approve = await call('POST', `/approvals/${approval.id}/approve`, asAdmin)
   t.equal(approve.status, 409)
   t.match(approve.body.error, /was rejected by .*\(too much\); nothing was sent/)
   t.equal((await call('POST', `/approvals/${approval.id}/reject`, { keyId })).status, 409, 'a second reject')
@@ -144,13 +182,12 @@ t.test("another key's approval is not found; an admin key sees and decides it", 
   t.equal((await call('POST', `/approvals/${approval.id}/approve`, { keyId: other })).status, 404)
   t.equal((await call('POST', `/approvals/${approval.id}/reject`, { keyId: other })).status, 404)
   t.notOk((await call('GET', '/approvals', { keyId: other })).body.approvals.some((a: { id: string }) => a.id === approval.id))
-  const asAdmin = { ...keyHeaders('key_the_admin', 'admin') }
-  const list = await call('GET', '/approvals', { keyId: 'key_the_admin', headers: asAdmin })
+  const list = await call('GET', '/approvals', asAdmin)
   t.ok(
     list.body.approvals.some((a: { id: string }) => a.id === approval.id),
     'an admin key lists every key’s',
   )
-  const rejected = await call('POST', `/approvals/${approval.id}/reject`, { keyId: 'key_the_admin', headers: asAdmin })
+  const rejected = await call('POST', `/approvals/${approval.id}/reject`, asAdmin)
   t.match(rejected.body, { status: 'rejected', decidedBy: 'key_the_admin' })
 })
 
@@ -179,7 +216,30 @@ t.test('over NATS: execute answers the approval; its requester reads and withdra
   t.equal((await callEndpoint(nc, approvalWithdraw, { id, reason: 'job cancelled' }, { identity: { keyId: 'key_other' } })).approval, null)
   const withdrawn = await callEndpoint(nc, approvalWithdraw, { id, reason: 'job cancelled' }, { identity })
   t.match(withdrawn.approval, { status: 'rejected', decidedBy: 'requester', decisionReason: 'job cancelled' })
-  t.equal((await call('POST', `/approvals/${id}/approve`, { keyId })).status, 409)
+  t.equal((await call('POST', `/approvals/${id}/approve`, asAdmin)).status, 409)
+  t.same(await executions(keyId), [])
+})
+
+t.test("over NATS: a paid job's decideBy caps the approval's wait; it expires then, naming the payment", async (t) => {
+  const nc = await connect({ servers: fleet.base.NATS_URL! })
+  t.teardown(() => nc.close())
+  const { execute, approval } = natsChannels(fleet.base.NATS_NAMESPACE!).trading
+  const { id: keyId } = await fleet.createKey(policy)
+  const identity = { keyId, ownerId: keyId }
+  const decideBy = Date.now() + 1500
+  const request = { ...usdc(50), slippageBps: 50, idempotencyKey: 'job:jd:step:1', jobId: 'job_jd', decideBy }
+  const answer = await callEndpoint(nc, execute, request, { identity, timeoutMs: 30_000 })
+  if (!('approval' in answer)) throw new Error('not held')
+  t.match(answer.approval, { status: 'pending', expiresAt: decideBy, expiresWithPayment: true })
+  const expired = await eventually('the approval to expire', async () => {
+    const { approval: now } = await callEndpoint(nc, approval, { id: answer.approval.id }, { identity })
+    return now?.status === 'expired' ? now : undefined
+  })
+  t.equal(
+    expired.error,
+    `abandoned: not decided by ${new Date(decideBy).toISOString()}, after which the payment of the agent job that asked could no longer be settled`,
+  )
+  t.equal((await call('POST', `/approvals/${answer.approval.id}/approve`, asAdmin)).status, 409)
   t.same(await executions(keyId), [])
 })
 
@@ -210,7 +270,7 @@ t.test('an approval not decided in time expires: nothing sent, approve answers 4
     decidedBy: null,
     error: 'abandoned: not approved within 1.5 seconds (APPROVAL_TTL_MS)',
   })
-  const approve = await call('POST', `/approvals/${approval.id}/approve`, { keyId })
+  const approve = await call('POST', `/approvals/${approval.id}/approve`, asAdmin)
   t.equal(approve.status, 409)
   t.match(approve.body.error, /expired: abandoned/)
   t.equal(await nonceOf(), before)
@@ -300,7 +360,7 @@ t.test('an approval a crash left approved without its swap is run by the sweep, 
   )
   t.match(done, { status: 'approved', error: null, result: { success: true } })
   t.equal(await nonceOf(), before + 1)
-  const again = await call('POST', `/approvals/${approval.id}/approve`, { keyId })
+  const again = await call('POST', `/approvals/${approval.id}/approve`, asAdmin)
   t.equal(again.body.result.hash, done.result.hash, 'an approve afterwards answers the same swap')
   t.equal(await nonceOf(), before + 1)
 })

@@ -43,6 +43,21 @@ export const SpendPolicy = Type.Object(
         'a swap worth more than this, in US dollars, is not sent until a person approves it (POST /approvals/:id/approve): POST /swap/execute answers 202 with the approval, an agent job waits in awaiting_approval, an automation run waits; unset: no approval step',
       ),
     ),
+    approvers: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: 64, description: 'the id of an API key (key_…)' }), {
+        minItems: 1,
+        maxItems: 20,
+        uniqueItems: true,
+        description:
+          "the keys that may approve the swaps this policy holds for approval (approvalAboveUsd) and see them in GET /approvals, besides admin keys (and, for an agent payer's policy, keys bound to the payer's wallet); the key that asked never approves its own swap unless selfApprove is set. Read when a swap is held: a change applies to swaps held afterwards",
+      }),
+    ),
+    selfApprove: Type.Optional(
+      Type.Boolean({
+        description:
+          'true: the key that asked for a held swap may approve it itself. This gives up the second person the approval step is for: a holder of the key (or an agent or MCP client using it) can then spend above approvalAboveUsd on its own. Default false: the requester gets 403 on approve (it may still reject)',
+      }),
+    ),
     allowedRecipients: Type.Optional(
       Type.Array(Address({ description: 'a wallet swaps of this key may pay out to' }), {
         minItems: 1,

@@ -39,6 +39,15 @@ export type KeyPolicyReply = Static<typeof KeyPolicyReply>
 export const KeyRevoked = Type.Object({ id: Type.String(), hash: Sha256Hex() })
 export type KeyRevoked = Static<typeof KeyRevoked>
 
+/** admin.keys.created broadcast: the new key's entry, as admin.keys.verify would answer it, and its hash. */
+export const KeyCreated = Type.Object({
+  id: Type.String(),
+  hash: Sha256Hex(),
+  tier: TierSchema,
+  wallet: Type.Union([Address(), Type.Null()]),
+})
+export type KeyCreated = Static<typeof KeyCreated>
+
 /** admin's NATS channels in one namespace. */
 export function adminChannels(namespace: string) {
   return {
@@ -56,6 +65,8 @@ export function adminChannels(namespace: string) {
     paymentsOfJobs: endpoint(subjectOf(namespace, 'admin', 'payments.of-jobs'), PaymentsOfJobsRequest, PaymentsOfJobsReply),
     /** broadcast: a key was revoked; every gateway evicts it from its cache */
     keyRevoked: topic(subjectOf(namespace, 'admin', 'keys.revoked'), KeyRevoked),
+    /** broadcast: a key was created; every gateway caches it, so it works at once even where unknown keys are refused */
+    keyCreated: topic(subjectOf(namespace, 'admin', 'keys.created'), KeyCreated),
     /** the KV bucket of the server wallet's kill switch (key walletControlKey), watched by trading and automation */
     walletControl: `${namespace}-wallet-control`,
     /** charged payments (gateway -> JetStream -> admin's ledger) and the blocked payers */

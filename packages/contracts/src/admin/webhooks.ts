@@ -29,7 +29,8 @@ export const Webhook = Type.Object({
   events: Type.Array(WebhookEventTypeSchema),
   description: Type.Union([Type.String(), Type.Null()]),
   enabled: Type.Boolean({
-    description: 'false: nothing is delivered (disabled by its owner, or after failing for WEBHOOK_DISABLE_AFTER_MS: disabledReason)',
+    description:
+      'false: nothing is delivered (disabled by its owner, after failing for WEBHOOK_DISABLE_AFTER_MS, or because its key was revoked: disabledReason)',
   }),
   disabledReason: Type.Union([Type.String(), Type.Null()], { description: 'why it was disabled, and since when' }),
   createdAt: EpochMs(),
@@ -70,12 +71,13 @@ export const RotatedSecret = Type.Object({
   previousSecretValidUntil: EpochMs('until then deliveries are signed with both secrets (WEBHOOK_SECRET_GRACE_MS after the rotation)'),
 })
 
-export const deliveryStatuses = ['pending', 'succeeded', 'failed'] as const
+export const deliveryStatuses = ['pending', 'succeeded', 'failed', 'cancelled'] as const
 export type DeliveryStatus = (typeof deliveryStatuses)[number]
 const DeliveryStatusSchema = Type.Unsafe<DeliveryStatus>({
   type: 'string',
   enum: [...deliveryStatuses],
-  description: 'pending: to be tried (again) at nextAttemptAt; succeeded: answered 2xx; failed: every try of the retry schedule failed',
+  description:
+    'pending: to be tried (again) at nextAttemptAt; succeeded: answered 2xx; failed: every try of the retry schedule failed; cancelled: not sent (any more), cancelReason says why',
 })
 
 export const DeliveryAttempt = Type.Object({
@@ -98,6 +100,9 @@ export const WebhookDelivery = Type.Object({
   attemptLog: Type.Array(DeliveryAttempt, { description: 'the last 20 tries, oldest first' }),
   createdAt: EpochMs(),
   deliveredAt: Type.Union([EpochMs(), Type.Null()]),
+  cancelReason: Type.Union([Type.String(), Type.Null()], {
+    description: 'cancelled: when and why it was not sent (its key was revoked)',
+  }),
 })
 export type WebhookDelivery = Static<typeof WebhookDelivery>
 
@@ -154,8 +159,9 @@ export const webhookRoutes = {
   updateWebhook: route({
     method: 'PATCH',
     url: '/webhooks/:id',
-    summary: 'Change the URL, events or description of a subscription, or disable it or enable it again',
-    schema: { params: WebhookParams, body: UpdateWebhookBody, response: { 200: Webhook, ...notFound, ...errors } },
+    summary:
+      'Change the URL, events or description of a subscription, or disable it or enable it again (not when its key was revoked: 409)',
+    schema: { params: WebhookParams, body: UpdateWebhookBody, response: { 200: Webhook, 409: ErrorBody, ...notFound, ...errors } },
   }),
   deleteWebhook: route({
     method: 'DELETE',
@@ -166,15 +172,16 @@ export const webhookRoutes = {
   rotateWebhookSecret: route({
     method: 'POST',
     url: '/webhooks/:id/rotate-secret',
-    summary: 'A new signing secret; the old one stays valid WEBHOOK_SECRET_GRACE_MS (deliveries carry both signatures meanwhile)',
-    schema: { params: WebhookParams, response: { 200: RotatedSecret, ...notFound, ...errors } },
+    summary:
+      'A new signing secret; the old one stays valid WEBHOOK_SECRET_GRACE_MS (deliveries carry both signatures meanwhile); 409 when its key was revoked',
+    schema: { params: WebhookParams, response: { 200: RotatedSecret, 409: ErrorBody, ...notFound, ...errors } },
   }),
   testWebhook: route({
     method: 'POST',
     url: '/webhooks/:id/test',
     summary:
-      'Send one signed webhook.test event to the URL now (also when disabled) and answer how the receiver took it; one try, not retried, logged as a delivery',
-    schema: { params: WebhookParams, response: { 200: WebhookTestResult, ...notFound, ...errors } },
+      'Send one signed webhook.test event to the URL now (also when disabled) and answer how the receiver took it; one try, not retried, logged as a delivery; 409 when its key was revoked',
+    schema: { params: WebhookParams, response: { 200: WebhookTestResult, 409: ErrorBody, ...notFound, ...errors } },
   }),
   listWebhookDeliveries: route({
     method: 'GET',
@@ -189,7 +196,8 @@ export const webhookRoutes = {
   redeliverWebhook: route({
     method: 'POST',
     url: '/webhooks/:id/deliveries/:deliveryId/redeliver',
-    summary: 'Queue a delivery again now (same webhook-id, tries counted afresh); a webhook.test one is not (409)',
+    summary:
+      'Queue a delivery again now (same webhook-id, tries counted afresh); a webhook.test one, or one of a revoked key, is not (409)',
     schema: { params: DeliveryParams, response: { 202: WebhookDelivery, 409: ErrorBody, ...notFound, ...errors } },
   }),
 }

@@ -57,6 +57,11 @@ export const PromptAccepted = Type.Object({
   jobId: Type.String(),
   threadId: Type.String(),
   status: Type.Literal('pending'),
+  deadline: Type.Optional(
+    EpochMs(
+      "when the job must have ended so that its payment can still be settled (ms since the Unix epoch): the payment's validBefore less AGENT_JOB_PAYMENT_MARGIN_SECONDS. A job not started by then is not run, a wait for approval expires then at the latest, and a job still running or waiting then is stopped; its payment is voided (not charged)",
+    ),
+  ),
 })
 
 /** What a job sent from the server wallet or prepared for the payer's own wallet to sign. */

@@ -32,6 +32,11 @@ export const identityHeaders = {
    */
   payment: 'x-ats-payment',
   /**
+   * the validBefore of that payment (unix seconds, decimal): a job it bought must end while the
+   * payment can still be settled, so the agent neither starts nor resumes it too close to this
+   */
+  paymentValidBefore: 'x-ats-payment-valid-before',
+  /**
    * a paid request that may be a repeat (x402 payment id): `<payer>:<payment id>:<nonce of the
    * payment that paid it>`; the same value means the same request, to be answered with the same result
    */

@@ -48,6 +48,14 @@ export const Approval = Type.Object({
   policy: Type.Object({
     owner: Type.String({ description: 'whose spend policy asked: "key key_abc" or "payer 0x…"' }),
     approvalAboveUsd: Type.Number(),
+    approvers: Type.Optional(
+      Type.Array(Type.String(), {
+        description: 'the keys the policy names as approvers (besides admin keys), as it was when the swap was held',
+      }),
+    ),
+    selfApprove: Type.Optional(
+      Type.Boolean({ description: 'whether the policy lets the key that asked approve its own swap (otherwise 403)' }),
+    ),
   }),
   requestedBy: Type.Object({
     keyId: Type.Union([Type.String(), Type.Null()]),
@@ -57,6 +65,12 @@ export const Approval = Type.Object({
   }),
   createdAt: EpochMs(),
   expiresAt: EpochMs(),
+  expiresWithPayment: Type.Optional(
+    Type.Boolean({
+      description:
+        "true: expiresAt is earlier than APPROVAL_TTL_MS would make it, because the paid agent job that asked must end while its x402 payment can still be settled (the payment's validBefore less the agent's AGENT_JOB_PAYMENT_MARGIN_SECONDS); the job is voided if nobody decides by then",
+    }),
+  ),
   decidedAt: Type.Union([EpochMs(), Type.Null()]),
   decidedBy: Type.Union([Type.String(), Type.Null()], {
     description:
@@ -105,7 +119,7 @@ export const approvalRoutes = {
     method: 'GET',
     url: '/approvals',
     summary:
-      "The swaps waiting for a person's decision (and decided ones with ?status=), newest first: this key's, or every key's for an admin key",
+      "The swaps waiting for a person's decision (and decided ones with ?status=), newest first: this key's, those whose spend policy names this key in approvers, a bound wallet's payer's, or every one for an admin key",
     schema: {
       querystring: Type.Object(
         {
@@ -120,14 +134,14 @@ export const approvalRoutes = {
   approval: route({
     method: 'GET',
     url: '/approvals/:id',
-    summary: 'One approval of this key (any, for an admin key)',
+    summary: 'One approval this key asked for or may decide (any, for an admin key)',
     schema: { params: IdParams, response: { 200: Approval, 404: ErrorBody, ...errors } },
   }),
   approve: route({
     method: 'POST',
     url: '/approvals/:id/approve',
     summary:
-      'Approve a waiting swap: it runs now, once (a repeat, or two approvals at once, answer the same swap), with a fresh quote under the same slippage and price-impact limits, and the job or automation run behind it goes on. 409 when it was rejected or expired',
+      "Approve a waiting swap: it runs now, once (a repeat, or two approvals at once, answer the same swap), with a fresh quote under the same slippage and price-impact limits, and the job or automation run behind it goes on. For someone other than the key that asked: an admin key, a key the spend policy names in approvers, or (a payer's swap) a key bound to the payer's wallet; the key that asked gets 403 unless its policy sets selfApprove. 409 when it was rejected or expired",
     schema: { params: IdParams, response: { 200: Approval, 404: ErrorBody, 409: ErrorBody, 423: ErrorBody, ...errors } },
   }),
   reject: route({

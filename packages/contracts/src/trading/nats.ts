@@ -20,6 +20,13 @@ export const ExecuteRequest = Type.Object(
     }),
     jobId: Type.Optional(Type.String({ maxLength: 64, description: 'the agent job that asked' })),
     automationRunId: Type.Optional(Type.String({ maxLength: 64, description: 'the automation run that asked' })),
+    decideBy: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description:
+          "ms since the Unix epoch: a swap held for approval expires no later than this (a paid job's payment deadline), with expiresWithPayment",
+      }),
+    ),
     recipient: Type.Optional(
       Address({ description: 'who receives tokenOut (an automation buys for its wallet); the server wallet when absent' }),
     ),

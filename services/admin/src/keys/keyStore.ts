@@ -3,6 +3,7 @@ import { hashApiKey, type KeyEntry, type KeyPolicyReply, type SpendPolicy, type 
 import { getAddress } from 'viem'
 import { PolicyOnReadonlyKey } from '../errors.ts'
 import { Prisma, type ApiKey, type PrismaClient } from '../generated/prisma/client.ts'
+import { retireWebhooksOfKey, type RetiredWebhooks } from '../webhooks/keyRevocation.ts'
 import { generateApiKey, visiblePrefix } from './apiKeys.ts'
 
 export interface CreatedKey extends KeyEntry {
@@ -13,6 +14,8 @@ export interface RevokedKey {
   id: string
   hash: string
   revokedAt: number
+  /** what the revocation did to the key's webhooks */
+  webhooks: RetiredWebhooks
 }
 
 // the column holds only policies the contract's schema accepted on the way in
@@ -65,13 +68,19 @@ export function createKeyStore(db: PrismaClient) {
       return rows.map(entryOf)
     },
 
-    /** Revokes an active key; undefined when there is no such active key. */
+    /**
+     * Revokes an active key, and with it its webhooks (disabled, pending deliveries cancelled) in
+     * the same transaction; undefined when there is no such active key.
+     */
     async revoke(id: string): Promise<RevokedKey | undefined> {
       const revokedAt = new Date()
-      const { count } = await db.apiKey.updateMany({ where: { id, revokedAt: null }, data: { revokedAt } })
-      if (count === 0) return undefined
-      const row = await db.apiKey.findUniqueOrThrow({ where: { id } })
-      return { id, hash: row.hash, revokedAt: revokedAt.getTime() }
+      return db.$transaction(async (tx) => {
+        const { count } = await tx.apiKey.updateMany({ where: { id, revokedAt: null }, data: { revokedAt } })
+        if (count === 0) return undefined
+        const row = await tx.apiKey.findUniqueOrThrow({ where: { id } })
+        const webhooks = await retireWebhooksOfKey(tx, id, revokedAt)
+        return { id, hash: row.hash, revokedAt: revokedAt.getTime(), webhooks }
+      })
     },
 
     /** The active key with its spend policy and bound wallet, for trading's check before a swap and automation's recipient check. */
@@ -92,8 +101,8 @@ export function createKeyStore(db: PrismaClient) {
 
     /**
      * Makes ADMIN_API_KEY a working admin key (stored hashed) and revokes any earlier
-     * bootstrap key, so rotating the variable retires the old one. A bootstrap key an
-     * admin revoked stays revoked. Returns what it revoked, to broadcast.
+     * bootstrap key (and its webhooks), so rotating the variable retires the old one. A
+     * bootstrap key an admin revoked stays revoked. Returns what it revoked, to broadcast.
      */
     async seedBootstrap(raw: string): Promise<{ revoked: RevokedKey[]; state: 'created' | 'kept' | 'revoked' }> {
       const hash = hashApiKey(raw)
@@ -103,7 +112,10 @@ export function createKeyStore(db: PrismaClient) {
         if (stale.length > 0) {
           await tx.apiKey.updateMany({ where: { id: { in: stale.map((k) => k.id) } }, data: { revokedAt } })
         }
-        const revoked = stale.map((k) => ({ id: k.id, hash: k.hash, revokedAt: revokedAt.getTime() }))
+        const revoked: RevokedKey[] = []
+        for (const k of stale) {
+          revoked.push({ id: k.id, hash: k.hash, revokedAt: revokedAt.getTime(), webhooks: await retireWebhooksOfKey(tx, k.id, revokedAt) })
+        }
         const existing = await tx.apiKey.findUnique({ where: { hash } })
         if (existing) return { revoked, state: existing.revokedAt ? 'revoked' : 'kept' }
         await tx.apiKey.create({

@@ -1,4 +1,4 @@
-import { adminRoutes, type AdminChannels } from '@ats/contracts'
+import { adminRoutes, hashApiKey, type AdminChannels } from '@ats/contracts'
 import { NotFound, publish, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
 import type { NatsConnection } from 'nats'
@@ -6,7 +6,12 @@ import type { KeyStore } from '../keys/keyStore.ts'
 
 export async function keyRoutes(
   app: FastifyInstance,
-  { keys, nc, keyRevoked }: { keys: KeyStore; nc: NatsConnection; keyRevoked: AdminChannels['keyRevoked'] },
+  {
+    keys,
+    nc,
+    keyRevoked,
+    keyCreated,
+  }: { keys: KeyStore; nc: NatsConnection; keyRevoked: AdminChannels['keyRevoked']; keyCreated: AdminChannels['keyCreated'] },
 ) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
@@ -15,6 +20,14 @@ export async function keyRoutes(
     handler: async (request, reply) => {
       const { tier, label, policy, wallet } = request.body
       const created = await keys.create(tier, label, policy, wallet)
+      // every gateway caches the new key before its creator has it: it works at once, even from a
+      // client address refused for unknown keys (flushed, so the broadcast leaves before the 201)
+      try {
+        publish(nc, keyCreated, { id: created.id, hash: hashApiKey(created.key), tier: created.tier, wallet: created.wallet })
+        await nc.flush()
+      } catch (error) {
+        request.log.warn({ err: error, keyId: created.id }, 'key creation not broadcast: gateways look the key up at its first use')
+      }
       request.log.info({ keyId: created.id, tier, policy, wallet, by: request.identity.keyId }, 'api key created')
       return reply.code(201).send(created)
     },
@@ -41,7 +54,15 @@ export async function keyRoutes(
       const revoked = await keys.revoke(request.params.id)
       if (!revoked) throw new NotFound(`active key ${request.params.id}`)
       publish(nc, keyRevoked, { id: revoked.id, hash: revoked.hash })
-      request.log.info({ keyId: revoked.id, by: request.identity.keyId }, 'api key revoked')
+      request.log.info(
+        {
+          keyId: revoked.id,
+          by: request.identity.keyId,
+          webhooksDisabled: revoked.webhooks.disabled,
+          deliveriesCancelled: revoked.webhooks.cancelled,
+        },
+        'api key revoked',
+      )
       return { ok: true as const, id: revoked.id, revokedAt: revoked.revokedAt }
     },
   })

@@ -51,7 +51,7 @@ export async function webhookSubscriptionRoutes(app: FastifyInstance, { subscrip
     ...webhookRoutes.updateWebhook,
     handler: async (request) => {
       const viewer = viewerOf(request)
-      await subscriptions.owned(viewer, request.params.id)
+      await subscriptions.changeable(viewer, request.params.id)
       if (request.body.url !== undefined) await checkWebhookUrl(request.body.url, rules)
       const updated = await subscriptions.update(viewer, request.params.id, request.body)
       request.log.info({ webhookId: updated.id, by: viewer.keyId, enabled: updated.enabled }, 'webhook subscription changed')
@@ -87,7 +87,7 @@ export async function webhookSubscriptionRoutes(app: FastifyInstance, { subscrip
     ...webhookRoutes.testWebhook,
     handler: async (request) => {
       const viewer = viewerOf(request)
-      const sub = await subscriptions.owned(viewer, request.params.id)
+      const sub = await subscriptions.changeable(viewer, request.params.id)
       const result = await sendTest(sub)
       request.log.info(
         {

@@ -1,7 +1,7 @@
-// Deletes webhook deliveries that ended (succeeded or failed) more than the retention ago, so
-// the delivery log does not grow without bound. Pending deliveries are never touched. Every
-// admin replica runs it: deleting old rows twice is harmless, and SKIP LOCKED keeps replicas
-// (and a redeliver in progress) from waiting on each other.
+// Deletes webhook deliveries that ended (succeeded, failed or cancelled) more than the retention
+// ago, so the delivery log does not grow without bound. Pending deliveries are never touched.
+// Every admin replica runs it: deleting old rows twice is harmless, and SKIP LOCKED keeps
+// replicas (and a redeliver in progress) from waiting on each other.
 import { startWorkerLoop, type Logger, type WorkerLoop } from '@ats/service-kit'
 import type { PrismaClient } from '../generated/prisma/client.ts'
 
@@ -22,10 +22,10 @@ export interface DeliveryPurgeOptions {
  * A failed one has no end time of its own: the sender sets no `delivered_at` on the final
  * failure, and `created_at` can be far older than the end (the retries take about a day, and a
  * redeliver starts a delivery over), so its end is its last try's time in the attempt log
- * (`at`, epoch milliseconds), `created_at` only if the log were empty. Failed rows
- * are few, found through the status index. The row locks of the inner SELECT re-check the
- * conditions on the row's latest version, so a delivery redelivered meanwhile (pending again)
- * is not deleted.
+ * (`at`, epoch milliseconds), `created_at` only if the log were empty. A cancelled one ended
+ * at `cancelled_at`. Failed and cancelled rows are few, found through the status index. The
+ * row locks of the inner SELECT re-check the conditions on the row's latest version, so a
+ * delivery redelivered meanwhile (pending again) is not deleted.
  */
 export function purgeDeliveries(db: PrismaClient, retentionDays: number, batchSize: number): Promise<number> {
   return db.$executeRaw`
@@ -34,6 +34,7 @@ export function purgeDeliveries(db: PrismaClient, retentionDays: number, batchSi
       WHERE (status = 'succeeded' AND delivered_at < now() - ${retentionDays} * interval '1 day')
         OR (status = 'failed'
           AND coalesce(to_timestamp((attempt_log -> -1 ->> 'at')::float8 / 1000), created_at) < now() - ${retentionDays} * interval '1 day')
+        OR (status = 'cancelled' AND cancelled_at < now() - ${retentionDays} * interval '1 day')
       LIMIT ${batchSize}
       FOR UPDATE SKIP LOCKED)`
 }

@@ -1,9 +1,11 @@
 // Sends due webhook deliveries, several at once, from every admin replica: each claims its rows
 // (FOR UPDATE SKIP LOCKED, held until locked_until), so none is sent twice at the same time, and
-// one whose sender died is taken up again once its lock runs out.
+// one whose sender died is taken up again once its lock runs out. A delivery whose key is revoked
+// is cancelled instead of sent, whatever its subscription says.
 import type { DeliveryAttempt } from '@ats/contracts'
 import { startWorkerLoop, type Logger, type WorkerLoop } from '@ats/service-kit'
 import type { PrismaClient } from '../generated/prisma/client.ts'
+import { retireWebhooksOfKey } from './keyRevocation.ts'
 import { nextDelayMs } from './retrySchedule.ts'
 import { sendWebhook, signWebhook, type Attempt, type UrlRules } from './sender.ts'
 
@@ -35,6 +37,9 @@ interface Claimed {
   secret: string
   previousSecret: string | null
   previousSecretUntil: Date | null
+  /** the key that owns the subscription, and when it was revoked (null: it is active) */
+  keyId: string
+  keyRevokedAt: Date | null
 }
 
 const attemptLogSize = 20
@@ -64,18 +69,22 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
   const { db, log, rules, concurrency, timeoutMs, retrySchedule, disableAfterMs, pollMs = 500, random = Math.random } = options
   const inFlight = new Set<Promise<void>>()
 
+  // due deliveries of enabled subscriptions, and of revoked keys whatever their subscription says
+  // (one queued by a fan-out that raced the revocation): those are taken to be cancelled
   const claim = (limit: number) =>
     db.$queryRaw<Claimed[]>`
       UPDATE webhook_deliveries d SET locked_until = now() + ${timeoutMs + lockMarginMs} * interval '1 millisecond'
-      FROM webhook_subscriptions s
+      FROM webhook_subscriptions s JOIN api_keys k ON k.id = s.key_id
       WHERE s.id = d.subscription_id AND d.id IN (
-        SELECT dd.id FROM webhook_deliveries dd JOIN webhook_subscriptions ss ON ss.id = dd.subscription_id
-        WHERE dd.status = 'pending' AND dd.next_attempt_at <= now() AND (dd.locked_until IS NULL OR dd.locked_until <= now()) AND ss.enabled
+        SELECT dd.id FROM webhook_deliveries dd
+          JOIN webhook_subscriptions ss ON ss.id = dd.subscription_id JOIN api_keys kk ON kk.id = ss.key_id
+        WHERE dd.status = 'pending' AND dd.next_attempt_at <= now() AND (dd.locked_until IS NULL OR dd.locked_until <= now())
+          AND (ss.enabled OR kk.revoked_at IS NOT NULL)
         ORDER BY dd.next_attempt_at LIMIT ${limit}
         FOR UPDATE OF dd SKIP LOCKED)
       RETURNING d.id, d.subscription_id AS "subscriptionId", d.event_id AS "eventId", d.event_type AS "eventType", d.body,
         d.attempts, d.attempt_log AS "attemptLog", s.url, s.secret, s.previous_secret AS "previousSecret",
-        s.previous_secret_until AS "previousSecretUntil"`
+        s.previous_secret_until AS "previousSecretUntil", s.key_id AS "keyId", k.revoked_at AS "keyRevokedAt"`
 
   async function succeeded(d: Claimed, attemptLog: DeliveryAttempt[]) {
     // updateMany: a subscription deleted meanwhile took its deliveries with it, and there is nothing to record
@@ -89,6 +98,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
           deliveredAt: new Date(),
           nextAttemptAt: null,
           lockedUntil: null,
+          // a try under way when its key was revoked that got through: the log says it was delivered
+          cancelledAt: null,
+          cancelReason: null,
         },
       }),
       db.webhookSubscription.updateMany({ where: { id: d.subscriptionId, failingSince: { not: null } }, data: { failingSince: null } }),
@@ -99,8 +111,8 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
     const attempts = d.attempts + 1
     const delay = nextDelayMs(retrySchedule, attempts, random)
     const now = new Date()
-    await db.webhookDelivery.updateMany({
-      where: { id: d.id },
+    const recorded = await db.webhookDelivery.updateMany({
+      where: { id: d.id, status: 'pending' },
       data: {
         status: delay === undefined ? 'failed' : 'pending',
         attempts,
@@ -109,6 +121,11 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
         lockedUntil: null,
       },
     })
+    if (recorded.count === 0) {
+      // cancelled while this try was under way (its key was revoked): the try is logged, none follows
+      await db.webhookDelivery.updateMany({ where: { id: d.id, status: 'cancelled' }, data: { attempts, attemptLog, lockedUntil: null } })
+      return
+    }
     // the first failure after a success starts the streak
     await db.webhookSubscription.updateMany({ where: { id: d.subscriptionId, failingSince: null }, data: { failingSince: now } })
     if (delay !== undefined) return
@@ -128,7 +145,17 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
       )
   }
 
+  /** a delivery of a revoked key: it and every other pending one of that key are cancelled, its subscriptions disabled */
+  async function cancel(d: Claimed, revokedAt: Date) {
+    const retired = await db.$transaction((tx) => retireWebhooksOfKey(tx, d.keyId, revokedAt))
+    log.warn(
+      { keyId: d.keyId, subscriptionId: d.subscriptionId, deliveryId: d.id, deliveriesCancelled: retired.cancelled },
+      'webhook delivery of a revoked key cancelled, not sent',
+    )
+  }
+
   async function deliver(d: Claimed) {
+    if (d.keyRevokedAt) return cancel(d, d.keyRevokedAt)
     const at = new Date()
     const headers = { ...signWebhook(d.eventId, at, d.body, signingSecrets(d, at)) }
     const attempt = await sendWebhook({ url: d.url, headers, body: d.body, timeoutMs, maxResponseBytes, rules })

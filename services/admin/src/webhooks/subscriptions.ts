@@ -12,7 +12,7 @@ import {
   type WebhookEventType,
 } from '@ats/contracts'
 import { NotFound } from '@ats/service-kit'
-import { TestEventNotRedelivered, TooManyWebhooks } from '../errors.ts'
+import { TestEventNotRedelivered, TooManyWebhooks, WebhookOfRevokedKey } from '../errors.ts'
 import type { PrismaClient, WebhookDelivery as DeliveryRow, WebhookSubscription } from '../generated/prisma/client.ts'
 import { newWebhookSecret } from './sender.ts'
 
@@ -48,6 +48,7 @@ export const deliveryOf = (row: DeliveryRow): WebhookDelivery => {
     attemptLog: log,
     createdAt: row.createdAt.getTime(),
     deliveredAt: row.deliveredAt?.getTime() ?? null,
+    cancelReason: row.cancelReason,
   }
 }
 
@@ -64,8 +65,17 @@ export function createSubscriptions(db: PrismaClient, { maxPerKey, secretGraceMs
     return row
   }
 
+  /** owned, and its key not revoked: a revoked key's subscription stays disabled and is only read or deleted */
+  async function changeable(viewer: Viewer, id: string): Promise<WebhookSubscription> {
+    const row = await owned(viewer, id)
+    const key = await db.apiKey.findUnique({ where: { id: row.keyId }, select: { revokedAt: true } })
+    if (key?.revokedAt) throw new WebhookOfRevokedKey(row.id, row.keyId)
+    return row
+  }
+
   return {
     owned,
+    changeable,
 
     async create(viewer: Viewer, input: { url: string; events: WebhookEventType[]; description?: string | undefined }) {
       const secret = newWebhookSecret()
@@ -97,7 +107,7 @@ export function createSubscriptions(db: PrismaClient, { maxPerKey, secretGraceMs
     },
 
     async update(viewer: Viewer, id: string, change: UpdateWebhookBody): Promise<Webhook> {
-      await owned(viewer, id)
+      await changeable(viewer, id)
       const row = await db.webhookSubscription.update({
         where: { id },
         data: {
@@ -121,7 +131,7 @@ export function createSubscriptions(db: PrismaClient, { maxPerKey, secretGraceMs
 
     /** A new secret; the current one signs too until the grace period ends. */
     async rotate(viewer: Viewer, id: string): Promise<{ secret: string; previousSecretValidUntil: number }> {
-      const current = await owned(viewer, id)
+      const current = await changeable(viewer, id)
       const secret = newWebhookSecret()
       const until = new Date(Date.now() + secretGraceMs)
       await db.webhookSubscription.update({
@@ -147,10 +157,18 @@ export function createSubscriptions(db: PrismaClient, { maxPerKey, secretGraceMs
 
     /** Queues a delivery again now: the same body and webhook-id, its tries counted afresh (the log kept). A test event is not. */
     async redeliver(viewer: Viewer, id: string, deliveryId: string): Promise<WebhookDelivery> {
-      await owned(viewer, id)
+      await changeable(viewer, id)
       const { count } = await db.webhookDelivery.updateMany({
         where: { id: deliveryId, subscriptionId: id, eventType: { not: webhookTestEventType } },
-        data: { status: 'pending', attempts: 0, nextAttemptAt: new Date(), lockedUntil: null, deliveredAt: null },
+        data: {
+          status: 'pending',
+          attempts: 0,
+          nextAttemptAt: new Date(),
+          lockedUntil: null,
+          deliveredAt: null,
+          cancelledAt: null,
+          cancelReason: null,
+        },
       })
       if (count === 0) {
         const test = await db.webhookDelivery.count({ where: { id: deliveryId, subscriptionId: id } })

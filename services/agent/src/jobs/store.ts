@@ -65,6 +65,8 @@ export interface PromptInput {
   instructions?: string | undefined
   /** paid jobs: the payment that bought it, `<payer>:<nonce>` lower-case (x-ats-payment) */
   payment?: string | undefined
+  /** paid jobs: that payment's validBefore, unix seconds (x-ats-payment-valid-before); the job's deadline comes from it */
+  paymentValidBefore?: number | null | undefined
   /** what a /v1 API keeps of its request to answer it again later (responses: metadata…), with the prompt message */
   apiRequest?: Record<string, unknown>
 }
@@ -126,7 +128,8 @@ async function appendEvent(
 /** A job row as Prisma reads it, for statements that return a whole job (RETURNING ${jobColumns}). */
 const jobColumns = Prisma.sql`id, owner_id AS "ownerId", key_id AS "keyId", wallet, thread_id AS "threadId", status::text AS status, prompt, context,
   model, instructions, result, error, approval, approval_notice AS "approvalNotice", enqueued_at AS "enqueuedAt", attempts, worker_id AS "workerId",
-  lease_until AS "leaseUntil", event_seq AS "eventSeq", payment, payment_outcome AS "paymentOutcome", payment_reason AS "paymentReason",
+  lease_until AS "leaseUntil", event_seq AS "eventSeq", payment, payment_valid_before AS "paymentValidBefore",
+  payment_outcome AS "paymentOutcome", payment_reason AS "paymentReason",
   outcome_published_at AS "outcomePublishedAt", created_at AS "createdAt", updated_at AS "updatedAt"`
 
 /** What a job's webhook events need of it, returned by the statements that change its status. */
@@ -179,6 +182,12 @@ export type ClaimOutcome =
   | { finished: true }
   | { busyForMs: number }
   | { missing: true }
+  /** the job would be taken, but its payment's validBefore (unix seconds) is too close: it must not start */
+  | { late: bigint }
+
+/** A job a worker may take: pending, or running (or waiting) under a lease that expired or is this worker's own. */
+const claimable = (workerId: string) =>
+  Prisma.sql`(status = 'pending' OR (status IN ('running', 'awaiting_approval') AND (lease_until < now() OR worker_id = ${workerId})))`
 
 export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
   /** after the commit of a final status: paid jobs have an outcome to publish */
@@ -187,6 +196,19 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
   }
   const recorded = (ids: string[]) => {
     if (ids.length > 0) hooks.eventsRecorded?.(ids)
+  }
+  /** -> failed where `condition` holds: a failed paid job voids its payment, with the job's error as the reason. */
+  async function failWhere(jobId: string, condition: Prisma.Sql, error: string): Promise<Ended | null> {
+    const ending = await db.$transaction(async (t) => {
+      const rows = await t.$queryRaw<EventRow[]>`
+        UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now(),
+          payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'void' END, payment_reason = CASE WHEN payment IS NULL THEN NULL ELSE ${error} END
+        WHERE id = ${jobId} AND ${condition} RETURNING ${eventColumns}`
+      if (rows.length === 0) return { rows, event: null, eventId: null }
+      const eventId = await recordJobEvent(t, 'job.failed', rows[0]!, { status: 'failed', error })
+      return { rows, event: await appendEvent(t, jobId, 'status', { status: 'failed', error }), eventId }
+    })
+    return ended(jobId, 'failed', ending)
   }
   /** After cancel or fail committed: the hooks, then what the caller gets (null: the job was not there to end). */
   const ended = (
@@ -234,8 +256,8 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       const [row] = await db.$queryRaw<Array<{ created_at: Date }>>`
         WITH th AS (${thread}),
         j AS (
-          INSERT INTO jobs (id, owner_id, payment, key_id, wallet, thread_id, prompt, model, instructions, context, event_seq, updated_at)
-          SELECT ${jobId}, ${owner.ownerId}, ${input.payment ?? null}, ${owner.keyId ?? null}, ${owner.wallet ?? null}, th.id, ${input.prompt},
+          INSERT INTO jobs (id, owner_id, payment, payment_valid_before, key_id, wallet, thread_id, prompt, model, instructions, context, event_seq, updated_at)
+          SELECT ${jobId}, ${owner.ownerId}, ${input.payment ?? null}, ${input.paymentValidBefore ?? null}::bigint, ${owner.keyId ?? null}, ${owner.wallet ?? null}, th.id, ${input.prompt},
             ${input.model ?? null}, ${input.instructions ?? null}, ${context}::jsonb, 1, now() FROM th
           RETURNING id, thread_id),
         m AS (
@@ -318,11 +340,13 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
      * Takes a job for a worker: pending, or running under a lease that expired (its worker died)
      * or is this worker's own. A job another live worker holds answers how long its lease lasts.
      * `history`: the thread's last `historyMessages` messages before the job's prompt, oldest first.
+     * `startBy` (unix seconds): a paid job whose payment's validBefore is not after it is not taken
+     * but answered `late`, for the worker to void (voidLate).
      */
     async claim(
       jobId: string,
       workerId: string,
-      { leaseMs, historyMessages }: { leaseMs: number; historyMessages: number },
+      { leaseMs, historyMessages, startBy }: { leaseMs: number; historyMessages: number; startBy: number },
     ): Promise<ClaimOutcome> {
       // the claim, its status event, the job and its thread's recent messages, in one statement
       const running: JobEvent['data'] = { status: 'running' }
@@ -332,7 +356,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
         WITH c AS (
           UPDATE jobs SET status = 'running', worker_id = ${workerId}, attempts = attempts + 1, updated_at = now(),
             lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8), event_seq = event_seq + 1
-          WHERE id = ${jobId} AND (status = 'pending' OR (status IN ('running', 'awaiting_approval') AND (lease_until < now() OR worker_id = ${workerId})))
+          WHERE id = ${jobId} AND ${claimable(workerId)} AND (payment_valid_before IS NULL OR payment_valid_before > ${startBy}::bigint)
           RETURNING ${jobColumns}),
         e AS (INSERT INTO job_events (job_id, seq, type, data) SELECT id, "eventSeq", 'status', ${JSON.stringify(running)}::jsonb FROM c RETURNING created_at)
         SELECT c.*, e.created_at AS "eventAt",
@@ -340,9 +364,14 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
            FROM (SELECT role, content, metadata, created_at, id FROM messages WHERE thread_id = c."threadId" ORDER BY created_at DESC, id DESC LIMIT ${historyMessages + 20}) m) AS thread
         FROM c, e`
       if (!row) {
-        const job = await db.job.findUnique({ where: { id: jobId }, select: { status: true, leaseUntil: true } })
+        const job = await db.job.findUnique({
+          where: { id: jobId },
+          select: { status: true, leaseUntil: true, workerId: true, paymentValidBefore: true },
+        })
         if (!job) return { missing: true as const }
         if (isFinished(job.status)) return { finished: true as const }
+        const free = job.status === 'pending' || (job.leaseUntil?.getTime() ?? 0) < Date.now() || job.workerId === workerId
+        if (free && job.paymentValidBefore !== null && job.paymentValidBefore <= BigInt(startBy)) return { late: job.paymentValidBefore }
         return { busyForMs: Math.max(100, (job.leaseUntil?.getTime() ?? Date.now()) - Date.now()) }
       }
       const { eventAt, thread, ...claimed } = row
@@ -433,23 +462,21 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
      * `approvalId`: the approval a waiting job asked for, to withdraw.
      */
     async fail(jobId: string, workerId: string | null, error: string): Promise<Ended | null> {
-      // a failed paid job voids its payment, with the job's error as the reason
-      const ending = await db.$transaction(async (t) => {
-        const rows = workerId
-          ? await t.$queryRaw<EventRow[]>`
-              UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now(),
-                payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'void' END, payment_reason = CASE WHEN payment IS NULL THEN NULL ELSE ${error} END
-              WHERE id = ${jobId} AND status IN ('running', 'awaiting_approval') AND worker_id = ${workerId} RETURNING ${eventColumns}`
-          : await t.$queryRaw<EventRow[]>`
-              UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now(),
-                payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'void' END, payment_reason = CASE WHEN payment IS NULL THEN NULL ELSE ${error} END
-              WHERE id = ${jobId} AND status IN ('pending', 'running', 'awaiting_approval') RETURNING ${eventColumns}`
-        if (rows.length === 0) return { rows, event: null, eventId: null }
-        const eventId = await recordJobEvent(t, 'job.failed', rows[0]!, { status: 'failed', error })
-        return { rows, event: await appendEvent(t, jobId, 'status', { status: 'failed', error }), eventId }
-      })
-      return ended(jobId, 'failed', ending)
+      return failWhere(
+        jobId,
+        workerId
+          ? Prisma.sql`status IN ('running', 'awaiting_approval') AND worker_id = ${workerId}`
+          : Prisma.sql`status IN ('pending', 'running', 'awaiting_approval')`,
+        error,
+      )
     },
+
+    /**
+     * A paid job taken too late to settle its payment (claim answered `late`) -> failed, never run:
+     * only while this worker could still take it and its payment's validBefore is not after `startBy`.
+     */
+    voidLate: (jobId: string, workerId: string, startBy: number, error: string): Promise<Ended | null> =>
+      failWhere(jobId, Prisma.sql`${claimable(workerId)} AND payment_valid_before <= ${startBy}::bigint`, error),
 
     /** The outcome of a finished paid job, to publish; null when it has none (unpaid, or not finished). */
     async paymentOutcome(jobId: string): Promise<PaymentOutcomeRow | null> {

@@ -13,6 +13,7 @@ import type { ApprovalWaits } from '../runner/approvals.ts'
 import type { JobOwner, Tools } from '../runner/tools.ts'
 import type { ApprovalWithdrawal } from './approvals.ts'
 import type { JobEvents } from './events.ts'
+import { deadlineOf, notStartedReason, stoppedReason } from './paymentDeadline.ts'
 import type { HistoryMessage, JobStore } from './store.ts'
 
 export interface WorkerSettings {
@@ -23,6 +24,8 @@ export interface WorkerSettings {
   maxAttempts: number
   maxRunMs: number
   historyMessages: number
+  /** a paid job ends this long before its payment's validBefore at the latest (AGENT_JOB_PAYMENT_MARGIN_SECONDS) */
+  paymentMarginSeconds: number
 }
 
 export interface WorkerDeps {
@@ -42,6 +45,11 @@ export interface WorkerDeps {
 class Cancelled extends Error {}
 class TimedOut extends Error {}
 class Stopping extends Error {}
+/** The job's payment can no longer be settled after it: the job is voided with this message. */
+class PaymentLapsed extends Error {}
+
+/** setTimeout's longest delay; a deadline further away than this (weeks) is not timed */
+const longestTimer = 2_147_483_647
 
 export const ownerOfJob = (job: Job): JobOwner =>
   job.keyId ? { kind: 'key', keyId: job.keyId, wallet: job.wallet ?? undefined } : { kind: 'payer', address: job.ownerId }
@@ -122,20 +130,44 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     return { text, steps: toolbox.toolCalls.length + modelTurns, toolCalls: toolbox.toolCalls, transactions: toolbox.transactions, usage }
   }
 
+  /** A paid job taken after its deadline: failed without running, its payment voided with the reason. */
+  async function voidLate(jobId: string, startBy: number, validBefore: bigint): Promise<WorkOutcome> {
+    const ended = await store.voidLate(jobId, workerId, startBy, notStartedReason(validBefore, settings.paymentMarginSeconds))
+    // taken or ended meanwhile: the next delivery sees how
+    if (!ended) return { retryInMs: 1_000 }
+    events.emit(ended.event)
+    if (ended.approvalId) await withdraw(ended.owner, ended.approvalId, 'the job was voided: its payment could no longer be settled')
+    log.warn({ jobId, validBefore: String(validBefore) }, 'paid job not started: its payment could no longer be settled after it')
+    return 'done'
+  }
+
   async function handle(jobId: string, deliveries: number, shutdown: AbortSignal): Promise<WorkOutcome> {
-    const claim = await store.claim(jobId, workerId, { leaseMs: settings.ackWaitMs, historyMessages: settings.historyMessages })
+    // a paid job starts only with its deadline (validBefore less the margin) still ahead
+    const startBy = Math.floor(Date.now() / 1000) + settings.paymentMarginSeconds
+    const claim = await store.claim(jobId, workerId, { leaseMs: settings.ackWaitMs, historyMessages: settings.historyMessages, startBy })
     if ('missing' in claim || 'finished' in claim) return 'done'
     if ('busyForMs' in claim) return { retryInMs: claim.busyForMs }
+    if ('late' in claim) return voidLate(jobId, startBy, claim.late)
     events.emit(claim.event)
     const job = claim.claimed
+    const deadline = deadlineOf(job.paymentValidBefore, settings.paymentMarginSeconds)
+    const lapsed = () => new PaymentLapsed(stoppedReason(job.paymentValidBefore!, settings.paymentMarginSeconds))
     const controller = new AbortController()
     running.set(jobId, controller)
     const stop = () => controller.abort(new Stopping())
     shutdown.addEventListener('abort', stop, { once: true })
     if (shutdown.aborted) stop() // the process began to stop while the job was being claimed
     const clock = runClock(settings.maxRunMs, () => controller.abort(new TimedOut()))
+    // at its deadline a paid job is stopped, running or waiting for an approval: its payment could no longer be settled
+    const untilDeadline = deadline === undefined ? undefined : deadline - Date.now()
+    const lapse =
+      untilDeadline === undefined || untilDeadline > longestTimer
+        ? undefined
+        : setTimeout(() => controller.abort(lapsed()), Math.max(0, untilDeadline))
     // a swap waiting for a person: the job shows it (status, SSE, /v1), and its time limit waits too
     const approvals: ApprovalWaits = {
+      // trading caps the approval's expiry at the job's deadline
+      decideBy: deadline,
       async begin(approval, notice) {
         const event = await store.awaitApproval(jobId, workerId, approval, notice)
         if (!event) {
@@ -147,6 +179,9 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
         log.info({ jobId, approvalId: approval.id }, 'job awaiting approval')
       },
       async end() {
+        // never resumed past its deadline, whatever the decision
+        if (deadline !== undefined && Date.now() >= deadline) controller.abort(lapsed())
+        controller.signal.throwIfAborted()
         const event = await store.resume(jobId, workerId)
         if (!event) {
           controller.abort(new Cancelled())
@@ -190,7 +225,7 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
       const message =
         reason instanceof TimedOut
           ? `the job ran longer than its limit of ${Math.round(settings.maxRunMs / 1000)} s and was stopped`
-          : reason instanceof RunnerError
+          : reason instanceof RunnerError || reason instanceof PaymentLapsed
             ? reason.message
             : undefined
       if (message === undefined) {
@@ -200,11 +235,13 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
       }
       const ended = await store.fail(jobId, workerId, message)
       if (ended) events.emit(ended.event)
-      if (ended?.approvalId) await withdraw(ended.owner, ended.approvalId, 'the job failed')
+      const why = reason instanceof PaymentLapsed ? 'the job was voided: its payment could no longer be settled' : 'the job failed'
+      if (ended?.approvalId) await withdraw(ended.owner, ended.approvalId, why)
       log.warn({ jobId, ms: Date.now() - started, error: message }, 'job failed')
       return 'done'
     } finally {
       clock.stop()
+      clearTimeout(lapse)
       clearInterval(renewal)
       shutdown.removeEventListener('abort', stop)
       running.delete(jobId)

@@ -4,6 +4,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { isAddress } from 'viem'
 import { ContextTooLarge, JobNotCancellable, NoPayer, PromptNotText } from '../errors.ts'
 import type { JobEvents } from '../jobs/events.ts'
+import { deadlineOf, validBeforeOf } from '../jobs/paymentDeadline.ts'
 import type { JobPaymentLookup } from '../jobs/paymentOutcomes.ts'
 import type { JobQueue } from '../jobs/queue.ts'
 import { isFinished, jobView, type JobStore, type Owner } from '../jobs/store.ts'
@@ -28,28 +29,33 @@ export interface AgentRouteDeps {
   idempotency: IdempotencyStore
   /** the payments of paid jobs, from admin's ledger */
   paymentsOf: JobPaymentLookup
+  /** a paid job ends this long before its payment's validBefore (AGENT_JOB_PAYMENT_MARGIN_SECONDS) */
+  paymentMarginSeconds: number
 }
 
 const paymentPattern = /^0x[0-9a-f]{40}:0x[0-9a-f]{64}$/
 
 /**
  * The verified payment the gateway forwards with a paid request (`<payer>:<nonce>`), when it is
- * the owner's: the job it starts is tied to it, and its payment settles only if the job completes.
+ * the owner's, with its validBefore: the job it starts is tied to it, its payment settles only if
+ * the job completes, and the job must end while the payment can still be settled.
  */
-function paymentOf(request: FastifyRequest, owner: Owner): string | undefined {
+function paymentOf(request: FastifyRequest, owner: Owner): { payment: string; validBefore: number | null } | undefined {
   const value = request.headers[identityHeaders.payment]
   if (typeof value !== 'string' || value === '') return undefined
   if (!paymentPattern.test(value) || !value.startsWith(`${owner.ownerId}:`)) {
     request.log.warn("x-ats-payment is malformed or not the payer's; the job is not tied to a payment")
     return undefined
   }
-  return value
+  const validBefore = validBeforeOf(request.headers[identityHeaders.paymentValidBefore])
+  if (validBefore === undefined) request.log.warn('x-ats-payment-valid-before is malformed; the job has no payment deadline')
+  return { payment: value, validBefore: validBefore ?? null }
 }
 
 /** Jobs and threads of the payer: POST /agent/prompt, the job, its events, its cancel, the thread. */
 export async function agentRoutesPlugin(
   app: FastifyInstance,
-  { store, queue, events, cancelled, idempotency, paymentsOf }: AgentRouteDeps,
+  { store, queue, events, cancelled, idempotency, paymentsOf, paymentMarginSeconds }: AgentRouteDeps,
 ) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
@@ -72,8 +78,15 @@ export async function agentRoutesPlugin(
       const owner = payerOf(request)
       const { prompt, threadId, context } = request.body
       if (context !== undefined && Buffer.byteLength(JSON.stringify(context)) > maxContextBytes) throw new ContextTooLarge(maxContextBytes)
+      const paid = paymentOf(request, owner)
       const job = await once(request, 'agent.prompt', { prompt, threadId, context }, async () => {
-        const created = await store.createPrompt(owner, { prompt, threadId, context, payment: paymentOf(request, owner) })
+        const created = await store.createPrompt(owner, {
+          prompt,
+          threadId,
+          context,
+          payment: paid?.payment,
+          paymentValidBefore: paid?.validBefore,
+        })
         events.emit(created.event)
         await queue.enqueue(created.jobId)
         request.log.info({ jobId: created.jobId, threadId: created.threadId }, 'job accepted')
@@ -81,7 +94,10 @@ export async function agentRoutesPlugin(
       })
       // the gateway ties the payment to this job: settled only if it completes
       reply.header(jobIdHeader, job.jobId)
-      return reply.code(202).send({ jobId: job.jobId, threadId: job.threadId, status: 'pending' as const })
+      const deadline = deadlineOf(paid?.validBefore, paymentMarginSeconds)
+      return reply
+        .code(202)
+        .send({ jobId: job.jobId, threadId: job.threadId, status: 'pending' as const, ...(deadline === undefined ? {} : { deadline }) })
     },
   })
 

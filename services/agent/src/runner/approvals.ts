@@ -4,6 +4,8 @@ import type { Approval } from '@ats/contracts'
 
 /** What a job does while a swap of it waits for approval (the worker: its status, its time limit). */
 export interface ApprovalWaits {
+  /** a paid job's deadline (ms since the epoch): its approvals cannot wait past it (trading caps their expiry) */
+  readonly decideBy?: number | undefined
   /** the job waits: status awaiting_approval with the approval and its notice, its run-time limit paused */
   begin(approval: Approval, notice: string): Promise<void>
   /** the approval was decided: the job runs on */
@@ -20,14 +22,24 @@ const minutes = (ms: number) => {
 
 const usd = (n: number) => `$${n.toFixed(2)}`
 
+/** Who may approve, in words: never the requester unless its policy set selfApprove (trading decides it the same way). */
+function decidersOf(a: Approval): string {
+  const who = ['an admin key']
+  if (a.requestedBy.keyId === null && a.requestedBy.ownerId) who.push(`a key bound to wallet ${a.requestedBy.ownerId}`)
+  who.push('a key the policy names in approvers')
+  if (a.policy.selfApprove && a.requestedBy.keyId) who.push(`key ${a.requestedBy.keyId} itself (its policy sets selfApprove)`)
+  return `${who.slice(0, -1).join(', ')}${who.length > 2 ? ',' : ''} or ${who.at(-1)}`
+}
+
 /**
- * What a waiting swap asks of a person, in plain words: the swap, why it waits and where to
- * approve or reject it. `swap`: the amount and tokens as the job named them.
+ * What a waiting swap asks of a person, in plain words: the swap, why it waits, who decides it and
+ * where, and by when. `swap`: the amount and tokens as the job named them.
  */
 export function approvalNotice(a: Approval, swap: { amount: string; tokenIn: string; tokenOut: string }): string {
   const worth = a.quote.usdValue === null ? 'worth an unknown amount in USD' : `worth ${usd(a.quote.usdValue)}`
   const why = `${worth}, over the ${usd(a.policy.approvalAboveUsd)} approval threshold of ${a.policy.owner}`
-  return `Approval needed: swap ${swap.amount} ${swap.tokenIn} for ${swap.tokenOut} (${why}). Approve: POST ${a.links.approve}, or reject: POST ${a.links.reject} (within ${minutes(a.expiresAt - Date.now())}).`
+  const by = a.expiresWithPayment ? ', before the payment that bought this job can no longer be settled' : ''
+  return `Approval needed: swap ${swap.amount} ${swap.tokenIn} for ${swap.tokenOut} (${why}). A person decides it (${decidersOf(a)}): approve with POST ${a.links.approve}, or reject with POST ${a.links.reject}, within ${minutes(a.expiresAt - Date.now())}${by}.`
 }
 
 /** Whether a person's decision is still to come, or (approved) its swap still runs. */

@@ -274,7 +274,7 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
   const swap = tool({
     name: 'swap',
     description:
-      "Swap an amount of one token for another. For a payer an admin has allowlisted, it executes from the server wallet within the payer's spend policy; for everyone else it prepares the transactions (approval, swap) for the payer's own wallet to sign",
+      "Swap an amount of one token for another. For a payer an admin has allowlisted, it executes from the server wallet within the payer's spend policy; for everyone else it prepares the transactions (approval, swap) for the payer's own wallet to sign. A swap over the policy's approval threshold waits for a person other than the requester to approve or reject it (the agent cannot), then answers the swap or why it was not made",
     parameters: Type.Object({
       ...SwapArgs.properties,
       slippageBps: Type.Optional(Type.Integer({ minimum: 0, maximum: 5000, description: 'default 50 (0.5%)' })),
@@ -289,9 +289,13 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
       }
       if (execute) {
         const idempotencyKey = run.key
-        const answer = await call(channels.trading.execute, { ...body, idempotencyKey, jobId: run.jobId }, run, {
-          timeoutMs: swapTimeoutMs,
-        })
+        const { decideBy } = run.approvals
+        const answer = await call(
+          channels.trading.execute,
+          { ...body, idempotencyKey, jobId: run.jobId, ...(decideBy === undefined ? {} : { decideBy }) },
+          run,
+          { timeoutMs: swapTimeoutMs },
+        )
         const asked = { amount, tokenIn: token.symbol, tokenOut: (await tokenOf(tokenOut)).symbol }
         const result = isAwaitingApproval(answer) ? await decisionOn(answer.approval, approvalNotice(answer.approval, asked), run) : answer
         if ('notSwapped' in result) return { output: { mode: 'not_swapped', reason: result.notSwapped, approval: result.approval } }

@@ -38,6 +38,10 @@ export function durationOf(ms: number): string {
 /** The error of an approval abandoned because nobody decided it in time. */
 export const expiryMessage = (ttlMs: number) => `abandoned: not approved within ${durationOf(ttlMs)} (APPROVAL_TTL_MS)`
 
+/** The error of an approval abandoned at the payment deadline of the paid agent job that asked. */
+export const paymentExpiryMessage = (deadline: Date) =>
+  `abandoned: not decided by ${deadline.toISOString()}, after which the payment of the agent job that asked could no longer be settled`
+
 export function approvalView(row: Approval): ApprovalView {
   const request = row.request as unknown as StoredRequest
   const quote = row.quote as unknown as StoredQuote
@@ -48,10 +52,11 @@ export function approvalView(row: Approval): ApprovalView {
     reason: row.reason,
     swap: { ...request, tokenInAddress: row.tokenIn, tokenOutAddress: row.tokenOut },
     quote: { ...quote, usdValue: row.usdValue },
-    policy: { owner: row.policyOwner, approvalAboveUsd: row.approvalAboveUsd },
+    policy: { owner: row.policyOwner, approvalAboveUsd: row.approvalAboveUsd, approvers: row.approvers, selfApprove: row.selfApprove },
     requestedBy: { keyId: row.keyId, ownerId: row.ownerId, jobId: row.jobId, automationRunId: row.automationRunId },
     createdAt: row.createdAt.getTime(),
     expiresAt: row.expiresAt.getTime(),
+    expiresWithPayment: row.paymentDeadline !== null,
     decidedAt: row.decidedAt?.getTime() ?? null,
     decidedBy: row.decidedBy,
     decisionReason: row.decisionReason,
@@ -107,15 +112,18 @@ export function createApprovalStore({ db, ttlMs, log, now = Date.now }: Approval
   async function expireDue(id?: string): Promise<string[]> {
     const due = await db.approval.findMany({
       where: { ...(id ? { id } : {}), status: 'pending', expiresAt: { lte: new Date(now()) } },
-      select: { id: true, createdAt: true, expiresAt: true },
+      select: { id: true, createdAt: true, expiresAt: true, paymentDeadline: true },
       take: 100,
     })
     const expired: string[] = []
     for (const row of due) {
       // the time it was given (a replica with another APPROVAL_TTL_MS may be the one to expire it)
+      const error = row.paymentDeadline
+        ? paymentExpiryMessage(row.paymentDeadline)
+        : expiryMessage(row.expiresAt.getTime() - row.createdAt.getTime())
       const { count } = await db.approval.updateMany({
         where: { id: row.id, status: 'pending' },
-        data: { status: 'expired', decidedAt: new Date(now()), error: expiryMessage(row.expiresAt.getTime() - row.createdAt.getTime()) },
+        data: { status: 'expired', decidedAt: new Date(now()), error },
       })
       if (count) {
         expired.push(row.id)
@@ -128,7 +136,10 @@ export function createApprovalStore({ db, ttlMs, log, now = Date.now }: Approval
   return {
     expireDue,
 
-    /** Records a swap held for approval; nothing is sent. */
+    /**
+     * Records a swap held for approval; nothing is sent. It waits APPROVAL_TTL_MS, or less when the
+     * paid job that asked must end sooner (`caller.decideBy`, its payment's deadline).
+     */
     async hold({ request, caller, payer, idem, quote, minOut, usdValue, asking }: HoldRequest): Promise<ApprovalView> {
       const stored: StoredRequest = {
         tokenIn: request.tokenIn,
@@ -145,6 +156,7 @@ export function createApprovalStore({ db, ttlMs, log, now = Date.now }: Approval
         blockNumber: quote.blockNumber.toString(),
       }
       const at = now()
+      const capped = caller.decideBy !== undefined && caller.decideBy < at + ttlMs ? Math.max(at, caller.decideBy) : undefined
       const row = await db.approval.create({
         data: {
           id: newId(),
@@ -156,9 +168,12 @@ export function createApprovalStore({ db, ttlMs, log, now = Date.now }: Approval
           usdValue: usdValue ?? null,
           policyOwner: asking.owner,
           approvalAboveUsd: asking.approvalAboveUsd,
+          approvers: asking.approvers ?? [],
+          selfApprove: asking.selfApprove ?? false,
           reason: reasonOf(usdValue, asking),
           createdAt: new Date(at),
-          expiresAt: new Date(at + ttlMs),
+          expiresAt: new Date(capped ?? at + ttlMs),
+          paymentDeadline: capped === undefined ? null : new Date(capped),
         },
       })
       return approvalView(row)
@@ -170,17 +185,21 @@ export function createApprovalStore({ db, ttlMs, log, now = Date.now }: Approval
       return db.approval.findUnique({ where: { id } })
     },
 
-    /** Newest first: `owners` null for every approval (an admin key), else those of the key or payer wallet. */
+    /**
+     * Newest first: `owners` null for every approval (an admin key), else those the key asked for,
+     * those whose policy names it as an approver, and those of the payer of its bound wallet.
+     */
     async list(
       owners: { keyId?: string | undefined; wallet?: string | undefined } | null,
       status: ApprovalStatus | undefined,
       limit: number,
     ) {
       await expireDue()
+      const keyId = owners?.keyId ?? '-'
       const whose =
         owners === null
           ? []
-          : [{ keyId: owners.keyId ?? '-' }, ...(owners.wallet ? [{ keyId: null, ownerId: owners.wallet.toLowerCase() }] : [])]
+          : [{ keyId }, { approvers: { has: keyId } }, ...(owners.wallet ? [{ keyId: null, ownerId: owners.wallet.toLowerCase() }] : [])]
       return db.approval.findMany({
         where: { ...(status ? { status } : {}), ...(owners === null ? {} : { OR: whose }) },
         orderBy: { createdAt: 'desc' },

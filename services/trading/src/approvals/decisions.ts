@@ -1,7 +1,7 @@
 // Deciding approvals: who may, approving (the held swap runs once), rejecting, withdrawing, and the sweeps.
 import { isAwaitingApproval, type Approval as ApprovalView, type Identity } from '@ats/contracts'
 import { IdempotencyInProgress, NotFound, clientErrorStatus, startWorkerLoop, type Logger, type WalletControlWatch } from '@ats/service-kit'
-import { ApprovalDecided } from '../errors.ts'
+import { ApprovalDecided, SelfApproval } from '../errors.ts'
 import { Prisma, type PrismaClient } from '../generated/prisma/client.ts'
 import type { Executor } from '../swaps/executor.ts'
 import { approvalView, callerOfApproval, requestOf, type ApprovalRow, type ApprovalStore } from './approvals.ts'
@@ -16,11 +16,28 @@ function isOutcome(error: unknown): boolean {
   return status !== undefined && !transient.has(status)
 }
 
-/** Who decides: the key that asked, an admin-tier key, or a key bound to the payer's wallet for a payer's approval. */
-export function mayDecide(row: ApprovalRow, identity: Identity): boolean {
-  if (identity.tier === 'admin') return true
-  if (row.keyId) return row.keyId === identity.keyId
-  return !!row.ownerId && !!identity.wallet && row.ownerId.toLowerCase() === identity.wallet.toLowerCase()
+/**
+ * Someone other than the requester who may approve: a key the policy named as an approver, or,
+ * for a payer's approval, a key bound to the payer's wallet.
+ */
+function isApprover(row: ApprovalRow, identity: Identity): boolean {
+  if (identity.keyId && identity.keyId !== row.keyId && row.approvers.includes(identity.keyId)) return true
+  return !row.keyId && !!row.ownerId && !!identity.wallet && row.ownerId.toLowerCase() === identity.wallet.toLowerCase()
+}
+
+/** Who sees an approval and may reject it: the key that asked, an admin-tier key, or an approver. */
+function maySee(row: ApprovalRow, identity: Identity): boolean {
+  return identity.tier === 'admin' || (!!row.keyId && row.keyId === identity.keyId) || isApprover(row, identity)
+}
+
+/**
+ * Who may approve: never the key that asked (admin tier or not) unless its policy set
+ * selfApprove, so that a person other than the requester (an agent, an MCP client) stands
+ * between it and the money; an admin-tier key or an approver otherwise.
+ */
+function mayApprove(row: ApprovalRow, identity: Identity): boolean {
+  if (row.keyId && row.keyId === identity.keyId) return row.selfApprove
+  return identity.tier === 'admin' || isApprover(row, identity)
 }
 
 /** Whether an approval belongs to a requester over NATS: its key, or the payer for a payer's approval. */
@@ -44,7 +61,7 @@ export interface DecisionOptions {
 export function createDecisions({ db, store, executor, walletControl, log, now = Date.now }: DecisionOptions) {
   async function visible(id: string, identity: Identity): Promise<ApprovalRow> {
     const row = await store.find(id)
-    if (!row || !mayDecide(row, identity)) throw new NotFound(`approval ${id}`)
+    if (!row || !maySee(row, identity)) throw new NotFound(`approval ${id}`)
     return row
   }
 
@@ -94,6 +111,7 @@ export function createDecisions({ db, store, executor, walletControl, log, now =
 
     async approve(id: string, identity: Identity): Promise<ApprovalView> {
       let row = await visible(id, identity)
+      if (!mayApprove(row, identity)) throw new SelfApproval(row.keyId ?? '-')
       if (row.status === 'rejected' || row.status === 'expired') throw closed(row)
       if (row.status === 'pending') {
         walletControl.assertSpendable() // 423: it stays pending, to approve once the wallet is resumed

@@ -42,8 +42,8 @@ export function serveTradingEndpoints(
     tokens: tokensChannel,
   } = channels.trading
   serveEndpoint(nats, 'quote', quote, log, async (request) => quoteAnswer(await quoter.quote(request), impactCeilingBps))
-  serveEndpoint(nats, 'execute', execute, log, async ({ idempotencyKey, jobId, automationRunId, ...request }, { identity }) => {
-    const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId }
+  serveEndpoint(nats, 'execute', execute, log, async ({ idempotencyKey, jobId, automationRunId, decideBy, ...request }, { identity }) => {
+    const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId, decideBy }
     return (await executor.execute(request, caller, idempotencyKey, { via: 'nats' })).result
   })
   serveEndpoint(nats, 'approval', approval, log, async ({ id }, { identity }) => ({

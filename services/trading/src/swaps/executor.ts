@@ -39,6 +39,8 @@ export interface Caller {
   ownerId?: string | undefined
   jobId?: string | undefined
   automationRunId?: string | undefined
+  /** ms since the epoch: a paid job's payment deadline, past which its approval cannot wait */
+  decideBy?: number | undefined
 }
 
 export type SwapRequest = Pick<SwapBody, 'tokenIn' | 'tokenOut' | 'amountIn'> & {

@@ -21,6 +21,10 @@ export interface SpendLimits {
   maxLaunchesPerDay?: number | undefined
   /** a swap worth more than this (or of unknown worth) waits for a person's approval; no default */
   approvalAboveUsd?: number | undefined
+  /** the keys that may approve such a swap besides admin keys */
+  approvers?: string[] | undefined
+  /** the key that asked may approve its own swap */
+  selfApprove?: boolean | undefined
   /** the wallet-wide limits (settings): they count every caller's spends */
   walletWide?: true
   /** the fields that came from the defaults (the owner's policy sets none), for messages */
@@ -58,6 +62,8 @@ function withDefaults(owner: string, policy: SpendPolicy | null, defaults: Spend
     maxLaunchesPerDay: pick('maxLaunchesPerDay'),
     allowedTokens: policy?.allowedTokens,
     approvalAboveUsd: policy?.approvalAboveUsd,
+    approvers: policy?.approvers,
+    selfApprove: policy?.selfApprove,
     allowed: policy?.allowedTokens ? allowedAddresses(policy.allowedTokens, find) : undefined,
     defaulted,
   }
