@@ -134,8 +134,13 @@ t.test('a paid prompt repeated with its payment id gets the route’s first answ
   const again = await call('agent_prompt', { prompt: 'price of ARB' }, { 'x402/payment': payment })
   t.notOk(again.isError, JSON.stringify(again.content))
   t.same(
+    Object.keys(again.structuredContent ?? {}).sort(),
+    ['deadline', 'jobId', 'status', 'threadId'],
+    'the 202 of POST /agent/prompt, stored',
+  )
+  t.match(
     again.structuredContent,
-    { jobId: job.id, threadId: job.threadId, status: 'pending' },
+    { jobId: job.id, threadId: job.threadId, status: 'pending', deadline: Number },
     "the route's first answer (the job as accepted), not the job followed again: its later state is agent_get_job's",
   )
   t.match(again._meta?.['x402/payment-response'], { success: true, payer: getAddress(payer.address) })

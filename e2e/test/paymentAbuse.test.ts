@@ -122,7 +122,8 @@ t.test(
       )
     }
     // every served payment settles: the balance is spent to the last unit, and the payer is not blocked
-    await eventually('every payment settled', async () => ((await fleet.balanceOf(payer.address)) === 0n ? true : undefined))
+    // (a payer's payments settle one after another: 100 of them take tens of seconds on a busy machine)
+    await eventually('every payment settled', async () => ((await fleet.balanceOf(payer.address)) === 0n ? true : undefined), 120_000)
     const blocked = await fleet.request('/admin/payers/blocked', { key: adminKey })
     t.notOk(JSON.stringify(blocked.body).toLowerCase().includes(payer.address.toLowerCase()), 'the payer is not blocked')
   },

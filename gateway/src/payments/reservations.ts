@@ -59,23 +59,7 @@ export function createPayerChain({ publicClient, asset, ttlMs = 5_000, now }: Pa
   /** the balance and the authorization states in one eth_call of Multicall3; throws where it answers nothing useful */
   const together = async (payer: Address, nonces: readonly Hex[], block: bigint) => {
     const calls = [balanceOfData(payer), ...nonces.map((nonce) => authorizationStateData(payer, nonce))]
-    const result = await publicClient.request({
-      method: 'eth_call',
-      params: [
-        {
-          to: MULTICALL3_ADDRESS,
-          data: encodeFunctionData({
-            abi: multicall3Abi,
-            functionName: 'aggregate3',
-            args: [calls.map((callData) => ({ target: asset, allowFailure: false, callData }))],
-          }),
-        },
-        numberToHex(block),
-      ],
-    })
-    const words = decodeFunctionResult({ abi: multicall3Abi, functionName: 'aggregate3', data: result as Hex }).map(({ returnData }) =>
-      oneWord(returnData),
-    )
+    const words = (await aggregate3(publicClient, asset, calls, false, numberToHex(block))).map(({ returnData }) => oneWord(returnData))
     if (words.length !== calls.length) throw new Error(`Multicall3 answered ${words.length} results for ${calls.length} calls`)
     return { balance: { balance: words[0]!, block }, used: words.slice(1).map((word) => word !== 0n) }
   }
@@ -107,6 +91,31 @@ export function createPayerChain({ publicClient, asset, ttlMs = 5_000, now }: Pa
 }
 
 export type PayerChain = ReturnType<typeof createPayerChain>
+
+/** One `eth_call` of Multicall3's aggregate3 with these calls to the token, at `block`: each call's outcome. */
+async function aggregate3(
+  publicClient: PayerChainOptions['publicClient'],
+  asset: Address,
+  calls: readonly Hex[],
+  allowFailure: boolean,
+  block: Hex | 'latest',
+) {
+  const result = await publicClient.request({
+    method: 'eth_call',
+    params: [
+      {
+        to: MULTICALL3_ADDRESS,
+        data: encodeFunctionData({
+          abi: multicall3Abi,
+          functionName: 'aggregate3',
+          args: [calls.map((callData) => ({ target: asset, allowFailure, callData }))],
+        }),
+      },
+      block,
+    ],
+  })
+  return decodeFunctionResult({ abi: multicall3Abi, functionName: 'aggregate3', data: result as Hex })
+}
 
 const authorizationStateSelector = toFunctionSelector(getAbiItem({ abi: eip3009Abi, name: 'authorizationState' }))
 const balanceOfSelector = toFunctionSelector(getAbiItem({ abi: eip3009Abi, name: 'balanceOf' }))
@@ -152,23 +161,14 @@ function authorizationStates(publicClient: PayerChainOptions['publicClient'], as
       .request({ method: 'eth_call', params: [{ to: asset, data: read.data }, block] })
       .then((result) => settle(read, result as Hex), read.reject)
   const together = (reads: StateRead[], block: Hex | 'latest') =>
-    publicClient
-      .request({
-        method: 'eth_call',
-        params: [
-          {
-            to: MULTICALL3_ADDRESS,
-            data: encodeFunctionData({
-              abi: multicall3Abi,
-              functionName: 'aggregate3',
-              args: [reads.map((read) => ({ target: asset, allowFailure: true, callData: read.data }))],
-            }),
-          },
-          block,
-        ],
-      })
-      .then((result) => {
-        const results = decodeFunctionResult({ abi: multicall3Abi, functionName: 'aggregate3', data: result as Hex })
+    aggregate3(
+      publicClient,
+      asset,
+      reads.map((read) => read.data),
+      true,
+      block,
+    )
+      .then((results) => {
         if (results.length !== reads.length) throw new Error(`Multicall3 answered ${results.length} results for ${reads.length} calls`)
         results.forEach(({ success, returnData }, i) => {
           if (success) settle(reads[i]!, returnData)
