@@ -17,7 +17,8 @@ import { assertPortFree, childrenNamed, cpuMicros, pinLoadGenerator, pinToServer
  *
  * The buyer is the reference client (@x402/fetch with @x402/evm's exact scheme): for each paid
  * request it asks, gets the 402, signs a fresh EIP-3009 authorization and asks again.
- * BENCH_CONCURRENCY loops pay for BENCH_SECONDS per stack (after a warm-up of 2 s), loopback only.
+ * BENCH_CONCURRENCY loops pay for BENCH_SECONDS per stack after a warm-up of 2 s (whose payments are
+ * on chain before the run starts), loopback only.
  * Where taskset exists the buyer runs on core 0 and the servers and anvil on core 1.
  *
  * Per stack: paid requests/s, p50/p99 of a whole paid request (402 and paid retry), the servers'
@@ -196,7 +197,10 @@ async function main() {
   const rows: string[] = []
   let failures = ''
   for (const stack of [ours, reference]) {
-    await pay(payFetch, nonceOf, stack.url, WARM_UP_SECONDS)
+    // the warm-up's payments reach the chain first, so the run's settlements and CPU are its own
+    const warmUp = await pay(payFetch, nonceOf, stack.url, WARM_UP_SECONDS)
+    if (Number.isNaN((await settledAfter(warmUp.nonces, 0n, performance.now())).ms))
+      throw new Error(`${stack.name}: the warm-up's payments never reached the chain`)
     const fromBlock = await chain.getBlockNumber()
     const cpuBefore = cpuOf(stack.pids)
     const anvilBefore = cpuMicros(anvil)
