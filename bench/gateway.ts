@@ -3,6 +3,7 @@ import { cleanups, createKey, gatewayEnv, runBench, startAdmin, startBase, start
 import { autocannonRound } from './harness/autocannon.ts'
 import { printReport } from './harness/report.ts'
 import { type Ratio, type RoundResult, runInterleaved, type Target } from './harness/rounds.ts'
+import { positiveSetting } from './harness/settings.ts'
 import { summarize } from './harness/stats.ts'
 import { openPaymentsStream } from './jetstream.ts'
 import { signPayments } from './payments.ts'
@@ -53,9 +54,9 @@ import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start } from './pro
  * With the defaults the rounds take about 3 minutes, plus 30-40 s (more on a busy machine) to
  * start the servers and sign the payments.
  */
-const duration = Number(process.env.BENCH_SECONDS ?? 4)
-const connections = Number(process.env.BENCH_CONNECTIONS ?? 50)
-const rounds = Number(process.env.BENCH_ROUNDS ?? 9)
+const duration = positiveSetting('BENCH_SECONDS', 4)
+const connections = positiveSetting('BENCH_CONNECTIONS', 50)
+const rounds = positiveSetting('BENCH_ROUNDS', 9)
 const paidRps = Number(process.env.BENCH_PAID_RPS ?? 6000)
 const maxPayments = Number(process.env.BENCH_PAID_MAX ?? 300_000)
 const devnetPort = Number(process.env.BENCH_DEVNET_PORT ?? 8691)
@@ -64,8 +65,6 @@ const only = process.env.BENCH_TARGETS?.split(',').map((name) => name.trim())
 const QUIET_BARE_CPU = 85
 /** the readwrite tier's limit in the bench's gateways: the check under load exhausts it */
 const LIMITED_KEY_MAX = 40
-for (const [name, value] of Object.entries({ BENCH_SECONDS: duration, BENCH_ROUNDS: rounds, BENCH_CONNECTIONS: connections }))
-  if (!(Number.isInteger(value) && value > 0)) throw new Error(`${name} must be a positive whole number, not ${process.env[name]}`)
 
 const pinned = pinLoadGenerator()
 

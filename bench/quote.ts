@@ -6,6 +6,7 @@ import { createKey, gatewayEnv, logProblems, runBench, startAdmin, startBase } f
 import { autocannonRound } from './harness/autocannon.ts'
 import { printReport } from './harness/report.ts'
 import { type RoundResult, runInterleaved, type Target } from './harness/rounds.ts'
+import { positiveSetting } from './harness/settings.ts'
 import { summarize } from './harness/stats.ts'
 import { assertPortFree, childrenNamed, cpuMicros, pinLoadGenerator, pinToServerCore, ready, start } from './processes.ts'
 
@@ -40,12 +41,10 @@ import { assertPortFree, childrenNamed, cpuMicros, pinLoadGenerator, pinToServer
  *   LOG_LEVEL                info  the gateway's, trading's and admin's log level (as deployed: an access-log line per request)
  * With the defaults the bench takes about 1 min 40 s: 18 runs of 4 s, plus ~20 s to start and stop.
  */
-const duration = Number(process.env.BENCH_SECONDS ?? 4)
-const rounds = Number(process.env.BENCH_QUOTE_ROUNDS ?? 5)
-const connections = Number(process.env.BENCH_CONNECTIONS ?? 50)
+const duration = positiveSetting('BENCH_SECONDS', 4)
+const rounds = positiveSetting('BENCH_QUOTE_ROUNDS', 5)
+const connections = positiveSetting('BENCH_CONNECTIONS', 50)
 const devnetPort = Number(process.env.BENCH_QUOTE_DEVNET_PORT ?? 8692)
-for (const [name, value] of Object.entries({ BENCH_SECONDS: duration, BENCH_QUOTE_ROUNDS: rounds, BENCH_CONNECTIONS: connections }))
-  if (!(Number.isInteger(value) && value > 0)) throw new Error(`${name} must be a positive whole number, not ${process.env[name]}`)
 
 const GATEWAY = 'http://127.0.0.1:3920'
 const TRADING = 'http://127.0.0.1:3922'

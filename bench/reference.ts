@@ -5,6 +5,7 @@ import { wrapFetchWithPayment, x402Client } from '@x402/fetch'
 import { createPublicClient, type Hex, http, parseAbiItem } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { gatewayEnv, runBench, startAdmin, startBase } from './fleet.ts'
+import { positiveSetting } from './harness/settings.ts'
 import { assertPortFree, childrenNamed, cpuMicros, pinLoadGenerator, pinToServerCore, ready, start } from './processes.ts'
 
 /**
@@ -33,12 +34,10 @@ import { assertPortFree, childrenNamed, cpuMicros, pinLoadGenerator, pinToServer
  *   BENCH_SETTLE_WAIT   600   how long to wait for the payments to reach the chain, s
  *   BENCH_DEVNET_PORT   8693  the devnet's (anvil's) port
  */
-const seconds = Number(process.env.BENCH_SECONDS ?? 10)
-const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 10)
-const settleWait = Number(process.env.BENCH_SETTLE_WAIT ?? 600)
+const seconds = positiveSetting('BENCH_SECONDS', 10)
+const concurrency = positiveSetting('BENCH_CONCURRENCY', 10)
+const settleWait = positiveSetting('BENCH_SETTLE_WAIT', 600)
 const devnetPort = Number(process.env.BENCH_DEVNET_PORT ?? 8693)
-for (const [name, value] of Object.entries({ BENCH_SECONDS: seconds, BENCH_CONCURRENCY: concurrency, BENCH_SETTLE_WAIT: settleWait }))
-  if (!(Number.isInteger(value) && value > 0)) throw new Error(`${name} must be a positive whole number, not ${process.env[name]}`)
 
 const ports = { gateway: 3920, ops: 3921, admin: 3922, reference: 3923 }
 const WARM_UP_SECONDS = 2

@@ -364,14 +364,16 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
            FROM (SELECT role, content, metadata, created_at, id FROM messages WHERE thread_id = c."threadId" ORDER BY created_at DESC, id DESC LIMIT ${historyMessages + 20}) m) AS thread
         FROM c, e`
       if (!row) {
-        const job = await db.job.findUnique({
-          where: { id: jobId },
-          select: { status: true, leaseUntil: true, workerId: true, paymentValidBefore: true },
-        })
+        // why not: finished, held by another worker, or free to take but too late for its payment
+        const [job] = await db.$queryRaw<
+          Array<{ status: string; leaseUntil: Date | null; free: boolean; paymentValidBefore: bigint | null }>
+        >`
+          SELECT status::text AS status, lease_until AS "leaseUntil", ${claimable(workerId)} AS free, payment_valid_before AS "paymentValidBefore"
+          FROM jobs WHERE id = ${jobId}`
         if (!job) return { missing: true as const }
         if (isFinished(job.status)) return { finished: true as const }
-        const free = job.status === 'pending' || (job.leaseUntil?.getTime() ?? 0) < Date.now() || job.workerId === workerId
-        if (free && job.paymentValidBefore !== null && job.paymentValidBefore <= BigInt(startBy)) return { late: job.paymentValidBefore }
+        if (job.free && job.paymentValidBefore !== null && job.paymentValidBefore <= BigInt(startBy))
+          return { late: job.paymentValidBefore }
         return { busyForMs: Math.max(100, (job.leaseUntil?.getTime() ?? Date.now()) - Date.now()) }
       }
       const { eventAt, thread, ...claimed } = row
