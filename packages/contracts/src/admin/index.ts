@@ -4,6 +4,7 @@ import { adminChannels } from './nats.ts'
 import { webhookRoutes } from './webhooks.ts'
 
 export * from './apiKeys.ts'
+export * from './credit.ts'
 export * from './http.ts'
 export * from './nats.ts'
 export * from './payments.ts'

@@ -1,0 +1,131 @@
+import { Type, type Static } from 'typebox'
+import { topic } from '../common/messages.ts'
+import { subjectOf } from '../common/namespace.ts'
+import { Address, EpochMs, IntegerString } from '../common/primitives.ts'
+
+/**
+ * Prepaid credit: a wallet tops up once with an x402 payment, then spends the credit request by
+ * request (signed in with SIWx, or with a session token from one sign-in). The admin's ledger is
+ * authoritative; the gateways debit a fast copy in Redis.
+ *
+ * Metered work (a /v1 completion, an agent job) is paid by a hold: the gateway takes the most the
+ * request may cost from the credit before it is proxied and names the hold in the headers below;
+ * the service that did the work reports what it used (`CreditUsage`) once it is done, and the
+ * ledger keeps that much and gives the rest of the hold back.
+ */
+export const creditHeaders = {
+  /** the wallet whose credit pays this request (lower-case), set by the gateway */
+  wallet: 'x-ats-credit-wallet',
+  /** the hold that pays for metered work: its id (the gateway's request id) */
+  hold: 'x-ats-credit-hold',
+  /** the most the work may cost: the hold's amount, USDC base units (decimal) */
+  holdAmount: 'x-ats-credit-hold-amount',
+} as const
+
+/** What metered work used, as the service that did it counts it. */
+export const CreditUsageDetail = Type.Object({
+  /** the model that ran (a /v1 `model`, or the agent's) */
+  model: Type.Optional(Type.String({ maxLength: 200 })),
+  inputTokens: Type.Integer({ minimum: 0 }),
+  outputTokens: Type.Integer({ minimum: 0 }),
+  /** agent jobs: the steps (model turns and tool calls) it ran */
+  steps: Type.Optional(Type.Integer({ minimum: 0 })),
+})
+export type CreditUsageDetail = Static<typeof CreditUsageDetail>
+
+/**
+ * The end of metered work paid by a hold: `amount` of the hold is kept (at most the hold; 0 for
+ * work that failed or was voided), the rest goes back to the wallet. Published on the credit
+ * stream with the hold id as the message id; the ledger keeps the first report of a hold.
+ */
+export const CreditUsage = Type.Object({
+  hold: Type.String({ minLength: 1, maxLength: 64, description: 'the hold id (x-ats-credit-hold)' }),
+  wallet: Address(),
+  amount: IntegerString({ description: 'USDC base units kept from the hold' }),
+  usage: CreditUsageDetail,
+  /** what the work came to: a /v1 completion answered, a job complete, failed or voided */
+  outcome: Type.Union([Type.Literal('complete'), Type.Literal('failed'), Type.Literal('voided')]),
+  reason: Type.Optional(Type.String({ maxLength: 2000 })),
+  at: EpochMs('when the work ended'),
+})
+export type CreditUsage = Static<typeof CreditUsage>
+
+/** The subject metered services publish `CreditUsage` on (the credit stream holds it). */
+export const creditUsageTopic = (namespace: string) => topic(subjectOf(namespace, 'credit', 'usage'), CreditUsage)
+
+/**
+ * What a gateway took from a wallet's credit in Redis, in one request: `debit` (a route's price,
+ * kept at once), `hold` (the most metered work may cost; the service's `CreditUsage` says how
+ * much is kept) or `withdraw` (paid back on chain by the admin; given back if it cannot be).
+ * `id` is unique per wallet and movement: the gateway's request id (a hold's id), or the
+ * withdrawal's idempotency key; the ledger records each id once.
+ */
+export const CreditDebit = Type.Object({
+  id: Type.String({ minLength: 1, maxLength: 128 }),
+  wallet: Address(),
+  kind: Type.Union([Type.Literal('debit'), Type.Literal('hold'), Type.Literal('withdraw')]),
+  amount: IntegerString({ description: 'USDC base units' }),
+  /** method and path of the request it paid for */
+  route: Type.String({ maxLength: 300 }),
+  at: EpochMs('when the gateway took it'),
+})
+export type CreditDebit = Static<typeof CreditDebit>
+
+/** One stream message: the debits a gateway made while its previous publish was in flight. */
+export const CreditDebits = Type.Object({ debits: Type.Array(CreditDebit, { minItems: 1 }) })
+export type CreditDebits = Static<typeof CreditDebits>
+
+/**
+ * Credit given to a wallet by the ledger (a settled top-up, what a hold did not use, a
+ * withdrawal that could not be paid): gateways add it to their fast copy once (`entry` is the
+ * ledger entry's id, increasing; a copy rebuilt at or after an entry already holds it).
+ */
+export const CreditAdjusted = Type.Object({
+  wallet: Address(),
+  entry: IntegerString({ description: 'the ledger entry id' }),
+  delta: IntegerString({ description: 'USDC base units added' }),
+  reason: Type.Union([Type.Literal('topup'), Type.Literal('release'), Type.Literal('refund')]),
+  at: EpochMs(),
+})
+export type CreditAdjusted = Static<typeof CreditAdjusted>
+
+/** admin.credit.snapshot request: a gateway rebuilding its copy of a wallet's credit (after Redis lost it). */
+export const CreditSnapshotRequest = Type.Object({ wallet: Address() })
+export type CreditSnapshotRequest = Static<typeof CreditSnapshotRequest>
+
+/**
+ * admin.credit.snapshot reply, read once the ledger has recorded every debit published before the
+ * request: `available` = settled top-ups − debits − holds − withdrawals + releases and refunds;
+ * `entry`: the last adjustment entry it includes (adjustments up to it are not added again).
+ */
+export const CreditSnapshotReply = Type.Object({
+  wallet: Address(),
+  available: IntegerString(),
+  entry: IntegerString(),
+})
+export type CreditSnapshotReply = Static<typeof CreditSnapshotReply>
+
+/** The credit stream (gateways and metered services -> admin, admin -> gateways) and its consumers. */
+export function creditChannels(namespace: string) {
+  const stream = `${namespace}_credit`
+  const debited = topic(subjectOf(namespace, 'credit', 'debited'), CreditDebits)
+  const usage = creditUsageTopic(namespace)
+  const adjusted = topic(subjectOf(namespace, 'credit', 'adjusted'), CreditAdjusted)
+  return {
+    stream,
+    debited,
+    usage,
+    adjusted,
+    /** admin's durable consumers of debits and usage reports */
+    debitConsumer: 'admin-credit-debits',
+    usageConsumer: 'admin-credit-usage',
+    /** the gateways' one shared durable consumer of adjustments (any gateway applies each once) */
+    adjustedConsumer: 'gateway-credit-adjusted',
+    streamSpec: {
+      name: stream,
+      subjects: [debited.subject, usage.subject, adjusted.subject],
+      maxAgeMs: 7 * 86_400_000,
+      duplicateWindowMs: 600_000,
+    },
+  }
+}
