@@ -24,7 +24,7 @@ import { fleetAccess, type FleetAccess } from '@ats/fleet/access'
 import { fleetMembers, root } from '@ats/fleet'
 
 /**
- * pnpm rehearse: the fleet at scale on this machine, under load, with faults (issue 27).
+ * pnpm rehearse: the fleet at scale on this machine, under load, with faults.
  *
  * A 3-node NATS cluster (JETSTREAM_REPLICAS=3), a private Redis, a fresh database and a devnet;
  * 2 gateways behind a round-robin front, 2 replicas of every service (each pair behind a front
@@ -54,7 +54,7 @@ const NAMESPACE = 'rehearse'
 const REDIS_DOWN_MS = 4_000
 
 // ---------------------------------------------------------------------------------------------
-// Per-component credentials (issue 27 item 5)
+// Per-component credentials
 // ---------------------------------------------------------------------------------------------
 
 type Component = 'gateway' | 'admin' | 'agent' | 'trading' | 'market-data' | 'automation'

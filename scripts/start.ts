@@ -49,7 +49,7 @@ async function infrastructure(): Promise<NodeJS.ProcessEnv> {
 }
 
 async function redis(): Promise<NodeJS.ProcessEnv> {
-  // the gateway's paid routes keep used nonces, payment ids and reservations there (issue 23)
+  // the gateway's paid routes keep used nonces, payment ids and reservations there, shared by every replica
   const redisUrl = process.env.REDIS_URL || localInfra.redisUrl
   if (!(await reachable(redisUrl, 6379)))
     fail(

@@ -4,9 +4,9 @@ import t from 'tap'
 import { eventually, startFleet } from './fleet.ts'
 
 /**
- * Issue 23, item 9: a request whose body came a byte at a time held one of its service's
- * connections as long as the client liked (the proxy streamed the body on), so a key's slow
- * POSTs starved every other caller of that service. Here the automation group has 4 connections
+ * A request whose body comes a byte at a time must not hold one of its service's connections as
+ * long as the client likes (as it would were the proxy to stream the body on), or a key's slow
+ * POSTs starve every other caller of that service. Here the automation group has 4 connections
  * (UPSTREAM_CONNECTIONS), a whole request may take 15 s, and 26 slow POSTs are open.
  * Client addresses come from X-Forwarded-For (TRUST_PROXY names the test's loopback address).
  */

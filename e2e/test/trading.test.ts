@@ -182,8 +182,9 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
 // what a key may spend (was spending.test.ts)
 {
   /**
-   * Issue 23, what a key may spend from the server wallet: a token that calls itself "USDC" (item 2),
-   * launches (item 6), and retries of a spend (a generated Idempotency-Key; the gateway outwaits trading).
+   * What a key may spend from the server wallet: a token that calls itself "USDC" (valued by address,
+   * not by its symbol), launches (counted as spends), and retries of a spend (a generated
+   * Idempotency-Key; the gateway outwaits trading).
    */
   const { request, publicClient, serverWallet, devnet } = fleet
   const adminKey = 'atsk_gatewayTestBootstrapKey-00000000'
@@ -209,7 +210,7 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
   ])
 
   /**
-   * What the attacker of item 2 did: a token whose symbol() is "USDC" (DevToken, 6 decimals) and a
+   * The attack on symbols: a token whose symbol() is "USDC" (DevToken, 6 decimals) and a
    * Uniswap V3 pool of it against WETH priced so that 0.1 WETH buys a few cents' worth of it.
    */
   async function fakeUsdcPool(): Promise<Address> {
@@ -288,7 +289,7 @@ const fleet = await startTradingFleet(t, { tradingEnv: { LAUNCH_DEFAULT_PER_DAY:
       t.ok(BigInt(quote.body.amountOut) < 1_000_000n, `0.1 WETH buys less than one of it (${quote.body.amountOut})`)
 
       const before = await nonceOf()
-      // the issue's probe: before, the symbol matched allowedTokens and the output was valued at $1 a "USDC"
+      // the attack: matched by symbol and valued at $1 a "USDC", this swap would pass allowedTokens and a $1 cap
       const probe = await keyWith({ maxUsdPerSwap: 1, maxUsdPerDay: 1, allowedTokens: ['WETH', 'USDC'] })
       const refused = await execute(probe, tenthWeth)
       t.equal(refused.status, 403)

@@ -19,7 +19,7 @@ import { createPaymentIdStore } from '../src/payments/paymentIds.ts'
 import { nowS, paymentFixtures, redisPair, type Message } from './paymentFixtures.ts'
 
 /**
- * Reservations of unsettled payments (issue 23) on the devnet and the test Redis, as two gateway
+ * Reservations of unsettled payments on the devnet and the test Redis, as two gateway
  * replicas use them: each verifier has its own Redis client and its own cache of balances.
  */
 const devnet = await startDevnet({ port: 0, addressBookPath: false, accounts: 3, snapshot: true })

@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { TooManyInFlight } from '../errors.ts'
 
 /**
- * Requests in flight per client address and per API key, in this gateway process (issue 23:
+ * Requests in flight per client address and per API key, in this gateway process (uncapped,
  * 140 slow requests of one key starved its service for every other caller). A request counts
  * from its arrival until its connection is done with it (answered, or the client gone).
  */

@@ -59,7 +59,7 @@ export interface PaidLimits {
   perPayer: number
 }
 
-/** Counts paid requests (issue 23): per client address before any payment check, per payer once one is verified. */
+/** Counts paid requests: per client address before any payment check, per payer once one is verified. */
 export interface PaidLimiter {
   /** throws 429 when this client address is over its limit; costs no RPC call, so it runs first */
   address(request: FastifyRequest, reply: FastifyReply): Promise<void>

@@ -46,10 +46,10 @@ function readWithin(payload: Readable, limit: number): Promise<Buffer> {
  * counted and held until it ends, so a service never gets part of one. Services read the same
  * BODY_LIMIT_BYTES, so a body that passes here passes there.
  *
- * Every body, chunked or not, is read whole before the request goes on (issue 23): the proxy
- * streamed a declared-length body on as it came, so a client sending a byte every few seconds
- * held one of its service's connections for as long as it liked. Now a slow client holds only
- * its own connection to the gateway, until SERVER_REQUEST_TIMEOUT_MS ends it with a 408.
+ * Every body, chunked or not, is read whole before the request goes on: a body streamed on as it
+ * came would let a client sending a byte every few seconds hold one of its service's connections
+ * for as long as it liked. So a slow client holds only its own connection to the gateway, until
+ * SERVER_REQUEST_TIMEOUT_MS ends it with a 408.
  */
 export function installBodyLimit(app: FastifyInstance, limit: number): void {
   app.decorateRequest('bodyBytes', null)
@@ -58,7 +58,7 @@ export function installBodyLimit(app: FastifyInstance, limit: number): void {
     if (!declaredTooLarge(req.headers, limit)) res.writeContinue()
     app.server.emit('request', req, res)
   })
-  // both hooks in callback style: most requests pass them without a promise (issue 26)
+  // both hooks in callback style: most requests just pass them, and a callback costs them no promise
   app.addHook('onRequest', (request, reply, done) => {
     if (!declaredTooLarge(request.headers, limit)) return done()
     if (expectsContinue(request.headers)) reply.header('connection', 'close')

@@ -1,5 +1,6 @@
-// How long a client may take (issue 23): the gateway had no request timeout, so a body sent at a
-// byte every few seconds kept its request open for minutes (only headers timed out, at 60 s).
+// How long a client may take: without a request timeout, a body sent at a byte every few seconds
+// keeps its request open for minutes (Node times out only headers, at 60 s; Fastify turns Node's
+// request timeout off).
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import { StartupError, type ServiceConfig } from '@ats/service-kit'

@@ -4,7 +4,7 @@ import { Agent, request } from 'undici'
  * The `fetch` the chain clients' JSON-RPC transport uses: undici's `request` on a keep-alive
  * agent, answered as the few members of a Response that viem's HTTP transport reads (ok, status,
  * statusText, headers.get, text; no body stream). Node's global fetch builds a Request, a
- * Response and web streams for every call: in a profile of the gateway's paid route (issue 26)
+ * Response and web streams for every call: in a profile of the gateway's paid route
  * the authorization-state reads spent more CPU in fetch than in everything else they do.
  */
 const agent = new Agent({ keepAliveTimeout: 10_000, connections: 16 })

@@ -1,4 +1,4 @@
-// The generated NATS permissions against the contracts and the services' code (issue 27):
+// The generated NATS permissions against the contracts and the services' code:
 // a channel added to a contract, or a call added to a service, without its permission fails here.
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'

@@ -1,5 +1,5 @@
 /**
- * Least privilege between services (issue 27, docs/security.md) in the deployment files:
+ * Least privilege between services (docs/security.md) in the deployment files:
  *
  *  - the generated files (k8s/overlays/dev/access/) are what `pnpm access:config` writes now
  *    (a contract or a service changed without regenerating them fails);

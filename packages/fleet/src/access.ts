@@ -1,5 +1,5 @@
 /**
- * Least privilege between services (issue 27, docs/security.md): each component's own NATS
+ * Least privilege between services (docs/security.md): each component's own NATS
  * user (permissions generated from packages/contracts) and Postgres role (its own schema only).
  *
  *  - fleetAccess(): this run's passwords, the roles made in Postgres, and each member's

@@ -65,7 +65,7 @@ export function declaredSettings(member: FleetMember): Record<string, DeclaredSe
 /**
  * What `pnpm start` runs a member with: services on 127.0.0.1 at their own ports; the gateway on
  * HOST (0.0.0.0 unless set) at PORT, and its operations port (/ready, /metrics) on OPS_HOST,
- * 127.0.0.1 unless set (issue 23: it listened on every interface). Compose and k8s leave
+ * 127.0.0.1 unless set (a developer's machine need not offer them on every interface). Compose and k8s leave
  * OPS_HOST unset, so there it follows HOST and their probes reach it.
  */
 export function memberEnv(

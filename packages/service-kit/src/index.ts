@@ -1,6 +1,6 @@
-// The kit's face: what services, the gateway, scripts and tests use, listed (issue 28: it was
-// `export *` of every module). A name not listed here is the kit's own; export it when a
-// service needs it, from the module that owns it.
+// The kit's face: what services, the gateway, scripts and tests use, listed by name rather than
+// `export *` of every module, so the kit's public surface is what this file shows. A name not
+// listed here is the kit's own; export it when a service needs it, from the module that owns it.
 export { StartupError, databaseSettings, httpUrlSetting, isHttpUrl, loadConfig, paymentSettings, safeUrl } from './config.ts'
 export { localInfra, portOpen } from './localInfra.ts'
 export {

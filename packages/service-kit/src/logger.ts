@@ -43,7 +43,7 @@ type Destination = ReturnType<typeof pino.destination>
  * Lines gathered in an array and handed to the destination 32 KiB at a time: one write syscall
  * per ~100 request lines. The batching is ours, not sonic-boom's own (minLength): sonic-boom
  * measures its whole pending buffer (Buffer.byteLength of a string up to maxWrite) on every line,
- * which at 32 KiB cost 4-5 µs a line, 3% of the gateway's keyed route (issue 26); this costs a
+ * which at 32 KiB cost 4-5 µs a line, 3% of the gateway's keyed route; this costs a
  * push and an addition (a line 1.2 µs in all, against 5.9 µs before and 2.9 µs with 4 KiB).
  */
 class LineBatch {
@@ -76,7 +76,7 @@ let flushing: NodeJS.Timeout | undefined
 
 /**
  * The process logger. Lines are batched (32 KiB, LineBatch) and written asynchronously: a
- * write syscall per request line cost the gateway ~15% of its throughput (issue 26). The batch
+ * write syscall per request line cost the gateway ~15% of its throughput. The batch
  * is flushed every 250 ms and on exit.
  */
 export function createLogger(name: string, level: string): pino.Logger {

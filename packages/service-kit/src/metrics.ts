@@ -44,7 +44,7 @@ interface Series {
  * http_request_duration_seconds, kept by hand and rendered by the registry like prom-client's
  * own Histogram (same name, labels, buckets and lines). prom-client's Histogram converts,
  * validates and hashes the label object on every observation, even through a labelled child:
- * ~2% of the gateway's CPU on the keyed route (issue 26). Here an observation is one Map
+ * ~2% of the gateway's CPU on the keyed route. Here an observation is one Map
  * lookup, a scan of ten bounds and three additions. Bounded: routes are the declared ones
  * (anything else is 'unmatched') and statuses are few.
  */

@@ -3,7 +3,7 @@ import { safeUrl, StartupError } from './config.ts'
 
 /**
  * NATS_URL's servers and the credentials in them: nats.js ignores a URL's user:pass, so they
- * are taken out and given as options (the first server that has some; issue 27's per-component users).
+ * are taken out and given as options (the first server that has some: each component's own NATS user).
  */
 function natsServers(url: string): { servers: string[]; user?: string; pass?: string } {
   let user: string | undefined

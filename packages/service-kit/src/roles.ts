@@ -1,4 +1,4 @@
-// Least privilege in Postgres (issue 27): one login role per component, owning its own schema
+// Least privilege in Postgres: one login role per component, owning its own schema
 // and granted nothing on the others'. Made idempotently from a superuser (or CREATEROLE)
 // connection by `pnpm start`, the tests and the rehearsal (ensureRoles), and by compose and
 // the dev overlay with psql (databaseRolesScript, the same statements).

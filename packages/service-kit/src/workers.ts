@@ -157,15 +157,15 @@ interface Reader {
 
 /**
  * A durable consumer's messages through one subscription that lives as long as the reader
- * (nats.js `consume`), so every message JetStream delivers reaches it. Until issue 22 the
- * consumers called `fetch` in a loop instead: each fetch subscribes anew and unsubscribes at a
- * deadline of its own (a client-side timer at 1.05 × its expiry). When the event loop was late
- * (a busy process), that timer could run before the socket was read, and a message the server
- * had delivered in the last moments of the pull was dropped by the client unseen while the
- * server counted it delivered: it came back only after the ack wait (the ledger's dead-letter
- * test waited 30 s about one run in ten: its 2 s nak delay is a multiple of the 1 s fetch, so
- * redeliveries fell on fetch ends). Pulls are sent from inside the iterator, that is only as
- * the reader reads: at most `maxMessages` wait in the process ahead of it.
+ * (nats.js `consume`), so every message JetStream delivers reaches it. Not `fetch` in a loop:
+ * each fetch subscribes anew and unsubscribes at a deadline of its own (a client-side timer at
+ * 1.05 × its expiry). When the event loop is late (a busy process), that timer can run before
+ * the socket is read, and a message the server delivered in the last moments of the pull is
+ * dropped by the client unseen while the server counts it delivered: it comes back only after
+ * the ack wait (with fetch, the ledger's dead-letter test waited 30 s about one run in ten: its
+ * 2 s nak delay is a multiple of the 1 s fetch, so redeliveries fell on fetch ends). Pulls are
+ * sent from inside the iterator, that is only as the reader reads: at most `maxMessages` wait in
+ * the process ahead of it.
  */
 async function openReader(consumer: Consumer, maxMessages: number): Promise<Reader> {
   const messages = await consumer.consume({ max_messages: maxMessages, expires: PULL_EXPIRES_MS })

@@ -93,8 +93,8 @@ t.test('a redelivery that arrives while the process is busy is handled after its
       // The process turns busy for 250 ms just as the redelivery is due, in a callback that is
       // not a timer (as a long database answer or JSON parse would be): the next turn of the
       // event loop then runs its overdue timers before it reads the socket. A consumer whose
-      // pull ends at a timer of its own (nats.js `fetch`, as the kit used until issue 22) dropped
-      // the message delivered meanwhile, and saw it again only after the ack wait.
+      // pull ends at a timer of its own (nats.js `fetch` in a loop, which the kit does not use) drops
+      // the message delivered meanwhile, and sees it again only after the ack wait.
       setTimeout(() => setImmediate(() => busy(250)), retryDelayMs - 60)
       throw new Error('this note cannot be stored')
     },

@@ -1,4 +1,4 @@
-// Least privilege between services (issue 27), on a real nats-server started here with the
+// Least privilege between services (docs/security.md), on a real nats-server started here with the
 // generated authorization and on the test Postgres: each component's credentials do its own
 // work and nothing of another's.
 import { randomBytes } from 'node:crypto'

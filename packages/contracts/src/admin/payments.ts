@@ -146,9 +146,9 @@ export function paymentChannels(namespace: string): PaymentChannels {
 /**
  * JetStream's de-duplication id of a batch: a batch published again (a retry) is stored once.
  * A SHA-256 over every payment of the batch (payer and nonce, in order), so only the same
- * batch is ever taken for a duplicate: an id made of the first payment and a count (until
- * issue 23) let another batch starting with that payment, with as many charges, be dropped
- * with the other payers' charges in it.
+ * batch is ever taken for a duplicate: an id made of the first payment and a count would let
+ * another batch starting with that payment, with as many charges, be dropped with the other
+ * payers' charges in it.
  */
 export const paymentsMessageId = ({ charges }: PaymentsCharged) => {
   const hash = createHash('sha256')

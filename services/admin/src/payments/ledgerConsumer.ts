@@ -22,7 +22,7 @@ export function startLedgerConsumer(nc: NatsConnection, channels: PaymentChannel
     maxDeliveries: 3,
     retryDelayMs,
     // one INSERT records a batch: under load, a batch that waits 20 ms for more payments costs the
-    // admin less CPU per payment (issue 26); a payment is recorded that much later, nothing else
+    // admin less CPU per payment; a payment is recorded that much later, nothing else
     batchSize: 256,
     lingerMs: 20,
     handle: async (batch) => {
