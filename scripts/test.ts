@@ -1,5 +1,6 @@
 import { spawn, spawnSync } from 'node:child_process'
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
 import { compileTests, walk } from './compileTests.ts'
 
@@ -7,7 +8,7 @@ import { compileTests, walk } from './compileTests.ts'
  * pnpm test: every test file of every workspace package, against real Postgres, NATS, Redis and
  * anvil. A tap test file is a program that prints TAP and exits non-zero when a test fails, so
  * this runs each one as its own `node` process, TEST_JOBS (3) at a time across all packages, the
- * longest first (by the times of the last run), each with its package's tap timeout.
+ * longest first (by the times of the last run on this machine), each with its package's tap timeout.
  *
  * What it runs is JavaScript, with no loader hook: `pnpm build` writes every package's dist/, and
  * scripts/compileTests.ts compiles the test files next to their source, their imports of `src/`
@@ -21,7 +22,13 @@ import { compileTests, walk } from './compileTests.ts'
  * after another) instead. Inside a package, `pnpm test` is tap on the source, for development.
  */
 const root = join(import.meta.dirname, '..')
-const timingsFile = join(root, 'node_modules', '.cache', 'ats-test-times.json')
+/**
+ * Each file's time in the last run, in the temporary directory rather than the checkout: a fresh
+ * clone (CI) orders its files by the times of the runs before it on this machine (of other
+ * checkouts too: a file's time changes little from one commit to the next). Without them it
+ * would go by file size, which can start a long file last and leave the other jobs idle at the end.
+ */
+const timingsFile = join(tmpdir(), 'ats-test-times.json')
 
 interface Package {
   dir: string
@@ -167,8 +174,10 @@ await Promise.all(
   }),
 )
 
-mkdirSync(join(timingsFile, '..'), { recursive: true })
-writeFileSync(timingsFile, JSON.stringify({ ...timings, ...Object.fromEntries(outcomes.map((o) => [o.file, o.seconds])) }))
+// written aside and renamed: a run starting meanwhile (another checkout) never reads half a file
+const latest = { ...readTimings(), ...Object.fromEntries(outcomes.map((o) => [o.file, o.seconds])) }
+writeFileSync(`${timingsFile}.${process.pid}`, JSON.stringify(latest))
+renameSync(`${timingsFile}.${process.pid}`, timingsFile)
 
 const failed = outcomes.filter((o) => o.code !== 0)
 const count = (files: Outcome[], key: 'total' | 'pass' | 'fail') => files.reduce((n, o) => n + o.assertions[key], 0)

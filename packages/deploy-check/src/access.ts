@@ -18,8 +18,12 @@ import { arr, type Obj } from './objects.ts'
 /** `MARKET_DATA`: the suffix of a component's Secret keys */
 const secretSuffix = (component: string) => component.toUpperCase().replace(/-/g, '_')
 
+/** what `pnpm access:config` writes now: a function of the code, so made once per process */
+let generated: ReturnType<typeof accessConfig> | undefined
+
 export async function checkAccessFiles(root: string, problems: string[]): Promise<void> {
-  const expected = await accessConfig()
+  generated ??= accessConfig()
+  const expected = await generated
   for (const kind of ['nats', 'postgres'] as const) {
     const file = accessFiles[kind]
     const path = join(root, file)

@@ -1,6 +1,7 @@
 /**
- * pnpm validate:deploy: the offline checks of src/validate.ts over the repository. Prints
- * what was checked, or every problem found and exits 1.
+ * pnpm validate:deploy [k8s dir…]: the offline checks of src/validate.ts over the repository,
+ * rendering the k8s/ directories named (k8s/base, k8s/overlays/prod, …; default: base and every
+ * overlay). Prints what was checked, or every problem found and exits 1.
  */
 import { fileURLToPath } from 'node:url'
 import { checkDeployment } from './validate.ts'
@@ -9,7 +10,8 @@ const repo = fileURLToPath(new URL('../../..', import.meta.url))
 // DEPLOY_CHECK_ROOT: check a copy of the files (the tests break one on purpose)
 const root = process.env.DEPLOY_CHECK_ROOT || repo
 const started = Date.now()
-const { problems, notes } = await checkDeployment(root, repo)
+const k8s = process.argv.slice(2).map((dir) => dir.replace(/\/+$/, ''))
+const { problems, notes } = await checkDeployment(root, repo, k8s.length > 0 ? { k8s } : {})
 if (problems.length > 0) {
   process.stderr.write(`validate-deploy: ${problems.length} problem(s)\n${problems.map((p) => `  - ${p}`).join('\n')}\n`)
   process.exit(1)

@@ -7,8 +7,9 @@ import { checkDeploymentAccess, checkNatsWorkload } from './access.ts'
 import type { Component } from './components.ts'
 import { contentKey } from './contentKey.ts'
 import { checkScaledObjects, isScaledObject, kedaOperator, natsMonitoringPort, scalesOnJetStream } from './keda.ts'
-import { kustomize } from './kubectl.ts'
+import { kustomizeAsync } from './kubectl.ts'
 import { arr, isObj, type Obj } from './objects.ts'
+import type { Report } from './validate.ts'
 
 export const overlays = (root: string): string[] => [
   'k8s/base',
@@ -19,31 +20,67 @@ export const overlays = (root: string): string[] => [
     : []),
 ]
 
-/** Renders and checks k8s/base and every overlay against the fleet's components. */
-export async function checkKubernetes(root: string, fleet: Component[], problems: string[], notes: string[]): Promise<void> {
+/**
+ * Renders and checks k8s/base and every overlay (or only `dirs`) against the fleet's components.
+ * The renders are independent: kubectl runs them side by side; their problems are listed in order.
+ */
+export async function checkKubernetes(
+  root: string,
+  fleet: Component[],
+  problems: string[],
+  notes: string[],
+  dirs = overlays(root),
+): Promise<void> {
   const example = loadYaml(join(root, 'k8s/base/secret.example.yaml'), problems).find((d) => d.kind === 'Secret')
   if (!example) problems.push('k8s/base/secret.example.yaml: must hold an example Secret (the keys operators create)')
-  // hashed once for every render of this check: overlays reach into base, so each render's key is all of k8s/
-  const k8sContent = contentKey([join(root, 'k8s')])
-  for (const dir of overlays(root)) {
-    let rendered: string
-    try {
-      rendered = renderOnce(root, dir, k8sContent)
-    } catch (error) {
-      problems.push(`${dir}: kustomize failed: ${(error as Error).message}`)
-      continue
-    }
-    const docs: Obj[] = []
-    parseAllDocuments(rendered).forEach((d, i) => {
-      const doc: unknown = d.errors.length > 0 ? undefined : d.toJS()
-      if (d.errors.length > 0) problems.push(`${dir}: rendered document ${i + 1}: ${d.errors[0]!.message}`)
-      else if (isObj(doc)) docs.push(doc)
-    })
-    for (const doc of docs.filter((d) => !isScaledObject(d))) await validateSchema(dir, doc, problems)
-    checkManifests(dir, docs, fleet, example, problems)
-    checkScaledObjects(dir, docs, problems)
-    notes.push(`${dir}: ${docs.length} documents rendered and valid`)
+  // hashed once for every overlay of this check: overlays reach into base, so each one's key is all of k8s/
+  const key = `${contentKey([join(root, 'k8s')])}\0${JSON.stringify(fleet, (_, v) => (typeof v === 'bigint' ? `${v}n` : v))}`
+  const reports = await Promise.all(dirs.map((dir) => checkOnce(root, dir, key, fleet, example)))
+  for (const report of reports) {
+    problems.push(...report.problems)
+    notes.push(...report.notes)
   }
+}
+
+/**
+ * An overlay's check is a function of the files of k8s/ (its render, secret.example.yaml) and of
+ * the fleet, and its render (`kubectl kustomize`) most of its time: a process checks each distinct
+ * content once (the tests check copies that differ in one file). Only checks that rendered are
+ * kept: a kustomize failure is run again, so its message names the copy it was found in.
+ */
+const checked = new Map<string, Report>()
+
+async function checkOnce(root: string, dir: string, key: string, fleet: Component[], example: Obj | undefined): Promise<Report> {
+  const cached = checked.get(`${dir}\0${key}`)
+  if (cached) return cached
+  const report = await checkOverlay(root, dir, fleet, example)
+  if (report.rendered) checked.set(`${dir}\0${key}`, report)
+  return report
+}
+
+async function checkOverlay(
+  root: string,
+  dir: string,
+  fleet: Component[],
+  example: Obj | undefined,
+): Promise<Report & { rendered: boolean }> {
+  const problems: string[] = []
+  let rendered: string
+  try {
+    rendered = await kustomizeAsync(join(root, dir))
+  } catch (error) {
+    return { problems: [`${dir}: kustomize failed: ${(error as Error).message}`], notes: [], rendered: false }
+  }
+  const docs: Obj[] = []
+  parseAllDocuments(rendered).forEach((d, i) => {
+    const doc: unknown = d.errors.length > 0 ? undefined : d.toJS()
+    if (d.errors.length > 0) problems.push(`${dir}: rendered document ${i + 1}: ${d.errors[0]!.message}`)
+    else if (isObj(doc)) docs.push(doc)
+  })
+  for (const doc of docs.filter((d) => !isScaledObject(d))) await validateSchema(dir, doc, problems)
+  checkManifests(dir, docs, fleet, example, problems)
+  checkScaledObjects(dir, docs, problems)
+  return { problems, notes: [`${dir}: ${docs.length} documents rendered and valid`], rendered: true }
 }
 
 function loadYaml(path: string, problems: string[]): Obj[] {
@@ -347,18 +384,4 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
       }
     }
   }
-}
-
-/** `kubectl kustomize` outputs by directory and content of k8s/ (only successes are kept) */
-const renders = new Map<string, string>()
-
-/** `kubectl kustomize` of root/dir, once per content of root/k8s (`k8sContent`, its contentKey) */
-function renderOnce(root: string, dir: string, k8sContent: string): string {
-  const key = `${dir}\0${k8sContent}`
-  let rendered = renders.get(key)
-  if (rendered === undefined) {
-    rendered = kustomize(join(root, dir))
-    renders.set(key, rendered)
-  }
-  return rendered
 }

@@ -1,10 +1,13 @@
 /** kubectl (from an npm package, no download), for `kubectl kustomize`. */
-import { execFileSync } from 'node:child_process'
+import { execFile, execFileSync } from 'node:child_process'
 import { chmodSync, existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 import AdmZip from 'adm-zip'
+
+const execFileAsync = promisify(execFile)
 
 /**
  * kubectl, for `kubectl kustomize` (kustomize v5 is built into kubectl). It comes from the
@@ -31,12 +34,27 @@ export function kubectl(): string {
   return bin
 }
 
+const kustomizeOptions = { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 } as const
+/** kustomize's message (its stderr) as the Error */
+const kustomizeError = (error: unknown): Error => {
+  const stderr = String((error as { stderr?: unknown }).stderr ?? '').trim()
+  return new Error(stderr || (error as Error).message)
+}
+
 /** `kubectl kustomize <dir>`: the rendered YAML, or an Error with kustomize's message. */
 export function kustomize(dir: string): string {
   try {
-    return execFileSync(kubectl(), ['kustomize', dir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 64 * 1024 * 1024 })
+    return execFileSync(kubectl(), ['kustomize', dir], { ...kustomizeOptions, stdio: ['ignore', 'pipe', 'pipe'] })
   } catch (error) {
-    const stderr = String((error as { stderr?: unknown }).stderr ?? '').trim()
-    throw new Error(stderr || (error as Error).message)
+    throw kustomizeError(error)
+  }
+}
+
+/** kustomize(), without blocking: renders of several directories run side by side. */
+export async function kustomizeAsync(dir: string): Promise<string> {
+  try {
+    return (await execFileAsync(kubectl(), ['kustomize', dir], kustomizeOptions)).stdout
+  } catch (error) {
+    throw kustomizeError(error)
   }
 }

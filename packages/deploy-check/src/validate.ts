@@ -37,16 +37,37 @@ export interface Report {
   notes: string[]
 }
 
-export async function checkDeployment(root: string, repoRoot = root): Promise<Report> {
+/** What to leave out, for a check that needs only part of it (the tests' cases that break one file) */
+export interface CheckOptions {
+  /** the k8s/ directories rendered and checked (default: k8s/base and every overlay) */
+  k8s?: string[]
+  /** false: not `docker-compose config -q`, only the fleet's rules for the compose file */
+  dockerCompose?: boolean
+}
+
+export async function checkDeployment(root: string, repoRoot = root, options: CheckOptions = {}): Promise<Report> {
   const problems: string[] = []
   const notes: string[] = []
   const { fleet, devnet } = await deployables(repoRoot)
   const imageHealth = checkDockerfiles(root, [...fleet, devnet], problems, notes)
   // what each image's pnpm deploy --prod holds covers what its code imports (src/dependencies.ts)
   checkDependencies(repoRoot, [...fleet, devnet], problems, notes)
-  checkCompose(root, [...fleet, devnet], imageHealth, problems, notes)
-  // each component's own NATS user and Postgres role (src/access.ts)
-  await checkAccessFiles(root, problems)
-  await checkKubernetes(root, fleet, problems, notes)
+  // docker-compose and the kustomize renders run side by side; each part's problems are listed in this order
+  const parts = await Promise.all(
+    [
+      (report: Report) => checkCompose(root, [...fleet, devnet], imageHealth, report.problems, report.notes, options.dockerCompose),
+      // each component's own NATS user and Postgres role (src/access.ts)
+      (report: Report) => checkAccessFiles(root, report.problems),
+      (report: Report) => checkKubernetes(root, fleet, report.problems, report.notes, options.k8s),
+    ].map(async (check) => {
+      const report: Report = { problems: [], notes: [] }
+      await check(report)
+      return report
+    }),
+  )
+  for (const part of parts) {
+    problems.push(...part.problems)
+    notes.push(...part.notes)
+  }
   return { problems, notes }
 }
