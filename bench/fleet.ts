@@ -144,6 +144,44 @@ export function gatewayEnv(base: BenchBase, adminUrl: string, extra: NodeJS.Proc
 }
 
 /**
+ * The paid edge as the settlement benches load it: admin settling from `serverWalletKey`, and a
+ * gateway taking x402 payments to `payTo` in front of the bench's upstream (agent and
+ * market-data), its paid limits out of the way (one client address sends every paid request).
+ * Both ready; the caller stops them with the rest (stopAll).
+ */
+export async function startPaidStack(
+  base: BenchBase,
+  ports: { gateway: number; ops: number; admin: number },
+  { serverWalletKey, payTo }: { serverWalletKey: string; payTo: string },
+) {
+  const upstream = (await start('bench/upstream.ts', {}, 'pipe')).address
+  const admin = await startAdmin(base, ports.admin, {
+    SETTLEMENT_ENABLED: 'true',
+    SERVER_WALLET_PRIVATE_KEY: serverWalletKey,
+    LOG_LEVEL: 'warn',
+  })
+  const gateway = await start(
+    'gateway/src/server.ts',
+    gatewayEnv(base, `http://127.0.0.1:${ports.admin}`, {
+      AGENT_URL: upstream,
+      MARKET_DATA_URL: upstream,
+      PORT: String(ports.gateway),
+      OPS_PORT: String(ports.ops),
+      LOG_LEVEL: 'warn',
+      PAY_TO: payTo,
+      PAID_RATE_LIMIT_PER_ADDRESS: '1000000000',
+      PAID_RATE_LIMIT_PER_PAYER: '1000000000',
+      MAX_CONCURRENT_PER_ADDRESS: '100000',
+      SKIP_PAYMENT: 'false',
+    }),
+    'ignore',
+  )
+  await ready(`http://127.0.0.1:${ports.admin}`, admin)
+  await ready([`http://127.0.0.1:${ports.ops}`, `http://127.0.0.1:${ports.gateway}`], gateway)
+  return { admin, gateway }
+}
+
+/**
  * A gateway in front of the agent at `ports.agent` (readwrite limit out of the way), ready, with a
  * readwrite key made through it: the /v1 benches' entry.
  */

@@ -4,9 +4,9 @@ import { ExactEvmScheme } from '@x402/evm/exact/client'
 import { wrapFetchWithPayment, x402Client } from '@x402/fetch'
 import { createPublicClient, type Hex, http, parseAbiItem } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
-import { gatewayEnv, runBench, startAdmin, startBase } from './fleet.ts'
+import { runBench, startBase, startPaidStack } from './fleet.ts'
 import { positiveSetting } from './harness/settings.ts'
-import { assertPortFree, childrenNamed, cpuMicros, pinLoadGenerator, pinToServerCore, ready, start } from './processes.ts'
+import { assertPortFree, childrenNamed, cpuMicros, pinLoadGenerator, pinToServerCore, start } from './processes.ts'
 
 /**
  * pnpm bench:reference: the x402 reference seller stack beside our paid route, on one devnet, in
@@ -107,31 +107,7 @@ async function main() {
   const ourSettler = devnet.accounts[0]!.privateKey
   const referenceFacilitator = devnet.accounts[8]!.privateKey
 
-  const upstream = (await start('bench/upstream.ts', {}, 'pipe')).address
-  const admin = await startAdmin(base, ports.admin, {
-    SETTLEMENT_ENABLED: 'true',
-    SERVER_WALLET_PRIVATE_KEY: ourSettler,
-    LOG_LEVEL: 'warn',
-  })
-  const gateway = await start(
-    'gateway/src/server.ts',
-    gatewayEnv(base, `http://127.0.0.1:${ports.admin}`, {
-      AGENT_URL: upstream,
-      MARKET_DATA_URL: upstream,
-      PORT: String(ports.gateway),
-      OPS_PORT: String(ports.ops),
-      LOG_LEVEL: 'warn',
-      PAY_TO: payTo,
-      // one client address and one payer send every paid request
-      PAID_RATE_LIMIT_PER_ADDRESS: '1000000000',
-      PAID_RATE_LIMIT_PER_PAYER: '1000000000',
-      MAX_CONCURRENT_PER_ADDRESS: '100000',
-      SKIP_PAYMENT: 'false',
-    }),
-    'ignore',
-  )
-  await ready(`http://127.0.0.1:${ports.admin}`, admin)
-  await ready([`http://127.0.0.1:${ports.ops}`, `http://127.0.0.1:${ports.gateway}`], gateway)
+  const { admin, gateway } = await startPaidStack(base, ports, { serverWalletKey: ourSettler, payTo })
   const ours: Stack = { name: 'ours', url: `http://127.0.0.1:${ports.gateway}/agent/skills`, pids: [gateway.pid, admin.pid] }
 
   // the reference sells the same route at the price our gateway asks

@@ -1,6 +1,6 @@
 import { settleOnJobComplete, type PaymentCharged } from '@ats/contracts'
 import { recordEvent, type CounterMetric, type EventOutbox, type ServiceMetrics } from '@ats/service-kit'
-import type { Payment, PrismaClient, SettlementState } from '../generated/prisma/client.ts'
+import { Prisma, type Payment, type PrismaClient, type SettlementState } from '../generated/prisma/client.ts'
 
 export type PaymentRow = Payment
 
@@ -49,6 +49,14 @@ export const paymentEventData = (p: Pick<Payment, 'payer' | 'nonce' | 'amount' |
   route: p.route,
   ...(p.jobId ? { jobId: p.jobId } : {}),
 })
+
+/**
+ * Drops the kept settlement transactions none of whose payments is still settling (settled,
+ * failed, or moved to another transaction): only those in flight are kept.
+ */
+const pruneKept = Prisma.sql`
+  DELETE FROM settlement_transactions st
+  WHERE NOT EXISTS (SELECT 1 FROM payments p WHERE p.tx_hash = st.hash AND p.state = 'settling')`
 
 /**
  * The payments ledger: every charged payment once (unique payer + nonce), its settlement
@@ -127,7 +135,8 @@ export function createLedger(
      * Claims up to `limit` payments due for settlement, leasing them for `leaseMs`: replicas
      * never claim the same one, and one whose settler died is claimed again after the lease
      * (`pending` ones and `settling` ones alike: a retaken `settling` payment checks its kept
-     * transaction). The state is left as it is: `settling` means a transaction is signed.
+     * transaction). The state is left as it is: `settling` means a transaction is signed; its
+     * bytes come with the payment (`rawTx`), from the payment or from the batch's kept transaction.
      */
     claimDue(limit: number, leaseMs: number): Promise<PaymentRow[]> {
       return db.$queryRaw<PaymentRow[]>`
@@ -141,47 +150,70 @@ export function createLedger(
         RETURNING id, payer, pay_to AS "payTo", asset, chain_id AS "chainId", network, x402_version AS "x402Version",
           amount, valid_after AS "validAfter", valid_before AS "validBefore", nonce, signature, method, route, resource,
           request_id AS "requestId", charged_at AS "chargedAt", recorded_at AS "recordedAt", state, attempts,
-          next_attempt_at AS "nextAttemptAt", tx_hash AS "txHash", raw_tx AS "rawTx", settle_error AS "settleError", settled_at AS "settledAt"`
+          next_attempt_at AS "nextAttemptAt", tx_hash AS "txHash", settle_error AS "settleError", settled_at AS "settledAt",
+          COALESCE(raw_tx, (SELECT st.raw_tx FROM settlement_transactions st WHERE st.hash = payments.tx_hash)) AS "rawTx"`
     },
 
     /**
-     * A settlement transaction is signed and about to be broadcast (called before the broadcast):
-     * kept with its hash, the payment `settling`. If this settler dies now, the next one checks
-     * or rebroadcasts this transaction instead of signing another.
+     * A settlement transaction of these payments is signed and about to be broadcast (called
+     * before the broadcast): kept with its hash on every one of them, in one write, the payments
+     * `settling`. If this settler dies now, the next one checks or rebroadcasts this transaction
+     * instead of signing another.
      */
-    async signed(id: bigint, tx: { hash: string; raw: string }): Promise<void> {
-      await db.payment.update({ where: { id }, data: { state: 'settling', txHash: tx.hash, rawTx: tx.raw } })
+    async signed(ids: bigint[], tx: { hash: string; raw: string }): Promise<void> {
+      // one statement: the transaction and its payments' hash are kept together or not at all
+      await db.$executeRaw`
+        WITH kept AS (INSERT INTO settlement_transactions (hash, raw_tx) VALUES (${tx.hash}, ${tx.raw}) ON CONFLICT (hash) DO NOTHING)
+        UPDATE payments SET state = 'settling', tx_hash = ${tx.hash}, raw_tx = NULL WHERE id = ANY(${ids}::bigint[])`
     },
 
-    /** Settled, and `payment.settled` for the payer's webhooks recorded in the same transaction. */
-    async settled(id: bigint, txHash: string): Promise<void> {
-      const eventId = await db.$transaction(async (tx) => {
-        const p = await tx.payment.update({ where: { id }, data: { state: 'settled', txHash, settledAt: new Date(), settleError: null } })
-        return recordEvent(tx, {
-          type: 'payment.settled',
-          owner: { wallet: p.payer },
-          data: { ...paymentEventData(p), txHash },
-        })
+    /** Settled, each with its transaction, and `payment.settled` for the payers' webhooks recorded in the same transaction. */
+    async settled(settlements: Array<{ id: bigint; txHash: string }>): Promise<void> {
+      if (settlements.length === 0) return
+      const eventIds = await db.$transaction(async (tx) => {
+        const rows = await tx.$queryRaw<Array<Parameters<typeof paymentEventData>[0] & { txHash: string }>>`
+          UPDATE payments p SET state = 'settled', tx_hash = s.tx_hash, settled_at = now(), settle_error = NULL
+          FROM unnest(${settlements.map((s) => s.id)}::bigint[], ${settlements.map((s) => s.txHash)}::text[]) AS s(id, tx_hash)
+          WHERE p.id = s.id
+          RETURNING p.payer, p.nonce, p.amount, p.asset, p.network, p.chain_id AS "chainId", p.job_id AS "jobId", p.route, p.tx_hash AS "txHash"`
+        await tx.$executeRaw(pruneKept)
+        const ids: string[] = []
+        for (const p of rows) {
+          ids.push(
+            await recordEvent(tx, {
+              type: 'payment.settled',
+              owner: { wallet: p.payer },
+              data: { ...paymentEventData(p), txHash: p.txHash },
+            }),
+          )
+        }
+        return ids
       })
-      events.send(eventId)
-      counted.inc({ state: 'settled' })
+      events.send(...eventIds)
+      counted.inc({ state: 'settled' }, eventIds.length)
     },
 
     async failed(id: bigint, reason: string): Promise<void> {
-      await db.payment.update({ where: { id }, data: { state: 'failed', settleError: reason } })
+      await db.$transaction([
+        db.payment.update({ where: { id }, data: { state: 'failed', settleError: reason } }),
+        db.$executeRaw(pruneKept),
+      ])
       counted.inc({ state: 'failed' })
     },
 
-    /** Claimed but not attempted: due again at once, the claim not counted as an attempt. */
-    async release(ids: bigint[]): Promise<void> {
+    /** Claimed but not attempted: due again after `delayMs` (at once by default), the claim not counted as an attempt. */
+    async release(ids: bigint[], delayMs = 0): Promise<void> {
       if (ids.length === 0) return
-      await db.$executeRaw`UPDATE payments SET attempts = attempts - 1, next_attempt_at = now() WHERE id = ANY(${ids}::bigint[])`
+      await db.$executeRaw`
+        UPDATE payments SET attempts = attempts - 1, next_attempt_at = now() + ${delayMs} * interval '1 millisecond'
+        WHERE id = ANY(${ids}::bigint[])`
     },
 
     /** Tried again after `delayMs`; a payment with a kept transaction stays `settling`, one without is `pending`. */
     async retryLater(id: bigint, reason: string, delayMs: number): Promise<void> {
       await db.$executeRaw`
-        UPDATE payments SET state = (CASE WHEN raw_tx IS NULL THEN 'pending' ELSE 'settling' END)::"SettlementState",
+        UPDATE payments SET state = (CASE WHEN raw_tx IS NULL AND NOT EXISTS (SELECT 1 FROM settlement_transactions st WHERE st.hash = payments.tx_hash)
+          THEN 'pending' ELSE 'settling' END)::"SettlementState",
           settle_error = ${reason}, next_attempt_at = now() + ${delayMs} * interval '1 millisecond'
         WHERE id = ${id}`
     },

@@ -3,19 +3,7 @@ import { paidRequestDescription, paymentRequirementsV1, paymentRequirementsV2, t
 import { SettleError, type PaymentPayload, type PaymentRequirements, type SettleResponse } from '@x402/core/types'
 import { HTTPFacilitatorClient } from '@x402/core/server'
 import type { ChainContext } from '@ats/service-kit'
-import {
-  encodeFunctionData,
-  getAbiItem,
-  parseEventLogs,
-  parseSignature,
-  parseTransaction,
-  recoverTransactionAddress,
-  type Address,
-  type Hex,
-  type PublicClient,
-  type TransactionReceipt,
-  type TransactionSerialized,
-} from 'viem'
+import { getAbiItem, parseEventLogs, type Address, type Hex, type PublicClient, type TransactionReceipt } from 'viem'
 import type { PaymentRow } from './ledger.ts'
 
 /** What one settlement attempt came to. */
@@ -29,26 +17,25 @@ export type SettleOutcome =
    * again however many attempts that takes: it is never given up as failed.
    */
   | { kind: 'retry'; reason: string; inFlight?: boolean }
+  /**
+   * not attempted: the payer's balance covers it only once its transfers in flight are mined
+   * (a balance read meanwhile may not hold them); taken up again soon, not counted as an attempt
+   */
+  | { kind: 'later'; reason: string }
 
 export interface SettleHooks {
-  /** a settlement transaction is signed: keep it (awaited before it is broadcast) */
-  onSigned(tx: { hash: Hex; raw: Hex }): Promise<void>
+  /** a settlement transaction of these payments is signed: keep it (awaited before it is broadcast) */
+  onSigned(payments: PaymentRow[], tx: { hash: Hex; raw: Hex }): Promise<void>
 }
 
 export interface Settlement {
   name: string
-  settle(payment: PaymentRow, hooks: SettleHooks): Promise<SettleOutcome>
+  /** Settles these payments, together as far as this way of settling can: one outcome per payment, in their order. */
+  settle(payments: PaymentRow[], hooks: SettleHooks): Promise<SettleOutcome[]>
 }
 
-const firstLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]!
+export const firstLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]!
 const same = (a: string, b: string) => a.toLowerCase() === b.toLowerCase()
-
-export interface OnchainSettlementOptions {
-  /** how long one attempt waits for a receipt before it leaves the transaction to a later attempt */
-  receiptTimeoutMs?: number
-  /** blocks per eth_getLogs call when looking for the transaction that used an authorization */
-  logChunkBlocks?: bigint
-}
 
 /** How far back the transaction that used an authorization is looked for, before the payment was charged. */
 const searchBeforeChargeSeconds = 86_400n
@@ -65,7 +52,7 @@ interface AuthorizationUse {
 }
 
 /** The receipt, or null while the transaction is not mined (other RPC errors throw). */
-const receiptOf = (publicClient: PublicClient, hash: Hex) =>
+export const receiptOf = (publicClient: PublicClient, hash: Hex) =>
   publicClient.getTransactionReceipt({ hash }).catch((error: Error) => {
     if (error.name === 'TransactionReceiptNotFoundError') return null
     throw error
@@ -85,26 +72,40 @@ export function authorizationTrace(publicClient: PublicClient, logChunkBlocks = 
       args: [p.payer as Address, p.nonce as Hex],
     })
 
-  /** The use of this payment's authorization recorded in `receipt`, if it holds one. */
-  function useIn(p: PaymentRow, receipt: TransactionReceipt): AuthorizationUse | undefined {
-    const logs = parseEventLogs({ abi: eip3009Abi, logs: receipt.logs }).filter((log) => same(log.address, p.asset))
-    const at = logs.findIndex(
-      (log) =>
-        (log.eventName === 'AuthorizationUsed' || log.eventName === 'AuthorizationCanceled') &&
-        same(log.args.authorizer, p.payer) &&
-        same(log.args.nonce, p.nonce),
-    )
-    if (at < 0) return undefined
+  /**
+   * The uses of authorizations a receipt records, by token, authorizer and nonce: each
+   * `AuthorizationUsed` (or `AuthorizationCanceled`) with the `Transfer` the token emits right
+   * after it (FiatToken v2, our DevUsdc). A batch's receipt is read once for all its payments.
+   */
+  const usesOf = new WeakMap<TransactionReceipt, Map<string, AuthorizationUse>>()
+  const useKey = (asset: string, authorizer: string, nonce: string) => `${asset}:${authorizer}:${nonce}`.toLowerCase()
+  function usesIn(receipt: TransactionReceipt): Map<string, AuthorizationUse> {
+    const known = usesOf.get(receipt)
+    if (known) return known
+    const uses = new Map<string, AuthorizationUse>()
     const hash = receipt.transactionHash
-    if (logs[at]!.eventName === 'AuthorizationCanceled') return { hash, canceled: true }
-    // the token marks the authorization used, then transfers (FiatToken v2, our DevUsdc)
-    const transfer = logs.slice(at + 1).find((log) => log.eventName === 'Transfer' && same(log.args.from, p.payer))
-    return {
-      hash,
-      canceled: false,
-      ...(transfer?.eventName === 'Transfer' ? { transfer: { to: transfer.args.to, value: transfer.args.value } } : {}),
+    const logs = parseEventLogs({ abi: eip3009Abi, logs: receipt.logs })
+    for (const [at, log] of logs.entries()) {
+      if (log.eventName !== 'AuthorizationUsed' && log.eventName !== 'AuthorizationCanceled') continue
+      const key = useKey(log.address, log.args.authorizer, log.args.nonce)
+      if (log.eventName === 'AuthorizationCanceled') {
+        uses.set(key, { hash, canceled: true })
+        continue
+      }
+      const next = logs[at + 1]
+      const transfer =
+        next?.eventName === 'Transfer' && same(next.address, log.address) && same(next.args.from, log.args.authorizer)
+          ? { to: next.args.to, value: next.args.value }
+          : undefined
+      uses.set(key, { hash, canceled: false, ...(transfer ? { transfer } : {}) })
     }
+    usesOf.set(receipt, uses)
+    return uses
   }
+
+  /** The use of this payment's authorization recorded in `receipt`, if it holds one. */
+  const useIn = (p: PaymentRow, receipt: TransactionReceipt): AuthorizationUse | undefined =>
+    usesIn(receipt).get(useKey(p.asset, p.payer, p.nonce))
 
   /**
    * The transaction that used (or canceled) this payment's authorization: our kept one if it
@@ -141,8 +142,17 @@ export function authorizationTrace(publicClient: PublicClient, logChunkBlocks = 
   /** The authorization is spent: settled if it paid this payment, failed (with who spent it) if not. */
   async function reconcile(p: PaymentRow): Promise<SettleOutcome> {
     const use = await findUse(p)
+    if (!use)
+      return {
+        kind: 'retry',
+        reason: `authorization ${p.nonce} of ${p.payer} is used on chain, but the transaction that used it was not found (yet)`,
+      }
+    return judge(p, use)
+  }
+
+  /** What a use of the payment's authorization means for the payment. */
+  function judge(p: PaymentRow, use: AuthorizationUse): SettleOutcome {
     const auth = `authorization ${p.nonce} of ${p.payer}`
-    if (!use) return { kind: 'retry', reason: `${auth} is used on chain, but the transaction that used it was not found (yet)` }
     if (use.canceled) return { kind: 'failed', reason: `${auth} was canceled by the payer (transaction ${use.hash})`, blockPayer: true }
     const { transfer } = use
     if (transfer && same(transfer.to, p.payTo) && transfer.value === p.amount) return { kind: 'settled', txHash: use.hash }
@@ -154,191 +164,13 @@ export function authorizationTrace(publicClient: PublicClient, logChunkBlocks = 
     }
   }
 
-  return { authorizationUsed, reconcile }
-}
-
-/**
- * Settles on chain: the server wallet submits `transferWithAuthorization` on the payment's
- * USDC through the kit's wallet sender, which shares the wallet's nonces with every other
- * sender of the fleet. Whatever the chain will refuse (expired, already used, not enough
- * funds) is found by reads first, so no gas is spent on a transaction bound to revert.
- *
- * Exactly once: the signed transaction is kept (`onSigned`, before the broadcast). A payment
- * that has one is never signed anew while that transaction can still be mined: its receipt is
- * read, else the same bytes are broadcast again ("already known" and "nonce too low" answers are
- * not errors by themselves). Only when its nonce went to another transaction of the wallet
- * (the wallet's mined count is past it and it has no receipt: it can never be mined) or it was
- * mined and reverted, and the authorization is still unused on chain, is a new one signed.
- * EIP-3009 itself makes a second transfer impossible (the authorization's nonce is spent by the
- * first); this rule keeps the wallet from sending transactions bound to revert.
- *
- * Never wrongly failed: an authorization found used on chain is traced to the transaction that
- * used it (`AuthorizationUsed(payer, nonce)` and the `Transfer` the token emits right after it).
- * Whoever sent it (this admin earlier, another relayer), if it moved this payment's amount from
- * the payer to payTo the payment is settled with that hash. The payer may sign two
- * authorizations with one nonce (it binds to the payer, not to the transfer): if the other one
- * was used, or the payer canceled the nonce, the payment failed, and the reason names it.
- */
-export function onchainSettlement(
-  chain: Pick<ChainContext, 'publicClient' | 'chainId' | 'sender'>,
-  { receiptTimeoutMs = 60_000, logChunkBlocks = 5_000n }: OnchainSettlementOptions = {},
-): Settlement {
-  const { publicClient } = chain
-  const pollingInterval = Math.max(50, Math.min(1_000, Math.floor(receiptTimeoutMs / 10)))
-
-  /**
-   * Waits up to receiptTimeoutMs for this transaction's receipt; null if it is not mined by then.
-   * (viem answers the receipt of a transaction that replaced it, same sender and nonce: that is
-   * not ours, and is null here too; its nonce used, the next look finds ours replaced.)
-   */
-  const awaitReceipt = (hash: Hex) =>
-    publicClient.waitForTransactionReceipt({ hash, timeout: receiptTimeoutMs, pollingInterval }).then(
-      (receipt) => (receipt.transactionHash.toLowerCase() === hash.toLowerCase() ? receipt : null),
-      (error: Error) => {
-        if (error.name === 'WaitForTransactionReceiptTimeoutError') return null
-        throw error
-      },
-    )
-
-  const { authorizationUsed, reconcile } = authorizationTrace(publicClient, logChunkBlocks)
-
-  /** What the chain would refuse, read first; undefined if a transfer can be sent. */
-  async function refusal(p: PaymentRow): Promise<SettleOutcome | undefined> {
-    // used first: an authorization used by us (or anyone) for this payment settled it, expired or not
-    if (await authorizationUsed(p)) return reconcile(p)
-    const now = BigInt(Math.floor(Date.now() / 1000))
-    // not the payer's doing: the gateway takes only payments valid PAYMENT_MIN_VALIDITY_SECONDS more
-    // (60 s), so an expiry means settlement lagged (ours): never blocks. What the payer can do to a
-    // payment (spend its nonce, cancel it, move the money) blocks: see reconcile and the balance below
-    if (p.validBefore <= now) return { kind: 'failed', reason: `authorization expired at ${p.validBefore} before it was settled` }
-    const from = p.payer as Address
-    const balance = await publicClient.readContract({
-      address: p.asset as Address,
-      abi: eip3009Abi,
-      functionName: 'balanceOf',
-      args: [from],
-    })
-    if (balance < p.amount)
-      return { kind: 'failed', reason: `insufficient funds: ${from} holds ${balance}, the payment is ${p.amount}`, blockPayer: true }
-    return undefined
+  /** The payment's outcome in a mined transaction: what its authorization's use there means, or undefined if it holds none. */
+  const outcomeIn = (p: PaymentRow, receipt: TransactionReceipt): SettleOutcome | undefined => {
+    const use = useIn(p, receipt)
+    return use && judge(p, use)
   }
 
-  /**
-   * Picks up the kept transaction: its receipt, else the same bytes broadcast again. 'replaceable'
-   * when it can never succeed: mined and reverted, or its nonce taken by another transaction.
-   */
-  async function resume(p: PaymentRow, hash: Hex, raw: Hex): Promise<SettleOutcome | { kind: 'replaceable'; why: string }> {
-    const mined = await receiptOf(publicClient, hash)
-    if (mined)
-      return mined.status === 'success' ? { kind: 'settled', txHash: hash } : { kind: 'replaceable', why: `transaction ${hash} reverted` }
-    const tx = parseTransaction(raw as TransactionSerialized)
-    const sender = await recoverTransactionAddress({ serializedTransaction: raw as TransactionSerialized })
-    // another transaction of the wallet waiting in the node with this nonce: sending ours could
-    // replace it (a higher fee); wait for that one to be mined instead
-    const known = await publicClient.getTransaction({ hash }).then(
-      () => true,
-      () => false,
-    )
-    const taken = !known && (await publicClient.getTransactionCount({ address: sender, blockTag: 'pending' })) > tx.nonce!
-    let broadcast = taken ? 'not broadcast again: another transaction holds its nonce in the node' : 'broadcast again'
-    if (!taken) {
-      try {
-        await publicClient.sendRawTransaction({ serializedTransaction: raw })
-      } catch (error) {
-        // "already known", "nonce too low", "replacement underpriced"…: what the chain holds decides
-        broadcast = `broadcast again: ${firstLine(error)}`
-      }
-    }
-    // its nonce used (count read first) and still no receipt: another transaction took the nonce
-    const replaced = async () =>
-      (await publicClient.getTransactionCount({ address: sender, blockTag: 'latest' })) > tx.nonce! &&
-      !(await receiptOf(publicClient, hash))
-    const gone = {
-      kind: 'replaceable' as const,
-      why: `transaction ${hash} was replaced (its nonce ${tx.nonce} went to another transaction)`,
-    }
-    if (await replaced()) return gone
-    const receipt = await awaitReceipt(hash)
-    if (receipt)
-      return receipt.status === 'success' ? { kind: 'settled', txHash: hash } : { kind: 'replaceable', why: `transaction ${hash} reverted` }
-    if (await replaced()) return gone
-    // not mined yet: final only once the chain is past validBefore with the authorization unused
-    const latest = await publicClient.getBlock({ blockTag: 'latest' })
-    if (latest.timestamp >= p.validBefore && !(await authorizationUsed(p))) {
-      return { kind: 'failed', reason: `authorization expired at ${p.validBefore} before transaction ${hash} was mined` }
-    }
-    return { kind: 'retry', reason: `transaction ${hash} not mined yet (${broadcast})`, inFlight: true }
-  }
-
-  return {
-    name: 'on chain, from the server wallet',
-    async settle(p, { onSigned }) {
-      if (p.chainId !== chain.chainId)
-        return { kind: 'failed', reason: `payment is on chain ${p.chainId}; this admin settles on chain ${chain.chainId}` }
-      if (p.txHash && p.rawTx) {
-        const resumed = await resume(p, p.txHash as Hex, p.rawTx as Hex)
-        if (resumed.kind !== 'replaceable') return resumed
-        // it can never be mined: a new one may be signed, unless the authorization is spent
-        const refused = await refusal(p)
-        return refused ?? sendNew(p, onSigned, resumed.why)
-      }
-      if (p.txHash) {
-        // sent before transactions were kept: its receipt only
-        const receipt = await receiptOf(publicClient, p.txHash as Hex)
-        if (receipt?.status === 'success') return { kind: 'settled', txHash: p.txHash }
-        if (!receipt) return { kind: 'retry', reason: `transaction ${p.txHash} not mined yet` }
-      }
-      return (await refusal(p)) ?? sendNew(p, onSigned)
-    },
-  }
-
-  async function sendNew(p: PaymentRow, onSigned: SettleHooks['onSigned'], replacing?: string): Promise<SettleOutcome> {
-    const { r, s, v, yParity } = parseSignature(p.signature as Hex)
-    const data = encodeFunctionData({
-      abi: eip3009Abi,
-      functionName: 'transferWithAuthorization',
-      args: [
-        p.payer as Address,
-        p.payTo as Address,
-        p.amount,
-        p.validAfter,
-        p.validBefore,
-        p.nonce as Hex,
-        Number(v ?? 27n + BigInt(yParity)),
-        r,
-        s,
-      ],
-    })
-    let kept: Hex | undefined
-    let hash: Hex
-    try {
-      ;({ hash } = await chain.sender().send(
-        { to: p.asset as Address, data },
-        {
-          onSigned: async (signed) => {
-            await onSigned({ hash: signed.hash, raw: signed.raw })
-            kept = signed.hash
-          },
-        },
-      ))
-    } catch (error) {
-      // kept, then the broadcast failed or timed out: the node may hold it; never signed anew
-      if (kept) return { kind: 'retry', reason: `transaction ${kept} kept; its broadcast failed (${firstLine(error)})`, inFlight: true }
-      throw error
-    }
-    const receipt = await awaitReceipt(hash).catch((error: Error) => error)
-    if (receipt instanceof Error)
-      return { kind: 'retry', reason: `transaction ${hash} sent; its receipt could not be read (${firstLine(receipt)})`, inFlight: true }
-    if (!receipt)
-      return {
-        kind: 'retry',
-        reason: `transaction ${hash} not mined within ${receiptTimeoutMs} ms${replacing ? ` (it replaces ${replacing})` : ''}`,
-        inFlight: true,
-      }
-    if (receipt.status === 'success') return { kind: 'settled', txHash: hash }
-    // reverted: the reads tell why (spent by someone else first, expired, funds gone); else try again
-    return (await refusal(p)) ?? { kind: 'retry', reason: `transaction ${hash} reverted` }
-  }
+  return { authorizationUsed, reconcile, outcomeIn }
 }
 
 /** The x402 `exact` requirements a payment was made against, rebuilt from the ledger row. */
@@ -393,11 +225,16 @@ export function settleRequest(p: PaymentRow) {
 
 const retryable = (status: number) => status >= 500 || status === 429
 
+/** /settle calls one facilitator settlement has open at once */
+const facilitatorConcurrency = 10
+
 /**
  * Settles through an x402 facilitator with the reference client (@x402/core's
  * HTTPFacilitatorClient: POST {url}/settle with the payment payload and its requirements); the
- * facilitator submits the transfer and answers with its transaction. A 5xx, a 429, a timeout
- * or an unreachable facilitator is retried; any other refusal fails the payment with its reason,
+ * facilitator submits the transfer and answers with its transaction. Its /settle takes one
+ * payment, so a batch goes as that many calls, `facilitatorConcurrency` at a time: one
+ * transaction per payment, none of the batch's gas saving. A 5xx, a 429, a timeout or an
+ * unreachable facilitator is retried; any other refusal fails the payment with its reason,
  * unless `chain` shows the authorization used: then it is traced like an on-chain settlement's
  * (a /settle that timed out here after the facilitator had sent the transfer is refused when it
  * is retried, "nonce used", although the payment is settled).
@@ -409,25 +246,37 @@ export function facilitatorSettlement(url: string, chain?: Pick<ChainContext, 'p
     if (trace && p.chainId === chain!.chainId && (await trace.authorizationUsed(p))) return trace.reconcile(p)
     return { kind: 'failed', reason: `facilitator: ${reason}`, blockPayer: /insufficient_funds/i.test(reason) }
   }
-  return {
-    name: `through the facilitator at ${url}`,
-    async settle(p) {
-      const { paymentPayload, paymentRequirements } = settleRequest(p)
-      let result: SettleResponse
-      try {
-        // the reference client is typed for v2; it sends a v1 payload as it is
-        result = await client.settle(paymentPayload as PaymentPayload, paymentRequirements as PaymentRequirements)
-      } catch (error) {
-        if (error instanceof SettleError) {
-          if (retryable(error.statusCode)) return { kind: 'retry', reason: `facilitator answered ${error.statusCode}` }
-          return refused(p, error.errorReason ?? `facilitator answered ${error.statusCode}`)
-        }
-        const status = Number(/failed \((\d{3})\)/.exec(firstLine(error))?.[1] ?? 0)
-        if (status && !retryable(status)) return refused(p, `facilitator answered ${status}`)
-        return { kind: 'retry', reason: `facilitator unreachable: ${firstLine(error)}` }
+  async function settleOne(p: PaymentRow): Promise<SettleOutcome> {
+    const { paymentPayload, paymentRequirements } = settleRequest(p)
+    let result: SettleResponse
+    try {
+      // the reference client is typed for v2; it sends a v1 payload as it is
+      result = await client.settle(paymentPayload as PaymentPayload, paymentRequirements as PaymentRequirements)
+    } catch (error) {
+      if (error instanceof SettleError) {
+        if (retryable(error.statusCode)) return { kind: 'retry', reason: `facilitator answered ${error.statusCode}` }
+        return refused(p, error.errorReason ?? `facilitator answered ${error.statusCode}`)
       }
-      if (result.success && result.transaction) return { kind: 'settled', txHash: result.transaction }
-      return refused(p, result.errorReason ?? 'facilitator answered without success')
+      const status = Number(/failed \((\d{3})\)/.exec(firstLine(error))?.[1] ?? 0)
+      if (status && !retryable(status)) return refused(p, `facilitator answered ${status}`)
+      return { kind: 'retry', reason: `facilitator unreachable: ${firstLine(error)}` }
+    }
+    if (result.success && result.transaction) return { kind: 'settled', txHash: result.transaction }
+    return refused(p, result.errorReason ?? 'facilitator answered without success')
+  }
+  return {
+    name: `through the facilitator at ${url}, one /settle per payment`,
+    async settle(payments) {
+      const outcomes: SettleOutcome[] = new Array(payments.length)
+      let next = 0
+      const worker = async () => {
+        while (next < payments.length) {
+          const i = next++
+          outcomes[i] = await settleOne(payments[i]!).catch((error) => ({ kind: 'retry' as const, reason: firstLine(error) }))
+        }
+      }
+      await Promise.all(Array.from({ length: Math.min(facilitatorConcurrency, payments.length) }, worker))
+      return outcomes
     },
   }
 }

@@ -2,7 +2,7 @@ import { blockedPayerCodec, type BlockedPayer } from '@ats/contracts'
 import { startWorkerLoop, type Logger } from '@ats/service-kit'
 import type { KV } from 'nats'
 import type { Ledger, PaymentRow } from './ledger.ts'
-import type { SettleOutcome, Settlement } from './settlement.ts'
+import { firstLine, type SettleOutcome, type Settlement } from './settlement.ts'
 
 export interface SettlerOptions {
   ledger: Ledger
@@ -16,24 +16,24 @@ export interface SettlerOptions {
   leaseMs: number
   /** the delay before the first retry of a transient failure; it doubles with each attempt, up to 60 s */
   retryMs: number
-  batchSize?: number
-}
-
-/** Payments grouped by payer, oldest first within each. */
-function byPayer(payments: PaymentRow[]): Map<string, PaymentRow[]> {
-  const groups = new Map<string, PaymentRow[]>()
-  for (const p of payments) groups.set(p.payer, [...(groups.get(p.payer) ?? []), p])
-  return groups
+  /** payments claimed and settled together */
+  batchSize: number
+  /** batches in flight at once: the next is claimed, signed and broadcast while earlier ones wait for their receipts */
+  pipelineDepth: number
 }
 
 /**
- * Settles recorded payments, oldest first: payers in parallel (transactions from the one
- * server wallet take their nonces under the wallet sender's lock, held only until the broadcast,
- * so none waits for another to be mined), each payer's payments one after another, so that a payer who cannot cover them
- * all is caught by the balance check before a transaction is sent. A transient failure is retried with backoff up to `maxAttempts`, then the
- * payment is marked failed with the reason; a payer that could not pay is blocked. A payment whose
- * kept transaction may still be mined (`inFlight`) is never given up: it is checked again (at
- * least once a lease) until it is mined, replaced or its authorization expired.
+ * Settles recorded payments, oldest first, in batches: each round claims up to `batchSize` due
+ * payments and hands them to the settlement together (on chain: one transaction for the batch, a
+ * payer's payments side by side as far as its balance covers them). Up to `pipelineDepth` batches
+ * are in flight at once: the claim loop takes the next batch while earlier ones wait for their
+ * receipts (their transactions take the server wallet's nonces in turn under the wallet sender's
+ * lock, held only until the broadcast). Each payment's outcome is its own: a transient failure is
+ * retried with backoff up to `maxAttempts`, then the payment is marked failed with the reason; a
+ * payer that could not pay is blocked. A payment whose kept transaction may still be mined
+ * (`inFlight`) is never given up: it is checked again (at least once a lease) until it is mined,
+ * replaced or its authorization expired. A batch is one attempt, and it ends inside the lease
+ * (each receipt wait is a third of it at most).
  */
 export function startSettler({
   ledger,
@@ -44,7 +44,8 @@ export function startSettler({
   maxAttempts,
   leaseMs,
   retryMs,
-  batchSize = 25,
+  batchSize,
+  pipelineDepth,
 }: SettlerOptions) {
   const backoffMs = (attempt: number) => Math.min(60_000, retryMs * 2 ** (attempt - 1))
 
@@ -54,19 +55,9 @@ export function startSettler({
     log.warn({ payer: p.payer, reason }, 'payer blocked: a payment of theirs could not settle')
   }
 
-  async function settleOne(p: PaymentRow) {
-    let outcome: SettleOutcome
-    try {
-      outcome = await settlement.settle(p, { onSigned: (tx) => ledger.signed(p.id, tx) })
-    } catch (error) {
-      // a payment with a kept transaction stays in flight whatever the error: it may be mined
-      outcome = { kind: 'retry' as const, reason: (error as Error).message.split('\n')[0]!, inFlight: Boolean(p.rawTx) }
-    }
+  async function record(p: PaymentRow, outcome: Exclude<SettleOutcome, { kind: 'settled' | 'later' }>) {
     const at = { paymentId: String(p.id), payer: p.payer, nonce: p.nonce, attempt: p.attempts }
-    if (outcome.kind === 'settled') {
-      await ledger.settled(p.id, outcome.txHash)
-      log.info({ ...at, txHash: outcome.txHash }, 'payment settled')
-    } else if (outcome.kind === 'failed' || (p.attempts >= maxAttempts && !outcome.inFlight)) {
+    if (outcome.kind === 'failed' || (p.attempts >= maxAttempts && !outcome.inFlight)) {
       const reason = outcome.kind === 'failed' ? outcome.reason : `gave up after ${p.attempts} attempts: ${outcome.reason}`
       await ledger.failed(p.id, reason)
       log.error({ ...at, reason }, 'payment settlement failed')
@@ -78,28 +69,64 @@ export function startSettler({
     }
   }
 
-  log.info({ settlement: settlement.name }, 'settling payments')
-  return startWorkerLoop({
+  async function settleBatch(payments: PaymentRow[]) {
+    let outcomes: SettleOutcome[]
+    try {
+      outcomes = await settlement.settle(payments, {
+        onSigned: (rows, tx) =>
+          ledger.signed(
+            rows.map((p) => p.id),
+            tx,
+          ),
+      })
+    } catch (error) {
+      // a payment with a kept transaction stays in flight whatever the error: it may be mined
+      outcomes = payments.map((p) => ({ kind: 'retry', reason: firstLine(error), inFlight: Boolean(p.rawTx) }))
+    }
+    const settled: Array<{ id: bigint; txHash: string }> = []
+    const later: PaymentRow[] = []
+    for (const [i, p] of payments.entries()) {
+      const outcome = outcomes[i]!
+      if (outcome.kind === 'settled') settled.push({ id: p.id, txHash: outcome.txHash })
+      else if (outcome.kind === 'later') later.push(p)
+      else await record(p, outcome)
+    }
+    await ledger.settled(settled)
+    await ledger.release(
+      later.map((p) => p.id),
+      intervalMs,
+    )
+    const transactions = new Set(settled.map((s) => s.txHash))
+    if (settled.length > 0) log.info({ payments: settled.length, transactions: [...transactions] }, 'payments settled')
+  }
+
+  log.info({ settlement: settlement.name, batchSize, pipelineDepth }, 'settling payments')
+  const inFlight = new Set<Promise<void>>()
+  const loop = startWorkerLoop({
     name: 'settler',
     log,
     idleMs: intervalMs,
     round: async () => {
-      const claimedAt = Date.now()
-      const due = await ledger.claimDue(batchSize, leaseMs)
-      const settlePayer = async (payments: PaymentRow[]) => {
-        for (const [i, p] of payments.entries()) {
-          // an attempt (its receipt wait is a third of the lease at most) must end inside the
-          // lease, or another settler could take the payment meanwhile: past a third of it,
-          // the payer's remaining payments go back, due at once
-          if (Date.now() - claimedAt > leaseMs / 3) {
-            await ledger.release(payments.slice(i).map((rest) => rest.id))
-            return
-          }
-          await settleOne(p)
-        }
+      if (inFlight.size >= pipelineDepth) {
+        // every slot taken: claim again as soon as a batch ends
+        await Promise.race(inFlight)
+        return true
       }
-      await Promise.all([...byPayer(due).values()].map(settlePayer))
+      const due = await ledger.claimDue(batchSize, leaseMs)
+      if (due.length === 0) return false
+      const batch: Promise<void> = settleBatch(due)
+        .catch((error) =>
+          log.error({ err: error, payments: due.length }, 'settling a batch failed; its payments are taken up after their lease'),
+        )
+        .finally(() => inFlight.delete(batch))
+      inFlight.add(batch)
       return due.length === batchSize
     },
   })
+  return {
+    async stop() {
+      await loop.stop()
+      await Promise.all(inFlight)
+    },
+  }
 }

@@ -1,4 +1,4 @@
-import { eip3009Abi } from '@ats/chain'
+import { eip3009Abi, MULTICALL3_ADDRESS, multicall3Abi } from '@ats/chain'
 import type { PaymentCharged } from '@ats/contracts'
 import { createChainContext } from '@ats/service-kit'
 import Fastify from 'fastify'
@@ -17,7 +17,7 @@ import {
 } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import type { PaymentRow } from '../../src/payments/ledger.ts'
-import { onchainSettlement } from '../../src/payments/settlement.ts'
+import { onchainSettlement } from '../../src/payments/onchainSettlement.ts'
 import { devnetUsdc, eventually, freshAddress, inState, signCharge, startAdmin, startSettlingAdmin } from '../helpers.ts'
 
 /**
@@ -69,102 +69,196 @@ async function chainTools() {
   /** The server wallet's mined transaction count. */
   const sentCount = () => publicClient.getTransactionCount({ address: chain.serverWallet, blockTag: 'latest' })
 
-  /** Every transaction the server wallet sent to the USDC in blocks after `fromBlock`. */
+  /** The authorization nonce of a `transferWithAuthorization` call's data, if it is one. */
+  const nonceOf = (data: Hex) => {
+    const call = decodeFunctionData({ abi: eip3009Abi, data })
+    return call.functionName === 'transferWithAuthorization' ? call.args[5] : undefined
+  }
+
+  /**
+   * Every settlement the server wallet sent in blocks after `fromBlock`: the transaction and the
+   * authorization nonces it carried (one, straight to the USDC; or a batch through Multicall3).
+   */
   const settlementsSince = async (fromBlock: bigint) => {
     const latest = await publicClient.getBlockNumber({ cacheTime: 0 })
-    const found: Array<{ hash: Hex; nonce: Hex }> = []
+    const found: Array<{ hash: Hex; nonces: Hex[] }> = []
     for (let n = fromBlock + 1n; n <= latest; n++) {
       const block = await publicClient.getBlock({ blockNumber: n, includeTransactions: true })
       for (const tx of block.transactions) {
-        if (getAddress(tx.from) !== getAddress(chain.serverWallet) || !tx.to || getAddress(tx.to) !== getAddress(usdc)) continue
-        const call = decodeFunctionData({ abi: eip3009Abi, data: tx.input })
-        if (call.functionName === 'transferWithAuthorization') found.push({ hash: tx.hash, nonce: call.args[5] })
+        if (getAddress(tx.from) !== getAddress(chain.serverWallet) || !tx.to) continue
+        if (getAddress(tx.to) === getAddress(usdc)) {
+          const nonce = nonceOf(tx.input)
+          if (nonce) found.push({ hash: tx.hash, nonces: [nonce] })
+        } else if (getAddress(tx.to) === getAddress(MULTICALL3_ADDRESS)) {
+          const batch = decodeFunctionData({ abi: multicall3Abi, data: tx.input })
+          if (batch.functionName !== 'aggregate3') continue
+          const calls = batch.args[0].filter((call) => getAddress(call.target) === getAddress(usdc))
+          found.push({ hash: tx.hash, nonces: calls.map((call) => nonceOf(call.callData)).filter((nonce) => nonce !== undefined) })
+        }
       }
     }
     return found
   }
-  return { ...chain, rpc, relay, sentCount, settlementsSince }
+  return { ...chain, rpc, relayer, relay, sentCount, settlementsSince }
 }
 
-t.test('receipt never arrives, admin is killed, the node mines later: settled once, with the hash on chain', async (t) => {
-  const chain = await chainTools()
-  const { publicClient, rpc } = chain
-  const payer = await chain.fundedPayer(1_000_000n)
-  const payTo = freshAddress()
-  // a child process, so it can be killed for real; a short lease, so the next admin takes over soon
-  const first = await startAdmin(
-    t,
-    { ...chain.env, SETTLEMENT_INTERVAL_MS: '100', SETTLEMENT_LEASE_MS: '2000', LOG_LEVEL: 'warn' },
-    { process: true },
-  )
-  const db = new pg.Client({ connectionString: first.env.DATABASE_URL })
-  await db.connect()
-  t.teardown(() => db.end())
-  const attempts = async () => (await db.query<{ attempts: number }>('SELECT attempts FROM admin.payments')).rows[0]?.attempts ?? 0
-
-  const startBlock = await publicClient.getBlockNumber({ cacheTime: 0 })
-  const sentBefore = await chain.sentCount()
-  await rpc('evm_setAutomine', [false])
-  t.teardown(() => rpc('evm_setAutomine', [true]))
-  const charge = await signCharge(chain.usdc, payer, { payTo, validBefore: longValidity() })
-  await first.publish([charge])
-
-  // settling, with its hash, while the transaction waits in the node for a block
-  const [settling] = await first.paymentsWhen('the payment settling with its transaction', (payments) =>
-    payments.some((p) => p.settlement === 'settling' && p.txHash !== null),
-  )
-  const hash = settling!.txHash as Hex
-  const pending = await eventually('the node to hold the transaction', () => publicClient.getTransaction({ hash }).catch(() => undefined))
-  t.equal(pending.blockNumber, null, 'broadcast, not mined')
-  t.equal(getAddress(pending.from), getAddress(chain.serverWallet), 'sent by the server wallet')
-  const killedAt = await attempts()
-
-  process.kill(first.svc.pid!, 'SIGKILL')
-  await eventually('the first admin to be gone', () =>
-    fetch(`${first.svc.url}/ready`).then(
-      () => undefined,
-      () => true,
-    ),
-  )
-
-  // and the node loses it (as a restarted node would): only the kept bytes can bring it back
-  await rpc('anvil_dropTransaction', [hash])
-  t.equal(
-    await publicClient.getTransactionCount({ address: chain.serverWallet, blockTag: 'pending' }),
-    sentBefore,
-    'the node holds nothing of the server wallet',
-  )
-
-  const second = await startAdmin(t, {}, { env: first.env })
-  const retaken = await eventually('the new admin to take the payment up and broadcast the kept transaction again', async () => {
-    const { recentPayments } = await second.revenue()
-    const known = await publicClient.getTransaction({ hash }).then(
-      () => true,
-      () => false,
+t.test(
+  'a batch whose receipt never arrives, admin killed, the node mines later: every payment settled once, with the hash on chain',
+  async (t) => {
+    const chain = await chainTools()
+    const { publicClient, rpc } = chain
+    const payers = [await chain.fundedPayer(1_000_000n), await chain.fundedPayer(1_000_000n)]
+    const payTo = freshAddress()
+    // a child process, so it can be killed for real; a short lease, so the next admin takes over soon
+    const first = await startAdmin(
+      t,
+      { ...chain.env, SETTLEMENT_INTERVAL_MS: '100', SETTLEMENT_LEASE_MS: '2000', LOG_LEVEL: 'warn' },
+      { process: true },
     )
-    return (await attempts()) > killedAt && known ? recentPayments[0] : undefined
-  })
-  t.match(retaken, { settlement: 'settling', txHash: hash }, 'still settling, with the same transaction')
-  t.equal(
-    await publicClient.getTransactionCount({ address: chain.serverWallet, blockTag: 'pending' }),
-    sentBefore + 1,
-    'one transaction of the server wallet in the node: none signed anew',
-  )
+    const db = new pg.Client({ connectionString: first.env.DATABASE_URL })
+    await db.connect()
+    t.teardown(() => db.end())
+    const attempts = async () =>
+      (await db.query<{ attempts: number }>('SELECT min(attempts) AS attempts FROM admin.payments')).rows[0]?.attempts ?? 0
 
-  await rpc('evm_setAutomine', [true])
-  await rpc('evm_mine')
-  const [settled] = await second.paymentsWhen('the payment settled', (payments) => payments.some(inState('settled')), 20_000)
-  t.match(settled, { settlement: 'settled', txHash: hash, settleError: null }, 'settled with the hash of the transaction on chain')
-  t.match(await publicClient.getTransactionReceipt({ hash }), { status: 'success' })
-  t.equal(await chain.balanceOf(payTo), 10_000n, 'payTo received the amount once')
-  t.equal(await chain.balanceOf(payer.address), 990_000n, 'the payer paid once')
-  t.equal(await chain.sentCount(), sentBefore + 1, 'the server wallet sent one transaction')
-  t.same(
-    await chain.settlementsSince(startBlock),
-    [{ hash, nonce: charge.authorization.nonce }],
-    'one transferWithAuthorization, for this payment',
-  )
-})
+    const startBlock = await publicClient.getBlockNumber({ cacheTime: 0 })
+    const sentBefore = await chain.sentCount()
+    await rpc('evm_setAutomine', [false])
+    t.teardown(() => rpc('evm_setAutomine', [true]))
+    // two payments of each payer, recorded together: one batch
+    const charges = await Promise.all(
+      [...payers, ...payers].map((payer) => signCharge(chain.usdc, payer, { payTo, validBefore: longValidity() })),
+    )
+    await first.publish(charges)
+
+    // settling, all with the batch's hash, while the transaction waits in the node for a block
+    const settling = await first.paymentsWhen(
+      'the payments settling with their batch',
+      (payments) => payments.length === 4 && payments.every((p) => p.settlement === 'settling' && p.txHash !== null),
+    )
+    const hash = settling[0]!.txHash as Hex
+    t.ok(
+      settling.every((p) => p.txHash === hash),
+      'one transaction for the four',
+    )
+    const pending = await eventually('the node to hold the transaction', () => publicClient.getTransaction({ hash }).catch(() => undefined))
+    t.equal(pending.blockNumber, null, 'broadcast, not mined')
+    t.equal(getAddress(pending.from), getAddress(chain.serverWallet), 'sent by the server wallet')
+    const killedAt = await attempts()
+
+    process.kill(first.svc.pid!, 'SIGKILL')
+    await eventually('the first admin to be gone', () =>
+      fetch(`${first.svc.url}/ready`).then(
+        () => undefined,
+        () => true,
+      ),
+    )
+
+    // and the node loses it (as a restarted node would): only the kept bytes can bring it back
+    await rpc('anvil_dropTransaction', [hash])
+    t.equal(
+      await publicClient.getTransactionCount({ address: chain.serverWallet, blockTag: 'pending' }),
+      sentBefore,
+      'the node holds nothing of the server wallet',
+    )
+
+    const second = await startAdmin(t, {}, { env: first.env })
+    const retaken = await eventually('the new admin to take the batch up and broadcast the kept transaction again', async () => {
+      const { recentPayments } = await second.revenue()
+      const known = await publicClient.getTransaction({ hash }).then(
+        () => true,
+        () => false,
+      )
+      return (await attempts()) > killedAt && known ? recentPayments : undefined
+    })
+    t.ok(
+      retaken.every((p) => p.settlement === 'settling' && p.txHash === hash),
+      'still settling, with the same transaction',
+    )
+    t.equal(
+      await publicClient.getTransactionCount({ address: chain.serverWallet, blockTag: 'pending' }),
+      sentBefore + 1,
+      'one transaction of the server wallet in the node: none signed anew',
+    )
+
+    await rpc('evm_setAutomine', [true])
+    await rpc('evm_mine')
+    const settled = await second.paymentsWhen(
+      'the payments settled',
+      (payments) => payments.filter(inState('settled')).length === 4,
+      20_000,
+    )
+    t.ok(
+      settled.every((p) => p.txHash === hash && p.settleError === null),
+      'every payment settled with the hash of the transaction on chain',
+    )
+    t.match(await publicClient.getTransactionReceipt({ hash }), { status: 'success' })
+    t.equal(await chain.balanceOf(payTo), 40_000n, 'payTo received each amount once')
+    for (const payer of payers) t.equal(await chain.balanceOf(payer.address), 980_000n, 'each payer paid twice')
+    t.equal(await chain.sentCount(), sentBefore + 1, 'the server wallet sent one transaction')
+    t.equal(
+      (await db.query('SELECT hash FROM admin.settlement_transactions')).rowCount,
+      0,
+      'its kept bytes dropped once every payment of it settled',
+    )
+    const sent = await chain.settlementsSince(startBlock)
+    t.same(
+      sent.map((s) => ({ hash: s.hash, nonces: [...s.nonces].sort() })),
+      [{ hash, nonces: charges.map((c) => c.authorization.nonce as Hex).sort() }],
+      'one batch of transferWithAuthorization, of these payments',
+    )
+  },
+)
+
+t.test(
+  'an authorization relayed by someone else while its batch waits for a block: the others settle with the batch, it with the relay',
+  async (t) => {
+    const chain = await chainTools()
+    const { publicClient, rpc } = chain
+    const admin = await startSettlingAdmin(t)
+    const payers = [await chain.fundedPayer(1_000_000n), await chain.fundedPayer(1_000_000n), await chain.fundedPayer(1_000_000n)]
+    const payTo = freshAddress()
+    const charges = await Promise.all(payers.map((payer) => signCharge(chain.usdc, payer, { payTo, validBefore: longValidity() })))
+
+    await rpc('evm_setAutomine', [false])
+    t.teardown(() => rpc('evm_setAutomine', [true]))
+    await admin.publish(charges)
+    const settling = await admin.paymentsWhen(
+      'the batch in the node',
+      (payments) => payments.length === 3 && payments.every((p) => p.settlement === 'settling' && p.txHash !== null),
+    )
+    const batch = settling[0]!.txHash as Hex
+    await eventually('the node to hold the batch', () => publicClient.getTransaction({ hash: batch }).catch(() => undefined))
+    // a relayer sends one of the authorizations with a higher tip: the block takes it first, so that
+    // call fails inside the batch (allowFailure) and the rest of the batch goes through
+    const relayed = await chain.relayer.writeContract({
+      chain: null,
+      address: chain.usdc,
+      abi: eip3009Abi,
+      functionName: 'transferWithAuthorization',
+      args: transferArgs(charges[1]!),
+      // its own gas: an estimate would see the batch's pending transfer and revert
+      gas: 200_000n,
+      maxFeePerGas: 500_000_000_000n,
+      maxPriorityFeePerGas: 200_000_000_000n,
+    })
+    await rpc('evm_setAutomine', [true])
+    await rpc('evm_mine')
+    const block = await publicClient.getTransactionReceipt({ hash: relayed })
+    t.equal(
+      (await publicClient.getTransactionReceipt({ hash: batch })).blockNumber,
+      block.blockNumber,
+      'mined in one block, the relay first',
+    )
+
+    const settled = await admin.paymentsWhen('all three settled', (payments) => payments.filter(inState('settled')).length === 3)
+    const hashOf = (i: number) => settled.find((p) => p.requestId === charges[i]!.requestId)?.txHash
+    t.equal(hashOf(0), batch, 'the first with the batch')
+    t.equal(hashOf(2), batch, 'the third with the batch')
+    t.equal(hashOf(1), relayed, 'the relayed one with the transaction that used its authorization')
+    t.equal(await chain.balanceOf(payTo), 30_000n, 'each paid once')
+  },
+)
 
 t.test('an authorization relayed by someone else first: settled with that transaction, nothing sent', async (t) => {
   const chain = await chainTools()
@@ -265,12 +359,12 @@ t.test('a kept transaction is broadcast again, never signed anew; one that can n
     } as PaymentRow
   }
   const signedAnew: Hex[] = []
-  const hooks = { onSigned: async (tx: { hash: Hex }) => void signedAnew.push(tx.hash) }
+  const hooks = { onSigned: async (_: PaymentRow[], tx: { hash: Hex }) => void signedAnew.push(tx.hash) }
 
   // signed and kept, then the broadcast was lost: the same bytes go out again
   const lostTo = freshAddress()
   const lost = await keptRow(await signCharge(chain.usdc, payer, { payTo: lostTo }), await chain.sentCount())
-  t.same(await settlement.settle(lost, hooks), { kind: 'settled', txHash: lost.txHash }, 'the kept transaction, broadcast again')
+  t.same(await settlement.settle([lost], hooks), [{ kind: 'settled', txHash: lost.txHash }], 'the kept transaction, broadcast again')
   t.same(signedAnew, [], 'nothing signed anew')
   t.equal(await chain.balanceOf(lostTo), 10_000n)
 
@@ -279,7 +373,7 @@ t.test('a kept transaction is broadcast again, never signed anew; one that can n
   const replaced = await keptRow(await signCharge(chain.usdc, payer, { payTo: replacedTo }), await chain.sentCount())
   const other = await context.sender().send({ to: chain.serverWallet, value: 0n })
   await publicClient.waitForTransactionReceipt({ hash: other.hash, pollingInterval: 50 })
-  const outcome = await settlement.settle(replaced, hooks)
+  const [outcome] = await settlement.settle([replaced], hooks)
   t.equal(signedAnew.length, 1, 'one new transaction signed')
   t.same(outcome, { kind: 'settled', txHash: signedAnew[0] }, 'settled by the new one')
   t.not(signedAnew[0], replaced.txHash)
