@@ -12,5 +12,12 @@ const skills = {
   ],
 }
 app.get('/agent/skills', async () => skills)
+// /v1 (keyed, or metered from credit): a small fixed completion
+const completion = {
+  id: 'chatcmpl-bench',
+  object: 'chat.completion',
+  choices: [{ index: 0, message: { role: 'assistant', content: 'hi' } }],
+}
+app.post('/v1/chat/completions', async () => completion)
 const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1' })
 process.stdout.write(`${address}\n`)

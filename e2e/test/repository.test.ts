@@ -1,5 +1,6 @@
-// The repository stands alone (issue 28): no file names a place outside it, and every relative
-// link of its Markdown resolves to a file inside it. It reads the files git tracks.
+// The repository stands alone: no file names a place outside it or cites a tracker it does not
+// hold, and every relative link of its Markdown resolves to a file inside it. It reads the files
+// git tracks.
 import { execFileSync } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
@@ -16,6 +17,26 @@ function outsideReferences(file: string, text: string): string[] {
   const found: string[] = []
   text.split('\n').forEach((line, i) => {
     if (outside.some((pattern) => pattern.test(line))) found.push(`${file}:${i + 1}: ${line.trim().slice(0, 160)}`)
+  })
+  return found
+}
+
+/**
+ * A citation of an issue tracker the repository does not hold (the word issue and a number, or a
+ * number after # in parentheses): code and docs say what they do and why, and git keeps the
+ * history. A link to another project's issue (a URL) is not one.
+ */
+const trackerCitation = /\bissues? #?\d+\b|\(#\d+\)/i
+
+/** applied migrations are never edited (a changed file would no longer be what ran), so their comments stay as written */
+const immutable = (file: string) => /(^|\/)prisma\/migrations\//.test(file)
+
+/** "file:line: text" for each line that cites the tracker */
+function trackerCitations(file: string, text: string): string[] {
+  if (immutable(file)) return []
+  const found: string[] = []
+  text.split('\n').forEach((line, i) => {
+    if (trackerCitation.test(line)) found.push(`${file}:${i + 1}: ${line.trim().slice(0, 160)}`)
   })
   return found
 }
@@ -47,6 +68,14 @@ t.test('no tracked file names a place outside the repository', async (t) => {
   t.ok(tracked.length > 100, `read ${tracked.length} files`)
 })
 
+t.test('no tracked file cites an issue tracker', async (t) => {
+  const found = tracked.flatMap((file) => {
+    const text = existsSync(join(root, file)) ? textOf(file) : undefined
+    return text === undefined ? [] : trackerCitations(file, text)
+  })
+  t.same(found, [])
+})
+
 t.test('every relative link of the Markdown files resolves inside the repository', async (t) => {
   const markdown = tracked.filter((file) => file.endsWith('.md') && existsSync(join(root, file)))
   t.same(
@@ -65,6 +94,12 @@ t.test('the checks find what they look for', async (t) => {
   t.equal(outsideReferences('x.ts', `// see ${design}`).length, 1)
   t.equal(outsideReferences('x.ts', `const p = '${machine}'`).length, 1)
   t.equal(outsideReferences('docs/a.md', 'docs/architecture.md, in our own words').length, 0)
+  const cite = (text: string) => trackerCitations('docs/a.md', text).length
+  t.equal(cite(`Reservations (${['issue', '23'].join(' ')}; before, …)`), 1)
+  t.equal(cite(`${['Issues', '22'].join(' ')} and 23 asked for it`), 1)
+  t.equal(cite(`the batch id ${['(#', '41)'].join('')}`), 1)
+  t.equal(cite('a number: 23 issues, nonce #3, https://github.com/owner/project/issues/262'), 0)
+  t.equal(trackerCitations('services/admin/prisma/migrations/1_init/migration.sql', `-- ${['issue', '22'].join(' ')}`).length, 0)
   t.same(brokenLinks('docs/a.md', `[spec](../../${spec}) [gone](./missing.md) [ok](architecture.md) [web](https://x.y) [here](#top)`), [
     `docs/a.md: ../../${spec} is outside the repository`,
     'docs/a.md: ./missing.md does not exist',

@@ -132,3 +132,20 @@ export const MethodNotAllowed = createError<[string]>(
   '%s /mcp is not served: this MCP server is stateless (no sessions, no server-sent stream); POST each message',
   405,
 )
+
+// ---- prepaid credit (credit/) ----
+
+/** The credit copy (Redis), the ledger's snapshot or the debit stream cannot be reached: the request may be fine, try again. */
+export const CreditUnavailable = createError<[string]>('ATS_ERR_CREDIT_UNAVAILABLE', '%s; try again shortly', 503)
+/** The wallet's credit does not cover a request or withdrawal (paid routes answer it as x402's 402, with a top-up option). */
+export const InsufficientCredit = createError<[string, string, string, string]>(
+  'ATS_ERR_INSUFFICIENT_CREDIT',
+  'insufficient credit: %s has %s available, this %s %s (USDC base units); top up at /credit/topup',
+  402,
+)
+/** A SIGN-IN-WITH-X header that is malformed, not ours, expired, replayed or not signed by its address. */
+export const SignInRefused = createError<[string]>('ATS_ERR_SIGN_IN_REFUSED', 'sign-in refused: %s', 401)
+/** A session token (Authorization: Bearer atcs_…) that is unknown or expired. */
+export const SessionInvalid = createError<[string]>('ATS_ERR_SESSION_INVALID', '%s', 401)
+/** A top-up amount outside CREDIT_MIN_TOPUP..CREDIT_MAX_TOPUP, or not a whole number of base units. */
+export const TopUpAmountInvalid = createError<[string]>('ATS_ERR_TOP_UP_AMOUNT_INVALID', '%s', 400)

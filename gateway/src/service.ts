@@ -1,5 +1,7 @@
 import type { FastifyServerOptions } from 'fastify'
 import { StartupError, type ServiceDefinition } from '@ats/service-kit'
+import { createCredit } from './credit/index.ts'
+import { creditRoutes } from './credit/routes.ts'
 import { createAuthFailureLimiter } from './auth/authFailures.ts'
 import type { AuthDeps } from './auth/authHook.ts'
 import { createConcurrencyLimiter } from './auth/concurrency.ts'
@@ -82,8 +84,23 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never, 'r
     app.decorateRequest('payment', null)
     app.decorateRequest('paymentRefusal', null)
     installBodyLimit(app, config.BODY_LIMIT_BYTES)
-    const pay = createPaymentGuard(config, { redis, log, blockedPayers, charges, chain })
-    const auth: AuthDeps = { keys, limit, pay, failures, paid, concurrency, maxPerKey: config.MAX_CONCURRENT_PER_KEY }
+    // prepaid credit rides on the paid routes: with payments on (PAY_TO, Redis) and not skipped
+    const credit =
+      redis && config.PAY_TO && !config.SKIP_PAYMENT ? await createCredit({ config, nc, channels, redis, chain, log }) : undefined
+    if (credit) onClose(credit.close)
+    app.decorateRequest('credit', null)
+    const pay = createPaymentGuard(config, { redis, log, blockedPayers, charges, chain, credit: credit?.guard })
+    const auth: AuthDeps = {
+      keys,
+      limit,
+      pay,
+      failures,
+      paid,
+      concurrency,
+      maxPerKey: config.MAX_CONCURRENT_PER_KEY,
+      ...(credit ? { credit: credit.guard } : {}),
+    }
+    if (credit) await app.register(creditRoutes, { guard: credit.guard, pay, auth })
     await app.register(rootRoutes, { name: 'agent-trading-service', version, chain: config.CHAIN_NAME, chainId: chain.chainId })
     await app.register(proxyRoutes, {
       upstreams,

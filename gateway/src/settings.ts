@@ -138,6 +138,36 @@ export const gatewaySettings = {
     description:
       'the largest answer body kept in Redis for repeats of a paid request with a payment id (for PAYMENT_ID_TTL_SECONDS); a larger answer is given once and its repeats are refused with 409',
   }),
+  CREDIT_MIN_TOPUP: Type.Integer({
+    minimum: 1,
+    default: 1_000_000,
+    description:
+      'the smallest top-up of prepaid credit, USDC base units (1000000 = 1 USDC): POST /credit/topup?amount= below it answers 400',
+  }),
+  CREDIT_MAX_TOPUP: Type.Integer({
+    minimum: 1,
+    default: 1_000_000_000,
+    description: 'the largest top-up of prepaid credit in one payment, USDC base units (at least CREDIT_MIN_TOPUP)',
+  }),
+  CREDIT_METERED_HOLD: Type.Integer({
+    minimum: 1,
+    default: 100_000,
+    description:
+      'what a credit-paid metered request (a /v1 completion, POST /agent/prompt) holds from the credit while it runs, USDC base units: the most it may cost; the service reports what it used and the rest comes back',
+  }),
+  CREDIT_SESSION_TTL_SECONDS: Type.Integer({
+    minimum: 60,
+    maximum: 86_400,
+    default: 900,
+    description:
+      'how long a session token (Authorization: Bearer atcs_…, from one sign-in with a wallet) pays with its credit; sessions end only by expiring',
+  }),
+  CREDIT_SIGN_IN_TTL_SECONDS: Type.Integer({
+    minimum: 30,
+    maximum: 3_600,
+    default: 300,
+    description: "how long the sign-in challenge of a 402 (extensions['sign-in-with-x']) may be answered",
+  }),
   SKIP_PAYMENT: Type.Boolean({ default: false, description: 'development only: paid routes pass without a verified payment' }),
   PUBLIC_URL: Type.Optional(
     Type.String({

@@ -65,9 +65,9 @@ t.test('the OpenAPI document lists every public route with its auth', async (t) 
 t.test("/v1/messages is a group of its own: Anthropic's errors, and its key also read from x-api-key", async (t) => {
   const messages = groupFor('/v1/messages')
   t.equal(messages?.errors, anthropicErrorBody)
-  t.same(messages?.auth, { kind: 'key', tier: 'readwrite', keyHeaders: ['authorization', 'x-api-key'] })
+  t.same(messages?.auth, { kind: 'key', tier: 'readwrite', keyHeaders: ['authorization', 'x-api-key'], credit: 'metered' })
   t.equal(groupFor('/v1/chat/completions')?.errors, openAiErrorBody, "the rest of /v1 is OpenAI's")
-  t.same(groupFor('/v1/chat/completions')?.auth, { kind: 'key', tier: 'readwrite' }, 'and reads Authorization only')
+  t.same(groupFor('/v1/chat/completions')?.auth, { kind: 'key', tier: 'readwrite', credit: 'metered' }, 'and reads Authorization only')
   t.equal(groupFor('/v1/messagesx')?.prefix, '/v1')
   const doc = buildOpenApi({ title: 't', version: '1' }, publicRoutes)
   const create = doc.paths['/v1/messages']?.post as {

@@ -2,9 +2,10 @@
 import { apiKeyPattern, hashApiKey, tierAllows } from '@ats/contracts'
 import { Forbidden, Unauthorized, Unavailable } from '@ats/service-kit'
 import type { FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify'
-import { AuthFailures, PayerFailures, type PaymentRefused } from '../errors.ts'
+import { AuthFailures, InsufficientCredit, PayerFailures, type PaymentRefused } from '../errors.ts'
 import { paymentFromHeaders } from '../payments/header.ts'
 import type { PaymentGuard } from '../payments/paymentGuard.ts'
+import { creditCredentials, type CreditGuard } from '../credit/creditGuard.ts'
 import type { KeyHeader, RouteAuth } from '../routing/routeTable.ts'
 import type { AuthFailureLimiter } from './authFailures.ts'
 import type { KeyResolver, ResolvedKey } from './keyResolver.ts'
@@ -47,15 +48,30 @@ export interface AuthDeps {
   concurrency: ConcurrencyLimiter
   /** requests in flight per key (MAX_CONCURRENT_PER_KEY) */
   maxPerKey: number
+  /** prepaid credit, when payments are on */
+  credit?: CreditGuard
 }
 
 /** whether the client sent a payment (a request without one is the 402 that asks for it, no failure) */
 const sentPayment = (request: FastifyRequest) =>
   request.headers['x-payment'] !== undefined || request.headers['payment-signature'] !== undefined
 
-export function authHook(auth: RouteAuth, { keys, limit, pay, failures, paid, concurrency, maxPerKey }: AuthDeps): onRequestHookHandler {
+export function authHook(auth: RouteAuth, deps: AuthDeps): onRequestHookHandler {
+  const { keys, limit, pay, failures, paid, concurrency, maxPerKey, credit } = deps
   if (auth.kind === 'none') return async () => {}
   if (auth.kind === 'payment') return paidHook({ pay, failures, paid })
+  if (auth.kind === 'credit') {
+    const keyed = authHook({ kind: 'key', tier: 'readonly' }, deps)
+    // the wallet's own credentials name it (the service reads x-ats-credit-wallet); else an API key
+    return async function (this: unknown, request, reply) {
+      if (!credit || !creditCredentials(request))
+        return (keyed as (r: FastifyRequest, p: FastifyReply) => Promise<void>).call(this, request, reply)
+      const wallet = await creditWallet(credit, failures, request, reply)
+      request.credit = { wallet, amount: 0n, metered: false, route: `${request.method} ${request.url.split('?')[0]}` }
+      request.identity = { ownerId: wallet }
+      await paid.payer(request, reply, wallet)
+    }
+  }
   const need = auth.tier
   const keyHeaders = auth.keyHeaders ?? ['authorization']
 
@@ -86,12 +102,42 @@ export function authHook(auth: RouteAuth, { keys, limit, pay, failures, paid, co
     return key
   }
 
+  // a metered group paid from a wallet's credit: the wallet's limits, then a hold the service reports the use of
+  const meteredCredit =
+    auth.credit === 'metered' && credit
+      ? async (request: FastifyRequest, reply: FastifyReply) => {
+          const wallet = await creditWallet(credit, failures, request, reply)
+          await paid.payer(request, reply, wallet)
+          concurrency.enter(request, reply, `wallet:${wallet.toLowerCase()}`, maxPerKey, 'wallet')
+          const amount = credit.meteredHold
+          const route = `${request.method} ${request.url.split('?')[0]}`
+          const short = await credit.pay(request, reply, { wallet, amount, metered: true, route })
+          if (short) throw new InsufficientCredit(wallet, short.available.toString(), 'request holds', amount.toString())
+        }
+      : undefined
+
   return async (request, reply) => {
+    if (meteredCredit && creditCredentials(request)) return meteredCredit(request, reply)
     const key = await resolve(request, reply)
     if (!tierAllows(key.tier, need)) throw new Forbidden(`this route needs an API key of tier ${need} or higher; this key is ${key.tier}`)
     request.identity = { ownerId: key.id, keyId: key.id, tier: key.tier, ...(key.wallet ? { wallet: key.wallet } : {}) }
     await limit(request, reply)
     concurrency.enter(request, reply, `key:${key.id}`, maxPerKey, 'key')
+  }
+}
+
+/**
+ * The wallet of a request's credit credentials (a sign-in or a session token). A refused one (401)
+ * counts as a failed authentication of the client address, as a bad key does: each costs a
+ * signature check or a session lookup.
+ */
+export async function creditWallet(credit: CreditGuard, failures: AuthFailureLimiter, request: FastifyRequest, reply: FastifyReply) {
+  refuseIfFlooding(failures, request, reply)
+  try {
+    return (await credit.walletOf(request, reply))!
+  } catch (error) {
+    if ((error as { statusCode?: number }).statusCode === 401) await failures.addresses.failed(request.ip)
+    throw error
   }
 }
 
@@ -135,7 +181,8 @@ function paidHook({ pay, failures, paid }: Pick<AuthDeps, 'pay' | 'failures' | '
     await paid.address(request, reply)
     const answered = await (pay.onRequest as (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>).call(this, request, reply)
     if (answered === reply) return reply
-    if (request.payment) await paid.payer(request, reply, request.payment.payer)
+    const payer = request.payment?.payer ?? request.credit?.wallet
+    if (payer) await paid.payer(request, reply, payer)
   }
 }
 
@@ -147,6 +194,8 @@ function paidHook({ pay, failures, paid }: Pick<AuthDeps, 'pay' | 'failures' | '
  */
 export function countFailedPayments(failures: AuthFailureLimiter): onSendHookHandler {
   return async (request, reply, payload) => {
+    // a sign-in or session refused on a paid route (the payment guard checked it)
+    if (reply.statusCode === 401 && creditCredentials(request)) await failures.addresses.failed(request.ip)
     if (reply.statusCode !== 402 || request.payment || !sentPayment(request)) return payload
     const payer = request.paymentRefusal?.payer
     if (payer) await failures.payers.failed(payer.toLowerCase())

@@ -3,13 +3,13 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { TooManyInFlight } from '../errors.ts'
 
 /**
- * Requests in flight per client address and per API key, in this gateway process (uncapped,
+ * Requests in flight per client address and per API key (or credit-paying wallet), in this gateway process (uncapped,
  * 140 slow requests of one key starved its service for every other caller). A request counts
  * from its arrival until its connection is done with it (answered, or the client gone).
  */
 export interface ConcurrencyLimiter {
   /** counts the request for `who` (a client address or a key) or throws 429 when `who` has `limit` in flight */
-  enter(request: FastifyRequest, reply: FastifyReply, who: string, limit: number, what: 'client address' | 'key'): void
+  enter(request: FastifyRequest, reply: FastifyReply, who: string, limit: number, what: 'client address' | 'key' | 'wallet'): void
   /** requests in flight for `who` (tests, metrics) */
   inFlight(who: string): number
 }

@@ -15,11 +15,13 @@ interface PaymentBindingOptions {
   otherResources: (method: string, path: string) => readonly string[]
 }
 
-/** The request a payment comes with: its method and path, and the resource its 402 names. */
+/** The request a payment comes with: its method and path, the resource its 402 names, and its price when not the route's. */
 interface PaidRequest {
   method: string
   path: string
   resource: string
+  /** a price set by the request itself (a top-up's amount) */
+  price?: bigint
 }
 
 const pathOf = (url: string) => {
@@ -47,7 +49,8 @@ export function createPaymentBinding({ requirements, publicUrl, otherResources }
   const offered = paymentRequirementsV2({ ...requirements, resource: '', description: '' })
   return function checkBinding(payment: Payment, request: PaidRequest): void {
     if (payment.accepted) {
-      const mismatch = requirementsMismatch(payment.accepted, offered)
+      const terms = request.price === undefined ? offered : { ...offered, amount: request.price.toString() }
+      const mismatch = requirementsMismatch(payment.accepted, terms)
       if (mismatch)
         throw new PaymentRefused(
           'wrong_requirements',

@@ -39,7 +39,7 @@ export interface ChargePublisherOptions {
  * once. A charge resolves once JetStream has stored it. A batch that cannot be published
  * is kept and retried every second (its requests are answered meanwhile: a short NATS
  * outage must not fail paid requests that were served), by one retry loop at a time (two
- * would each send the oldest batch and each drop one: issue 23), in order. What waits is
+ * would each send the oldest batch and each drop one), in order. What waits is
  * bounded: at `maxUnsent` charges `accepting()` turns false and the paid routes answer 503
  * (nothing verified, nothing charged) rather than serve what could not be recorded. What is
  * still unsent at shutdown is logged by payer, nonce and amount, never with its signature: a

@@ -26,6 +26,8 @@ import { createNonceStore } from './nonces.ts'
 import { createPaymentIdStore, requestFingerprint, type PaymentIdClaim, type RepeatTurn, type RunOutcome } from './paymentIds.ts'
 import { answerOf, readAnswer, replay, type ReadAnswer } from './repeatAnswers.ts'
 import { createPaymentVerifier, nonceUsed } from './verifier.ts'
+import { creditCredentials, type CreditGuard, type CreditShort } from '../credit/creditGuard.ts'
+import { InsufficientCredit, TopUpAmountInvalid } from '../errors.ts'
 import type { BlockedPayers } from './blockedPayers.ts'
 import type { ChargePublisher } from './chargePublisher.ts'
 import type { gatewaySettings } from '../settings.ts'
@@ -50,6 +52,9 @@ export type PaymentSettings = Pick<
   | 'PAYMENT_ID_TTL_SECONDS'
   | 'PAYMENT_ID_ANSWER_MAX_BYTES'
   | 'NATS_NAMESPACE'
+  | 'CREDIT_MIN_TOPUP'
+  | 'CREDIT_MAX_TOPUP'
+  | 'CREDIT_METERED_HOLD'
 >
 
 /** The owner of paid requests when SKIP_PAYMENT is on and no payment header names one. */
@@ -61,6 +66,8 @@ export interface PaymentGuard {
   /** a payment with a payment id: decided once the body is there (a run, the first answer again, or 409) */
   preHandler: preHandlerHookHandler
   onSend: onSendHookHandler
+  /** answers 402 with this route's requirements and the sign-in challenge (routes of the gateway's own, /credit/session) */
+  required?: (request: FastifyRequest, reply: FastifyReply, error: string) => FastifyReply
 }
 
 export interface PaymentGuardDeps {
@@ -69,7 +76,14 @@ export interface PaymentGuardDeps {
   chain: ChainContext
   blockedPayers: BlockedPayers
   charges: ChargePublisher
+  /** prepaid credit: a request signed in with a wallet (or its session) pays from the wallet's credit */
+  credit?: CreditGuard
 }
+
+/** The route that buys credit: x402-paid, its price the `amount` of its query. */
+export const TOP_UP_PATH = '/credit/topup'
+/** Paid routes whose credit payment is metered (a hold the service reports the use of), not the price. */
+const meteredPaths = new Set(['POST /agent/prompt'])
 
 const passThrough: onSendHookHandler = (_request, _reply, payload, done) => done(null, payload)
 /** runs of a payment id whose end onSend has recorded (a run that never gets there failed) */
@@ -89,7 +103,7 @@ const encodeResponse = (value: Record<string, unknown>) => Buffer.from(JSON.stri
  */
 export function createPaymentGuard(
   settings: PaymentSettings,
-  { redis, log, blockedPayers, charges, chain }: PaymentGuardDeps,
+  { redis, log, blockedPayers, charges, chain, credit }: PaymentGuardDeps,
 ): PaymentGuard {
   if (settings.SKIP_PAYMENT) {
     log.warn('SKIP_PAYMENT is on: paid routes accept requests WITHOUT payment. Development only.')
@@ -119,7 +133,7 @@ export function createPaymentGuard(
   }
 
   // nonces, payment ids and reservations must be shared by every gateway and outlive a restart:
-  // per process, a payment could be replayed on another replica or after a restart (issue 23)
+  // per process, a payment could be replayed on another replica or after a restart
   if (!redis) {
     throw new StartupError(
       'paid routes need Redis: set REDIS_URL (used nonces, payment ids and reservations are shared there by every gateway), or SKIP_PAYMENT=true in development',
@@ -186,8 +200,8 @@ export function createPaymentGuard(
   // never from the client's Host header: a client could make our 402 name any site. Without
   // PUBLIC_URL the gateway names itself by the port the request reached (right for local use)
   if (!settings.PUBLIC_URL) log.warn('PUBLIC_URL is not set: 402 answers name http://localhost:<port> as the resource')
-  const resourceOf = (request: FastifyRequest, route: string) =>
-    `${settings.PUBLIC_URL ?? `http://localhost:${request.socket.localPort ?? settings.PORT}`}${route}`
+  const originOf = (request: FastifyRequest) => settings.PUBLIC_URL ?? `http://localhost:${request.socket.localPort ?? settings.PORT}`
+  const resourceOf = (request: FastifyRequest, route: string) => `${originOf(request)}${route}`
   // a payment is good for the resource and terms it was made for (the route's, or the MCP tool's that calls it)
   const checkBinding = createPaymentBinding({
     requirements: terms,
@@ -195,11 +209,81 @@ export function createPaymentGuard(
     otherResources: paidToolResources(mcpTools({ price: settings.PAYMENT_PRICE })),
   })
 
-  const paymentRequired = (request: FastifyRequest, reply: FastifyReply, error: string) => {
+  const minTopUp = BigInt(settings.CREDIT_MIN_TOPUP)
+  const maxTopUp = BigInt(settings.CREDIT_MAX_TOPUP)
+  if (maxTopUp < minTopUp) {
+    throw new StartupError(`CREDIT_MAX_TOPUP (${maxTopUp}) must be at least CREDIT_MIN_TOPUP (${minTopUp})`)
+  }
+  /** the price of this request when the request sets it (a top-up's amount), else undefined */
+  const requestPrice = (request: FastifyRequest): bigint | undefined => {
+    if (pathOf(request) !== TOP_UP_PATH) return undefined
+    const amount = (request.query as Record<string, unknown> | undefined)?.amount
+    if (typeof amount !== 'string' || !/^[0-9]{1,15}$/.test(amount)) {
+      throw new TopUpAmountInvalid(`amount must be a whole number of USDC base units, from ${minTopUp} to ${maxTopUp} (1000000 = 1 USDC)`)
+    }
+    const value = BigInt(amount)
+    if (value < minTopUp || value > maxTopUp) {
+      throw new TopUpAmountInvalid(
+        `amount ${value} is outside the top-up range: from ${minTopUp} (CREDIT_MIN_TOPUP) to ${maxTopUp} (CREDIT_MAX_TOPUP)`,
+      )
+    }
+    return value
+  }
+  /** a top-up's 402 with an amount out of range asks for the minimum */
+  const topUpPrice = (request: FastifyRequest) => {
+    try {
+      return requestPrice(request) ?? minTopUp
+    } catch {
+      return minTopUp
+    }
+  }
+  // what a 402 offers besides the payment: signing in to pay with credit, and when the credit is
+  // short, a top-up of at least the shortfall
+  const topUpOption = (request: FastifyRequest, short: CreditShort) => {
+    const need = short.price - short.available
+    const amount = need > minTopUp ? need : minTopUp
+    return {
+      url: `${originOf(request)}${TOP_UP_PATH}?amount=${amount}`,
+      minimum: minTopUp.toString(),
+      maximum: maxTopUp.toString(),
+      available: short.available.toString(),
+      price: short.price.toString(),
+    }
+  }
+  const paymentRequired = (request: FastifyRequest, reply: FastifyReply, error: string, short?: CreditShort) => {
     const path = pathOf(request)
-    const extensions = { ...discoveryFor(request.method, path), ...paymentIdExtension }
-    const full = { ...terms, resource: resourceOf(request, path), extensions }
-    return reply.code(402).header('payment-required', paymentRequiredHeader(full, error)).send(paymentRequiredBody(full, error))
+    const signIn = credit ? credit.signInExtension(request, path) : {}
+    const extensions = { ...discoveryFor(request.method, path), ...paymentIdExtension, ...signIn }
+    const price = path === TOP_UP_PATH ? topUpPrice(request) : terms.price
+    const full = { ...terms, price, resource: resourceOf(request, path), extensions }
+    const body = paymentRequiredBody(full, error)
+    return reply
+      .code(402)
+      .header('payment-required', paymentRequiredHeader(full, error))
+      .send(short ? { ...body, topUp: topUpOption(request, short) } : body)
+  }
+  /**
+   * A request signed in with a wallet (SIGN-IN-WITH-X) or sent with its session token pays from
+   * the wallet's credit: the route's price, or for metered routes a hold of CREDIT_METERED_HOLD
+   * whose use the service reports. Credit does not buy credit: a top-up is paid with x402.
+   */
+  const payWithCredit = async (request: FastifyRequest, reply: FastifyReply, guard: CreditGuard) => {
+    const path = pathOf(request)
+    if (path === TOP_UP_PATH)
+      return paymentRequired(request, reply, 'payment required: credit is bought with an x402 payment (PAYMENT-SIGNATURE), not with credit')
+    const wallet = await guard.walletOf(request, reply)
+    if (!wallet) return paymentRequired(request, reply, 'payment required')
+    const metered = meteredPaths.has(`${request.method} ${path}`)
+    const amount = metered ? BigInt(settings.CREDIT_METERED_HOLD) : terms.price
+    const short = await guard.pay(request, reply, { wallet, amount, metered, route: `${request.method} ${path}` })
+    if (!short) return
+    const refusal = new InsufficientCredit(
+      wallet,
+      short.available.toString(),
+      metered ? 'request holds' : 'request costs',
+      amount.toString(),
+    )
+    return paymentRequired(request, reply, `${refusal.message}, or pay this request with x402`, short)
   }
 
   // the payment of POST /agent/prompt buys its job: settled only if the job completes (the agent
@@ -259,6 +343,7 @@ export function createPaymentGuard(
   }
 
   return {
+    required: (request, reply, error) => paymentRequired(request, reply, error),
     async onRequest(request, reply) {
       let payer: Address
       let payment: Payment | undefined
@@ -267,11 +352,16 @@ export function createPaymentGuard(
         request.log.error({ unsent: charges.unsentCount() }, 'paid request refused: too many payment events wait to be published')
         throw new Unavailable('payments cannot be recorded right now (the payment event stream is unavailable); try again shortly')
       }
+      if (credit && creditCredentials(request)) return payWithCredit(request, reply, credit)
+      const price = requestPrice(request)
       try {
         payment = paymentFromHeaders(request.headers)
         if (!payment) return paymentRequired(request, reply, 'payment required: send X-PAYMENT (x402 v1) or PAYMENT-SIGNATURE (v2)')
         checkJobWindow(request, payment)
-        checkBinding(payment, { method: request.method, path: pathOf(request), resource: resourceOf(request, pathOf(request)) })
+        checkBinding(payment, { method: request.method, path: pathOf(request), resource: resourceOf(request, pathOf(request)), price })
+        if (price !== undefined && payment.authorization.value < price) {
+          throw new PaymentRefused('amount_too_low', `amount too low: ${payment.authorization.value} < ${price} (the top-up's amount)`)
+        }
         // with a payment id, the nonce is claimed (or not: a repeat) once the body is known
         payer =
           payment.paymentId === undefined ? await verifier.verify(payment, Date.now() / 1000) : verifier.check(payment, Date.now() / 1000)
@@ -331,6 +421,7 @@ export function createPaymentGuard(
     // does; the nonce stays used either way and the answer says which happened. A payment id's
     // answer is read whole first (when it can be kept) and recorded for its repeats.
     async onSend(request, reply, payload) {
+      if (request.credit && credit) return credit.answered(request, reply, payload)
       const paid = request.payment
       if (!paid) return payload
       const id = paid.payment.paymentId

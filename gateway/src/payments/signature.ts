@@ -11,7 +11,7 @@ const typeHash = keccak256(
 // EIP-2: USDC rejects signatures with s in the upper half, so they could never settle.
 const halfN = 0x7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0n
 
-/** keccak-256 in native code (the `keccak` addon): ~7 µs a hash here, where viem's pure-JS one took ~17 µs (issue 26) */
+/** keccak-256 in native code (the `keccak` addon): ~7 µs a hash here, where viem's pure-JS one took ~17 µs */
 const keccak = (data: Uint8Array): Buffer =>
   createKeccak('keccak256')
     .update(Buffer.from(data.buffer, data.byteOffset, data.byteLength))

@@ -4,6 +4,7 @@ import { generatedIdempotencyKey, identityHeaders } from '@ats/contracts'
 import { errorBody, errorHandler, injectHttp, requestTraceContext, type ErrorFormat } from '@ats/service-kit'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RawServerBase } from 'fastify'
 import { authHook, countFailedPayments, type AuthDeps } from '../auth/authHook.ts'
+import { creditHeadersOf } from '../credit/creditGuard.ts'
 import { routeTable, type RouteGroup, type UpstreamName } from '../routing/routeTable.ts'
 
 export interface ProxyOptions {
@@ -24,7 +25,17 @@ export interface ProxyOptions {
  * `expect`: the gateway answered the 100-continue itself (bodyLimit.ts), and undici refuses it.
  * Nor a client's trace headers: the gateway starts every trace (tracing.ts), and sends its own.
  */
-const droppedHeaders = ['authorization', 'x-api-key', 'x-payment', 'payment-signature', 'cookie', 'expect', 'traceparent', 'tracestate']
+const droppedHeaders = [
+  'authorization',
+  'x-api-key',
+  'x-payment',
+  'payment-signature',
+  'sign-in-with-x',
+  'cookie',
+  'expect',
+  'traceparent',
+  'tracestate',
+]
 
 function forwardedHeaders(request: FastifyRequest<any, RawServerBase>, headers: IncomingHttpHeaders, token: string): IncomingHttpHeaders {
   const out: IncomingHttpHeaders = {}
@@ -46,6 +57,8 @@ function forwardedHeaders(request: FastifyRequest<any, RawServerBase>, headers: 
     out[identityHeaders.payment] = `${paid.payer.toLowerCase()}:${paid.payment.authorization.nonce.toLowerCase()}`
     out[identityHeaders.paymentValidBefore] = paid.payment.authorization.validBefore.toString()
   }
+  // the wallet whose credit pays (and the hold of metered work): the client's copies were dropped above
+  Object.assign(out, creditHeadersOf(request))
   // the service's server span becomes a child of the gateway's
   const trace = requestTraceContext(request)
   if (trace) injectHttp(out, trace)
@@ -79,6 +92,8 @@ async function proxyGroup(app: FastifyInstance, group: RouteGroup, options: Prox
   const timeoutMs = group.longRunning ? options.longTimeoutMs : group.spending ? options.spendTimeoutMs : options.timeoutMs
   app.addHook('onRequest', authHook(group.auth, options.auth))
   if (group.spending) app.addHook('preHandler', spendKey)
+  // a withdrawal is taken from the credit before admin pays it (the body says how much)
+  if (group.auth.kind === 'credit' && options.auth.credit) app.addHook('preHandler', options.auth.credit.withdrawal)
   if (group.auth.kind === 'payment') {
     app.addHook('preHandler', options.auth.pay.preHandler)
     app.addHook('onSend', options.auth.pay.onSend)

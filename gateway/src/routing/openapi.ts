@@ -30,17 +30,22 @@ const tagOf = (url: string) => groupFor(url)?.prefix ?? 'gateway'
 function security(auth: RouteAuth | undefined) {
   if (!auth || auth.kind === 'none') return []
   if (auth.kind === 'payment') return [{ x402: [] }]
+  if (auth.kind === 'credit') return [{ apiKey: [] }]
   return [{ apiKey: [auth.tier] }, ...(auth.keyHeaders?.includes('x-api-key') ? [{ xApiKey: [auth.tier] }] : [])]
 }
 
 function describeAuth(auth: RouteAuth | undefined): string {
   if (!auth || auth.kind === 'none') return 'No authentication.'
   if (auth.kind === 'payment')
-    return 'Paid per request with x402 (X-PAYMENT or PAYMENT-SIGNATURE). A v2 payment may carry a payment id (extension payment-identifier): the same request sent again with it and the same payment gets the first answer again, not charged; another request or another payment with it answers 409.'
+    return 'Paid per request with x402 (X-PAYMENT or PAYMENT-SIGNATURE). A v2 payment may carry a payment id (extension payment-identifier): the same request sent again with it and the same payment gets the first answer again, not charged; another request or another payment with it answers 409. Or paid from prepaid credit (not POST /credit/topup): sign in with the wallet that holds it (SIGN-IN-WITH-X, extension sign-in-with-x of the 402) or send its session token (Authorization: Bearer atcs_…).'
+  if (auth.kind === 'credit')
+    return "The wallet's own: signed in with it (SIGN-IN-WITH-X) or its session token (Authorization: Bearer atcs_…); or an API key bound to the wallet; or an admin key naming it (?wallet=)."
   const where = auth.keyHeaders?.includes('x-api-key')
     ? " (Authorization: Bearer <key>, or x-api-key: <key> as Anthropic's SDKs send it)"
     : ''
-  return `API key of tier ${auth.tier} or higher${where}.`
+  const credit =
+    auth.credit === 'metered' ? " Or paid from a wallet's prepaid credit: its session token (atcs_…) in place of the key; metered." : ''
+  return `API key of tier ${auth.tier} or higher${where}.${credit}`
 }
 
 /** The OpenAPI 3.1 document of the public API, built from the routes' own schemas. */

@@ -7,7 +7,16 @@ export type UpstreamName = 'agent' | 'trading' | 'market-data' | 'automation' | 
  * a group's clients send it there (Anthropic's SDKs on /v1/messages), nowhere else.
  */
 export type KeyHeader = 'authorization' | 'x-api-key'
-export type RouteAuth = { kind: 'none' } | { kind: 'payment' } | { kind: 'key'; tier: Tier; keyHeaders?: readonly KeyHeader[] }
+/**
+ * none; payment (x402, or prepaid credit: a wallet signed in or its session token); key (an API key
+ * of a tier); credit (a wallet's own credit: the wallet signed in or its session, or an API key —
+ * bound to the wallet, or admin naming one)
+ */
+export type RouteAuth =
+  | { kind: 'none' }
+  | { kind: 'payment' }
+  | { kind: 'key'; tier: Tier; keyHeaders?: readonly KeyHeader[]; credit?: 'metered' }
+  | { kind: 'credit' }
 
 export interface RouteGroup {
   /** path prefix as the client sends it; the proxy keeps it when forwarding */
@@ -28,7 +37,8 @@ export interface RouteGroup {
   spending?: true
 }
 
-const key = (tier: Tier, keyHeaders?: readonly KeyHeader[]): RouteAuth => ({ kind: 'key', tier, ...(keyHeaders ? { keyHeaders } : {}) })
+const key = (tier: Tier, keyHeaders?: readonly KeyHeader[]) => ({ kind: 'key' as const, tier, ...(keyHeaders ? { keyHeaders } : {}) })
+const meteredCredit = (auth: ReturnType<typeof key>): RouteAuth => ({ ...auth, credit: 'metered' })
 
 /**
  * The gateway's route table (docs/architecture.md, "Contracts").
@@ -46,11 +56,12 @@ export const routeTable: readonly RouteGroup[] = [
   { prefix: '/swap', service: 'trading', auth: key('readwrite'), owner: 'key' },
   { prefix: '/swap/execute', service: 'trading', auth: key('readwrite'), owner: 'key', spending: true },
   { prefix: '/launchpad', service: 'trading', auth: key('readwrite'), owner: 'key', spending: true },
-  { prefix: '/v1', service: 'agent', auth: key('readwrite'), owner: 'key', errors: openAiErrorBody, longRunning: true },
+  // a /v1 completion may also be paid from a wallet's credit (its session token as the API key): metered
+  { prefix: '/v1', service: 'agent', auth: meteredCredit(key('readwrite')), owner: 'key', errors: openAiErrorBody, longRunning: true },
   {
     prefix: '/v1/messages',
     service: 'agent',
-    auth: key('readwrite', ['authorization', 'x-api-key']),
+    auth: meteredCredit(key('readwrite', ['authorization', 'x-api-key'])),
     owner: 'key',
     errors: anthropicErrorBody,
     longRunning: true,
@@ -59,6 +70,8 @@ export const routeTable: readonly RouteGroup[] = [
   { prefix: '/approvals', service: 'trading', auth: key('readwrite'), owner: 'key', spending: true },
   { prefix: '/webhooks', service: 'admin', auth: key('readwrite'), owner: 'key' },
   { prefix: '/admin', service: 'admin', auth: key('admin'), owner: 'key' },
+  { prefix: '/credit', service: 'admin', auth: { kind: 'credit' }, owner: 'payer' },
+  { prefix: '/credit/topup', service: 'admin', auth: { kind: 'payment' }, owner: 'payer' },
 ]
 
 export function groupFor(path: string): RouteGroup | undefined {

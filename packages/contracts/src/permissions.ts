@@ -1,5 +1,5 @@
 /**
- * Least privilege on NATS (issue 27): what each component of the fleet may publish and
+ * Least privilege on NATS (docs/security.md): what each component of the fleet may publish and
  * subscribe to, generated from the contracts so it cannot drift from them.
  *
  * A component serves the endpoints its own contract declares (derived, never listed), and
@@ -60,9 +60,16 @@ const eventsStream = (events: EventChannels, consume?: string[]): StreamUse => (
  */
 export const natsUses: Record<FleetComponent, (c: NatsChannels) => NatsUse> = {
   gateway: ({ admin }) => ({
-    calls: [admin.keyVerify],
+    calls: [admin.keyVerify, admin.creditSnapshot],
     subscribes: [admin.keyRevoked, admin.keyCreated],
-    streams: [{ stream: admin.payments.streamSpec, publish: [admin.payments.charged.subject] }],
+    streams: [
+      { stream: admin.payments.streamSpec, publish: [admin.payments.charged.subject] },
+      {
+        stream: admin.credit.streamSpec,
+        publish: [admin.credit.debited.subject, admin.credit.usage.subject, admin.credit.deadLetters],
+        consume: [admin.credit.adjustedConsumer],
+      },
+    ],
     reads: [admin.payments.blockedPayers],
   }),
   agent: ({ admin, agent, trading, market, automation }) => ({
@@ -94,6 +101,8 @@ export const natsUses: Record<FleetComponent, (c: NatsChannels) => NatsUse> = {
       // the API publishes jobs; workers pull them and hand back (republish) those they stop early
       { stream: agent.jobsStream, publish: [agent.jobs.subject], consume: [agent.workers] },
       { stream: admin.payments.streamSpec, publish: [admin.payments.jobOutcome.subject] },
+      // what metered work paid by credit used (a /v1 completion, an agent job), for admin's ledger
+      { stream: admin.credit.streamSpec, publish: [admin.credit.usage.subject] },
       eventsStream(admin.events),
     ],
     emits: ['job.completed', 'job.failed', 'job.cancelled', 'job.awaiting_approval'],
@@ -120,10 +129,15 @@ export const natsUses: Record<FleetComponent, (c: NatsChannels) => NatsUse> = {
         publish: [admin.payments.deadLetters],
       },
       eventsStream(admin.events, [admin.events.webhookConsumer]),
+      {
+        stream: admin.credit.streamSpec,
+        consume: [admin.credit.debitConsumer, admin.credit.usageConsumer],
+        publish: [admin.credit.adjusted.subject, admin.credit.deadLetters],
+      },
     ],
     reads: [admin.payments.blockedPayers, admin.walletControl],
     writes: [admin.payments.blockedPayers, admin.walletControl],
-    emits: ['payment.settled', 'payment.voided'],
+    emits: ['payment.settled', 'payment.voided', 'credit.topped_up', 'credit.low'],
   }),
 }
 

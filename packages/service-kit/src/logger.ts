@@ -2,7 +2,15 @@ import { pino, type LevelWithSilent, type LogFn, type LoggerOptions } from 'pino
 import { activeTraceId, tracingEnabled } from './tracing.ts'
 
 /** Header values that are credentials: never written to a log. */
-export const redactedHeaders = ['authorization', 'x-api-key', 'x-payment', 'payment-signature', 'x-ats-internal-token', 'cookie']
+export const redactedHeaders = [
+  'authorization',
+  'x-api-key',
+  'x-payment',
+  'payment-signature',
+  'sign-in-with-x',
+  'x-ats-internal-token',
+  'cookie',
+]
 
 /**
  * The kit's logger type: what NATS endpoints, consumers and worker loops log through. Fastify's

@@ -14,13 +14,16 @@ import {
 import { Type } from 'typebox'
 import { PrismaClient, type WebhookSubscription } from './generated/prisma/client.ts'
 import { createAgentPayers } from './agentPayers/agentPayers.ts'
+import { startCredit } from './credit/credit.ts'
+import { creditSettings } from './credit/settings.ts'
 import { createKeyStore } from './keys/keyStore.ts'
 import { serveAdminEndpoints } from './nats/admin.ts'
 import { agentPayerRoutes } from './routes/agentPayers.ts'
 import { createJobPayments, startJobOutcomes } from './payments/jobPayments.ts'
 import { createLedger, paymentCounter } from './payments/ledger.ts'
 import { startLedgerConsumer } from './payments/ledgerConsumer.ts'
-import { facilitatorSettlement, onchainSettlement, type Settlement } from './payments/settlement.ts'
+import { onchainSettlement } from './payments/onchainSettlement.ts'
+import { facilitatorSettlement, type Settlement } from './payments/settlement.ts'
 import { startSettler } from './payments/settler.ts'
 import { keyRoutes } from './routes/keys.ts'
 import { payerRoutes } from './routes/payers.ts'
@@ -56,13 +59,34 @@ const settings = {
     maximum: 3_600_000,
     default: 120_000,
     description:
-      'how long a settler holds a claimed payment; after it, another replica (or a restarted admin) takes it up and checks its kept transaction. Each attempt waits for a receipt at most a third of it (60 s at most)',
+      'how long a settler holds a claimed payment; after it, another replica (or a restarted admin) takes it up and checks its kept transaction. Each receipt wait is at most a third of it (60 s at most), and an attempt waits at most twice (its kept transaction, then a new batch), so it ends inside the lease',
   }),
   SETTLEMENT_RETRY_MS: Type.Integer({
     minimum: 100,
     maximum: 60_000,
     default: 1_000,
     description: 'how long a settlement that failed transiently waits before its first retry; each next wait doubles, up to 60 s',
+  }),
+  SETTLEMENT_BATCH_SIZE: Type.Integer({
+    minimum: 1,
+    maximum: 1_000,
+    default: 100,
+    description:
+      'payments claimed and settled together: on chain, one transaction (Multicall3 aggregate3) for as many as SETTLEMENT_BATCH_GAS allows; through a facilitator, one /settle each, 10 at a time. 1 settles each payment on its own',
+  }),
+  SETTLEMENT_BATCH_GAS: Type.Integer({
+    minimum: 200_000,
+    maximum: 32_000_000,
+    default: 8_000_000,
+    description:
+      'the most gas one settlement transaction may use (its estimate plus 25%); a batch over it goes as several transactions. Arbitrum One takes up to 32,000,000 a block',
+  }),
+  SETTLEMENT_PIPELINE_DEPTH: Type.Integer({
+    minimum: 1,
+    maximum: 32,
+    default: 4,
+    description:
+      'settlement batches in flight at once: the next is signed and broadcast while earlier ones wait for their receipts. 1 waits for each receipt before the next batch',
   }),
   LEDGER_RETRY_MS: Type.Integer({
     minimum: 100,
@@ -133,6 +157,8 @@ const settings = {
     description:
       'development only: allow webhook URLs that resolve to loopback, private, link-local or metadata addresses (otherwise refused, also at delivery time)',
   }),
+  // prepaid credit (src/credit/settings.ts)
+  ...creditSettings,
 }
 
 export const adminService: ServiceDefinition<typeof settings, PrismaClient, 'write'> = {
@@ -165,11 +191,14 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient, 'wri
       else log.info({ state, retired: revoked.length }, 'bootstrap admin key ready')
     }
 
-    const nats = await addNatsService(nc, adminContract.name, version, 'API keys, payments ledger, revenue')
+    // prepaid credit: its ledger, consumers, sweeps and routes; the snapshot endpoint below serves it
+    const credit = await startCredit({ app, db, nc, channels, config, chain, events, log, metrics, onClose })
+
+    const nats = await addNatsService(nc, adminContract.name, version, 'API keys, payments ledger, revenue, credit')
     onClose(async () => {
       await nats.stop()
     })
-    serveAdminEndpoints(nats, { channels, log, keys, agentPayers, jobPayments })
+    serveAdminEndpoints(nats, { channels, log, keys, agentPayers, jobPayments, credit })
 
     const settlement = chooseSettlement(config, chain)
     if (!settlement) {
@@ -195,6 +224,8 @@ export const adminService: ServiceDefinition<typeof settings, PrismaClient, 'wri
         maxAttempts: config.SETTLEMENT_MAX_ATTEMPTS,
         leaseMs: config.SETTLEMENT_LEASE_MS,
         retryMs: config.SETTLEMENT_RETRY_MS,
+        batchSize: config.SETTLEMENT_BATCH_SIZE,
+        pipelineDepth: config.SETTLEMENT_PIPELINE_DEPTH,
       })
       onClose(settler.stop)
     }
@@ -266,6 +297,9 @@ function chooseSettlement(config: AdminConfig, chain: ChainContext): Settlement 
   if (config.FACILITATOR_URL) return facilitatorSettlement(config.FACILITATOR_URL, chain)
   // the receipt wait ends well inside the lease (the settler starts attempts in its first third only)
   return chain.hasWallet
-    ? onchainSettlement(chain, { receiptTimeoutMs: Math.min(60_000, Math.floor(config.SETTLEMENT_LEASE_MS / 3)) })
+    ? onchainSettlement(chain, {
+        receiptTimeoutMs: Math.min(60_000, Math.floor(config.SETTLEMENT_LEASE_MS / 3)),
+        batchGas: BigInt(config.SETTLEMENT_BATCH_GAS),
+      })
     : undefined
 }

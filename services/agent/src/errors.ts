@@ -14,6 +14,11 @@ export const TooManyStreams = createError<[number]>(
   'too many open event streams: at most %d at once per payer or API key (AGENT_MAX_STREAMS_PER_OWNER); close one first',
   429,
 )
+export const MalformedCreditHold = createError<[]>(
+  'ATS_ERR_AGENT_MALFORMED_CREDIT_HOLD',
+  'the credit hold of this request cannot be read (x-ats-credit-hold, x-ats-credit-wallet, x-ats-credit-hold-amount)',
+  400,
+)
 export const PromptNotText = createError<[]>('ATS_ERR_AGENT_PROMPT_NOT_TEXT', 'body/prompt must be a string', 400)
 
 // /v1: answered in OpenAI's error shape; `param` names the field at fault. These codes have no

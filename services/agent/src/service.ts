@@ -16,6 +16,8 @@ import { jobCounter, watchJobQueue } from './jobs/metrics.ts'
 import { createJobPaymentLookup, startPaymentOutcomes, type PaymentOutcomes } from './jobs/paymentOutcomes.ts'
 import { createJobQueue } from './jobs/queue.ts'
 import { createApprovalWithdrawal } from './jobs/approvals.ts'
+import { createPrices, modelPricesProblem } from './credit/prices.ts'
+import { startCreditUsage, type CreditUsageReports } from './credit/usageReports.ts'
 import { createJobStore, type Owner } from './jobs/store.ts'
 import { startJobWorkers } from './jobs/worker.ts'
 import { agentRoutesPlugin } from './routes/agent.ts'
@@ -94,6 +96,33 @@ const settings = {
   LLM_MODEL: Type.Optional(Type.String({ minLength: 1, description: 'the model name (required with LLM_BASE_URL)' })),
   LLM_MAX_STEPS: Type.Integer({ minimum: 1, maximum: 50, default: 8, description: 'model turns per job before it fails' }),
   LLM_TIMEOUT_MS: ms('one completion, retries included', 60_000, 1_000),
+  AGENT_CREDIT_MODEL_PRICES: Type.Refine(
+    Type.String({
+      default: '{}',
+      description:
+        'work paid by prepaid credit: prices per /v1 model (ats-agent also prices POST /agent/prompt jobs), a JSON object {"<model>": {"input": n, "output": n}} in USDC base units per 1M tokens (3000000 = $3 per 1M tokens); a model not listed costs the two defaults below',
+    }),
+    (raw) => modelPricesProblem(raw) === undefined,
+    (raw) => modelPricesProblem(raw) ?? 'not valid',
+  ),
+  AGENT_CREDIT_INPUT_PRICE_PER_MTOK: Type.Integer({
+    minimum: 0,
+    maximum: 1e15,
+    default: 3_000_000,
+    description: 'work paid by credit: USDC base units per 1M input tokens, for a model AGENT_CREDIT_MODEL_PRICES does not list ($3)',
+  }),
+  AGENT_CREDIT_OUTPUT_PRICE_PER_MTOK: Type.Integer({
+    minimum: 0,
+    maximum: 1e15,
+    default: 15_000_000,
+    description: 'work paid by credit: USDC base units per 1M output tokens, for a model AGENT_CREDIT_MODEL_PRICES does not list ($15)',
+  }),
+  AGENT_CREDIT_TOOL_CALL_PRICE: Type.Integer({
+    minimum: 0,
+    maximum: 1e15,
+    default: 1_000,
+    description: 'work paid by credit: USDC base units per tool call an agent job or /v1 completion makes ($0.001)',
+  }),
 }
 
 export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
@@ -111,14 +140,25 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
     let outcomes: PaymentOutcomes | undefined
     // and every final status (and a wait for approval) a webhook event, written in the same transaction
     let outbox: EventOutbox | undefined
+    // and a credit-paid job's end what it keeps of its hold, reported to admin's ledger
+    let credit: CreditUsageReports | undefined
     const jobs = jobCounter(metrics)
     const store = createJobStore(db, {
       paidJobFinished: (jobId) => outcomes?.published(jobId),
+      creditJobFinished: (jobId) => credit?.published(jobId),
       eventsRecorded: (ids) => outbox?.send(...ids),
       statusChanged: (state) => jobs.inc({ state }),
     })
     outcomes = await startPaymentOutcomes({ nc, channels: channels.admin.payments, store, log })
     onClose(outcomes.stop)
+    credit = await startCreditUsage({ nc, channels: channels.admin.credit, store, log })
+    onClose(credit.stop)
+    const prices = createPrices({
+      modelPrices: config.AGENT_CREDIT_MODEL_PRICES,
+      input: config.AGENT_CREDIT_INPUT_PRICE_PER_MTOK,
+      output: config.AGENT_CREDIT_OUTPUT_PRICE_PER_MTOK,
+      toolCall: config.AGENT_CREDIT_TOOL_CALL_PRICE,
+    })
     const withdraw = createApprovalWithdrawal({
       nc,
       endpoint: channels.trading.approvalWithdraw,
@@ -159,6 +199,7 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
         tools,
         runner,
         withdraw,
+        prices,
         log,
         settings: {
           concurrency: config.AGENT_WORKER_CONCURRENCY,
@@ -185,6 +226,8 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
       const idempotency = await createIdempotencyStore(config.DATABASE_URL!, { schema: 'agent', log })
       onClose(() => idempotency.close())
       onClose(startIdempotencyPurge(idempotency, log, 48 * 3600_000).stop)
+      // a credit hold that reaches a route and starts no job is given back
+      credit.install(app)
       const skills = skillList(config.AGENT_PUBLIC_URL, parseExternalSkills(config.EXTERNAL_SKILLS))
       await app.register(skillRoutes, { skills })
       const paymentsOf = createJobPaymentLookup({ nc, endpoint: channels.admin.paymentsOfJobs, log })

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox'
-import { topic } from '../common/messages.ts'
+import { endpoint, topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { Address, EpochMs, IntegerString } from '../common/primitives.ts'
 
@@ -111,11 +111,14 @@ export function creditChannels(namespace: string) {
   const debited = topic(subjectOf(namespace, 'credit', 'debited'), CreditDebits)
   const usage = creditUsageTopic(namespace)
   const adjusted = topic(subjectOf(namespace, 'credit', 'adjusted'), CreditAdjusted)
+  /** messages a consumer could not handle (undecodable, or failing too often), kept with their reason */
+  const deadLetters = subjectOf(namespace, 'credit', 'dead-letter')
   return {
     stream,
     debited,
     usage,
     adjusted,
+    deadLetters,
     /** admin's durable consumers of debits and usage reports */
     debitConsumer: 'admin-credit-debits',
     usageConsumer: 'admin-credit-usage',
@@ -123,9 +126,100 @@ export function creditChannels(namespace: string) {
     adjustedConsumer: 'gateway-credit-adjusted',
     streamSpec: {
       name: stream,
-      subjects: [debited.subject, usage.subject, adjusted.subject],
+      subjects: [debited.subject, usage.subject, adjusted.subject, deadLetters],
       maxAgeMs: 7 * 86_400_000,
       duplicateWindowMs: 600_000,
     },
   }
 }
+
+/** admin.credit.snapshot: a gateway's copy of a wallet's credit rebuilt from the ledger. */
+export const creditSnapshotEndpoint = (namespace: string) =>
+  endpoint(subjectOf(namespace, 'admin', 'credit.snapshot'), CreditSnapshotRequest, CreditSnapshotReply)
+
+/** The movements of a wallet's credit, as the ledger records them (each once per wallet, kind and ref). */
+export const creditEntryKinds = ['topup', 'debit', 'hold', 'capture', 'release', 'withdraw', 'refund'] as const
+export type CreditEntryKind = (typeof creditEntryKinds)[number]
+
+const CreditAmount = (description: string) => IntegerString({ description: `${description}, USDC base units (6 decimals)` })
+
+/** POST /credit/topup's query: how much credit to buy (the x402 price of the request). */
+export const CreditTopUpQuery = Type.Object(
+  {
+    amount: IntegerString({
+      maxLength: 15,
+      description:
+        'USDC base units to add to the credit (1000000 = 1 USDC): the price the 402 asks for, from CREDIT_MIN_TOPUP up to CREDIT_MAX_TOPUP',
+    }),
+  },
+  { additionalProperties: false },
+)
+
+/** A top-up whose payment is not settled yet: it is spendable once it is. */
+export const PendingTopUp = Type.Object({
+  amount: CreditAmount('what the payment adds'),
+  nonce: Type.String({ description: "the payment's EIP-3009 nonce" }),
+  at: EpochMs('when the top-up was paid'),
+})
+
+/** 202 of POST /credit/topup: the payment is charged; the credit comes when it settles. */
+export const CreditTopUpAnswer = Type.Object({
+  wallet: Address({ description: 'the wallet the credit belongs to: the payer (lower-case)' }),
+  amount: CreditAmount('the credit it adds'),
+  state: Type.Literal('pending', { description: 'pending until the payment settles on chain; then spendable (webhook credit.topped_up)' }),
+  nonce: Type.String({ description: "the payment's EIP-3009 nonce" }),
+})
+
+export const CreditEntry = Type.Object({
+  id: IntegerString({ description: 'the ledger entry id (increasing)' }),
+  kind: Type.Unsafe<CreditEntryKind>({
+    type: 'string',
+    enum: [...creditEntryKinds],
+    description:
+      'topup: a settled top-up; debit: a price paid; hold: the most metered work may cost, taken at its start; capture: what the work used, kept from its hold; release: the rest of a hold given back; withdraw: paid back on chain; refund: a withdrawal that could not be paid, given back',
+  }),
+  amount: CreditAmount('how much moved'),
+  ref: Type.String({
+    description: 'the request id (debit, hold, capture, release), the payment nonce (topup) or the Idempotency-Key (withdraw, refund)',
+  }),
+  route: Type.Union([Type.String(), Type.Null()], { description: 'method and path of the request it paid for' }),
+  at: EpochMs(),
+})
+export type CreditEntry = Static<typeof CreditEntry>
+
+/** GET /credit: a wallet's credit. */
+export const CreditAccount = Type.Object({
+  wallet: Address({ description: 'lower-case' }),
+  available: CreditAmount('what can be spent now: balance − held'),
+  balance: CreditAmount('the credit owned: settled top-ups − debits − what holds kept − withdrawals + refunds'),
+  held: CreditAmount('taken by metered work still running (its unused part comes back when it ends)'),
+  pendingTopUps: Type.Array(PendingTopUp, { description: 'paid top-ups waiting for their settlement' }),
+  recent: Type.Array(CreditEntry, { description: 'the latest 20 movements, newest first' }),
+})
+export type CreditAccount = Static<typeof CreditAccount>
+
+export const CreditQuery = Type.Object(
+  { wallet: Type.Optional(Address({ description: 'admin keys: the wallet to read (others read their own)' })) },
+  { additionalProperties: false },
+)
+
+export const CreditWithdrawBody = Type.Object(
+  {
+    amount: Type.Optional(
+      IntegerString({ maxLength: 15, description: 'USDC base units to pay back; all that is available when left out' }),
+    ),
+  },
+  { additionalProperties: false },
+)
+
+/** What became of a withdrawal: paid on chain, still waiting for its block, or refused and given back. */
+export const CreditWithdrawal = Type.Object({
+  id: Type.String({ description: 'the Idempotency-Key it ran under; a repeat with it answers this again' }),
+  wallet: Address({ description: 'lower-case: where the USDC goes' }),
+  amount: CreditAmount('paid back'),
+  state: Type.Union([Type.Literal('sending'), Type.Literal('paid')], {
+    description: 'sending: the transfer is signed and broadcast, waiting for a block (txHash); paid: on chain',
+  }),
+  txHash: Type.Union([Type.String(), Type.Null()]),
+})
+export type CreditWithdrawal = Static<typeof CreditWithdrawal>

@@ -4,6 +4,7 @@ import { endpoint, topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { eventChannels } from '../common/events.ts'
 import { Address, Sha256Hex } from '../common/primitives.ts'
+import { creditChannels, creditSnapshotEndpoint } from './credit.ts'
 import { AgentPayer, SpendPolicy } from './http.ts'
 import { PaymentsOfJobsReply, PaymentsOfJobsRequest, paymentChannels } from './payments.ts'
 
@@ -73,6 +74,10 @@ export function adminChannels(namespace: string) {
     payments: paymentChannels(namespace),
     /** the events stream: every service's outbox publishes there, admin delivers them to webhook subscriptions */
     events: eventChannels(namespace),
+    /** prepaid credit: debits and usage reports (gateways, metered services -> admin), adjustments (admin -> gateways) */
+    credit: creditChannels(namespace),
+    /** request/reply: a wallet's available credit once every debit published before the request is recorded */
+    creditSnapshot: creditSnapshotEndpoint(namespace),
   }
 }
 export type AdminChannels = ReturnType<typeof adminChannels>

@@ -4,7 +4,7 @@
 // of the rest of the API, because those SDKs parse that shape (docs/v1.md).
 import { Type, type Static } from 'typebox'
 import { route } from '../common/route.ts'
-import { JobAwaitingApproval, JobTransaction } from './http.ts'
+import { AtsCharged, JobAwaitingApproval, JobTransaction } from './http.ts'
 
 /** The models of /v1/models: each runs the agent; they differ in the runner that answers. */
 export const chatModels = [
@@ -81,6 +81,7 @@ const Usage = Type.Object({
   prompt_tokens: Type.Integer(),
   completion_tokens: Type.Integer(),
   total_tokens: Type.Integer(),
+  ats_charged: Type.Optional(AtsCharged),
 })
 
 /** One tool call the agent made, in OpenAI's tool-call shape plus its outcome. */

@@ -103,8 +103,35 @@ export const JobResult = Type.Object({
       },
     ),
   ),
+  charged: Type.Optional(
+    IntegerString({
+      description:
+        "jobs paid by credit: what the run cost, USDC base units, kept from the credit held for it: its tokens at the model's prices plus its tool calls (AGENT_CREDIT_* settings), at most the hold",
+    }),
+  ),
 })
 export type JobResult = Static<typeof JobResult>
+
+/** The `ats_charged` of /v1 usage objects: what a credit-paid answer cost. */
+export const AtsCharged = IntegerString({
+  description:
+    'ours, answers paid by credit: USDC base units kept from the credit held for the request (its tokens at the prices of its model, plus the tool calls of the agent); the rest of the hold goes back to the wallet',
+})
+
+/** What a job paid by credit holds and, once it ended, what it cost. */
+export const JobCredit = Type.Object(
+  {
+    held: IntegerString({ description: 'USDC base units the gateway held from the credit when the job was created: the most it may cost' }),
+    charged: Type.Optional(
+      IntegerString({
+        description:
+          'once finished: what was kept from the hold (the rest went back): the work done when it completed or was cancelled while running, 0 when it failed or was cancelled before it started',
+      }),
+    ),
+  },
+  { description: 'jobs paid by credit (POST /agent/prompt signed in with SIWx or a session token)' },
+)
+export type JobCredit = Static<typeof JobCredit>
 
 export const Job = Type.Object({
   id: Type.String(),
@@ -116,6 +143,7 @@ export const Job = Type.Object({
   result: Type.Optional(JobResult),
   error: Type.Optional(Type.String({ description: 'failed jobs: what went wrong, for a person to read (never internals)' })),
   payment: Type.Optional(JobPayment),
+  credit: Type.Optional(JobCredit),
   approval: Type.Optional(Approval),
   notice: Type.Optional(
     Type.String({ description: 'awaiting_approval: what waits and where to approve or reject it (`approval`), in plain words' }),
@@ -125,6 +153,9 @@ export type Job = Static<typeof Job>
 
 /** The header of a 202 from POST /agent/prompt naming the job: the gateway ties the payment to it. */
 export const jobIdHeader = 'x-ats-job-id'
+
+/** The header of a non-streamed /v1 answer paid by credit: USDC base units kept from the hold (as its `usage.ats_charged`). */
+export const chargedHeader = 'ats-charged'
 
 export const Message = Type.Object({
   id: Type.String(),

@@ -4,7 +4,7 @@
 import { Type, type Static } from 'typebox'
 import { route } from '../common/route.ts'
 import { AgentStep, AgentTrace, chatModels, maxChatMessages, type Failure } from './chat.ts'
-import { JobAwaitingApproval } from './http.ts'
+import { AtsCharged, JobAwaitingApproval } from './http.ts'
 
 export const anthropicErrorTypes = [
   'invalid_request_error',
@@ -102,7 +102,7 @@ export const MessagesRequest = Type.Object(
 )
 export type MessagesRequest = Static<typeof MessagesRequest>
 
-const Usage = Type.Object({ input_tokens: Type.Integer(), output_tokens: Type.Integer() })
+const Usage = Type.Object({ input_tokens: Type.Integer(), output_tokens: Type.Integer(), ats_charged: Type.Optional(AtsCharged) })
 
 export const MessageAnswer = Type.Object({
   id: Type.String({ description: 'msg_<job id>' }),

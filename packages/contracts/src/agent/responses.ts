@@ -5,7 +5,7 @@
 import { Type, type Static } from 'typebox'
 import { route } from '../common/route.ts'
 import { AgentTrace, chatModels, OpenAiError, openAiRouteErrors } from './chat.ts'
-import { JobAwaitingApproval } from './http.ts'
+import { AtsCharged, JobAwaitingApproval } from './http.ts'
 
 export const responseStatuses = ['queued', 'in_progress', 'completed', 'failed', 'cancelled', 'incomplete'] as const
 export type ResponseStatus = (typeof responseStatuses)[number]
@@ -69,6 +69,7 @@ export const ResponseUsage = Type.Object({
   total_tokens: Type.Integer(),
   input_tokens_details: Type.Object({ cached_tokens: Type.Integer() }),
   output_tokens_details: Type.Object({ reasoning_tokens: Type.Integer() }),
+  ats_charged: Type.Optional(AtsCharged),
 })
 
 export const ResponseObject = Type.Object(

@@ -19,6 +19,8 @@ export const webhookEventTypes = [
   'swap.confirmed',
   'payment.settled',
   'payment.voided',
+  'credit.topped_up',
+  'credit.low',
 ] as const
 export type WebhookEventType = (typeof webhookEventTypes)[number]
 export const WebhookEventTypeSchema = Type.Unsafe<WebhookEventType>({

@@ -1,8 +1,9 @@
-// The NATS endpoints of admin: API keys by hash or id, agent payers, and the payments of agent jobs, which the gateway, trading, automation and the agent call.
+// The NATS endpoints of admin: API keys by hash or id, agent payers, the payments of agent jobs and credit snapshots, which the gateway, trading, automation and the agent call.
 import type { NatsChannels } from '@ats/contracts'
 import { serveEndpoint, type Logger } from '@ats/service-kit'
 import type { Service } from 'nats'
 import type { AgentPayers } from '../agentPayers/agentPayers.ts'
+import type { Credit } from '../credit/credit.ts'
 import type { KeyStore } from '../keys/keyStore.ts'
 import type { JobPayments } from '../payments/jobPayments.ts'
 
@@ -14,11 +15,13 @@ export function serveAdminEndpoints(
     keys,
     agentPayers,
     jobPayments,
-  }: { channels: NatsChannels; log: Logger; keys: KeyStore; agentPayers: AgentPayers; jobPayments: JobPayments },
+    credit,
+  }: { channels: NatsChannels; log: Logger; keys: KeyStore; agentPayers: AgentPayers; jobPayments: JobPayments; credit: Credit },
 ) {
-  const { keyVerify, keyPolicy, agentPayer, paymentsOfJobs } = channels.admin
+  const { keyVerify, keyPolicy, agentPayer, paymentsOfJobs, creditSnapshot } = channels.admin
   serveEndpoint(nats, 'keys-verify', keyVerify, log, async ({ hash }) => ({ key: await keys.findActiveByHash(hash) }))
   serveEndpoint(nats, 'keys-policy', keyPolicy, log, async ({ keyId }) => ({ key: await keys.findActiveById(keyId) }))
   serveEndpoint(nats, 'agent-payers-get', agentPayer, log, async ({ address }) => ({ payer: await agentPayers.get(address) }))
   serveEndpoint(nats, 'payments-of-jobs', paymentsOfJobs, log, async ({ jobIds }) => ({ payments: await jobPayments.ofJobs(jobIds) }))
+  serveEndpoint(nats, 'credit-snapshot', creditSnapshot, log, ({ wallet }) => credit.snapshot(wallet))
 }

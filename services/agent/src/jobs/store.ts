@@ -2,6 +2,8 @@
 import { randomBytes } from 'node:crypto'
 import type {
   Approval,
+  CreditUsage,
+  CreditUsageDetail,
   Job as JobView,
   JobEvent,
   JobResult,
@@ -11,7 +13,11 @@ import type {
 } from '@ats/contracts'
 import { eventOwner, newEventId, NotFound, recordEvent } from '@ats/service-kit'
 import { Prisma, type Job, type Message, type PrismaClient } from '../generated/prisma/client.ts'
+import type { CreditHold } from '../credit/hold.ts'
 import type { CountedStatus } from './metrics.ts'
+
+/** The model of a job that names none (POST /agent/prompt): the deployment's agent, priced as /v1's ats-agent. */
+export const defaultModel = 'ats-agent'
 
 const newId = (prefix: string) => `${prefix}_${randomBytes(12).toString('base64url')}`
 type Tx = Prisma.TransactionClient
@@ -36,6 +42,11 @@ export interface JobStoreHooks {
    * commit, to publish them at once. A publish that never happens is made by the outbox's sweep.
    */
   eventsRecorded?(ids: string[]): void
+  /**
+   * A job paid by credit was finished, or its work counted (what it keeps of its hold is stored):
+   * called after the commit, to publish its usage report. Not awaited; the sweep makes a missed one.
+   */
+  creditJobFinished?(jobId: string): void
   /** A job was created (pending) or finished: called after the commit, to count it (/metrics). */
   statusChanged?(status: CountedStatus): void
 }
@@ -69,7 +80,20 @@ export interface PromptInput {
   paymentValidBefore?: number | null | undefined
   /** what a /v1 API keeps of its request to answer it again later (responses: metadata…), with the prompt message */
   apiRequest?: Record<string, unknown>
+  /** paid by credit: the hold the gateway took for the job (x-ats-credit-*) */
+  credit?: CreditHold | undefined
 }
+
+/** What a job paid by credit keeps of its hold, decided when it ends (or when its worker counted a cancelled run). */
+export interface CreditCharge {
+  amount: bigint
+  usage: CreditUsageDetail
+}
+
+/** The reason a job cancelled while it ran but never counted by its worker keeps nothing of its hold. */
+export const uncountedReason = 'cancelled while running; its worker stopped before counting the work, so nothing is kept'
+/** Why a job cancelled while it ran keeps part of its hold. */
+export const cancelledWhileRunning = 'cancelled while running: the work done until then'
 
 const finished = new Set(['complete', 'failed', 'cancelled'])
 export const isFinished = (status: string) => finished.has(status)
@@ -83,7 +107,7 @@ export function jobView(job: Job, full = isFinished(job.status)): JobView {
       ? { approval: job.approval as unknown as Approval, notice: job.approvalNotice ?? '' }
       : {}),
   }
-  if (!full) return short
+  if (!full) return { ...short, ...creditView(job) }
   return {
     ...short,
     threadId: job.threadId,
@@ -91,8 +115,20 @@ export function jobView(job: Job, full = isFinished(job.status)): JobView {
     updatedAt: job.updatedAt.getTime(),
     ...(job.status === 'complete' && job.result ? { result: job.result as unknown as JobResult } : {}),
     ...(job.status === 'failed' && job.error ? { error: job.error } : {}),
+    ...creditView(job),
   }
 }
+
+/** A credit-paid job's `credit`: what was held, and once decided what was kept. */
+const creditView = (job: Job) =>
+  job.creditHoldAmount === null
+    ? {}
+    : {
+        credit: {
+          held: String(job.creditHoldAmount),
+          ...(job.creditCharged === null ? {} : { charged: String(job.creditCharged) }),
+        },
+      }
 
 export function messageView(m: Message): MessageView {
   const metadata = (m.metadata ?? {}) as { jobId?: string }
@@ -130,12 +166,17 @@ const jobColumns = Prisma.sql`id, owner_id AS "ownerId", key_id AS "keyId", wall
   model, instructions, result, error, approval, approval_notice AS "approvalNotice", enqueued_at AS "enqueuedAt", attempts, worker_id AS "workerId",
   lease_until AS "leaseUntil", event_seq AS "eventSeq", payment, payment_valid_before AS "paymentValidBefore",
   payment_outcome AS "paymentOutcome", payment_reason AS "paymentReason",
-  outcome_published_at AS "outcomePublishedAt", created_at AS "createdAt", updated_at AS "updatedAt"`
+  outcome_published_at AS "outcomePublishedAt", credit_wallet AS "creditWallet", credit_hold AS "creditHold",
+  credit_hold_amount AS "creditHoldAmount", credit_charged AS "creditCharged", credit_outcome AS "creditOutcome",
+  credit_reason AS "creditReason", credit_usage AS "creditUsage", credit_published_at AS "creditPublishedAt",
+  created_at AS "createdAt", updated_at AS "updatedAt"`
 
 /** What a job's webhook events need of it, returned by the statements that change its status. */
 interface EventRow {
   id: string
   paid: boolean
+  /** paid by credit: the end stores what it keeps of the hold (or its worker will count it) */
+  credited: boolean
   owner_id: string
   key_id: string | null
   wallet: string | null
@@ -144,7 +185,7 @@ interface EventRow {
   /** the approval the job asked for last, when it was not decided before the job went on (to withdraw) */
   approval_id: string | null
 }
-const eventColumns = Prisma.sql`id, payment IS NOT NULL AS paid, owner_id, key_id, wallet, prompt, thread_id, approval->>'id' AS approval_id`
+const eventColumns = Prisma.sql`id, payment IS NOT NULL AS paid, credit_hold IS NOT NULL AS credited, owner_id, key_id, wallet, prompt, thread_id, approval->>'id' AS approval_id`
 
 type WebhookData = { status: string; result?: JobResult; error?: string; approval?: Approval; notice?: string }
 
@@ -191,8 +232,9 @@ const claimable = (workerId: string) =>
 
 export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
   /** after the commit of a final status: paid jobs have an outcome to publish */
-  const outcomeStored = (rows: Array<{ paid: boolean }>, jobId: string) => {
+  const outcomeStored = (rows: Array<{ paid: boolean; credited: boolean }>, jobId: string) => {
     if (rows[0]?.paid) hooks.paidJobFinished?.(jobId)
+    if (rows[0]?.credited) hooks.creditJobFinished?.(jobId)
   }
   const recorded = (ids: string[]) => {
     if (ids.length > 0) hooks.eventsRecorded?.(ids)
@@ -202,7 +244,9 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
     const ending = await db.$transaction(async (t) => {
       const rows = await t.$queryRaw<EventRow[]>`
         UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now(),
-          payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'void' END, payment_reason = CASE WHEN payment IS NULL THEN NULL ELSE ${error} END
+          payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'void' END, payment_reason = CASE WHEN payment IS NULL THEN NULL ELSE ${error} END,
+          credit_charged = CASE WHEN credit_hold IS NULL THEN NULL ELSE 0 END, credit_outcome = CASE WHEN credit_hold IS NULL THEN NULL ELSE 'failed' END,
+          credit_reason = CASE WHEN credit_hold IS NULL THEN NULL ELSE ${error} END
         WHERE id = ${jobId} AND ${condition} RETURNING ${eventColumns}`
       if (rows.length === 0) return { rows, event: null, eventId: null }
       const eventId = await recordJobEvent(t, 'job.failed', rows[0]!, { status: 'failed', error })
@@ -223,6 +267,21 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
     return event && row
       ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } }
       : null
+  }
+  /** The usage report of a finished credit-paid job, to publish; null when it has none yet (or none at all). */
+  async function creditReport(jobId: string): Promise<CreditUsage | null> {
+    const job = await db.job.findUnique({ where: { id: jobId } })
+    if (!job?.creditHold || !job.creditWallet || job.creditCharged === null || !job.creditOutcome || !isFinished(job.status)) return null
+    const usage = (job.creditUsage as CreditUsageDetail | null) ?? { inputTokens: 0, outputTokens: 0 }
+    return {
+      hold: job.creditHold,
+      wallet: job.creditWallet,
+      amount: String(job.creditCharged),
+      usage: { model: job.model ?? defaultModel, ...usage },
+      outcome: job.creditOutcome as CreditUsage['outcome'],
+      ...(job.creditReason === null ? {} : { reason: job.creditReason.slice(0, 2000) }),
+      at: job.updatedAt.getTime(),
+    }
   }
   return {
     /**
@@ -256,9 +315,11 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       const [row] = await db.$queryRaw<Array<{ created_at: Date }>>`
         WITH th AS (${thread}),
         j AS (
-          INSERT INTO jobs (id, owner_id, payment, payment_valid_before, key_id, wallet, thread_id, prompt, model, instructions, context, event_seq, updated_at)
+          INSERT INTO jobs (id, owner_id, payment, payment_valid_before, key_id, wallet, thread_id, prompt, model, instructions, context, event_seq, updated_at,
+            credit_wallet, credit_hold, credit_hold_amount)
           SELECT ${jobId}, ${owner.ownerId}, ${input.payment ?? null}, ${input.paymentValidBefore ?? null}::bigint, ${owner.keyId ?? null}, ${owner.wallet ?? null}, th.id, ${input.prompt},
-            ${input.model ?? null}, ${input.instructions ?? null}, ${context}::jsonb, 1, now() FROM th
+            ${input.model ?? null}, ${input.instructions ?? null}, ${context}::jsonb, 1, now(),
+            ${input.credit?.wallet ?? null}, ${input.credit?.hold ?? null}, ${input.credit?.amount ?? null}::bigint FROM th
           RETURNING id, thread_id),
         m AS (
           INSERT INTO messages (id, thread_id, role, content, metadata, created_at)
@@ -300,12 +361,16 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
     async cancel(owner: Owner, id: string): Promise<Ended | null> {
       // a paid job cancelled while running (or waiting) is charged (work was done), one cancelled
       // before a worker started it is voided: decided from the status it had, in the same statement;
+      // a credit-paid one keeps nothing of its hold before it started, else what its worker counts (countCancelled);
       // `approval` is kept from a wait that was not decided, so that the caller withdraws it
       const ending = await db.$transaction(async (t) => {
         const rows = await t.$queryRaw<EventRow[]>`
           UPDATE jobs SET status = 'cancelled', worker_id = NULL, lease_until = NULL, updated_at = now(),
             payment_outcome = CASE WHEN payment IS NULL THEN NULL WHEN status IN ('running', 'awaiting_approval') THEN 'charge' ELSE 'void' END,
-            payment_reason = CASE WHEN payment IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE ${cancelledBeforeStart} END
+            payment_reason = CASE WHEN payment IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE ${cancelledBeforeStart} END,
+            credit_charged = CASE WHEN credit_hold IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE 0 END,
+            credit_outcome = CASE WHEN credit_hold IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE 'voided' END,
+            credit_reason = CASE WHEN credit_hold IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE ${cancelledBeforeStart} END
           WHERE id = ${id} AND owner_id = ${owner.ownerId} AND status IN ('pending', 'running', 'awaiting_approval') RETURNING ${eventColumns}`
         if (rows.length === 0) return { rows, event: null, eventId: null }
         const eventId = await recordJobEvent(t, 'job.cancelled', rows[0]!, { status: 'cancelled' })
@@ -426,7 +491,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
      * `approvalId`: an approval an earlier run of the job waited for and this one did not (a
      * re-run that planned otherwise), to withdraw.
      */
-    async complete(job: Job, workerId: string, result: JobResult): Promise<Ended | null> {
+    async complete(job: Job, workerId: string, result: JobResult, credit?: CreditCharge): Promise<Ended | null> {
       // the status, the assistant's message, the thread's time, the job.completed webhook event
       // and the status event, in one statement (one round trip): all or nothing, as a transaction
       const data: JobEvent['data'] = { status: 'complete', result }
@@ -439,7 +504,10 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       const rows = await db.$queryRaw<Array<EventRow & { event_seq: number; event_at: Date }>>`
         WITH u AS (
           UPDATE jobs SET status = 'complete', result = ${JSON.stringify(result)}::jsonb, worker_id = NULL, lease_until = NULL, updated_at = now(),
-            payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'charge' END, event_seq = event_seq + 1
+            payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'charge' END, event_seq = event_seq + 1,
+            credit_charged = CASE WHEN credit_hold IS NULL THEN NULL ELSE LEAST(${credit?.amount ?? 0n}::bigint, credit_hold_amount) END,
+            credit_outcome = CASE WHEN credit_hold IS NULL THEN NULL ELSE 'complete' END,
+            credit_usage = CASE WHEN credit_hold IS NULL THEN NULL ELSE ${JSON.stringify(credit?.usage ?? null)}::jsonb END
           WHERE id = ${job.id} AND status = 'running' AND worker_id = ${workerId} RETURNING ${eventColumns}, event_seq),
         m AS (
           INSERT INTO messages (id, thread_id, role, content, tool_calls, metadata)
@@ -501,6 +569,48 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
         orderBy: { updatedAt: 'asc' },
         take: limit,
       }),
+
+    /**
+     * A credit-paid job cancelled while it ran: what its worker counted of the work until then is
+     * kept from the hold (at most the hold). Only once, and only for a job whose count is awaited.
+     */
+    async countCancelled(jobId: string, credit: CreditCharge): Promise<boolean> {
+      const rows = await db.$queryRaw<Array<{ id: string }>>`
+        UPDATE jobs SET credit_charged = LEAST(${credit.amount}::bigint, credit_hold_amount), credit_outcome = 'complete',
+          credit_reason = ${cancelledWhileRunning}, credit_usage = ${JSON.stringify(credit.usage)}::jsonb
+        WHERE id = ${jobId} AND status = 'cancelled' AND credit_hold IS NOT NULL AND credit_charged IS NULL RETURNING id`
+      if (rows.length > 0) hooks.creditJobFinished?.(jobId)
+      return rows.length > 0
+    },
+
+    creditReport,
+
+    /**
+     * A credit-paid job cancelled while it ran before `before`, whose worker never counted it:
+     * nothing is kept (voided), and its report is answered; null when it is not such a job.
+     */
+    async creditUncounted(jobId: string, before: Date): Promise<CreditUsage | null> {
+      await db.$executeRaw`
+        UPDATE jobs SET credit_charged = 0, credit_outcome = 'voided', credit_reason = ${uncountedReason}
+        WHERE id = ${jobId} AND status = 'cancelled' AND credit_hold IS NOT NULL AND credit_charged IS NULL AND updated_at < ${before}`
+      return creditReport(jobId)
+    },
+
+    markCreditPublished: (jobId: string) =>
+      db.job.updateMany({ where: { id: jobId, creditPublishedAt: null }, data: { creditPublishedAt: new Date() } }),
+
+    /**
+     * Credit-paid jobs whose report is not yet in the stream: finished before `olderThan` with
+     * their charge decided, or cancelled while running before `uncountedBefore` and never counted.
+     */
+    unpublishedCredit: async (olderThan: Date, uncountedBefore: Date, limit: number) =>
+      (
+        await db.$queryRaw<Array<{ id: string }>>`
+          SELECT id FROM jobs
+          WHERE credit_hold IS NOT NULL AND credit_published_at IS NULL AND status IN ('complete', 'failed', 'cancelled')
+            AND ((credit_charged IS NOT NULL AND updated_at < ${olderThan}) OR updated_at < ${uncountedBefore})
+          ORDER BY updated_at LIMIT ${limit}`
+      ).map((row) => row.id),
 
     /** Gives a running (or waiting) job back to the queue (its worker is stopping). */
     release: (jobId: string, workerId: string) =>

@@ -5,6 +5,8 @@ import { randomBytes } from 'node:crypto'
 import type { AgentChannels, JobResult } from '@ats/contracts'
 import { startWorkQueueConsumer, type Logger, type WorkOutcome } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
+import { createCreditMeter, type CreditMeter } from '../credit/meter.ts'
+import type { Prices } from '../credit/prices.ts'
 import type { Job } from '../generated/prisma/client.ts'
 import { createPlanner } from '../runner/planner.ts'
 import { RunnerError, type Runner } from '../runner/runner.ts'
@@ -14,7 +16,7 @@ import type { JobOwner, Tools } from '../runner/tools.ts'
 import type { ApprovalWithdrawal } from './approvals.ts'
 import type { JobEvents } from './events.ts'
 import { deadlineOf, notStartedReason, stoppedReason } from './paymentDeadline.ts'
-import type { HistoryMessage, JobStore } from './store.ts'
+import { defaultModel, type CreditCharge, type HistoryMessage, type JobStore } from './store.ts'
 
 export interface WorkerSettings {
   concurrency: number
@@ -37,6 +39,8 @@ export interface WorkerDeps {
   runner: Runner
   /** gives up the approval of a job that failed while it waited */
   withdraw: ApprovalWithdrawal
+  /** what work paid by credit costs */
+  prices: Prices
   log: Logger
   settings: WorkerSettings
 }
@@ -78,7 +82,7 @@ function runClock(limitMs: number, onLimit: () => void) {
   }
 }
 
-export async function startJobWorkers({ nc, channels, store, events, tools, runner, withdraw, log, settings }: WorkerDeps) {
+export async function startJobWorkers({ nc, channels, store, events, tools, runner, withdraw, prices, log, settings }: WorkerDeps) {
   const workerId = `wrk_${randomBytes(8).toString('base64url')}`
   // /v1's ats-planner asks for the offline planner whatever the deployment's runner is
   const planner = runner.name === 'offline-planner' ? runner : createPlanner()
@@ -98,7 +102,13 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     },
   })
 
-  async function run(job: Job, history: HistoryMessage[], signal: AbortSignal, approvals: ApprovalWaits): Promise<JobResult> {
+  async function run(
+    job: Job,
+    history: HistoryMessage[],
+    signal: AbortSignal,
+    approvals: ApprovalWaits,
+    meter: CreditMeter | undefined,
+  ): Promise<JobResult> {
     const owner = ownerOfJob(job)
     const toolbox = await createToolbox({
       tools,
@@ -111,11 +121,13 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
       approvals,
       firstRun: job.attempts === 1,
     })
+    meter?.countToolCalls(() => toolbox.toolCalls.length)
     // the text as the model writes it: broadcast only (never stored), each piece with its offset in the answer
     let offset = 0
     const onText = (text: string) => {
       events.emitDelta(job.id, text, offset)
       offset += text.length
+      meter?.onText(text)
     }
     const input = {
       jobId: job.id,
@@ -125,9 +137,16 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
       instructions: job.instructions ?? undefined,
       owner,
       onText,
+      ...(meter ? { onUsage: meter.onUsage, budget: meter.budget } : {}),
     }
     const { text, modelTurns, usage } = await runnerFor(job).run(input, toolbox, signal)
     return { text, steps: toolbox.toolCalls.length + modelTurns, toolCalls: toolbox.toolCalls, transactions: toolbox.transactions, usage }
+  }
+
+  /** A credit-paid job cancelled while it ran: what it did until then is kept from its hold. */
+  async function countCancelled(jobId: string, charge: CreditCharge) {
+    if (await store.countCancelled(jobId, charge))
+      log.info({ jobId, charged: String(charge.amount) }, 'credit of a job cancelled while running: its work counted')
   }
 
   /** A paid job taken after its deadline: failed without running, its payment voided with the reason. */
@@ -152,6 +171,7 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     const job = claim.claimed
     const deadline = deadlineOf(job.paymentValidBefore, settings.paymentMarginSeconds)
     const lapsed = () => new PaymentLapsed(stoppedReason(job.paymentValidBefore!, settings.paymentMarginSeconds))
+    const meter = job.creditHoldAmount === null ? undefined : createCreditMeter(prices, job.model ?? defaultModel, job.creditHoldAmount)
     const controller = new AbortController()
     running.set(jobId, controller)
     const stop = () => controller.abort(new Stopping())
@@ -204,15 +224,20 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     const started = Date.now()
     log.info({ jobId, deliveries, runner: runnerFor(job).name }, 'job running')
     try {
-      const result = await run(job, claim.history, controller.signal, approvals)
-      const ended = await store.complete(job, workerId, result)
+      const ran = await run(job, claim.history, controller.signal, approvals, meter)
+      // paid by credit: the work done, at most the hold, shown in the result and kept from the hold
+      const charge = meter?.completed(ran.usage, ran.steps)
+      const result = charge ? { ...ran, charged: String(charge.amount) } : ran
+      const ended = await store.complete(job, workerId, result, charge)
       if (ended) events.emit(ended.event)
+      else if (charge) await countCancelled(jobId, charge)
       if (ended?.approvalId) await withdraw(ended.owner, ended.approvalId, 'the job finished without this swap')
       log.info({ jobId, ms: Date.now() - started, steps: result.steps, toolCalls: result.toolCalls, cancelled: !ended }, 'job finished')
       return 'done'
     } catch (error) {
       const reason = controller.signal.aborted ? controller.signal.reason : error
       if (reason instanceof Cancelled) {
+        if (meter) await countCancelled(jobId, await meter.cancelled())
         log.info({ jobId, ms: Date.now() - started }, 'job cancelled while running')
         return 'done'
       }

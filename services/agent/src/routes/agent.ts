@@ -2,6 +2,7 @@ import { agentRoutes, identityHeaders, jobIdHeader } from '@ats/contracts'
 import { fingerprintOf, NotFound, type IdempotencyStore, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { isAddress } from 'viem'
+import { creditHoldOf, creditWalletOf } from '../credit/hold.ts'
 import { ContextTooLarge, JobNotCancellable, NoPayer, PromptNotText } from '../errors.ts'
 import type { JobEvents } from '../jobs/events.ts'
 import { deadlineOf, validBeforeOf } from '../jobs/paymentDeadline.ts'
@@ -11,9 +12,9 @@ import { isFinished, jobView, type JobStore, type Owner } from '../jobs/store.ts
 
 const maxContextBytes = 16_384
 
-/** The owner of paid routes: the payer the gateway verified, as a lower-case address. */
+/** The owner of paid routes: the payer the gateway verified (or whose credit pays), as a lower-case address. */
 export function payerOf(request: FastifyRequest): Owner {
-  const payer = request.identity.ownerId
+  const payer = request.identity.ownerId ?? creditWalletOf(request)
   if (!payer || !isAddress(payer, { strict: false })) throw new NoPayer()
   const address = payer.toLowerCase()
   return { ownerId: address, wallet: address }
@@ -79,6 +80,7 @@ export async function agentRoutesPlugin(
       const { prompt, threadId, context } = request.body
       if (context !== undefined && Buffer.byteLength(JSON.stringify(context)) > maxContextBytes) throw new ContextTooLarge(maxContextBytes)
       const paid = paymentOf(request, owner)
+      const credit = creditHoldOf(request)
       const job = await once(request, 'agent.prompt', { prompt, threadId, context }, async () => {
         const created = await store.createPrompt(owner, {
           prompt,
@@ -86,7 +88,10 @@ export async function agentRoutesPlugin(
           context,
           payment: paid?.payment,
           paymentValidBefore: paid?.validBefore,
+          credit,
         })
+        // the job's end reports what it keeps of the hold
+        request.creditHoldTaken = credit !== undefined
         events.emit(created.event)
         await queue.enqueue(created.jobId)
         request.log.info({ jobId: created.jobId, threadId: created.threadId }, 'job accepted')

@@ -4,6 +4,7 @@
 // (job `delta` events), then whatever of the final text was not streamed; joined, the pieces are
 // always the job's result text.
 import {
+  chargedHeader,
   chatModels,
   type AgentToolCall,
   type AgentTrace,
@@ -16,6 +17,7 @@ import {
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Unavailable } from '@ats/service-kit'
 import { atParam, InvalidModel, InvalidRequest, JobFailed, type ModelNotFound, NoKey, Timeout } from '../errors.ts'
+import { creditHoldOf, creditWalletOf } from '../credit/hold.ts'
 import type { JobEvents } from '../jobs/events.ts'
 import type { JobQueue } from '../jobs/queue.ts'
 import type { JobStore, Owner } from '../jobs/store.ts'
@@ -52,11 +54,16 @@ export function checkModel(model: string, Refusal: typeof InvalidModel | typeof 
 /** The whole conversation's text, at most: a runner reads only the recent part anyway. */
 export const maxConversationChars = 65_536
 
-/** The owner of /v1 jobs: the API key (the gateway forwards its id and bound wallet). */
+/**
+ * The owner of /v1 jobs: the API key (the gateway forwards its id and bound wallet), or the wallet
+ * whose prepaid credit pays the request (signed in with SIWx or a session token).
+ */
 export function keyOwner(request: FastifyRequest): Owner {
   const { keyId, wallet } = request.identity
-  if (!keyId) throw new NoKey()
-  return { ownerId: keyId, keyId, wallet }
+  if (keyId) return { ownerId: keyId, keyId, wallet }
+  const payer = creditWalletOf(request)
+  if (!payer) throw new NoKey()
+  return { ownerId: payer, wallet: payer }
 }
 
 /** The answer's text in pieces, each a word with the space after it: joined, they are the text. */
@@ -164,7 +171,10 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
     stream: boolean,
   ) {
     if (stream) events.takeStreamSlot(owner.ownerId, reply.raw)
-    const created = await store.createPrompt(owner, conversation)
+    const credit = creditHoldOf(reply.request)
+    const created = await store.createPrompt(owner, { ...conversation, credit })
+    // the job's end reports what it keeps of the hold
+    reply.request.creditHoldTaken = credit !== undefined
     events.emit(created.event)
     await queue.enqueue(created.jobId)
     return { jobId: created.jobId, threadId: created.threadId, at: created.event.at, seq: created.event.seq }
@@ -232,6 +242,11 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
       : new Unavailable('the agent service is restarting; the job was cancelled, send the request again')
   }
 
+  /** The ATS-Charged header of a non-streamed answer paid by credit: what it cost, USDC base units. */
+  function charged(reply: FastifyReply, result: JobResult) {
+    if (result.charged !== undefined) reply.header(chargedHeader, result.charged)
+  }
+
   /** The agent's own tool calls of a finished job, for the answer's `agent` field. */
   async function traceOf(jobId: string, threadId: string, result: JobResult): Promise<AgentTrace> {
     const steps = (await store.stepsOf(jobId)).filter((s) => s.step <= result.toolCalls.length)
@@ -254,14 +269,16 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
     return traceOf(jobId, threadId, { text: '', steps: steps.length, toolCalls: steps.map((s) => s.tool), transactions: [] })
   }
 
+  /** A finished job's tokens, and what it cost when credit paid it (its `ats_charged`). */
   const usageOf = (result: JobResult) => {
     const { promptTokens = 0, completionTokens = 0 } = result.usage ?? {}
-    return { input: promptTokens, output: completionTokens }
+    return { input: promptTokens, output: completionTokens, charged: result.charged }
   }
 
   return {
     start,
     follow,
+    charged,
     cancel,
     traceOf,
     traceSoFar,

@@ -155,8 +155,13 @@ export async function chatRoutesPlugin(app: FastifyInstance, { answers }: { answ
         system_fingerprint: null,
       })
       const usageOf = (result: JobResult) => {
-        const { input, output } = answers.usageOf(result)
-        return { prompt_tokens: input, completion_tokens: output, total_tokens: input + output }
+        const { input, output, charged } = answers.usageOf(result)
+        return {
+          prompt_tokens: input,
+          completion_tokens: output,
+          total_tokens: input + output,
+          ...(charged === undefined ? {} : { ats_charged: charged }),
+        }
       }
 
       if (body.stream !== true) {
@@ -185,6 +190,7 @@ export async function chatRoutesPlugin(app: FastifyInstance, { answers }: { answ
           reply.header('x-should-retry', 'false')
           throw failureOf(end)
         }
+        answers.charged(reply, end.result)
         const completion: ChatCompletion = {
           ...head('chat.completion' as const),
           choices: [
@@ -240,7 +246,9 @@ export async function chatRoutesPlugin(app: FastifyInstance, { answers }: { answ
           raw.write(`data: ${JSON.stringify(openAiErrorBody(failure))}\n\n`)
           return reply
         }
-        chunk({ delta: {}, finish: 'stop', ...usageNull, agent: await answers.traceOf(jobId, threadId, end.result) })
+        // paid by credit: the finish chunk says what it cost, whether or not usage was asked for
+        const finishUsage = end.result.charged === undefined ? usageNull : { usage: usageOf(end.result) }
+        chunk({ delta: {}, finish: 'stop', ...finishUsage, agent: await answers.traceOf(jobId, threadId, end.result) })
         if (withUsage) chunk({ usage: usageOf(end.result) })
         raw.write('data: [DONE]\n\n')
       } catch (error) {

@@ -57,8 +57,8 @@ export async function messagesRoutesPlugin(app: FastifyInstance, { answers }: { 
       const { jobId, threadId } = created
       request.log.info({ jobId, threadId, model: body.model, stream, user: body.metadata?.user_id ?? undefined }, 'message accepted')
       const usageOf = (result: JobResult) => {
-        const { input, output } = answers.usageOf(result)
-        return { input_tokens: input, output_tokens: output }
+        const { input, output, charged } = answers.usageOf(result)
+        return { input_tokens: input, output_tokens: output, ...(charged === undefined ? {} : { ats_charged: charged }) }
       }
       const head = { id: `msg_${jobId}`, type: 'message' as const, role: 'assistant' as const, model: body.model }
 
@@ -83,6 +83,7 @@ export async function messagesRoutesPlugin(app: FastifyInstance, { answers }: { 
           reply.header('x-should-retry', 'false')
           throw failureOf(end)
         }
+        answers.charged(reply, end.result)
         const message: MessageAnswer = {
           ...head,
           content: [{ type: 'text', text: end.result.text }],

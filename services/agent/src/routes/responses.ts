@@ -194,6 +194,7 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
             total_tokens: usage.input + usage.output,
             input_tokens_details: { cached_tokens: 0 },
             output_tokens_details: { reasoning_tokens: 0 },
+            ...(usage.charged === undefined ? {} : { ats_charged: usage.charged }),
           }
         : null,
       instructions,
@@ -290,6 +291,7 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
         // a swap waits for a person: in_progress at once, saying what waits and where (GET it later for the answer)
         if (end.status === 'awaiting_approval')
           return responseOf({ ...pending, status: 'in_progress', waiting: { waiting: end, threadId } })
+        if (end.status === 'complete') answers.charged(reply, end.result)
         return ended()
       }
 

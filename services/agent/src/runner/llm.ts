@@ -47,6 +47,19 @@ export function answerText(emit: (text: string) => void = () => undefined) {
   }
 }
 
+/**
+ * The `max_tokens` of a turn of work paid by a credit hold: what the hold still covers after the
+ * run so far and this turn's input (counted here with the tokenizer, before it is sent). A hold
+ * that does not cover even the input ends the run before the model is asked.
+ */
+async function outputLimit(input: RunInput, messages: ChatMessage[]): Promise<number | undefined> {
+  if (!input.budget) return undefined
+  const { promptTokens } = await countUsage(messages, '')
+  const limit = input.budget.outputTokens(promptTokens)
+  if (limit === 0) throw new RunnerError('the credit held for this request does not cover another model turn')
+  return limit
+}
+
 export interface LlmSettings {
   baseUrl: string
   apiKey: string | undefined
@@ -90,12 +103,16 @@ export function createLlmRunner(settings: LlmSettings): Runner {
       const answer = answerText(input.onText)
       let usage: Usage = { promptTokens: 0, completionTokens: 0 }
       for (let step = 1; step <= settings.maxSteps; step++) {
+        const limit = await outputLimit(input, messages)
         // the signal ends the request too: a stopping worker does not wait for the model to answer
-        const turn = await completions.complete({ model: settings.model, messages, tools, tool_choice: 'auto' }, signal, (delta) =>
-          answer.add(delta),
+        const turn = await completions.complete(
+          { model: settings.model, messages, tools, tool_choice: 'auto', ...(limit === undefined ? {} : { max_tokens: limit }) },
+          signal,
+          (delta) => answer.add(delta),
         )
         answer.endTurn()
         usage = addUsage(usage, await turnUsage(turn, messages))
+        input.onUsage?.(usage)
         if (turn.toolCalls.length === 0) return { text: answer.text, modelTurns: step, usage }
         messages.push({ role: 'assistant', content: turn.content || null, tool_calls: turn.toolCalls })
         for (const call of turn.toolCalls) {

@@ -17,6 +17,18 @@ export interface RunInput {
    * text the run returns. A runner without a model (the planner) never calls it.
    */
   onText?: ((text: string) => void) | undefined
+  /** the tokens of the run so far, after each model turn (a runner without a model reports them only at the end) */
+  onUsage?: ((usage: Usage) => void) | undefined
+  /** work paid by a credit hold: how far a model turn may go so that the run stays within the hold */
+  budget?: RunBudget | undefined
+}
+
+export interface RunBudget {
+  /**
+   * The most output tokens the next model turn may produce, given its input tokens: undefined
+   * for no limit, 0 when the hold does not cover the turn at all.
+   */
+  outputTokens(turnInputTokens: number): number | undefined
 }
 
 export interface Runner {

@@ -21,6 +21,12 @@ export async function countUsage(messages: Array<{ role: Role; content: string |
   return { promptTokens: encodeChat(chat).length, completionTokens: countTokens(answer) }
 }
 
+/** The tokens of a text (a piece of an answer). */
+export async function countText(text: string): Promise<number> {
+  const { countTokens } = await loadTokenizer()
+  return countTokens(text)
+}
+
 export const addUsage = (a: Usage, b: Usage): Usage => ({
   promptTokens: a.promptTokens + b.promptTokens,
   completionTokens: a.completionTokens + b.completionTokens,
