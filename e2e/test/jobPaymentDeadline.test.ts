@@ -59,7 +59,8 @@ t.test('a paid job whose payment expires while it waits for approval is voided, 
   t.equal(waiting.approval.expiresWithPayment, true)
   t.match(waiting.notice, /within \d+ s, before the payment that bought this job can no longer be settled/)
 
-  const voided = await jobUntil(jobId, (job) => job.status === 'failed', 30_000)
+  // the ledger hears of the job's outcome over the payments stream, a moment after the job ends
+  const voided = await jobUntil(jobId, (job) => job.status === 'failed' && job.payment?.state !== 'pending', 30_000)
   t.match(
     voided.error,
     /^the job was stopped: the payment that bought it expires at .* \(validBefore\), too soon to settle it after the job/,
@@ -87,7 +88,7 @@ t.test('a paid job still queued when its payment deadline passes is voided, not 
   // the worker is freed: it takes the queued job next, after its deadline
   t.equal((await request(`/approvals/${waiting.approval.id}/reject`, { method: 'POST', key: adminKey })).status, 200)
   await jobUntil(holder.body.jobId, (job) => job.status === 'complete')
-  const voided = await jobUntil(jobId, (job) => job.status === 'failed')
+  const voided = await jobUntil(jobId, (job) => job.status === 'failed' && job.payment?.state !== 'pending')
   t.match(
     voided.error,
     /^the job was not started: the payment that bought it expires at .* \(validBefore\), too soon to settle it after the job/,
