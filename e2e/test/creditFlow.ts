@@ -1,10 +1,8 @@
-import { erc20Abi } from '@ats/chain'
 import { ExactEvmScheme } from '@x402/evm/exact/client'
 import { wrapFetchWithSIWx } from '@x402/extensions/sign-in-with-x'
 import { wrapFetchWithPayment, x402Client } from '@x402/fetch'
-import { createWalletClient, http } from 'viem'
-import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
-import { adminKey, eventually, type startPaidFleet } from './fleet.ts'
+import type { PrivateKeyAccount } from 'viem/accounts'
+import { adminKey, eventually, fundedAccount, type startPaidFleet } from './fleet.ts'
 
 /** A wallet's credit as GET /credit answers it. */
 export interface Credit {
@@ -25,23 +23,8 @@ export function creditFlow(
   fleet: Pick<Awaited<ReturnType<typeof startPaidFleet>>, 'devnet' | 'publicClient' | 'usdc' | 'request'>,
   publicUrl: string,
 ) {
-  /** A fresh wallet holding `amount` USDC (sent from devnet account 1); it needs no ETH: settlement pays the gas. */
-  async function fundedWallet(amount: bigint) {
-    const account = privateKeyToAccount(generatePrivateKey())
-    const funder = createWalletClient({
-      account: privateKeyToAccount(fleet.devnet.accounts[1]!.privateKey),
-      transport: http(fleet.devnet.rpcUrl),
-    })
-    const hash = await funder.writeContract({
-      chain: null,
-      address: fleet.usdc,
-      abi: erc20Abi,
-      functionName: 'transfer',
-      args: [account.address, amount],
-    })
-    await fleet.publicClient.waitForTransactionReceipt({ hash })
-    return account
-  }
+  /** A fresh wallet holding `amount` USDC; it needs no ETH: settlement pays the gas. */
+  const fundedWallet = (amount: bigint) => fundedAccount(fleet, amount)
 
   /** GET /credit of `wallet`, asked with the admin key */
   async function creditOf(wallet: string) {

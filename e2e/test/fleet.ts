@@ -4,8 +4,8 @@ import { startTestDevnet } from '@ats/devnet'
 import { baseTestEnv, startService, testInfra } from '@ats/service-kit/testing'
 
 export { eventually } from '@ats/service-kit/testing'
-import { toHex, type Address } from 'viem'
-import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
+import { createWalletClient, erc20Abi, http, toHex, type Address } from 'viem'
+import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
 import Fastify from 'fastify'
 import { once } from 'node:events'
 import { createServer, type IncomingHttpHeaders } from 'node:http'
@@ -164,6 +164,27 @@ export async function startPaidFleet(t: Test, options: FleetOptions & { chain?: 
  * The devnet, admin, trading (server wallet: devnet account 0) and a gateway: swaps, positions
  * and the launchpad through the gateway as a client sees them.
  */
+/** A fresh account holding `amount` USDC base units of a paid fleet's devnet, sent from devnet account 1 (it holds no ETH). */
+export async function fundedAccount(
+  fleet: Pick<Awaited<ReturnType<typeof startPaidFleet>>, 'devnet' | 'publicClient' | 'usdc'>,
+  amount: bigint,
+): Promise<PrivateKeyAccount> {
+  const account = privateKeyToAccount(generatePrivateKey())
+  const funder = createWalletClient({
+    account: privateKeyToAccount(fleet.devnet.accounts[1]!.privateKey as `0x${string}`),
+    transport: http(fleet.devnet.rpcUrl),
+  })
+  const hash = await funder.writeContract({
+    chain: null,
+    address: fleet.usdc,
+    abi: erc20Abi,
+    functionName: 'transfer',
+    args: [account.address, amount],
+  })
+  await fleet.publicClient.waitForTransactionReceipt({ hash })
+  return account
+}
+
 export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.ProcessEnv; marketData?: boolean } = {}) {
   const { devnet, chainEnv: chain, publicClient } = await startTestDevnet(t)
   const env = await baseTestEnv(t)

@@ -2,10 +2,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { eip3009Abi, transferWithAuthorizationTypes, usdcDomain } from '@ats/chain'
 import { startService } from '@ats/service-kit/testing'
 import t from 'tap'
-import { createWalletClient, erc20Abi, http, parseSignature, type Hex } from 'viem'
-import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
+import { createWalletClient, http, parseSignature, type Hex } from 'viem'
+import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
 import { adminService } from '@ats/admin/service'
-import { adminKey, eventually, startPaidFleet } from './fleet.ts'
+import { adminKey, eventually, fundedAccount as fundAccount, startPaidFleet } from './fleet.ts'
 
 /**
  * Payers who try to be served without paying: an authorization whose nonce the payer spends on
@@ -18,18 +18,7 @@ const devnetAccount = (i: number) => privateKeyToAccount(fleet.devnet.accounts[i
 const walletOf = (account: PrivateKeyAccount) => createWalletClient({ account, transport: http(fleet.devnet.rpcUrl) })
 
 /** A new account holding `amount` USDC base units (from devnet account 1). */
-async function fundedAccount(amount: bigint) {
-  const account = privateKeyToAccount(generatePrivateKey())
-  const hash = await walletOf(devnetAccount(1)).writeContract({
-    chain: null,
-    address: fleet.usdc,
-    abi: erc20Abi,
-    functionName: 'transfer',
-    args: [account.address, amount],
-  })
-  await fleet.publicClient.waitForTransactionReceipt({ hash })
-  return account
-}
+const fundedAccount = (amount: bigint) => fundAccount(fleet, amount)
 
 const nonceOf = (header: string) => JSON.parse(Buffer.from(header, 'base64').toString('utf8')).payload.authorization.nonce as Hex
 

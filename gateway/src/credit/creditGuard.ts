@@ -105,6 +105,10 @@ export function createCreditGuard({ store, publisher, signIn, sessions, publicUr
     reply.header(SESSION_TOKEN_HEADER, session.token).header(SESSION_EXPIRES_HEADER, new Date(session.expiresAt).toISOString())
     return session
   }
+  /** Gives a debit back to the wallet's copy in Redis; a failure is logged, never thrown (the copy then shows less than the ledger until it is rebuilt). */
+  const giveBack = (request: FastifyRequest, wallet: Address, id: string) =>
+    store.giveBack(wallet, id).catch((e: Error) => request.log.error({ err: e }, 'a debit could not be given back'))
+
   async function walletOf(request: FastifyRequest, reply: FastifyReply): Promise<Address | undefined> {
     const credentials = creditCredentials(request)
     if (!credentials) return undefined
@@ -112,11 +116,6 @@ export function createCreditGuard({ store, publisher, signIn, sessions, publicUr
     return (await signedIn(request, reply, credentials.header)).wallet
   }
 
-  /**
-   * Takes `amount` from the wallet's credit for this request (id: the request id) and tells the
-   * ledger before the request goes on: a hold, kept in full or in part once the answer (or the
-   * metered service) says what was used. Answers the refusal when the credit is short.
-   */
   /**
    * Takes a movement from the wallet's credit in Redis and has the ledger told of it before the
    * request goes on; given back (503) when it cannot be told. A repeated id takes nothing more.
@@ -140,7 +139,7 @@ export function createCreditGuard({ store, publisher, signIn, sessions, publicUr
     try {
       await publisher.debit(debit)
     } catch (error) {
-      await store.giveBack(wallet, id).catch((e: Error) => request.log.error({ err: e }, 'a debit could not be given back'))
+      await giveBack(request, wallet, id)
       throw new CreditUnavailable(`the credit debit could not be recorded (${(error as Error).message.split('\n')[0]})`)
     }
     reply.header(CREDIT_AVAILABLE_HEADER, outcome.available.toString())
@@ -236,14 +235,14 @@ export function createCreditGuard({ store, publisher, signIn, sessions, publicUr
         return payload
       }
       if (reply.statusCode >= 400) {
-        await store.giveBack(paid.wallet, request.id).catch((e: Error) => request.log.error({ err: e }, 'a debit could not be given back'))
+        await giveBack(request, paid.wallet, request.id)
         return payload
       }
       try {
         await publisher.debit({ id: request.id, wallet, kind: 'debit', amount: paid.amount.toString(), route: paid.route, at: Date.now() })
         return payload
       } catch (error) {
-        await store.giveBack(paid.wallet, request.id).catch((e: Error) => request.log.error({ err: e }, 'a debit could not be given back'))
+        await giveBack(request, paid.wallet, request.id)
         request.log.error({ err: error }, 'a credit debit could not be recorded: not charged, answered 503')
         reply.code(503).type('application/json').removeHeader('content-length').removeHeader('content-encoding')
         return JSON.stringify({

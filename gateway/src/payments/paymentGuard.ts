@@ -359,12 +359,11 @@ export function createPaymentGuard(
         if (!payment) return paymentRequired(request, reply, 'payment required: send X-PAYMENT (x402 v1) or PAYMENT-SIGNATURE (v2)')
         checkJobWindow(request, payment)
         checkBinding(payment, { method: request.method, path: pathOf(request), resource: resourceOf(request, pathOf(request)), price })
-        if (price !== undefined && payment.authorization.value < price) {
-          throw new PaymentRefused('amount_too_low', `amount too low: ${payment.authorization.value} < ${price} (the top-up's amount)`)
-        }
         // with a payment id, the nonce is claimed (or not: a repeat) once the body is known
         payer =
-          payment.paymentId === undefined ? await verifier.verify(payment, Date.now() / 1000) : verifier.check(payment, Date.now() / 1000)
+          payment.paymentId === undefined
+            ? await verifier.verify(payment, Date.now() / 1000, price)
+            : verifier.check(payment, Date.now() / 1000, price)
       } catch (error) {
         return refused(request, reply, error)
       }

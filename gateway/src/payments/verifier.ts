@@ -51,9 +51,10 @@ export function createPaymentVerifier({
 
   /**
    * Everything but the balance and the nonce: the payer's checksummed address, or a PaymentRefused
-   * saying what is wrong. `now` in unix seconds.
+   * saying what is wrong. `now` in unix seconds; `price` the request's when it sets its own (a
+   * top-up's amount), else the route's.
    */
-  function check(payment: Payment, now: number | bigint): Address {
+  function check(payment: Payment, now: number | bigint, price = r.price): Address {
     const t = BigInt(Math.floor(Number(now)))
     const a = payment.authorization
     if (!networks.has(payment.network))
@@ -61,7 +62,7 @@ export function createPaymentVerifier({
     if (payment.asset !== undefined && payment.asset !== asset)
       throw new PaymentRefused('wrong_asset', `wrong asset: ${payment.asset}; pay in ${r.asset}`)
     if (a.to !== payTo) throw new PaymentRefused('wrong_recipient', `wrong recipient: authorization.to ${a.to} is not payTo ${r.payTo}`)
-    if (a.value < r.price) throw new PaymentRefused('amount_too_low', `amount too low: ${a.value} < ${r.price}`)
+    if (a.value < price) throw new PaymentRefused('amount_too_low', `amount too low: ${a.value} < ${price}`)
     if (a.validAfter > t) throw new PaymentRefused('not_yet_valid', `not yet valid: validAfter ${a.validAfter} is after now (${t})`)
     if (a.validBefore <= t) throw new PaymentRefused('expired', `expired: validBefore ${a.validBefore} is not after now (${t})`)
     if (a.validBefore <= t + minValidity)
@@ -98,8 +99,8 @@ export function createPaymentVerifier({
   }
 
   /** The payer's checksummed address once the payment is checked, funded and its nonce claimed; else a PaymentRefused. */
-  async function verify(payment: Payment, now: number | bigint): Promise<Address> {
-    const payer = check(payment, now)
+  async function verify(payment: Payment, now: number | bigint, price = r.price): Promise<Address> {
+    const payer = check(payment, now, price)
     if (reservations) {
       if ((await reservations.reserve(payment, payer)).kind !== 'ok') throw nonceUsed(payment, payer)
       return payer
