@@ -49,8 +49,10 @@ t.test('payments of many payers settle together in few transactions from one ser
   t.same(new Set(receipts.map((r) => r.from)), new Set([chain.serverWallet.toLowerCase()]), 'all from the server wallet')
   t.equal(await chain.balanceOf(payTo), 90_000n, 'payTo received every payment once')
   for (const payer of payers) t.equal(await chain.balanceOf(payer.address), 970_000n, `${payer.address} paid three times`)
+  // a transaction's own 21,000 is shared by its payments: how many transactions the nine took
+  // depends on timing (1-3), so the bound is the one three would keep; the bench shows ~39k at 100
   const gas = receipts.reduce((sum, r) => sum + r.gasUsed, 0n)
-  t.ok(gas / 9n <= 45_000n, `${gas / 9n} gas per settled payment (one transaction each took 67,837)`)
+  t.ok(gas / 9n <= 55_000n, `${gas / 9n} gas per settled payment in ${hashes.size} transactions (one transaction each took 67,837)`)
 })
 
 t.test('a batch with one bad authorization settles the others in one transaction and reports the bad one', async (t) => {
