@@ -1,6 +1,6 @@
 // The repository stands alone: no file names a place outside it or cites a tracker it does not
-// hold, and every relative link of its Markdown resolves to a file inside it. It reads the files
-// git tracks.
+// hold, every relative link of its Markdown resolves to a file inside it, and one pnpm is installed
+// everywhere. It reads the files git tracks.
 import { execFileSync } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
@@ -104,4 +104,15 @@ t.test('the checks find what they look for', async (t) => {
     `docs/a.md: ../../${spec} is outside the repository`,
     'docs/a.md: ./missing.md does not exist',
   ])
+})
+
+t.test('every place that installs pnpm installs the one package.json pins', async (t) => {
+  const { engines } = JSON.parse(textOf('package.json')!) as { engines?: { pnpm?: string } }
+  t.match(engines?.pnpm, /^\d+\.\d+\.\d+$/, 'package.json pins an exact pnpm (engines.pnpm: pnpm refuses another)')
+  // .ci/run reads the pin itself; these name it in a command a person or a build runs
+  for (const file of ['README.md', 'docs/development.md', 'Dockerfile']) {
+    const named = [...(textOf(file) ?? '').matchAll(/\bpnpm@[\w.-]+/g)].map(([name]) => name)
+    t.ok(named.length > 0, `${file} installs pnpm`)
+    t.same([...new Set(named)], [`pnpm@${engines?.pnpm}`], `${file} installs pnpm@${engines?.pnpm}`)
+  }
 })

@@ -51,6 +51,7 @@ t.test('GET /docs renders the API reference in a real headless Chromium, every r
 
   await mkdir(new URL('./screenshots/', import.meta.url), { recursive: true })
   const path = new URL('./screenshots/docs.png', import.meta.url).pathname
-  await page.screenshot({ path, fullPage: false })
-  t.pass(`screenshot at ${path}`)
+  const png = await page.screenshot({ path, fullPage: false })
+  t.same([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], `a PNG screenshot at ${path}`)
+  t.ok(png.length > 10_000, `the page drew something (${png.length} bytes)`)
 })

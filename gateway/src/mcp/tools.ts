@@ -149,7 +149,7 @@ export function mcpTools({ price }: { price: number }): readonly McpTool[] {
     tool({ name: 'list_jobs', route: agentRoutes.portfolioJobs }),
 
     tool({ name: 'prepare_swap', route: tradingRoutes.prepare }),
-    tool({ name: 'execute_swap', route: approvalRoutes.execute, idempotencyKey: true }),
+    tool({ name: 'execute_swap', route: tradingRoutes.execute, idempotencyKey: true }),
     tool({ name: 'list_swap_executions', route: tradingRoutes.executions }),
     tool({ name: 'list_approvals', route: approvalRoutes.approvals }),
     tool({ name: 'get_approval', route: approvalRoutes.approval }),

@@ -4,7 +4,7 @@ import { Bytes32, EpochMs, FreeText, IntegerString } from '../common/primitives.
 import { route } from '../common/route.ts'
 import { JobPayment } from '../admin/payments.ts'
 import { Approval } from '../trading/approvals.ts'
-import { UnsignedTransaction } from '../trading/http.ts'
+import { UnsignedTransaction } from '../trading/swaps.ts'
 import { PaymentRequiredSchema } from '../x402/requirements.ts'
 
 export const Skill = Type.Object({

@@ -2,7 +2,7 @@ import { Type, type Static } from 'typebox'
 import { ErrorBody } from '../common/errors.ts'
 import { EpochMs, IntegerString } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
-import { SwapBody, SwapResult, writeErrors } from './http.ts'
+import { SwapResult } from './swaps.ts'
 
 /**
  * A swap held for a person's decision (a spend policy's approvalAboveUsd): pending until
@@ -106,15 +106,8 @@ export const isAwaitingApproval = (value: unknown): value is AwaitingApproval =>
 const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
 const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody }
 
-/** POST /swap/execute and the approvals of the swaps it holds. */
+/** The approvals of the swaps POST /swap/execute holds for a person's decision. */
 export const approvalRoutes = {
-  execute: route({
-    method: 'POST',
-    url: '/swap/execute',
-    summary:
-      "Swap from the server wallet and wait for the receipt. Retries are safe with an Idempotency-Key: send one, or repeat with the one the answer carries (header idempotency-key, generated when none was sent; also on a 504). 403 over the key's spend limits or for a token outside the address book, 422 over its price-impact ceiling, 423 while the server wallet is paused; 202 with the approval when the swap is over its policy's approvalAboveUsd (nothing is sent until a person approves it)",
-    schema: { body: SwapBody, response: { 200: SwapResult, 202: AwaitingApproval, ...writeErrors, 423: ErrorBody } },
-  }),
   approvals: route({
     method: 'GET',
     url: '/approvals',

@@ -1,178 +1,10 @@
+// Trading's HTTP routes (/swap, /launchpad, /portfolio/positions) and the shapes only they use: positions, launches.
 import { Type, type Static } from 'typebox'
 import { ErrorBody } from '../common/errors.ts'
 import { Address, Bytes32, EpochMs, IntegerString } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
-
-/** The DEXes the trading service quotes and swaps on; the first is the default. */
-export const dexes = ['uniswap', 'camelot'] as const
-export type DexName = (typeof dexes)[number]
-export const DexSchema = Type.Unsafe<DexName>({
-  type: 'string',
-  enum: [...dexes],
-  default: 'uniswap',
-  description:
-    'uniswap: Uniswap V3 (QuoterV2 over the 0.01%, 0.05%, 0.3% and 1% fee tiers, the best wins); camelot: Camelot (Algebra Integral, one pool per pair, dynamic fee)',
-})
-
-const TokenRef = (description: string) =>
-  Type.String({ minLength: 1, maxLength: 64, description: `${description}: a symbol (WETH, USDC …) or a token address` })
-/** An amount as the client typed it; the service says plainly when it is not a positive integer. */
-const AmountIn = Type.String({
-  minLength: 1,
-  maxLength: 80,
-  description: 'amount of tokenIn in its base units, a positive integer string (1 USDC = "1000000")',
-})
-
-export const QuoteQuery = Type.Object({
-  tokenIn: TokenRef('the token sold'),
-  tokenOut: TokenRef('the token bought'),
-  amountIn: AmountIn,
-  dex: Type.Optional(DexSchema),
-})
-export type QuoteQuery = Static<typeof QuoteQuery>
-
-export const Quote = Type.Object({
-  dex: DexSchema,
-  tokenIn: Type.String({ description: 'symbol of the token sold' }),
-  tokenOut: Type.String({ description: 'symbol of the token bought' }),
-  amountIn: IntegerString({ description: 'tokenIn base units' }),
-  amountOut: IntegerString({ description: "tokenOut base units, from the DEX's own quoter at blockNumber" }),
-  priceImpactBps: Type.Integer({
-    minimum: 0,
-    description:
-      "how far the execution price is below the pools' mid price before the trade, in basis points; the pool fee is not counted (it is in `fees`), so a tiny trade has an impact of 0",
-  }),
-  priceImpactCeilingBps: Type.Integer({
-    minimum: 1,
-    maximum: 10_000,
-    description:
-      "the default price-impact ceiling of swaps from the server wallet (SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS, 1500 = 15%); a key's spend policy may set its own (maxPriceImpactBps), which execute applies",
-  }),
-  exceedsPriceImpactCeiling: Type.Boolean({
-    description: 'true: priceImpactBps is over priceImpactCeilingBps, so an execute of this swap would be refused (422)',
-  }),
-  route: Type.Array(Type.String(), { description: 'the path as token symbols, e.g. ["ARB","WETH","WBTC"] when routed through WETH' }),
-  pools: Type.Array(Address(), { description: 'the pool of each hop' }),
-  fees: Type.Array(Type.Integer(), { description: 'the fee of each hop in hundredths of a basis point (500 = 0.05%)' }),
-  blockNumber: IntegerString({ description: 'the block the quote was read at' }),
-})
-export type Quote = Static<typeof Quote>
-
-export const SwapBody = Type.Object(
-  {
-    tokenIn: TokenRef('the token sold'),
-    tokenOut: TokenRef('the token bought'),
-    amountIn: AmountIn,
-    dex: Type.Optional(DexSchema),
-    slippageBps: Type.Integer({
-      minimum: 0,
-      maximum: 5000,
-      default: 50,
-      description:
-        'the most the received amount may fall below the quote, in basis points (50 = 0.5%); amountOutMinimum = quote × (10000 − slippageBps) / 10000',
-    }),
-  },
-  { additionalProperties: false },
-)
-export type SwapBody = Static<typeof SwapBody>
-
-export const SwapResult = Type.Object({
-  success: Type.Boolean({
-    description: 'true when the swap transaction was mined and succeeded; false when it reverted (hash says which)',
-  }),
-  hash: Bytes32({ description: 'the swap transaction' }),
-  dex: DexSchema,
-  tokenIn: Type.String(),
-  tokenOut: Type.String(),
-  amountIn: IntegerString(),
-  amountOut: IntegerString({
-    description: 'tokenOut received by the server wallet (or the recipient), read from the Transfer logs of the receipt; "0" when reverted',
-  }),
-  amountOutMinimum: IntegerString({ description: 'the least the swap accepted' }),
-  route: Type.Array(Type.String()),
-  blockNumber: IntegerString({ description: 'the block the swap was mined in' }),
-  executionId: Type.String({ description: 'the record of this execution (GET /swap/executions/:id)' }),
-  idempotencyKey: Type.Optional(
-    Type.String({
-      description:
-        'the Idempotency-Key this execute ran under: the one sent, or one generated when none was (also the idempotency-key header); a repeat with it returns this result and swaps nothing more',
-    }),
-  ),
-})
-export type SwapResult = Static<typeof SwapResult>
-
-export const PrepareBody = Type.Object(
-  {
-    ...SwapBody.properties,
-    from: Address({ description: 'the wallet that will sign and send the transactions' }),
-  },
-  { additionalProperties: false },
-)
-export type PrepareBody = Static<typeof PrepareBody>
-
-export const UnsignedTransaction = Type.Object({
-  kind: Type.Union([Type.Literal('approval'), Type.Literal('swap')]),
-  chainId: Type.Integer(),
-  from: Address(),
-  to: Address(),
-  data: Type.String({ description: 'calldata, 0x-hex' }),
-  value: IntegerString({ description: 'wei to send with it (always "0": tokens only)' }),
-  gas: IntegerString({
-    description: 'a gas limit: the estimate plus 25%, or a fixed allowance when the estimate needs the approval first',
-  }),
-})
-export type UnsignedTransaction = Static<typeof UnsignedTransaction>
-
-export const PreparedSwap = Type.Object({
-  from: Address(),
-  dex: DexSchema,
-  tokenIn: Type.String(),
-  tokenOut: Type.String(),
-  amountIn: IntegerString(),
-  expectedAmountOut: IntegerString({ description: 'the quote at blockNumber' }),
-  amountOutMinimum: IntegerString({ description: 'the swap reverts below this' }),
-  route: Type.Array(Type.String()),
-  deadline: Type.Integer({ description: 'unix seconds after which the swap reverts' }),
-  blockNumber: IntegerString(),
-  transactions: Type.Array(UnsignedTransaction, {
-    description: 'send in order, each after the previous one is mined: an approval when the allowance is short, then the swap',
-  }),
-  simulation: Type.Object({
-    ok: Type.Boolean({ description: 'every transaction succeeds against the current chain state, in order' }),
-    error: Type.Optional(Type.String({ description: 'why not: the revert reason, or what the wallet lacks' })),
-  }),
-})
-export type PreparedSwap = Static<typeof PreparedSwap>
-
-export const ExecutionStatus = Type.Unsafe<'pending' | 'submitted' | 'success' | 'reverted' | 'failed'>({
-  type: 'string',
-  enum: ['pending', 'submitted', 'success', 'reverted', 'failed'],
-  description:
-    'pending: checked, not sent yet; submitted: sent, waiting for the receipt; success / reverted: mined; failed: never sent (error says why)',
-})
-
-export const Execution = Type.Object({
-  id: Type.String(),
-  status: ExecutionStatus,
-  dex: DexSchema,
-  tokenIn: Type.String(),
-  tokenOut: Type.String(),
-  amountIn: IntegerString(),
-  quotedAmountOut: IntegerString(),
-  amountOutMinimum: IntegerString(),
-  amountOut: Type.Union([IntegerString(), Type.Null()], { description: 'received, once mined' }),
-  usdValue: Type.Number({ description: 'the USD value of the swap when it was checked against the spend policy' }),
-  hash: Type.Union([Bytes32(), Type.Null()]),
-  error: Type.Union([Type.String(), Type.Null()]),
-  requestedBy: Type.Object({
-    keyId: Type.Union([Type.String(), Type.Null()]),
-    jobId: Type.Union([Type.String(), Type.Null()]),
-    automationRunId: Type.Union([Type.String(), Type.Null()]),
-  }),
-  createdAt: EpochMs(),
-  updatedAt: EpochMs(),
-})
-export type Execution = Static<typeof Execution>
+import { AwaitingApproval } from './approvals.ts'
+import { Execution, PrepareBody, PreparedSwap, Quote, QuoteQuery, SwapBody, SwapResult } from './swaps.ts'
 
 export const PositionsQuery = Type.Object({
   address: Type.Optional(Address({ description: 'whose positions; the server wallet by default' })),
@@ -250,11 +82,6 @@ const LimitQuery = Type.Object({ limit: Type.Integer({ minimum: 1, maximum: 100,
 const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody }
 export const writeErrors = { ...errors, 409: ErrorBody, 422: ErrorBody }
 
-/**
- * POST /swap/execute is not here but in approvalRoutes (./approvals.ts): its 202 answers
- * AwaitingApproval, declared there, and approvals.ts imports this file's SwapBody and SwapResult,
- * so declaring execute here would make the two files import each other.
- */
 export const tradingRoutes = {
   quote: route({
     method: 'GET',
@@ -262,6 +89,13 @@ export const tradingRoutes = {
     summary:
       'Quote a swap on Uniswap V3 or Camelot (routed through WETH when there is no direct pool); 422 when no pool has liquidity, or when the pools cannot absorb amountIn (the error names the largest amount that fills)',
     schema: { querystring: QuoteQuery, response: { 200: Quote, ...errors, 422: ErrorBody } },
+  }),
+  execute: route({
+    method: 'POST',
+    url: '/swap/execute',
+    summary:
+      "Swap from the server wallet and wait for the receipt. Retries are safe with an Idempotency-Key: send one, or repeat with the one the answer carries (header idempotency-key, generated when none was sent; also on a 504). 403 over the key's spend limits or for a token outside the address book, 422 over its price-impact ceiling, 423 while the server wallet is paused; 202 with the approval when the swap is over its policy's approvalAboveUsd (nothing is sent until a person approves it)",
+    schema: { body: SwapBody, response: { 200: SwapResult, 202: AwaitingApproval, ...writeErrors, 423: ErrorBody } },
   }),
   prepare: route({
     method: 'POST',

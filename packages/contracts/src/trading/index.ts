@@ -6,6 +6,7 @@ import { tradingChannels } from './nats.ts'
 export * from './approvals.ts'
 export * from './http.ts'
 export * from './nats.ts'
+export * from './swaps.ts'
 export * from './tokenList.ts'
 
 export const tradingContract = serviceContract({

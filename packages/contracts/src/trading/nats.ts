@@ -3,7 +3,8 @@ import { endpoint } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { Address } from '../common/primitives.ts'
 import { Approval, AwaitingApproval } from './approvals.ts'
-import { Positions, PreparedSwap, PrepareBody, Quote, QuoteQuery, SwapBody, SwapResult } from './http.ts'
+import { Positions } from './http.ts'
+import { PreparedSwap, PrepareBody, Quote, QuoteQuery, SwapBody, SwapResult } from './swaps.ts'
 
 /**
  * trading.swap.execute request: the HTTP body plus the idempotency key (required here: every

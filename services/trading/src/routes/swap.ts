@@ -1,4 +1,4 @@
-import { approvalRoutes, isAwaitingApproval, tradingRoutes } from '@ats/contracts'
+import { isAwaitingApproval, tradingRoutes } from '@ats/contracts'
 import { NotFound, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
 import type { Executor } from '../swaps/executor.ts'
@@ -20,7 +20,7 @@ export async function swapRoutes(
   api.route({ ...tradingRoutes.quote, handler: async (request) => quoteAnswer(await quoter.quote(request.query), impactCeilingBps) })
 
   api.route({
-    ...approvalRoutes.execute,
+    ...tradingRoutes.execute,
     handler: async (request, reply) => {
       const idempotencyKey = spendKeyOf(request, reply)
       const { result, replayed } = await executor.execute(request.body, callerOf(request), idempotencyKey, { via: 'http' })
