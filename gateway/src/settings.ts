@@ -1,6 +1,7 @@
+// The gateway's settings: the services' addresses, rate and concurrency limits, timeouts, proxy trust, x402 payments, prepaid credit.
 import { isIP } from 'node:net'
 import { addressPattern } from '@ats/contracts'
-import { httpUrlSetting, paymentSettings } from '@ats/service-kit'
+import { httpUrlSetting, msSetting, paymentSettings } from '@ats/service-kit'
 import { Type } from 'typebox'
 import { isAddress } from 'viem'
 
@@ -14,7 +15,7 @@ export const gatewaySettings = {
   MARKET_DATA_URL: url('http://127.0.0.1:3003', 'market-data'),
   AUTOMATION_URL: url('http://127.0.0.1:3004', 'automation'),
   ADMIN_URL: url('http://127.0.0.1:3005', 'admin'),
-  RATE_LIMIT_WINDOW_MS: Type.Integer({ minimum: 1000, default: 60_000, description: 'rate-limit window' }),
+  RATE_LIMIT_WINDOW_MS: msSetting('rate-limit window', 60_000, 1000),
   RATE_LIMIT_READONLY: perWindow(1200, 'readonly'),
   RATE_LIMIT_READWRITE: perWindow(1200, 'readwrite'),
   RATE_LIMIT_ADMIN: perWindow(300, 'admin'),
@@ -50,22 +51,18 @@ export const gatewaySettings = {
     default: 64,
     description: 'requests one API key may have in flight at once on this gateway; more get 429',
   }),
-  SERVER_HEADERS_TIMEOUT_MS: Type.Integer({
-    minimum: 100,
-    default: 15_000,
-    description: "how long a client may take to send a request's headers; then 408 and the connection closes",
-  }),
-  SERVER_REQUEST_TIMEOUT_MS: Type.Integer({
-    minimum: 100,
-    default: 30_000,
-    description:
-      'how long a client may take to send a whole request, headers and body (at least SERVER_HEADERS_TIMEOUT_MS); then 408 and the connection closes',
-  }),
-  SERVER_KEEP_ALIVE_TIMEOUT_MS: Type.Integer({
-    minimum: 100,
-    default: 72_000,
-    description: "how long an idle keep-alive connection stays open (above a load balancer's idle timeout, 60 s on most)",
-  }),
+  SERVER_HEADERS_TIMEOUT_MS: msSetting(
+    "how long a client may take to send a request's headers; then 408 and the connection closes",
+    15_000,
+  ),
+  SERVER_REQUEST_TIMEOUT_MS: msSetting(
+    'how long a client may take to send a whole request, headers and body (at least SERVER_HEADERS_TIMEOUT_MS); then 408 and the connection closes',
+    30_000,
+  ),
+  SERVER_KEEP_ALIVE_TIMEOUT_MS: msSetting(
+    "how long an idle keep-alive connection stays open (above a load balancer's idle timeout, 60 s on most)",
+    72_000,
+  ),
   UPSTREAM_CONNECTIONS: Type.Integer({
     minimum: 1,
     default: 128,
@@ -79,23 +76,18 @@ export const gatewaySettings = {
     (value) => trustProxyProblem(value) === undefined,
     (value) => trustProxyProblem(value) ?? 'not valid',
   ),
-  KEY_CACHE_TTL_MS: Type.Integer({
-    minimum: 0,
-    default: 60_000,
-    description: 'how long a verified key is cached; revocations evict at once by broadcast',
-  }),
-  UPSTREAM_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 30_000, description: 'how long the gateway waits for a service' }),
-  SPEND_TIMEOUT_MS: Type.Integer({
-    minimum: 1_000,
-    default: 180_000,
-    description:
-      "how long the gateway waits for /swap/execute and /launchpad, which send from the server wallet and wait for receipts: keep it above trading's worst case, 2 x RECEIPT_TIMEOUT_MS (an approval's receipt, then the swap's) plus about a minute for the policy lookup, quotes and the wallet lock (2 x 60 s + 60 s by default); at least UPSTREAM_TIMEOUT_MS",
-  }),
-  CHAT_TIMEOUT_MS: Type.Integer({
-    minimum: 1_000,
-    default: 180_000,
-    description: "how long the gateway waits for a /v1 answer, which runs a whole agent job (keep it above the agent's AGENT_CHAT_WAIT_MS)",
-  }),
+  KEY_CACHE_TTL_MS: msSetting('how long a verified key is cached; revocations evict at once by broadcast', 60_000, 0),
+  UPSTREAM_TIMEOUT_MS: msSetting('how long the gateway waits for a service', 30_000),
+  SPEND_TIMEOUT_MS: msSetting(
+    "how long the gateway waits for /swap/execute and /launchpad, which send from the server wallet and wait for receipts: keep it above trading's worst case, 2 x RECEIPT_TIMEOUT_MS (an approval's receipt, then the swap's) plus about a minute for the policy lookup, quotes and the wallet lock (2 x 60 s + 60 s by default); at least UPSTREAM_TIMEOUT_MS",
+    180_000,
+    1_000,
+  ),
+  CHAT_TIMEOUT_MS: msSetting(
+    "how long the gateway waits for a /v1 answer, which runs a whole agent job (keep it above the agent's AGENT_CHAT_WAIT_MS)",
+    180_000,
+    1_000,
+  ),
   PAY_TO: Type.Optional(
     // a mixed-case address must carry a valid checksum (EIP-55): viem refuses it otherwise
     Type.Refine(

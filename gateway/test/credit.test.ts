@@ -56,7 +56,7 @@ t.teardown(() => nc.close())
 // the ledger's snapshot, as admin answers it
 const ledger = new Map<string, CreditSnapshot>()
 const ledgerService = await addNatsService(nc, 'admin', '0.0.1', 'the credit snapshot of the test')
-serveEndpoint(ledgerService, 'credit-snapshot', channels.admin.creditSnapshot, pino({ level: 'silent' }), async ({ wallet }) => {
+serveEndpoint(ledgerService, channels.admin.creditSnapshot, pino({ level: 'silent' }), async ({ wallet }) => {
   const { available, entry } = ledger.get(wallet.toLowerCase()) ?? { available: 0n, entry: 0n }
   return { wallet, available: available.toString(), entry: entry.toString() }
 })

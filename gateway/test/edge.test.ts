@@ -267,7 +267,7 @@ const env = await baseTestEnv(t)
 const nc = await connect({ servers: env.NATS_URL! })
 t.teardown(() => nc.close())
 const keyService = await addNatsService(nc, 'admin', '0.0.1', 'key lookups of the test')
-serveEndpoint(keyService, 'keys-verify', natsChannels(env.NATS_NAMESPACE!).admin.keyVerify, pino({ level: 'silent' }), async ({ hash }) => {
+serveEndpoint(keyService, natsChannels(env.NATS_NAMESPACE!).admin.keyVerify, pino({ level: 'silent' }), async ({ hash }) => {
   const key = known[hash]
   return { key: key ? { ...key, wallet: null } : null }
 })

@@ -1,14 +1,14 @@
+// The `fetch` the chain clients' JSON-RPC transport uses: undici's `request` on a keep-alive Agent.
 import { Agent, request } from 'undici'
 
+const agent = new Agent({ keepAliveTimeout: 10_000, connections: 16 })
+
 /**
- * The `fetch` the chain clients' JSON-RPC transport uses: undici's `request` on a keep-alive
- * agent, answered as the few members of a Response that viem's HTTP transport reads (ok, status,
+ * Answers with the few members of a Response that viem's HTTP transport reads (ok, status,
  * statusText, headers.get, text; no body stream). Node's global fetch builds a Request, a
  * Response and web streams for every call: in a profile of the gateway's paid route
  * the authorization-state reads spent more CPU in fetch than in everything else they do.
  */
-const agent = new Agent({ keepAliveTimeout: 10_000, connections: 16 })
-
 export async function rpcFetch(url: string | URL | Request, init: RequestInit = {}): Promise<Response> {
   const response = await request(typeof url === 'string' || url instanceof URL ? url : url.url, {
     dispatcher: agent,

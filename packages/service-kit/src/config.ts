@@ -28,6 +28,10 @@ export const httpUrlSetting = (options: TStringOptions & { default?: string; sec
 /** The largest delay Node's timers take; a longer one fires at once (after a TimeoutOverflowWarning). */
 const maxTimerMs = 2 ** 31 - 1
 
+/** A duration setting in milliseconds; name it `_MS`, and loadConfig refuses more than timers take whatever `maximum` says. */
+export const msSetting = (description: string, fallback: number, minimum = 100, maximum?: number) =>
+  Type.Integer({ minimum, ...(maximum === undefined ? {} : { maximum }), default: fallback, description })
+
 /** Settings every process of the fleet reads. */
 export const baseSettings = {
   HOST: Type.String({ default: '0.0.0.0', description: 'interface to listen on' }),

@@ -218,6 +218,9 @@ export function createHttpClient(options: HttpClientOptions): HttpClient {
       if (!Object.keys(headers).some((h) => h.toLowerCase() === 'content-type')) headers['content-type'] = 'application/json'
     }
     const url = target(path, opts.query)
+    // retries are this loop, not undici's retry interceptor: that one resumes a 2xx body broken
+    // mid-way with a Range request, which JSON APIs answer with the whole body again and it then
+    // fails (UND_ERR_REQ_RETRY); and its attempt limits are idle timeouts, not one attempt deadline
     for (let i = 0; ; i++) {
       opts.signal?.throwIfAborted()
       const left = Math.max(1, deadline - Date.now())

@@ -1,7 +1,7 @@
 // The kit's face: what services, the gateway, scripts and tests use, listed by name rather than
 // `export *` of every module, so the kit's public surface is what this file shows. A name not
 // listed here is the kit's own; export it when a service needs it, from the module that owns it.
-export { StartupError, databaseSettings, httpUrlSetting, isHttpUrl, loadConfig, paymentSettings, safeUrl } from './config.ts'
+export { StartupError, databaseSettings, httpUrlSetting, isHttpUrl, loadConfig, msSetting, paymentSettings, safeUrl } from './config.ts'
 export { localInfra, portOpen } from './localInfra.ts'
 export {
   BadRequest,

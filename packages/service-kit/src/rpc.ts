@@ -57,18 +57,21 @@ function headersOf(context: CallContext): MsgHdrs | undefined {
   return h
 }
 
+/** An endpoint's name (services API, logs, spans): its subject past the service, dots as dashes (`<ns>.admin.keys.verify`: keys-verify). */
+const endpointNameOf = (subject: string) => subject.split('.').slice(2).join('-')
+
 /**
- * Serves one request/reply endpoint. An undecodable request answers 400; a registry error
- * with a 4xx, 503 or 504 status answers that status and message; anything else answers 500
- * (logged, without detail).
+ * Serves one request/reply endpoint, named after its subject (endpointNameOf). An undecodable
+ * request answers 400; a registry error with a 4xx, 503 or 504 status answers that status and
+ * message; anything else answers 500 (logged, without detail).
  */
 export function serveEndpoint<Req, Rep>(
   service: Service,
-  name: string,
   endpoint: Endpoint<Req, Rep>,
   log: Logger,
   handler: (request: Req, context: Required<Pick<CallContext, 'identity'>> & CallContext) => Promise<Rep>,
 ): void {
+  const name = endpointNameOf(endpoint.subject)
   // once here: info() builds the service's whole description, endpoints and all
   const serviceName = service.info().name
   service.addEndpoint(name, {

@@ -55,8 +55,8 @@ t.test('NATS: each component may use the subjects its contract declares, and no 
   const trading = await as('trading')
   const executed: string[] = []
   const tradingService = await addNatsService(trading, 'trading', '0.0.0', 'test')
-  serveEndpoint(tradingService, 'tokens', channels.trading.tokens, log, async () => ({ chainId: 31337, tokens: [] }))
-  serveEndpoint(tradingService, 'execute', channels.trading.execute, log, async (request) => {
+  serveEndpoint(tradingService, channels.trading.tokens, log, async () => ({ chainId: 31337, tokens: [] }))
+  serveEndpoint(tradingService, channels.trading.execute, log, async (request) => {
     executed.push(request.idempotencyKey)
     throw new Refused('refused by the test')
   })

@@ -381,7 +381,7 @@ const books = (namespace: string): ServiceDefinition<{}, never> => ({
   async register(_app, { nc, log, onClose }) {
     const service = await addNatsService(nc, `books-${namespace}`, '1.0.0', 'test books')
     onClose(() => service.stop().then(() => undefined))
-    serveEndpoint(service, 'lookup', lookup(namespace), log, async ({ id }, { identity, requestId }) => {
+    serveEndpoint(service, lookup(namespace), log, async ({ id }, { identity, requestId }) => {
       if (id === 'missing') throw new NotFound(`book ${id}`)
       if (id === 'taken') throw new Conflict('book taken is lent out')
       if (id === 'boom') throw new Error('secret stack detail')
@@ -469,6 +469,29 @@ t.test('a responder that does not answer in time gives 504 {error}', async (t) =
   const res = await caller.app.inject({ url: '/books/b1', headers: asKey })
   t.equal(res.statusCode, 504)
   t.same(res.json(), { error: 'books service did not answer within 300 ms' })
+})
+
+t.test('an endpoint is discovered under its subject past the service, dots as dashes', async (t) => {
+  const e = await env(t)
+  const { connect } = await import('nats')
+  const nc = await connect({ servers: e.NATS_URL })
+  const service = await addNatsService(nc, `shelves-${e.NATS_NAMESPACE}`, '1.0.0', 'test shelves')
+  t.teardown(async () => {
+    await service.stop()
+    await nc.close()
+  })
+  const log = pino({ level: 'silent' })
+  const Id = Type.Object({ id: Type.String() })
+  const nested = endpoint(`${e.NATS_NAMESPACE}.books.shelf.of-book`, Id, Id)
+  serveEndpoint(service, lookup(e.NATS_NAMESPACE), log, async ({ id }) => ({ title: id, askedBy: '-' }))
+  serveEndpoint(service, nested, log, async (request) => request)
+  const discovered: Array<{ name: string; subject: string }> = []
+  for await (const info of await nc.services.client().info(service.info().name))
+    discovered.push(...info.endpoints.map(({ name, subject }) => ({ name, subject })))
+  t.same(discovered, [
+    { name: 'lookup', subject: lookup(e.NATS_NAMESPACE).subject },
+    { name: 'shelf-of-book', subject: nested.subject },
+  ])
 })
 
 // The context follows the declaration: pnpm typecheck checks these lines, and fails if an

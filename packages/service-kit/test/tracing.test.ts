@@ -64,7 +64,7 @@ t.test('one request through HTTP, NATS and JetStream is one trace', async (t) =>
     port: 0,
     register: async (_app, ctx) => {
       const service = await addNatsService(ctx.nc, 'traced-backend', '1.0.0', 'answers echo')
-      serveEndpoint(service, 'echo', echo, log, async ({ text }) => {
+      serveEndpoint(service, echo, log, async ({ text }) => {
         log.info({ text }, 'echo handled')
         return { text }
       })
@@ -176,6 +176,7 @@ t.test('one request through HTTP, NATS and JetStream is one trace', async (t) =>
     'messaging.system': 'nats',
     'messaging.destination.name': echo.subject,
     'ats.service': 'traced-backend',
+    'ats.endpoint': 'echo',
     'ats.status': 200,
   })
   t.equal(serve.kind, SpanKind.SERVER)

@@ -1,135 +1,42 @@
+// The agent service: the wiring of its job store, queue, workers, runner, credit and payment reports to its routes.
 import { fileURLToPath } from 'node:url'
 import {
   createIdempotencyStore,
-  httpUrlSetting,
-  isHttpUrl,
   startEventOutbox,
   startIdempotencyPurge,
   StartupError,
   type EventOutbox,
   type ServiceDefinition,
 } from '@ats/service-kit'
-import { Type } from 'typebox'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createJobEvents } from './jobs/events.ts'
 import { jobCounter, watchJobQueue } from './jobs/metrics.ts'
 import { createJobPaymentLookup, startPaymentOutcomes, type PaymentOutcomes } from './jobs/paymentOutcomes.ts'
 import { createJobQueue } from './jobs/queue.ts'
 import { createApprovalWithdrawal } from './jobs/approvals.ts'
-import { createPrices, modelPricesProblem } from './credit/prices.ts'
+import { createPrices } from './credit/prices.ts'
 import { startCreditUsage, type CreditUsageReports } from './credit/usageReports.ts'
 import { createJobStore, type Owner } from './jobs/store.ts'
 import { startJobWorkers } from './jobs/worker.ts'
-import { agentRoutesPlugin } from './routes/agent.ts'
-import { createAnswers } from './routes/answers.ts'
-import { chatRoutesPlugin } from './routes/chat.ts'
-import { messagesRoutesPlugin } from './routes/messages.ts'
+import { agentRoutes } from './routes/agent.ts'
+import { createAnswers } from './answers/answers.ts'
+import { chatRoutes } from './routes/chat.ts'
+import { messagesRoutes } from './routes/messages.ts'
 import { portfolioRoutes } from './routes/portfolio.ts'
-import { responsesRoutesPlugin } from './routes/responses.ts'
-import { skillRoutes } from './routes/skills.ts'
+import { responsesRoutes } from './routes/responses.ts'
+import { skillsRoutes } from './routes/skills.ts'
 import { createLlmRunner } from './runner/llm.ts'
 import { createPlanner } from './runner/planner.ts'
 import type { Runner } from './runner/runner.ts'
 import { createTools } from './runner/tools.ts'
-import { externalSkillsProblem, parseExternalSkills, skillList } from './skills.ts'
+import { agentSettings } from './settings.ts'
+import { parseExternalSkills, skillList } from './skills.ts'
 
-const ms = (description: string, defaultMs: number, minimum = 100) => Type.Integer({ minimum, default: defaultMs, description })
-
-const settings = {
-  EXTERNAL_SKILLS: Type.Optional(
-    Type.Refine(
-      Type.String({ description: 'external skills, a JSON array of {"name", "url"} objects' }),
-      (raw) => externalSkillsProblem(raw) === undefined,
-      (raw) => externalSkillsProblem(raw) ?? 'not valid',
-    ),
-  ),
-  AGENT_PUBLIC_URL: Type.Refine(
-    Type.String({ default: '', description: 'base URL of the public API, put before built-in skill paths; unset: relative paths' }),
-    (raw) => raw === '' || isHttpUrl(raw),
-    () => 'must be an absolute http(s) URL',
-  ),
-  AGENT_ROLE: Type.Union([Type.Literal('all'), Type.Literal('api'), Type.Literal('worker')], {
-    default: 'all',
-    description: 'all: routes and job workers in one process; api: routes only; worker: job workers only (scale them apart)',
-  }),
-  AGENT_WORKER_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 256, default: 16, description: 'jobs one worker process runs at once' }),
-  AGENT_ACK_WAIT_MS: ms('a job whose worker stops (killed, partitioned) is given to another worker after this', 30_000, 500),
-  AGENT_MAX_ATTEMPTS: Type.Integer({
-    minimum: 1,
-    maximum: 20,
-    default: 3,
-    description: 'runs a job gets when its workers keep dying, before it fails',
-  }),
-  AGENT_JOB_MAX_RUN_MS: ms('a run longer than this is stopped and the job fails', 120_000, 1_000),
-  AGENT_TOOL_TIMEOUT_MS: ms('how long a tool waits for trading, market-data or automation', 10_000),
-  AGENT_SWAP_TIMEOUT_MS: ms('how long the swap tool waits for a swap to be mined', 90_000, 1_000),
-  AGENT_JOB_PAYMENT_MARGIN_SECONDS: Type.Integer({
-    minimum: 1,
-    maximum: 3600,
-    default: 60,
-    description:
-      "a paid job must end this long before its payment's validBefore, so that the payment can still be settled after it: a job taken from the queue later is not run, a wait for approval expires then at the latest, and a job still running or waiting then is stopped; each is failed with the reason and its payment voided (keep it below the gateway's JOB_PAYMENT_MIN_VALIDITY_SECONDS)",
-  }),
-  APPROVAL_POLL_MS: ms("how often a job whose swap waits for a person's approval asks trading whether it was decided", 1_000),
-  AGENT_CHAT_WAIT_MS: ms(
-    "how long a /v1 completion waits for its job; then the job is cancelled and the answer is 504 (keep it under the gateway's CHAT_TIMEOUT_MS)",
-    150_000,
-    1_000,
-  ),
-  AGENT_MAX_STREAMS_PER_OWNER: Type.Integer({
-    minimum: 1,
-    maximum: 1000,
-    default: 5,
-    description:
-      'event streams (GET /agent/job/:id/events, /v1 stream: true) one payer or API key may hold open at once, per agent API process; one more is 429',
-  }),
-  AGENT_HISTORY_MESSAGES: Type.Integer({
-    minimum: 0,
-    maximum: 200,
-    default: 20,
-    description: 'earlier messages of the thread given to the runner',
-  }),
-  LLM_BASE_URL: Type.Optional(
-    httpUrlSetting({ description: 'an OpenAI-compatible chat-completions API (…/v1); unset: the offline planner' }),
-  ),
-  LLM_API_KEY: Type.Optional(Type.String({ minLength: 1, secret: true, description: 'sent as Authorization: Bearer to LLM_BASE_URL' })),
-  LLM_MODEL: Type.Optional(Type.String({ minLength: 1, description: 'the model name (required with LLM_BASE_URL)' })),
-  LLM_MAX_STEPS: Type.Integer({ minimum: 1, maximum: 50, default: 8, description: 'model turns per job before it fails' }),
-  LLM_TIMEOUT_MS: ms('one completion, retries included', 60_000, 1_000),
-  AGENT_CREDIT_MODEL_PRICES: Type.Refine(
-    Type.String({
-      default: '{}',
-      description:
-        'work paid by prepaid credit: prices per /v1 model (ats-agent also prices POST /agent/prompt jobs), a JSON object {"<model>": {"input": n, "output": n}} in USDC base units per 1M tokens (3000000 = $3 per 1M tokens); a model not listed costs the two defaults below',
-    }),
-    (raw) => modelPricesProblem(raw) === undefined,
-    (raw) => modelPricesProblem(raw) ?? 'not valid',
-  ),
-  AGENT_CREDIT_INPUT_PRICE_PER_MTOK: Type.Integer({
-    minimum: 0,
-    maximum: 1e15,
-    default: 3_000_000,
-    description: 'work paid by credit: USDC base units per 1M input tokens, for a model AGENT_CREDIT_MODEL_PRICES does not list ($3)',
-  }),
-  AGENT_CREDIT_OUTPUT_PRICE_PER_MTOK: Type.Integer({
-    minimum: 0,
-    maximum: 1e15,
-    default: 15_000_000,
-    description: 'work paid by credit: USDC base units per 1M output tokens, for a model AGENT_CREDIT_MODEL_PRICES does not list ($15)',
-  }),
-  AGENT_CREDIT_TOOL_CALL_PRICE: Type.Integer({
-    minimum: 0,
-    maximum: 1e15,
-    default: 1_000,
-    description: 'work paid by credit: USDC base units per tool call an agent job or /v1 completion makes ($0.001)',
-  }),
-}
-
-export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
+export const agentService: ServiceDefinition<typeof agentSettings, PrismaClient> = {
   name: 'agent',
   version: '0.2.0',
   port: 3001,
-  settings,
+  settings: agentSettings,
   database: {
     schema: 'agent',
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
@@ -229,9 +136,9 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
       // a credit hold that reaches a route and starts no job is given back
       credit.install(app)
       const skills = skillList(config.AGENT_PUBLIC_URL, parseExternalSkills(config.EXTERNAL_SKILLS))
-      await app.register(skillRoutes, { skills })
+      await app.register(skillsRoutes, { skills })
       const paymentsOf = createJobPaymentLookup({ nc, endpoint: channels.admin.paymentsOfJobs, log })
-      await app.register(agentRoutesPlugin, {
+      await app.register(agentRoutes, {
         store,
         queue,
         events,
@@ -242,9 +149,9 @@ export const agentService: ServiceDefinition<typeof settings, PrismaClient> = {
       })
       await app.register(portfolioRoutes, { store, paymentsOf })
       const answers = createAnswers({ store, queue, events, cancelled, waitMs: config.AGENT_CHAT_WAIT_MS })
-      await app.register(chatRoutesPlugin, { prefix: '/v1', answers })
-      await app.register(responsesRoutesPlugin, { prefix: '/v1/responses', answers })
-      await app.register(messagesRoutesPlugin, { prefix: '/v1/messages', answers })
+      await app.register(chatRoutes, { prefix: '/v1', answers })
+      await app.register(responsesRoutes, { prefix: '/v1/responses', answers })
+      await app.register(messagesRoutes, { prefix: '/v1/messages', answers })
     }
   },
 }

@@ -1,15 +1,14 @@
+// The market-data service: the choice of each source (settings.ts), their shared cache, and the wiring to its NATS endpoints and routes.
 import { fileURLToPath } from 'node:url'
 import { marketContract } from '@ats/contracts'
 import {
   addNatsService,
   createHttpClient,
   createSharedCache,
-  httpUrlSetting,
   startWorkerLoop,
   StartupError,
   type ServiceDefinition,
 } from '@ats/service-kit'
-import { Type } from 'typebox'
 import { getAddress, isAddress, type Address } from 'viem'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { modelBridge } from './local/bridge.ts'
@@ -27,74 +26,11 @@ import { lifiBridge } from './providers/lifi.ts'
 import { polymarketPredictions } from './providers/polymarket.ts'
 import type { BridgeSource, NftSource, PredictionSource, PriceSource, TrendingSource } from './providers/types.ts'
 import { marketRoutes } from './routes/market.ts'
+import { marketDataSettings } from './settings.ts'
 
 const schema = 'market_data'
-const source = <const T extends string[]>(values: T, description: string) =>
-  Type.Unsafe<T[number]>({ type: 'string', enum: values, default: values[0], description })
-const url = (value: string, description: string) => httpUrlSetting({ default: value, description })
-const apiKey = (description: string) => Type.Optional(Type.String({ minLength: 1, secret: true, description }))
 
-const settings = {
-  PRICE_SOURCE: source(
-    ['pools', 'coingecko'],
-    "where /market/prices comes from: pools (the chain's own pools, the devnet's by default) or coingecko (CoinGecko's simple price)",
-  ),
-  TRENDING_SOURCE: source(
-    ['pools', 'geckoterminal'],
-    "where /market/trending comes from: pools (the devnet's pools by 24h volume of their Swap events) or geckoterminal (GeckoTerminal's trending pools)",
-  ),
-  NFT_SOURCE: source(
-    ['logs', 'alchemy'],
-    "where /nfts comes from: logs (ERC-721 Transfer logs of the address book's collections) or alchemy (Alchemy NFT API v3)",
-  ),
-  PREDICTION_SOURCE: source(
-    ['catalog', 'polymarket'],
-    "where /predictions comes from: catalog (the bundled catalog, searched in Postgres) or polymarket (Polymarket's Gamma API)",
-  ),
-  BRIDGE_SOURCE: source(
-    ['model', 'lifi'],
-    'where /bridge comes from: model (the offline quote model, docs/market-data.md) or lifi (LI.FI)',
-  ),
-  COINGECKO_URL: url('https://api.coingecko.com/api/v3', 'CoinGecko API base (https://pro-api.coingecko.com/api/v3 with a Pro key)'),
-  COINGECKO_API_KEY: apiKey('CoinGecko API key: sent as x-cg-demo-api-key, or x-cg-pro-api-key when COINGECKO_URL is the Pro API'),
-  GECKOTERMINAL_URL: url('https://api.geckoterminal.com/api/v2', 'GeckoTerminal API base'),
-  GECKOTERMINAL_NETWORK: Type.String({
-    pattern: '^[a-z0-9_-]+$',
-    default: 'arbitrum',
-    description: "GeckoTerminal's network id whose trending pools are listed",
-  }),
-  ALCHEMY_NFT_URL: url('https://arb-mainnet.g.alchemy.com/nft/v3', 'Alchemy NFT API v3 base, without the key'),
-  ALCHEMY_API_KEY: apiKey('Alchemy API key (required with NFT_SOURCE=alchemy)'),
-  POLYMARKET_GAMMA_URL: url('https://gamma-api.polymarket.com', "Polymarket's Gamma API base"),
-  LIFI_URL: url('https://li.quest/v1', 'LI.FI API base'),
-  LIFI_API_KEY: apiKey('LI.FI API key (optional: sent as x-lifi-api-key for higher rate limits)'),
-  SOURCE_TIMEOUT_MS: Type.Integer({
-    minimum: 100,
-    default: 5000,
-    description: 'the most a call to a public API may take, retries included, before the route answers 503',
-  }),
-  MARKET_CACHE_TTL_MS: Type.Integer({
-    minimum: 1,
-    default: 30_000,
-    description: 'how long prices and trending pools are served from the cache shared by all replicas (Redis)',
-  }),
-  PRICE_SAMPLE_INTERVAL_MS: Type.Integer({
-    minimum: 1000,
-    default: 300_000,
-    description: 'pools source: how often prices are recorded to the price history that change24h is computed from',
-  }),
-  SWAP_INDEX_INTERVAL_MS: Type.Integer({
-    minimum: 100,
-    default: 2000,
-    description: "pools source: how often new blocks' Swap events are indexed",
-  }),
-  NFT_SPAM_CONTRACTS: Type.String({
-    default: '',
-    description: "logs source: comma-separated collection addresses to flag as spam, besides the address book's",
-  }),
-}
-
-export const marketDataService: ServiceDefinition<typeof settings, PrismaClient, 'read'> = {
+export const marketDataService: ServiceDefinition<typeof marketDataSettings, PrismaClient, 'read'> = {
   name: 'market-data',
   version: '0.1.0',
   port: 3003,
@@ -102,7 +38,7 @@ export const marketDataService: ServiceDefinition<typeof settings, PrismaClient,
   chain: 'read',
   // the cache of prices and trending pools is shared by every replica; without Redis each caches alone
   redis: 'optional',
-  settings,
+  settings: marketDataSettings,
   database: {
     schema,
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
@@ -202,9 +138,7 @@ export const marketDataService: ServiceDefinition<typeof settings, PrismaClient,
     const market = createMarket({ sources: { prices, trending, nfts, predictions, bridge }, cache, ttlMs: config.MARKET_CACHE_TTL_MS })
 
     const nats = await addNatsService(nc, marketContract.name, version, 'prices, trending pools, NFTs, prediction markets, bridge quotes')
-    onClose(async () => {
-      await nats.stop()
-    })
+    onClose(() => nats.stop().then(() => undefined))
     serveMarketEndpoints(nats, { channels, log, market })
 
     await app.register(marketRoutes, { market })

@@ -1,3 +1,4 @@
+// The trading service: the wiring of its quoter, executor, approvals, launchpad and positions to its NATS endpoints and routes.
 import { fileURLToPath } from 'node:url'
 import { tradingContract } from '@ats/contracts'
 import {
@@ -10,7 +11,6 @@ import {
   watchWalletControl,
   type ServiceDefinition,
 } from '@ats/service-kit'
-import { Type } from 'typebox'
 import { getAddress } from 'viem'
 import { createApprovalStore } from './approvals/approvals.ts'
 import { createDecisions } from './approvals/decisions.ts'
@@ -25,7 +25,10 @@ import { approvalsRoutes } from './routes/approvals.ts'
 import { launchpadRoutes } from './routes/launchpad.ts'
 import { portfolioRoutes } from './routes/portfolio.ts'
 import { swapRoutes } from './routes/swap.ts'
-import { createExecutor, swapCounter } from './swaps/executor.ts'
+import { tradingSettings } from './settings.ts'
+import { createExecutionStore } from './swaps/executions.ts'
+import { createExecutor } from './swaps/executor.ts'
+import { swapCounter } from './swaps/metrics.ts'
 import type { SpendDefaults, SpendLimits } from './swaps/policy.ts'
 import { createPreparer } from './swaps/prepare.ts'
 import { createQuoter } from './swaps/quotes.ts'
@@ -33,72 +36,14 @@ import { tokenResolver } from './swaps/tokens.ts'
 import { gasUsdOf } from './swaps/usd.ts'
 
 const schema = 'trading'
-const usdLimit = (description: string) => Type.Optional(Type.Number({ exclusiveMinimum: 0, description }))
 
-const settings = {
-  SWAP_DEADLINE_SECONDS: Type.Integer({
-    minimum: 10,
-    maximum: 3600,
-    default: 300,
-    description: 'a swap sent reverts if not mined within this many seconds',
-  }),
-  RECEIPT_TIMEOUT_MS: Type.Integer({
-    minimum: 1000,
-    default: 60_000,
-    description: 'how long an execute waits for its receipt before answering 504 (repeat with the same Idempotency-Key to pick it up)',
-  }),
-  RECEIPT_POLL_MS: Type.Integer({ minimum: 10, default: 250, description: 'how often a receipt is looked for' }),
-  QUOTE_BLOCK_CACHE_MS: Type.Integer({
-    minimum: 0,
-    default: 250,
-    description: 'how long quotes reuse the latest block number (quotes are cached per block)',
-  }),
-  SPEND_MAX_USD_PER_SWAP: usdLimit('wallet-wide cap on one swap from the server wallet, in USD; unset: none'),
-  SPEND_MAX_USD_PER_DAY: usdLimit('wallet-wide cap on all swaps from the server wallet per UTC day, in USD; unset: none'),
-  SPEND_DEFAULT_USD_PER_SWAP: Type.Number({
-    exclusiveMinimum: 0,
-    default: 500,
-    description: 'cap on one swap of a key (or allowlisted payer) whose spend policy sets no maxUsdPerSwap, in USD',
-  }),
-  SPEND_DEFAULT_USD_PER_DAY: Type.Number({
-    exclusiveMinimum: 0,
-    default: 500,
-    description: "cap on a key's (or allowlisted payer's) swaps per UTC day when its spend policy sets no maxUsdPerDay, in USD",
-  }),
-  SPEND_UNLIMITED: Type.Boolean({
-    default: false,
-    description:
-      'true: keys whose policy sets no USD cap spend the server wallet without the default caps (only SPEND_MAX_USD_* apply); logged as a warning at start',
-  }),
-  LAUNCH_DEFAULT_PER_DAY: Type.Integer({
-    minimum: 0,
-    maximum: 1000,
-    default: 3,
-    description:
-      "tokens a key may launch per UTC day when its spend policy sets no maxLaunchesPerDay (0: none); a launch's gas counts against the key's USD caps as well",
-  }),
-  SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS: Type.Integer({
-    minimum: 1,
-    maximum: 10_000,
-    default: 1500,
-    description:
-      'price-impact ceiling of swaps whose spend policy sets no maxPriceImpactBps, in basis points (1500 = 15%); above it execute answers 422',
-  }),
-  APPROVAL_TTL_MS: Type.Integer({
-    minimum: 1000,
-    default: 900_000,
-    description:
-      "how long a swap held by a spend policy's approvalAboveUsd waits for a person's decision before it expires and is abandoned (nothing sent), in ms",
-  }),
-}
-
-export const tradingService: ServiceDefinition<typeof settings, PrismaClient, 'write'> = {
+export const tradingService: ServiceDefinition<typeof tradingSettings, PrismaClient, 'write'> = {
   name: 'trading',
   version: '0.1.0',
   port: 3002,
   // swaps, approvals and launches are sent from the server wallet (SERVER_WALLET_PRIVATE_KEY)
   chain: 'write',
-  settings,
+  settings: tradingSettings,
   database: {
     schema,
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
@@ -155,8 +100,9 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient, 'w
         'default spend limits of keys',
       )
 
+    const executions = createExecutionStore(db, events)
     const executor = createExecutor({
-      db,
+      executions,
       quoter,
       tokens,
       tx,
@@ -166,7 +112,6 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient, 'w
       walletControl,
       deadlineSeconds: config.SWAP_DEADLINE_SECONDS,
       approvals,
-      events,
       counted: swapCounter(metrics),
       log,
       // fail closed: without admin's answer no swap is made for a key
@@ -207,13 +152,11 @@ export const tradingService: ServiceDefinition<typeof settings, PrismaClient, 'w
     })
 
     const nats = await addNatsService(nc, tradingContract.name, version, 'swap quotes and execution, positions')
-    onClose(async () => {
-      await nats.stop()
-    })
+    onClose(() => nats.stop().then(() => undefined))
     const impactCeilingBps = config.SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS
     serveTradingEndpoints(nats, { channels, log, chain, quoter, impactCeilingBps, executor, decisions, prepare, positions })
 
-    await app.register(swapRoutes, { quoter, executor, prepare, impactCeilingBps })
+    await app.register(swapRoutes, { quoter, executor, executions, prepare, impactCeilingBps })
     await app.register(approvalsRoutes, { store: approvals, decisions })
     await app.register(portfolioRoutes, { positions })
     await app.register(launchpadRoutes, { launchpad })

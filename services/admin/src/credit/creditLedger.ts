@@ -182,38 +182,45 @@ export function createCreditLedger(db: PrismaClient, { events, lowBalance, onAdj
     /**
      * Records what gateways took (debits, holds, withdrawals), each once however often it is
      * delivered. A hold whose usage report came first is closed at once. Returns how many were new.
+     * One statement writes the entries, moves their accounts and opens the holds, returning only
+     * the holds whose report was waiting: a batch costs the same few round trips whatever its size.
      */
     async recordDebits(debits: CreditDebit[]): Promise<number> {
-      const entries: NewEntry[] = debits.map((d) => ({
-        wallet: d.wallet.toLowerCase(),
-        kind: d.kind,
-        ref: d.id,
-        amount: BigInt(d.amount),
-        route: d.route,
-        at: new Date(d.at),
-      }))
-      return inTransaction(
-        entries.map((e) => e.wallet),
-        async (w) => {
-          const inserted = await w.add(entries)
-          const holds = inserted.filter((e) => e.kind === 'hold')
-          if (holds.length > 0) {
-            // a report that waited for its hold (or gave up waiting) is applied now
-            const opened = await w.tx.$queryRaw<Array<{ wallet: string; id: string; amount: bigint; usage: CreditUsage | null }>>`
-              INSERT INTO credit_holds (wallet, id, amount, state, opened_at)
-              SELECT w, i, a, 'open', now() FROM unnest(${holds.map((h) => h.wallet)}::text[], ${holds.map((h) => h.ref)}::text[],
-                ${holds.map((h) => String(h.amount))}::bigint[]) AS x(w, i, a)
-              ON CONFLICT (wallet, id) DO UPDATE SET amount = excluded.amount, opened_at = excluded.opened_at
-                WHERE credit_holds.state IN ('reported', 'orphaned')
-              RETURNING wallet, id, amount, usage`
-            await closeHolds(
-              w,
-              opened.filter((h) => h.usage).map((h) => ({ wallet: h.wallet, id: h.id, amount: h.amount, usage: h.usage })),
-            )
-          }
-          return inserted.length
-        },
-      )
+      const wallets = debits.map((d) => d.wallet.toLowerCase())
+      return inTransaction(wallets, async (w) => {
+        const [result] = await w.tx.$queryRaw<
+          Array<{ recorded: number; waited: Array<{ wallet: string; id: string; amount: string; usage: CreditUsage }> | null }>
+        >`
+          WITH entered AS (
+            INSERT INTO credit_entries (wallet, kind, ref, amount, route, at)
+            SELECT * FROM unnest(${wallets}::text[], ${debits.map((d) => d.kind)}::"CreditEntryKind"[], ${debits.map((d) => d.id)}::text[],
+              ${debits.map((d) => d.amount)}::bigint[], ${debits.map((d) => d.route)}::text[],
+              ${debits.map((d) => new Date(d.at).toISOString())}::timestamptz[])
+            ON CONFLICT (wallet, kind, ref) DO NOTHING
+            RETURNING wallet, kind, ref, amount),
+          moved AS (
+            INSERT INTO credit_accounts (wallet, balance, held, updated_at)
+            SELECT wallet, coalesce(-sum(amount) FILTER (WHERE kind <> 'hold'), 0), coalesce(sum(amount) FILTER (WHERE kind = 'hold'), 0), now()
+            FROM entered GROUP BY wallet
+            ON CONFLICT (wallet) DO UPDATE SET balance = credit_accounts.balance + excluded.balance,
+              held = credit_accounts.held + excluded.held, updated_at = now()),
+          opened AS (
+            INSERT INTO credit_holds (wallet, id, amount, state, opened_at)
+            SELECT wallet, ref, amount, 'open', now() FROM entered WHERE kind = 'hold'
+            ON CONFLICT (wallet, id) DO UPDATE SET amount = excluded.amount, opened_at = excluded.opened_at
+              WHERE credit_holds.state IN ('reported', 'orphaned')
+            RETURNING wallet, id, amount, usage)
+          SELECT (SELECT count(*) FROM entered)::int AS recorded,
+            (SELECT json_agg(json_build_object('wallet', wallet, 'id', id, 'amount', amount::text, 'usage', usage))
+              FROM opened WHERE usage IS NOT NULL) AS waited`
+        // a report that waited for its hold (or gave up waiting) is applied now
+        const waited = result!.waited ?? []
+        await closeHolds(
+          w,
+          waited.map((h) => ({ wallet: h.wallet, id: h.id, amount: BigInt(h.amount), usage: h.usage })),
+        )
+        return result!.recorded
+      })
     },
 
     /**

@@ -1,8 +1,8 @@
 // The settings of prepaid credit in the ledger: holds, sweeps, the snapshot's wait, low balance, withdrawals, reconciliation.
+import { msSetting } from '@ats/service-kit'
 import { Type } from 'typebox'
 
-const ms = (description: string, fallback: number, minimum = 10) =>
-  Type.Integer({ minimum, maximum: 2_147_483_647, default: fallback, description })
+const ms = (description: string, fallback: number, minimum = 10) => msSetting(description, fallback, minimum, 2_147_483_647)
 const usdc = (description: string, fallback: number) =>
   Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, default: fallback, description })
 

@@ -19,9 +19,9 @@ export function serveAdminEndpoints(
   }: { channels: NatsChannels; log: Logger; keys: KeyStore; agentPayers: AgentPayers; jobPayments: JobPayments; credit: Credit },
 ) {
   const { keyVerify, keyPolicy, agentPayer, paymentsOfJobs, creditSnapshot } = channels.admin
-  serveEndpoint(nats, 'keys-verify', keyVerify, log, async ({ hash }) => ({ key: await keys.findActiveByHash(hash) }))
-  serveEndpoint(nats, 'keys-policy', keyPolicy, log, async ({ keyId }) => ({ key: await keys.findActiveById(keyId) }))
-  serveEndpoint(nats, 'agent-payers-get', agentPayer, log, async ({ address }) => ({ payer: await agentPayers.get(address) }))
-  serveEndpoint(nats, 'payments-of-jobs', paymentsOfJobs, log, async ({ jobIds }) => ({ payments: await jobPayments.ofJobs(jobIds) }))
-  serveEndpoint(nats, 'credit-snapshot', creditSnapshot, log, ({ wallet }) => credit.snapshot(wallet))
+  serveEndpoint(nats, keyVerify, log, async ({ hash }) => ({ key: await keys.findActiveByHash(hash) }))
+  serveEndpoint(nats, keyPolicy, log, async ({ keyId }) => ({ key: await keys.findActiveById(keyId) }))
+  serveEndpoint(nats, agentPayer, log, async ({ address }) => ({ payer: await agentPayers.get(address) }))
+  serveEndpoint(nats, paymentsOfJobs, log, async ({ jobIds }) => ({ payments: await jobPayments.ofJobs(jobIds) }))
+  serveEndpoint(nats, creditSnapshot, log, ({ wallet }) => credit.snapshot(wallet))
 }

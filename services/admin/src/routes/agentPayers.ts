@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import type { AgentPayers } from '../agentPayers/agentPayers.ts'
 
 /** The agent's allowlist of payers it executes swaps for from the server wallet. */
-export async function agentPayerRoutes(app: FastifyInstance, { payers }: { payers: AgentPayers }) {
+export async function agentPayersRoutes(app: FastifyInstance, { payers }: { payers: AgentPayers }) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({

@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import type { NatsConnection } from 'nats'
 import type { KeyStore } from '../keys/keyStore.ts'
 
-export async function keyRoutes(
+export async function keysRoutes(
   app: FastifyInstance,
   {
     keys,

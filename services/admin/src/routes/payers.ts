@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import type { KV } from 'nats'
 
 /** The blocked-payers bucket that every gateway watches: list it, take a payer off it. */
-export async function payerRoutes(app: FastifyInstance, { blockedPayers, log }: { blockedPayers: KV; log: Logger }) {
+export async function payersRoutes(app: FastifyInstance, { blockedPayers, log }: { blockedPayers: KV; log: Logger }) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({

@@ -2,7 +2,7 @@ import { webhookRoutes, type WebhookTestResult } from '@ats/contracts'
 import { Forbidden, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { WebhookSubscription } from '../generated/prisma/client.ts'
-import { checkWebhookUrl, type UrlRules } from '../webhooks/sender.ts'
+import { checkWebhookUrl, type UrlRules } from '../webhooks/urlRules.ts'
 import { webhookOf, type Subscriptions, type Viewer } from '../webhooks/subscriptions.ts'
 
 export interface WebhookRouteOptions {
@@ -21,7 +21,7 @@ function viewerOf(request: FastifyRequest): Viewer {
   return { keyId, admin: tier === 'admin' }
 }
 
-export async function webhookSubscriptionRoutes(app: FastifyInstance, { subscriptions, rules, sendTest, onQueued }: WebhookRouteOptions) {
+export async function webhooksRoutes(app: FastifyInstance, { subscriptions, rules, sendTest, onQueued }: WebhookRouteOptions) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({

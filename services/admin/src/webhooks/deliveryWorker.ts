@@ -7,7 +7,9 @@ import { startWorkerLoop, type Logger, type WorkerLoop } from '@ats/service-kit'
 import type { PrismaClient } from '../generated/prisma/client.ts'
 import { retireWebhooksOfKey } from './keyRevocation.ts'
 import { nextDelayMs } from './retrySchedule.ts'
-import { sendWebhook, signWebhook, type Attempt, type UrlRules } from './sender.ts'
+import { sendWebhook, type Attempt } from './sender.ts'
+import { signWebhook } from './signing.ts'
+import type { UrlRules } from './urlRules.ts'
 
 export interface DeliveryWorkerOptions {
   db: PrismaClient

@@ -14,7 +14,7 @@ import {
 import { NotFound } from '@ats/service-kit'
 import { TestEventNotRedelivered, TooManyWebhooks, WebhookOfRevokedKey } from '../errors.ts'
 import type { PrismaClient, WebhookDelivery as DeliveryRow, WebhookSubscription } from '../generated/prisma/client.ts'
-import { newWebhookSecret } from './sender.ts'
+import { newWebhookSecret } from './signing.ts'
 
 /** Who asks: the key, and whether it is an admin key (which sees every subscription). */
 export interface Viewer {

@@ -7,7 +7,9 @@ import { newEventId } from '@ats/service-kit'
 import type { PrismaClient, WebhookSubscription } from '../generated/prisma/client.ts'
 import { logEntryOf, maxResponseBytes, signingSecrets } from './deliveryWorker.ts'
 import { deliveryBody } from './fanout.ts'
-import { sendWebhook, signWebhook, type UrlRules } from './sender.ts'
+import { sendWebhook } from './sender.ts'
+import { signWebhook } from './signing.ts'
+import type { UrlRules } from './urlRules.ts'
 
 export interface TestEventOptions {
   rules: UrlRules

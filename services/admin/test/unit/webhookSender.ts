@@ -4,7 +4,10 @@ import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Serv
 import type { AddressInfo } from 'node:net'
 import { Webhook } from 'standardwebhooks'
 import t, { type Test } from 'tap'
-import { checkWebhookUrl, forbiddenAddress, newWebhookSecret, sendWebhook, signWebhook, type UrlRules } from '../../src/webhooks/sender.ts'
+import { forbiddenAddress } from '../../src/webhooks/forbiddenAddresses.ts'
+import { sendWebhook } from '../../src/webhooks/sender.ts'
+import { newWebhookSecret, signWebhook } from '../../src/webhooks/signing.ts'
+import { checkWebhookUrl, type UrlRules } from '../../src/webhooks/urlRules.ts'
 
 const production: UrlRules = { allowHttp: false, allowPrivate: false }
 const httpOnly: UrlRules = { allowHttp: true, allowPrivate: false }
@@ -96,6 +99,16 @@ t.test('forbiddenAddress names internal IPv6 addresses, checking the IPv4 addres
     ['::ffff:7f00:1', 'loopback'],
     ['0:0:0:0:0:ffff:169.254.169.254', 'link-local / cloud metadata'],
     ['0:0:0:0:0:ffff:a00:1', 'private (10.0.0.0/8)'],
+    // node:net BlockList matches IPv4-mapped addresses against IPv4 rules: pinned here
+    ['::ffff:10.0.0.1', 'private (10.0.0.0/8)'],
+    ['::ffff:169.254.169.254', 'link-local / cloud metadata'],
+    ['[::1]', 'loopback'],
+    ['[fe80::1%eth0]', 'link-local (fe80::/10)'],
+    ['::7f00:1', 'IPv4-compatible (::/96, deprecated)'],
+    ['::ffff:0:10.0.0.1', 'private (10.0.0.0/8) via IPv4-translated'],
+    ['64:ff9b::100.100.100.200', 'cloud metadata (100.100.100.200) via NAT64'],
+    ['2002:ac10:1::1', 'private (172.16.0.0/12) via 6to4'],
+    ['64:ff9b:1::1', 'NAT64 local-use (64:ff9b:1::/48)'],
     ['64:ff9b::127.0.0.1', 'loopback via NAT64'],
     ['64:ff9b::a9fe:a9fe', 'link-local / cloud metadata via NAT64'],
     ['2002:c0a8:101::1', 'private (192.168.0.0/16) via 6to4'],
@@ -103,9 +116,12 @@ t.test('forbiddenAddress names internal IPv6 addresses, checking the IPv4 addres
     ['::ffff:8.8.8.8', undefined],
     ['64:ff9b::8.8.8.8', undefined],
     ['2002:808:808::1', undefined],
+    ['::ffff:0:8.8.8.8', undefined],
+    ['2001:db8::1', undefined],
   ]
   for (const [ip, reason] of table) t.equal(forbiddenAddress(ip), reason, ip)
   t.equal(forbiddenAddress('example.com'), 'not an IP address')
+  t.equal(forbiddenAddress('10.0.0.1/8'), 'not an IP address')
 })
 
 t.test('a webhook URL must use https unless WEBHOOK_ALLOW_HTTP is set', async (t) => {

@@ -1,4 +1,4 @@
-import { agentRoutes, identityHeaders, jobIdHeader } from '@ats/contracts'
+import { agentRoutes as routes, identityHeaders, jobIdHeader } from '@ats/contracts'
 import { fingerprintOf, NotFound, type IdempotencyStore, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { isAddress } from 'viem'
@@ -54,7 +54,7 @@ function paymentOf(request: FastifyRequest, owner: Owner): { payment: string; va
 }
 
 /** Jobs and threads of the payer: POST /agent/prompt, the job, its events, its cancel, the thread. */
-export async function agentRoutesPlugin(
+export async function agentRoutes(
   app: FastifyInstance,
   { store, queue, events, cancelled, idempotency, paymentsOf, paymentMarginSeconds }: AgentRouteDeps,
 ) {
@@ -69,7 +69,7 @@ export async function agentRoutesPlugin(
   }
 
   api.route({
-    ...agentRoutes.prompt,
+    ...routes.prompt,
     // the kit's validator coerces scalars (query strings need it); a prompt must arrive as text
     preValidation: async (request) => {
       const body = request.body as { prompt?: unknown } | undefined
@@ -107,7 +107,7 @@ export async function agentRoutesPlugin(
   })
 
   api.route({
-    ...agentRoutes.job,
+    ...routes.job,
     handler: async (request) => {
       const job = await store.getJob(payerOf(request), request.params.id)
       if (!job) throw new NotFound(`job ${request.params.id}`)
@@ -117,7 +117,7 @@ export async function agentRoutesPlugin(
   })
 
   api.route({
-    ...agentRoutes.cancelJob,
+    ...routes.cancelJob,
     handler: async (request) =>
       once(request, 'agent.cancel', { id: request.params.id }, async () => {
         const owner = payerOf(request)
@@ -131,7 +131,7 @@ export async function agentRoutesPlugin(
   })
 
   api.route({
-    ...agentRoutes.jobEvents,
+    ...routes.jobEvents,
     handler: async (request, reply) => {
       const owner = payerOf(request)
       const job = await store.getJob(owner, request.params.id)
@@ -142,7 +142,7 @@ export async function agentRoutesPlugin(
   })
 
   api.route({
-    ...agentRoutes.thread,
+    ...routes.thread,
     handler: async (request) => {
       const thread = await store.thread(payerOf(request), request.params.id)
       if (!thread) throw new NotFound(`thread ${request.params.id}`)

@@ -5,7 +5,7 @@
 import {
   chatModels,
   chatModelsCreated,
-  chatRoutes,
+  chatRoutes as routes,
   maxPromptLength,
   openAiErrorBody,
   type ChatCompletion,
@@ -16,20 +16,9 @@ import {
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
 import { atParam, InvalidRequest, ModelNotFound } from '../errors.ts'
-import {
-  atV1,
-  checkModel,
-  failureOf,
-  keyOwner,
-  maxConversationChars,
-  modelIds,
-  streamedStep,
-  textOf,
-  waitingField,
-  waitingText,
-  type Answers,
-  type Conversation,
-} from './answers.ts'
+import type { Answers } from '../answers/answers.ts'
+import { failureOf, streamedStep, waitingField, waitingText } from '../answers/progress.ts'
+import { atV1, checkModel, keyOwner, maxConversationChars, modelIds, textOf, type Conversation } from '../answers/requests.ts'
 
 /** Where the answer of a chat job that waits for approval will be. */
 export const jobFollowUp = (jobId: string) => `job ${jobId}, in GET /portfolio/jobs`
@@ -114,12 +103,12 @@ export function conversationOf(
   return { prompt, history, instructions: instructions.length > 0 ? instructions.join('\n\n') : undefined }
 }
 
-export async function chatRoutesPlugin(app: FastifyInstance, { answers }: { answers: Answers }) {
+export async function chatRoutes(app: FastifyInstance, { answers }: { answers: Answers }) {
   installErrorHandler(app, openAiErrorBody)
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({
-    ...atV1(chatRoutes.models),
+    ...atV1(routes.models),
     handler: async (request) => {
       keyOwner(request)
       return { object: 'list' as const, data: chatModels.map(modelView) }
@@ -127,7 +116,7 @@ export async function chatRoutesPlugin(app: FastifyInstance, { answers }: { answ
   })
 
   api.route({
-    ...atV1(chatRoutes.model),
+    ...atV1(routes.model),
     handler: async (request) => {
       keyOwner(request)
       const model = chatModels.find((m) => m.id === request.params.model)
@@ -137,7 +126,7 @@ export async function chatRoutesPlugin(app: FastifyInstance, { answers }: { answ
   })
 
   api.route({
-    ...atV1(chatRoutes.completions),
+    ...atV1(routes.completions),
     handler: async (request, reply) => {
       const owner = keyOwner(request)
       const body = request.body

@@ -2,22 +2,13 @@
 // of the API key, like a chat completion; the answer is written as Anthropic's message, or as its
 // server-sent events. Errors are Anthropic's shape here (this plugin's own error handler), since
 // Anthropic clients parse it; the plugin has its own prefix so that unknown paths under it are too.
-import { anthropicErrorBody, messagesRoutes, type JobResult, type MessageAnswer, type MessagesRequest } from '@ats/contracts'
+import { anthropicErrorBody, messagesRoutes as routes, type JobResult, type MessageAnswer, type MessagesRequest } from '@ats/contracts'
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
 import { atParam, InvalidRequest, ModelNotFound } from '../errors.ts'
-import {
-  checkModel,
-  failureOf,
-  keyOwner,
-  maxConversationChars,
-  streamedStep,
-  textOf,
-  waitingField,
-  waitingText,
-  type Answers,
-  type Conversation,
-} from './answers.ts'
+import type { Answers } from '../answers/answers.ts'
+import { failureOf, streamedStep, waitingField, waitingText } from '../answers/progress.ts'
+import { checkModel, keyOwner, maxConversationChars, textOf, type Conversation } from '../answers/requests.ts'
 import { conversationOf, jobFollowUp } from './chat.ts'
 
 /**
@@ -39,12 +30,12 @@ export function readMessages(body: MessagesRequest): Conversation {
   return { ...conversationOf(body.messages, 'messages'), instructions: system.trim() ? system : undefined }
 }
 
-export async function messagesRoutesPlugin(app: FastifyInstance, { answers }: { answers: Answers }) {
+export async function messagesRoutes(app: FastifyInstance, { answers }: { answers: Answers }) {
   installErrorHandler(app, anthropicErrorBody)
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({
-    ...messagesRoutes.messages,
+    ...routes.messages,
     // registered under the /v1/messages prefix: the route is the prefix itself
     url: '/',
     handler: async (request, reply) => {

@@ -7,7 +7,7 @@ import {
   maxPromptLength,
   openAiErrorBody,
   responseInputRoles,
-  responsesRoutes,
+  responsesRoutes as routes,
   type ApiRoute,
   type JobResult,
   type ResponseObject,
@@ -20,7 +20,9 @@ import { atParam, InvalidRequest, ResponseNotFound } from '../errors.ts'
 import type { Approval } from '@ats/contracts'
 import type { Job } from '../generated/prisma/client.ts'
 import type { Owner } from '../jobs/store.ts'
-import { checkModel, failureOf, keyOwner, waitingField, waitingText, type Answers, type Conversation, type Waiting } from './answers.ts'
+import type { Answers } from '../answers/answers.ts'
+import { failureOf, waitingField, waitingText, type Waiting } from '../answers/progress.ts'
+import { checkModel, keyOwner, type Conversation } from '../answers/requests.ts'
 import { conversationOf } from './chat.ts'
 
 /** A route of the contracts, for this plugin registered under the /v1/responses prefix (its own not-found handler's). */
@@ -101,7 +103,7 @@ export function readInput(body: ResponseRequest): Conversation {
   return { ...conversation, instructions: joined || undefined }
 }
 
-export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: { answers: Answers }) {
+export async function responsesRoutes(app: FastifyInstance, { answers }: { answers: Answers }) {
   installErrorHandler(app, openAiErrorBody)
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
   const { store } = answers
@@ -242,7 +244,7 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
   }
 
   api.route({
-    ...atPrefix(responsesRoutes.createResponse),
+    ...atPrefix(routes.createResponse),
     handler: async (request, reply) => {
       const owner = keyOwner(request)
       const { body } = request
@@ -357,7 +359,7 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
   })
 
   api.route({
-    ...atPrefix(responsesRoutes.retrieveResponse),
+    ...atPrefix(routes.retrieveResponse),
     handler: async (request) => {
       const owner = keyOwner(request)
       if (request.query.stream === true) {
@@ -368,7 +370,7 @@ export async function responsesRoutesPlugin(app: FastifyInstance, { answers }: {
   })
 
   api.route({
-    ...atPrefix(responsesRoutes.cancelResponse),
+    ...atPrefix(routes.cancelResponse),
     handler: async (request) => {
       const owner = keyOwner(request)
       const { id } = request.params

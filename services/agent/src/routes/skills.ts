@@ -2,7 +2,7 @@ import { agentRoutes, type Skill } from '@ats/contracts'
 import type { TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
 
-export async function skillRoutes(app: FastifyInstance, { skills }: { skills: readonly Skill[] }) {
+export async function skillsRoutes(app: FastifyInstance, { skills }: { skills: readonly Skill[] }) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({

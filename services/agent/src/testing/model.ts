@@ -6,7 +6,7 @@
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { piecesOf } from '../routes/answers.ts'
+import { piecesOf } from '../answers/progress.ts'
 
 export interface StandInCall {
   name: string

@@ -9,12 +9,10 @@ export function serveAutomationEndpoints(
   nats: Service,
   { channels, log, store, automations }: { channels: NatsChannels; log: Logger; store: Store; automations: Automations },
 ) {
-  const { create: createChannel, list: listChannel, setStatus: setStatusChannel } = channels.automation
-  serveEndpoint(nats, 'create', createChannel, log, async (request, { identity }) => automations.create(ownerOf(identity), request))
-  serveEndpoint(nats, 'list', listChannel, log, async ({ wallet }, { identity }) => ({
+  const { create, list, setStatus } = channels.automation
+  serveEndpoint(nats, create, log, async (request, { identity }) => automations.create(ownerOf(identity), request))
+  serveEndpoint(nats, list, log, async ({ wallet }, { identity }) => ({
     automations: (await store.list(ownerOf(identity), wallet)).map(automationView),
   }))
-  serveEndpoint(nats, 'status-set', setStatusChannel, log, async ({ id, status }, { identity }) =>
-    automations.setStatus(ownerOf(identity), id, status),
-  )
+  serveEndpoint(nats, setStatus, log, async ({ id, status }, { identity }) => automations.setStatus(ownerOf(identity), id, status))
 }

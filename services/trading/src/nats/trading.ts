@@ -5,7 +5,7 @@ import type { Service } from 'nats'
 import type { Decisions } from '../approvals/decisions.ts'
 import type { createPositions } from '../positions/positions.ts'
 import type { Executor } from '../swaps/executor.ts'
-import type { createPreparer } from '../swaps/prepare.ts'
+import type { Preparer } from '../swaps/prepare.ts'
 import { quoteAnswer, type Quoter } from '../swaps/quotes.ts'
 
 export function serveTradingEndpoints(
@@ -28,33 +28,25 @@ export function serveTradingEndpoints(
     impactCeilingBps: number
     executor: Executor
     decisions: Decisions
-    prepare: ReturnType<typeof createPreparer>
+    prepare: Preparer
     positions: ReturnType<typeof createPositions>
   },
 ) {
-  const {
-    quote,
-    execute,
-    approval,
-    approvalWithdraw,
-    prepare: prepareChannel,
-    positions: positionsChannel,
-    tokens: tokensChannel,
-  } = channels.trading
-  serveEndpoint(nats, 'quote', quote, log, async (request) => quoteAnswer(await quoter.quote(request), impactCeilingBps))
-  serveEndpoint(nats, 'execute', execute, log, async ({ idempotencyKey, jobId, automationRunId, decideBy, ...request }, { identity }) => {
+  const endpoints = channels.trading
+  serveEndpoint(nats, endpoints.quote, log, async (request) => quoteAnswer(await quoter.quote(request), impactCeilingBps))
+  serveEndpoint(nats, endpoints.execute, log, async ({ idempotencyKey, jobId, automationRunId, decideBy, ...request }, { identity }) => {
     const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId, decideBy }
     return (await executor.execute(request, caller, idempotencyKey, { via: 'nats' })).result
   })
-  serveEndpoint(nats, 'approval', approval, log, async ({ id }, { identity }) => ({
+  serveEndpoint(nats, endpoints.approval, log, async ({ id }, { identity }) => ({
     approval: await decisions.forRequester(id, identity),
   }))
-  serveEndpoint(nats, 'approvalWithdraw', approvalWithdraw, log, async ({ id, reason }, { identity }) => ({
+  serveEndpoint(nats, endpoints.approvalWithdraw, log, async ({ id, reason }, { identity }) => ({
     approval: await decisions.withdraw(id, identity, reason),
   }))
-  serveEndpoint(nats, 'prepare', prepareChannel, log, async (request) => prepare(request))
-  serveEndpoint(nats, 'positions', positionsChannel, log, async ({ address }) => positions(address))
-  serveEndpoint(nats, 'tokens', tokensChannel, log, async () => ({
+  serveEndpoint(nats, endpoints.prepare, log, async (request) => prepare(request))
+  serveEndpoint(nats, endpoints.positions, log, async ({ address }) => positions(address))
+  serveEndpoint(nats, endpoints.tokens, log, async () => ({
     chainId: chain.chainId,
     tokens: chain.tokens().all.map(({ symbol, address, decimals }) => ({ symbol, address, decimals })),
   }))

@@ -3,7 +3,7 @@
 import { generatedIdempotencyKey } from '@ats/contracts'
 import { idempotencyKeyOf } from '@ats/service-kit'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { Caller } from '../swaps/executor.ts'
+import type { Caller } from '../swaps/executions.ts'
 
 export const callerOf = (request: FastifyRequest): Caller => ({ keyId: request.identity.keyId, ownerId: request.identity.ownerId })
 

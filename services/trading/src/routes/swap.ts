@@ -1,9 +1,11 @@
+// The /swap routes: quotes, execute (or its hold for approval), prepare, and the key's executions.
 import { isAwaitingApproval, tradingRoutes } from '@ats/contracts'
 import { NotFound, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
+import type { ExecutionStore } from '../swaps/executions.ts'
 import type { Executor } from '../swaps/executor.ts'
 import { quoteAnswer, type Quoter } from '../swaps/quotes.ts'
-import type { createPreparer } from '../swaps/prepare.ts'
+import type { Preparer } from '../swaps/prepare.ts'
 import { callerOf, keyOf, spendKeyOf } from './caller.ts'
 
 export async function swapRoutes(
@@ -11,9 +13,10 @@ export async function swapRoutes(
   {
     quoter,
     executor,
+    executions,
     prepare,
     impactCeilingBps,
-  }: { quoter: Quoter; executor: Executor; prepare: ReturnType<typeof createPreparer>; impactCeilingBps: number },
+  }: { quoter: Quoter; executor: Executor; executions: ExecutionStore; prepare: Preparer; impactCeilingBps: number },
 ) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
@@ -35,13 +38,13 @@ export async function swapRoutes(
 
   api.route({
     ...tradingRoutes.executions,
-    handler: async (request) => ({ executions: await executor.list(keyOf(request), request.query.limit) }),
+    handler: async (request) => ({ executions: await executions.list(keyOf(request), request.query.limit) }),
   })
 
   api.route({
     ...tradingRoutes.execution,
     handler: async (request) => {
-      const execution = await executor.get(keyOf(request), request.params.id)
+      const execution = await executions.get(keyOf(request), request.params.id)
       if (!execution) throw new NotFound(`execution ${request.params.id}`)
       return execution
     },

@@ -96,3 +96,5 @@ export function createPreparer({
     }
   }
 }
+
+export type Preparer = ReturnType<typeof createPreparer>

@@ -1,27 +1,18 @@
-// What the /v1 APIs (chat completions, responses, messages) share: a conversation becomes an
-// agent job of the API key, followed until it ends; each API only writes the answer in its own
-// shape. A followed job's text arrives through `onText`: the model's tokens as they are produced
-// (job `delta` events), then whatever of the final text was not streamed; joined, the pieces are
-// always the job's result text.
-import {
-  chargedHeader,
-  chatModels,
-  type AgentToolCall,
-  type AgentTrace,
-  type ApiRoute,
-  type Approval,
-  type JobAwaitingApproval,
-  type JobEvent,
-  type JobResult,
-} from '@ats/contracts'
-import type { FastifyReply, FastifyRequest } from 'fastify'
+// The job behind a /v1 answer: a conversation becomes an agent job of the API key, followed
+// until it ends; each API only writes the answer in its own shape. A followed job's text arrives
+// through `onText`: the model's tokens as they are produced (job `delta` events), then whatever of
+// the final text was not streamed; joined, the pieces are always the job's result text.
+import { chargedHeader, type AgentToolCall, type AgentTrace, type JobResult } from '@ats/contracts'
+import type { FastifyReply } from 'fastify'
 import { Unavailable } from '@ats/service-kit'
-import { atParam, InvalidModel, InvalidRequest, JobFailed, type ModelNotFound, NoKey, Timeout } from '../errors.ts'
-import { creditHoldOf, creditWalletOf } from '../credit/hold.ts'
+import { Timeout } from '../errors.ts'
+import { creditHoldOf } from '../credit/hold.ts'
 import type { JobEvents } from '../jobs/events.ts'
 import type { JobQueue } from '../jobs/queue.ts'
 import type { JobStore, Owner } from '../jobs/store.ts'
 import type { ToolOutput } from '../runner/tools.ts'
+import { piecesOf, terminalOf, waitingOf, type StepView, type Terminal, type Waiting } from './progress.ts'
+import type { Conversation } from './requests.ts'
 
 export interface AnswerDeps {
   store: JobStore
@@ -32,121 +23,6 @@ export interface AnswerDeps {
   /** how long a waiting answer waits for its job before it is cancelled (504) */
   waitMs: number
 }
-
-/** The job a /v1 request asks for. */
-export interface Conversation {
-  prompt: string
-  history: Array<{ role: 'user' | 'assistant'; content: string }>
-  instructions: string | undefined
-}
-
-/** A /v1 route of the contracts, for a plugin registered under the /v1 prefix. */
-export const atV1 = <R extends ApiRoute>(r: R): R => ({ ...r, url: r.url.slice('/v1'.length) })
-
-/** the models of /v1, as error messages list them */
-export const modelIds = chatModels.map((m) => m.id).join(', ')
-
-/** Refuses a model that is not one of ours: 400 by default (OpenAI's answer), or `ModelNotFound` (Anthropic answers 404). */
-export function checkModel(model: string, Refusal: typeof InvalidModel | typeof ModelNotFound = InvalidModel) {
-  if (!chatModels.some((m) => m.id === model)) throw atParam('model', new Refusal(model, modelIds))
-}
-
-/** The whole conversation's text, at most: a runner reads only the recent part anyway. */
-export const maxConversationChars = 65_536
-
-/**
- * The owner of /v1 jobs: the API key (the gateway forwards its id and bound wallet), or the wallet
- * whose prepaid credit pays the request (signed in with SIWx or a session token).
- */
-export function keyOwner(request: FastifyRequest): Owner {
-  const { keyId, wallet } = request.identity
-  if (keyId) return { ownerId: keyId, keyId, wallet }
-  const payer = creditWalletOf(request)
-  if (!payer) throw new NoKey()
-  return { ownerId: payer, wallet: payer }
-}
-
-/** The answer's text in pieces, each a word with the space after it: joined, they are the text. */
-export const piecesOf = (text: string): string[] => text.match(/\S+\s*|\s+/g) ?? []
-
-/** The text of a content (at: its path): a string, or its text parts (of `partTypes`) joined; other parts are refused. */
-export function textOf(content: unknown, at: string, partTypes: readonly string[] = ['text']): string {
-  if (content === undefined || content === null) return ''
-  if (typeof content === 'string') return content
-  if (!Array.isArray(content)) throw atParam(at, new InvalidRequest(`${at} must be a string or an array of text parts`))
-  return content
-    .map((part: unknown, j) => {
-      const { type, text } = (part && typeof part === 'object' ? part : {}) as { type?: unknown; text?: unknown }
-      if (typeof type !== 'string' || !partTypes.includes(type) || typeof text !== 'string') {
-        const what = typeof type === 'string' ? `a ${type} part` : 'not a {type, text} part'
-        const supported = partTypes.map((p) => `{type: "${p}", text}`).join(' or ')
-        throw atParam(`${at}[${j}]`, new InvalidRequest(`${at}[${j}] is ${what}: only text parts (${supported}) are supported`))
-      }
-      return text
-    })
-    .join('\n')
-}
-
-export type Terminal = { status: 'complete'; result: JobResult } | { status: 'failed'; error: string } | { status: 'cancelled' }
-
-export const terminalOf = (e: JobEvent): Terminal | undefined => {
-  if (e.type !== 'status') return undefined
-  const data = e.data as { status: string; result?: JobResult; error?: string }
-  if (data.status === 'complete') return { status: 'complete', result: data.result! }
-  if (data.status === 'failed') return { status: 'failed', error: data.error ?? 'the job failed' }
-  if (data.status === 'cancelled') return { status: 'cancelled' }
-  return undefined
-}
-
-/** A job that waits for a person to approve a swap: a /v1 answer says so at once, and where to decide. */
-export type Waiting = { status: 'awaiting_approval'; approval: Approval; notice: string }
-
-export const waitingOf = (e: JobEvent): Waiting | undefined => {
-  if (e.type !== 'status') return undefined
-  const data = e.data as { status: string; approval?: Approval; notice?: string }
-  if (data.status !== 'awaiting_approval' || !data.approval) return undefined
-  return {
-    status: 'awaiting_approval',
-    approval: data.approval,
-    notice: data.notice ?? `Approval needed: POST ${data.approval.links.approve} or ${data.approval.links.reject}.`,
-  }
-}
-
-/** A waiting job's answer text: what waits, where to decide it, and where the job's answer will be (`followUp`). */
-export const waitingText = (w: Waiting, followUp: string) => `${w.notice} This answer's job goes on after the decision: ${followUp}`
-
-/** The `ats` field of a waiting job's answer. */
-export const waitingField = (jobId: string, w: Waiting): JobAwaitingApproval => ({
-  jobId,
-  status: 'awaiting_approval',
-  approval: w.approval,
-  notice: w.notice,
-})
-
-/** Why a job gave no answer, as the error the client gets. */
-export const failureOf = (end: Exclude<Terminal, { status: 'complete' }>) =>
-  new JobFailed(end.status === 'failed' ? `the agent could not answer: ${end.error}` : 'the job was cancelled before it answered')
-
-/** One tool step of a running job, as its `step` event says. */
-export interface StepView {
-  step: number
-  tool: string
-  phase: 'started' | 'finished' | 'failed'
-  input?: unknown
-  error?: string
-}
-
-/** A step as the /v1 streams show it (`agent.step`): its input as JSON text, as tool-call arguments are. */
-export const streamedStep = (jobId: string, step: StepView) => ({
-  jobId,
-  step: {
-    step: step.step,
-    tool: step.tool,
-    phase: step.phase,
-    ...(step.input === undefined ? {} : { arguments: JSON.stringify(step.input) }),
-    ...(step.error === undefined ? {} : { error: step.error }),
-  },
-})
 
 export interface FollowHandlers {
   onStep?(step: StepView): void

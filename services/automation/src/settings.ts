@@ -1,0 +1,35 @@
+// The settings of automation: its scheduler's tick, batch, leases and retries, the limits of automations, approval polling.
+import { msSetting } from '@ats/service-kit'
+import { Type } from 'typebox'
+
+export const automationSettings = {
+  AUTOMATION_SCHEDULER: Type.Boolean({ default: true, description: 'run the scheduler in this process (false: routes only)' }),
+  AUTOMATION_TICK_MS: msSetting('how often the scheduler looks for due automations', 1_000, 50),
+  AUTOMATION_BATCH: Type.Integer({ minimum: 1, maximum: 1000, default: 50, description: 'due automations one tick takes at most' }),
+  AUTOMATION_MIN_INTERVAL_MS: msSetting('the shortest interval (and limit-order checkEvery) an automation may have', 60_000, 1_000),
+  AUTOMATION_LEASE_MS: msSetting(
+    'a run its scheduler has not finished by then (it died) is resumed by another, with the same idempotency key',
+    120_000,
+    1_000,
+  ),
+  AUTOMATION_MAX_FAILURES: Type.Integer({
+    minimum: 1,
+    maximum: 100,
+    default: 3,
+    description: 'failed runs in a row before an automation fails',
+  }),
+  AUTOMATION_MAX_ATTEMPTS: Type.Integer({
+    minimum: 1,
+    maximum: 20,
+    default: 5,
+    description: 'tries of one run whose swap timed out before the run fails',
+  }),
+  AUTOMATION_EXECUTE_TIMEOUT_MS: msSetting("how long a run waits for trading's swap (mined)", 90_000, 1_000),
+  AUTOMATION_MAX_PER_KEY: Type.Integer({
+    minimum: 1,
+    maximum: 10_000,
+    default: 10,
+    description: 'active or paused automations one API key (or agent payer) may have; creating or resuming one more answers 409',
+  }),
+  APPROVAL_POLL_MS: msSetting('how often the scheduler asks trading whether the approval a run waits for was decided', 2_000),
+}
