@@ -13,8 +13,9 @@ import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start } from './pro
  * gateway next to a keyed one, by CPU per request. A credit-paid request carries a session token
  * (Authorization: Bearer atcs_…, from one sign-in made here with x402's own wrapFetchWithSIWx):
  * the gateway reads it (memory after its first use), takes the amount in Redis with one Lua call,
- * and publishes it to the credit stream (batched while publishes are in flight), waiting for the
- * ack: a metered route's hold before proxying, a route's price once the answer is below 400.
+ * and publishes it to the credit stream (group commit: at most a message every 10 ms under load),
+ * waiting for the ack: a metered route's hold before proxying, a route's price once the answer is
+ * below 400.
  *
  * Targets, each through the same gateway to the same echo upstream (bench/upstream.ts):
  *   keyed v1     POST /v1/chat/completions with a readwrite key
@@ -37,6 +38,7 @@ import { assertPortFree, cpuMicros, pinLoadGenerator, ready, start } from './pro
  *   LOG_LEVEL                 info  the gateway's and admin's log level (as deployed: an access-log line per request)
  *   BENCH_TARGETS             (all) the targets to run, comma-separated (ratios need both sides)
  *   BENCH_GATEWAY_NODE_OPTIONS      NODE_OPTIONS of the gateway, e.g. '--import ./bench/cpuProfile.mjs' for a CPU profile
+ *   BENCH_ADMIN_NODE_OPTIONS        NODE_OPTIONS of the admin, the same way
  * With the defaults the bench takes about 1 min 40 s: 24 runs of 4 s, plus ~20 s to start and stop.
  */
 const duration = positiveSetting('BENCH_SECONDS', 4)
@@ -66,7 +68,11 @@ async function main() {
   for (const port of [3970, 3971, 3975]) await assertPortFree(port, 'the credit bench needs 3970, 3971 and 3975')
   const base = await startBase({ devnetPort })
   const upstream = (await start('bench/upstream.ts', {}, 'pipe')).address
-  const admin = await startAdmin(base, 3975)
+  const admin = await startAdmin(
+    base,
+    3975,
+    process.env.BENCH_ADMIN_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_ADMIN_NODE_OPTIONS } : {},
+  )
   const gateway = await start(
     'gateway/src/server.ts',
     gatewayEnv(base, ADMIN, {

@@ -17,7 +17,7 @@ import { compileTests, walk } from './compileTests.ts'
  * third of the suite.
  *
  * A passing file prints one line, a failing one its whole output; every file runs even when one
- * fails, and the end lists each package's time and outcome. `pnpm test <dir>…` runs only those
+ * fails, and the end lists each package's time, CPU seconds and outcome. `pnpm test <dir>…` runs only those
  * packages. TEST_FROM_SOURCE=1 runs each package's own `pnpm test` (tap, from source, one package
  * after another) instead. Inside a package, `pnpm test` is tap on the source, for development.
  */
@@ -58,9 +58,30 @@ interface Outcome {
   file: string
   code: number
   seconds: number
+  /** CPU seconds of the file's process and the processes it waited for (anvil, nats-server); undefined off Linux */
+  cpu?: number
   assertions: { total: number; pass: number; fail: number }
   output: string
 }
+
+/**
+ * CPU seconds of every child this process has reaped so far (user and system, from /proc: a
+ * child's counts arrive when it is reaped, its own reaped children's included). The difference
+ * across a file's exit is that file's CPU; undefined where there is no /proc.
+ */
+function reapedChildrenCpu(): number | undefined {
+  try {
+    const stat = readFileSync('/proc/self/stat', 'utf8')
+    // fields after the command's closing parenthesis start at the third: cutime and cstime are the
+    // 16th and 17th, in clock ticks (100 a second on Linux)
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return (Number(fields[13]) + Number(fields[14])) / 100
+  } catch {
+    return undefined
+  }
+}
+
+let lastReapedCpu = reapedChildrenCpu()
 
 function run(pkg: Package, file: string, env: NodeJS.ProcessEnv): Promise<Outcome> {
   const started = Date.now()
@@ -85,6 +106,14 @@ function run(pkg: Package, file: string, env: NodeJS.ProcessEnv): Promise<Outcom
       },
       (pkg.timeoutSeconds + 30) * 1000,
     )
+    // read at exit: what was added since the last exit is this file's (two files reaped in the same
+    // instant would show as one)
+    let cpu: number | undefined
+    child.on('exit', () => {
+      const now = reapedChildrenCpu()
+      if (now !== undefined && lastReapedCpu !== undefined) cpu = now - lastReapedCpu
+      lastReapedCpu = now
+    })
     child.on('close', (code, signal) => {
       clearTimeout(timer)
       let output = Buffer.concat(chunks).toString()
@@ -94,7 +123,7 @@ function run(pkg: Package, file: string, env: NodeJS.ProcessEnv): Promise<Outcom
       const summary = /^# \{ total: (\d+)(?:, pass: (\d+))?(?:, fail: (\d+))?/m.exec(output)
       const assertions = { total: Number(summary?.[1] ?? 0), pass: Number(summary?.[2] ?? 0), fail: Number(summary?.[3] ?? 0) }
       const failed = code !== 0 || signal !== null || timedOut || !summary
-      resolve({ file: `${pkg.dir}/${file}`, code: failed ? 1 : 0, seconds: (Date.now() - started) / 1000, assertions, output })
+      resolve({ file: `${pkg.dir}/${file}`, code: failed ? 1 : 0, seconds: (Date.now() - started) / 1000, cpu, assertions, output })
     })
   })
 }
@@ -151,10 +180,21 @@ const packages = only.length > 0 ? all.filter((pkg) => only.includes(pkg.dir)) :
 if (process.env.TEST_FROM_SOURCE === '1') runFromSource(packages)
 
 const env = await prepare(packages)
+// the build's processes are not a test file's
+lastReapedCpu = reapedChildrenCpu()
 const jobs = Math.max(1, Number.parseInt(process.env.TEST_JOBS ?? '3', 10) || 3)
-// the longest first, so the last to finish are short: the last run's times, else the file's size
+/**
+ * A test file's size in kB with the modules of its own folder (`x.test.ts` runs `x/*.ts` in its
+ * process): about its seconds, when no run has timed it or it has grown since.
+ */
+function sizeOf(pkg: Package, file: string): number {
+  const path = join(root, pkg.dir, file)
+  const modules = walk(path.replace(/\.test\.ts$/, '')).filter((module) => module.endsWith('.ts'))
+  return [path, ...modules].reduce((bytes, module) => bytes + statSync(module).size, 0) / 1000
+}
+// the longest first, so the last to finish are short: the last run's times, or the size when that is more
 const timings = readTimings()
-const expected = (pkg: Package, file: string) => timings[`${pkg.dir}/${file}`] ?? statSync(join(root, pkg.dir, file)).size / 1000
+const expected = (pkg: Package, file: string) => Math.max(timings[`${pkg.dir}/${file}`] ?? 0, sizeOf(pkg, file))
 const queue = packages
   .flatMap((pkg) => pkg.files.map((file) => ({ pkg, file })))
   .sort((a, b) => expected(b.pkg, b.file) - expected(a.pkg, a.file))
@@ -168,7 +208,8 @@ await Promise.all(
       const outcome = await run(next.pkg, next.file, env)
       outcomes.push(outcome)
       const { pass, total: asserted } = outcome.assertions
-      const line = `${outcome.code === 0 ? 'ok  ' : 'FAIL'} ${outcome.file} (${outcome.seconds.toFixed(1)} s, ${pass}/${asserted} assertions) [${outcomes.length}/${total}]\n`
+      const cpu = outcome.cpu === undefined ? '' : `, ${outcome.cpu.toFixed(1)} s CPU`
+      const line = `${outcome.code === 0 ? 'ok  ' : 'FAIL'} ${outcome.file} (${outcome.seconds.toFixed(1)} s${cpu}, ${pass}/${asserted} assertions) [${outcomes.length}/${total}]\n`
       process.stdout.write(outcome.code === 0 ? line : `\n${outcome.output}\n${line}\n`)
     }
   }),
@@ -180,6 +221,8 @@ writeFileSync(`${timingsFile}.${process.pid}`, JSON.stringify(latest))
 renameSync(`${timingsFile}.${process.pid}`, timingsFile)
 
 const failed = outcomes.filter((o) => o.code !== 0)
+const cpuOf = (files: Outcome[]) =>
+  files.every((o) => o.cpu !== undefined) ? `, ${Math.round(files.reduce((n, o) => n + (o.cpu ?? 0), 0))} s CPU` : ''
 const count = (files: Outcome[], key: 'total' | 'pass' | 'fail') => files.reduce((n, o) => n + o.assertions[key], 0)
 process.stdout.write(`\n== test summary (${Math.round((Date.now() - started) / 1000)} s, ${jobs} files at a time)\n`)
 for (const pkg of packages) {
@@ -187,9 +230,12 @@ for (const pkg of packages) {
   const bad = mine.filter((o) => o.code !== 0)
   const seconds = Math.round(mine.reduce((n, o) => n + o.seconds, 0))
   process.stdout.write(
-    `${bad.length === 0 ? 'ok  ' : 'FAIL'} ${pkg.dir}: ${mine.length} files, ${seconds} s of file time, ${count(mine, 'pass')}/${count(mine, 'total')} assertions\n`,
+    `${bad.length === 0 ? 'ok  ' : 'FAIL'} ${pkg.dir}: ${mine.length} files, ${seconds} s of file time${cpuOf(mine)}, ${count(mine, 'pass')}/${count(mine, 'total')} assertions\n`,
   )
 }
+process.stdout.write(
+  `all: ${outcomes.length} files, ${Math.round(outcomes.reduce((n, o) => n + o.seconds, 0))} s of file time${cpuOf(outcomes)}\n`,
+)
 for (const o of failed) process.stdout.write(`FAIL ${o.file}\n`)
 // the last line, tap's summary shape: .ci/run reads it
 process.stdout.write(`# { total: ${count(outcomes, 'total')}, pass: ${count(outcomes, 'pass')}, fail: ${count(outcomes, 'fail')} }\n`)

@@ -12,7 +12,7 @@ import { eventually, startAgentFleet } from './fleet.ts'
 // predictions from the Polymarket stand-in, which tests make fail or hang (the job waits in its tool until cancelled)
 const fleet = await startAgentFleet(t, { marketEnv: { PREDICTION_SOURCE: 'polymarket' } })
 
-// POST /v1/messages (was messages.test.ts)
+// POST /v1/messages
 {
   /**
    * POST /v1/messages as Anthropic's own npm client sees it: pointed at the gateway with an API key
@@ -223,7 +223,7 @@ const fleet = await startAgentFleet(t, { marketEnv: { PREDICTION_SOURCE: 'polyma
   })
 }
 
-// POST /v1/responses (was responses.test.ts)
+// POST /v1/responses
 {
   /**
    * POST /v1/responses as OpenAI's own npm client sees it: pointed at the gateway with an API key,

@@ -160,16 +160,10 @@ export async function startPaidFleet(t: Test, options: FleetOptions & { chain?: 
   return { ...fleet, devnet, publicClient, payTo, payer, usdc, pay, balanceOf }
 }
 
-/**
- * The devnet, admin, trading (server wallet: devnet account 0) and a gateway: swaps, positions
- * and the launchpad through the gateway as a client sees them.
- */
-/** A fresh account holding `amount` USDC base units of a paid fleet's devnet, sent from devnet account 1 (it holds no ETH). */
-export async function fundedAccount(
-  fleet: Pick<Awaited<ReturnType<typeof startPaidFleet>>, 'devnet' | 'publicClient' | 'usdc'>,
-  amount: bigint,
-): Promise<PrivateKeyAccount> {
-  const account = privateKeyToAccount(generatePrivateKey())
+type FundingFleet = Pick<Awaited<ReturnType<typeof startPaidFleet>>, 'devnet' | 'publicClient' | 'usdc'>
+
+/** Sends `amount` USDC base units of a paid fleet's devnet to `to`, from devnet account 1 (it holds no ETH). */
+export async function fundAccount(fleet: FundingFleet, to: Address, amount: bigint): Promise<void> {
   const funder = createWalletClient({
     account: privateKeyToAccount(fleet.devnet.accounts[1]!.privateKey as `0x${string}`),
     transport: http(fleet.devnet.rpcUrl),
@@ -179,12 +173,22 @@ export async function fundedAccount(
     address: fleet.usdc,
     abi: erc20Abi,
     functionName: 'transfer',
-    args: [account.address, amount],
+    args: [to, amount],
   })
   await fleet.publicClient.waitForTransactionReceipt({ hash })
+}
+
+/** A fresh account holding `amount` USDC base units (fundAccount). */
+export async function fundedAccount(fleet: FundingFleet, amount: bigint): Promise<PrivateKeyAccount> {
+  const account = privateKeyToAccount(generatePrivateKey())
+  await fundAccount(fleet, account.address, amount)
   return account
 }
 
+/**
+ * The devnet, admin, trading (server wallet: devnet account 0) and a gateway: swaps, positions
+ * and the launchpad through the gateway as a client sees them.
+ */
 export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.ProcessEnv; marketData?: boolean } = {}) {
   const { devnet, chainEnv: chain, publicClient } = await startTestDevnet(t)
   const env = await baseTestEnv(t)

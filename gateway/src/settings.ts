@@ -1,7 +1,8 @@
 // The gateway's settings: the services' addresses, rate and concurrency limits, timeouts, proxy trust, x402 payments, prepaid credit.
 import { isIP } from 'node:net'
 import { addressPattern } from '@ats/contracts'
-import { httpUrlSetting, msSetting, paymentSettings } from '@ats/service-kit'
+import { httpUrlSetting, msSetting } from '@ats/service-kit'
+import { paymentSettings } from '@ats/wallet'
 import { Type } from 'typebox'
 import { isAddress } from 'viem'
 

@@ -508,6 +508,41 @@ t.test('debits published at once go in few stream messages, every one once', asy
   t.same(recorded.sort(), [...ids].sort(), 'every debit is in the stream, once')
 })
 
+t.test('a quiet publisher sends a debit at once; a busy one at most one message per spacing, each debit once', async (t) => {
+  const channels = natsChannels(await freshNamespace(t)).admin.credit
+  const spacingMs = 25
+  const publisher = await createCreditPublisher(nc, channels, pino({ level: 'silent' }), { spacingMs: 1_000 })
+  const busy = await createCreditPublisher(nc, channels, pino({ level: 'silent' }), { spacingMs })
+  t.teardown(async () => {
+    await publisher.close()
+    await busy.close()
+  })
+  const w = wallet().toLowerCase()
+  const debit = (id: string): CreditDebit => ({ id, wallet: w, kind: 'debit', amount: '10', route: 'GET /agent/skills', at: Date.now() })
+  const started = performance.now()
+  await publisher.debit(debit('lone'))
+  t.ok(performance.now() - started < 500, 'the first debit does not wait for the spacing (1 s)')
+
+  const jsm = await nc.jetstreamManager()
+  const before = (await jsm.streams.info(channels.stream)).state.messages
+  const sent: Promise<void>[] = []
+  const from = performance.now()
+  for (let i = 0; i < 100; i++) {
+    sent.push(busy.debit(debit(`busy-${i}`)))
+    await new Promise((resolve) => setTimeout(resolve, 1))
+  }
+  await Promise.all(sent)
+  const elapsed = performance.now() - from
+  const messages = (await jsm.streams.info(channels.stream)).state.messages - before
+  t.ok(messages <= Math.ceil(elapsed / spacingMs) + 1, `100 debits over ${elapsed.toFixed(0)} ms in ${messages} messages`)
+  const recorded: string[] = []
+  for (let seq = before + 1; seq <= before + messages; seq++) {
+    const { data } = await jsm.streams.getMessage(channels.stream, { seq })
+    recorded.push(...channels.debited.message.decode(data).debits.map((d) => d.id))
+  }
+  t.same(recorded.sort(), Array.from({ length: 100 }, (_, i) => `busy-${i}`).sort(), 'every debit is in the stream, once')
+})
+
 t.test('sign-in with a wallet', async (t) => {
   const namespace = await freshNamespace(t)
   const signIn = createSignIn({ redis: redisA, namespace, chainId: 31337, secret: 'a-secret-of-the-test', challengeTtlSeconds: 300 })

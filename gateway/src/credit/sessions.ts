@@ -34,16 +34,17 @@ export interface SessionOptions {
 export function createSessions({ redis, namespace, ttlMs, now = Date.now }: SessionOptions) {
   const keyOf = (hash: string) => `ats-credit-session:${namespace}:${hash}`
   const hashOf = (token: string) => createHash('sha256').update(token).digest('hex')
+  // keyed by the token itself: a request with a known token costs no hash either
   const known = cachedLoader<string, { wallet: Address; expiresAt: number } | null>({
     max: 100_000,
     ttlMs,
     // an unknown token is remembered for a second: a flood of made-up tokens costs one read each per second at most
     ttlOf: (value) => (value ? value.expiresAt - now() : 1_000),
     now,
-    load: async (hash) => {
+    load: async (token) => {
       let stored: string | null
       try {
-        stored = await redis.get(keyOf(hash))
+        stored = await redis.get(keyOf(hashOf(token)))
       } catch (error) {
         throw new CreditUnavailable(`the session store failed: ${(error as Error).message.split('\n')[0]}`)
       }
@@ -58,20 +59,18 @@ export function createSessions({ redis, namespace, ttlMs, now = Date.now }: Sess
     async issue(wallet: Address): Promise<Session> {
       const token = `atcs_${randomBytes(24).toString('base64url')}`
       const expiresAt = now() + ttlMs
-      const hash = hashOf(token)
       try {
-        await redis.set(keyOf(hash), `${wallet} ${expiresAt}`, 'PX', ttlMs)
+        await redis.set(keyOf(hashOf(token)), `${wallet} ${expiresAt}`, 'PX', ttlMs)
       } catch (error) {
         throw new CreditUnavailable(`the session store failed: ${(error as Error).message.split('\n')[0]}`)
       }
-      known.set(hash, { wallet, expiresAt })
+      known.set(token, { wallet, expiresAt })
       return { token, wallet, expiresAt }
     },
     /** the wallet of a live session, or SessionInvalid (401) */
     async resolve(token: string): Promise<Address> {
       if (!sessionTokenPattern.test(token)) throw new SessionInvalid('malformed session token: atcs_ followed by 32 characters')
-      const hash = hashOf(token)
-      const session = known.peek(hash) ?? (await known.get(hash))
+      const session = known.peek(token) ?? (await known.get(token))
       if (!session || session.expiresAt <= now()) {
         throw new SessionInvalid('unknown or expired session token: sign in again (POST /credit/session with SIGN-IN-WITH-X)')
       }

@@ -11,7 +11,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { databaseRoleOf } from '@ats/service-kit'
+import { databaseRoleOf } from '@ats/fleet/roles'
 import { accessConfig, accessFiles } from '@ats/fleet/access'
 import { arr, type Obj } from './objects.ts'
 

@@ -95,7 +95,9 @@ t.test('every image built as the Dockerfile builds it runs the fleet, as compose
   const deploy = async (image: Image) => {
     await run(join(repo, 'scripts/deploy-package.sh'), [image.package, join(work, image.name)], {
       cwd: repo,
-      env: { ...process.env, DEPLOY_PACKAGE_BUILT: '1' },
+      // its dependencies hard-linked from pnpm's store where it can (copied where not), not
+      // copied as `pnpm deploy` does by default: the same files, for half the CPU
+      env: { ...process.env, DEPLOY_PACKAGE_BUILT: '1', npm_config_package_import_method: 'auto' },
       maxBuffer: 32 * 1024 * 1024,
     })
     const modules = readdirSync(join(work, image.name, 'node_modules/.pnpm'))

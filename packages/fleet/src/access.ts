@@ -6,17 +6,17 @@
  *    NATS_URL and DATABASE_URL carrying its credentials; used by `pnpm start`, the tests and
  *    the rehearsal (scripts/rehearse.ts), which put `natsAuthorization` in their nats-server
  *    configuration.
- *  - startNatsServer() (the kit's natsServer.ts): one nats-server with JetStream and that authorization on a free
+ *  - startNatsServer() (natsServer.ts): one nats-server with JetStream and that authorization on a free
  *    loopback port (`pnpm start` when NATS_URL is unset).
  *  - `pnpm access:config` (scripts/access.ts): writes the files compose and the dev overlay use.
  */
 import { randomBytes } from 'node:crypto'
 import { defaultNamespace } from '@ats/contracts'
 import { fleetComponents, natsAuthorization, natsUserOf, type FleetComponent } from '@ats/contracts/permissions'
-import { databaseRoleOf, databaseRolesScript, ensureRoles, roleUrl, type DatabaseRole } from '@ats/service-kit'
 import { fleetMembers, type FleetMember } from './index.ts'
+import { databaseRoleOf, databaseRolesScript, ensureRoles, roleUrl, type DatabaseRole } from './roles.ts'
 
-export { startNatsServer, type NatsServer } from '@ats/service-kit'
+export { startNatsServer, type NatsServer } from './natsServer.ts'
 
 /** Each member with a database: its role (prefix_component) and the schema it declares. */
 function databaseRolesOf(members: FleetMember[], prefix = 'ats'): Array<DatabaseRole & { component: string }> {

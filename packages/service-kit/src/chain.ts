@@ -1,12 +1,18 @@
+// The chain as a service sees it (`ctx.chain`): its settings, viem clients traced per call, and the server wallet's sender.
 import {
   ARBITRUM_ONE_CHAIN_ID,
   DEVNET_CHAIN_ID,
   addressBookFor,
   createChainClients,
   createTokenRegistry,
+  createWalletLock,
+  createWalletSender,
+  walletLockName,
   type AddressBook,
   type ChainClients,
   type TokenRegistry,
+  type WalletLock,
+  type WalletSender,
 } from '@ats/chain'
 import { bytes32Pattern } from '@ats/contracts'
 import { Type } from 'typebox'
@@ -14,9 +20,6 @@ import type { Hex, Transport } from 'viem'
 import { StartupError, httpUrlSetting } from './config.ts'
 import type { Logger } from './logger.ts'
 import { SpanKind, inSpan, tracingEnabled } from './tracing.ts'
-import { createWalletLock, createWalletSender, walletLockName, type WalletLock, type WalletSender } from './walletSender.ts'
-
-export type { SignedTx, WalletSender } from './walletSender.ts'
 
 /**
  * The chain as a service sees it (`ctx.chain`): viem clients, the address book and token

@@ -135,11 +135,6 @@ export function loadConfig<P extends TProperties>(properties: P, env: NodeJS.Pro
   return out as Static<TObject<P>>
 }
 
-/** What the gateway charges and admin records, reports and settles. */
-export const paymentSettings = {
-  PAYMENT_PRICE: Type.Integer({ minimum: 1, default: 10_000, description: 'price of a paid request in USDC base units (10000 = $0.01)' }),
-}
-
 /** A connection URL fit for a log line or an error message: its password masked. Comma-separated lists too. */
 export function safeUrl(url: string): string {
   return url

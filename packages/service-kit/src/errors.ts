@@ -110,12 +110,10 @@ export const IdempotencyUnstorable = createError<[]>(
   500,
 )
 
-// ---- sharedCache.ts, walletControl.ts ----
+// ---- sharedCache.ts ----
 
 /** A failure shared from the replica that met it: the first error's status, code and message. */
 export const SharedFailure = createError<[string]>('ATS_ERR_SHARED_FAILURE', '%s', 502)
-/** A spend refused because an admin paused the server wallet. */
-export const WalletPaused = createError<[string]>('ATS_ERR_WALLET_PAUSED', '%s', 423)
 
 const isOurs = (error: { code?: unknown }) => typeof error.code === 'string' && error.code.startsWith('ATS_ERR_')
 

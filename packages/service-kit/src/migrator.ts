@@ -26,7 +26,7 @@ export const quoteIdent = (name: string) => `"${name.replace(/"/g, '""')}"`
 
 /**
  * CREATE SCHEMA only when missing: even with IF NOT EXISTS it needs CREATE on the database,
- * which a component's own role (roles.ts) does not have; it owns its existing schema instead.
+ * which a component's own role (packages/fleet's roles.ts) does not have; it owns its existing schema instead.
  */
 async function createSchemaIfMissing(client: pg.ClientBase, schema: string): Promise<void> {
   const { rowCount } = await client.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [schema])

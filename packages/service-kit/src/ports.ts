@@ -1,4 +1,4 @@
-// Free loopback ports, for the processes the kit starts on its own (nats-server) and the tests'.
+// Free loopback ports, for the processes the tests start (services, nats-server clusters).
 import { once } from 'node:events'
 import { createServer } from 'node:net'
 

@@ -4,7 +4,7 @@ import { once } from 'node:events'
 import { existsSync } from 'node:fs'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { join, sep } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { natsChannels } from '@ats/contracts'
 import { connect } from 'nats'
@@ -177,8 +177,20 @@ export async function startService<S extends TProperties, Db extends DatabaseCli
 }
 
 /**
- * A service as a process of its own (`node --import tsx <entry>`, its server.ts), for tests
- * about what replicas share: ready when its /ready answers 200, stopped with SIGTERM at teardown.
+ * How to run a package's `src/<name>.ts`: under `pnpm test` (node's ats-dist condition, which
+ * the child inherits through NODE_OPTIONS) its compiled `dist/<name>.js` with plain node, as an
+ * image runs it and without tsx's loader (~2 s of CPU a process); else the source with tsx.
+ */
+function entryArgs(entry: string): string[] {
+  const at = entry.lastIndexOf(`${sep}src${sep}`)
+  const compiled = `${entry.slice(0, at)}${sep}dist${sep}${entry.slice(at + 5).replace(/\.ts$/, '.js')}`
+  const underDist = `${process.env.NODE_OPTIONS ?? ''} ${process.execArgv.join(' ')}`.includes('--conditions=ats-dist')
+  return underDist && at >= 0 && existsSync(compiled) ? [compiled] : ['--import', 'tsx', entry]
+}
+
+/**
+ * A service as a process of its own (its server.ts; see entryArgs), for tests about what
+ * replicas share: ready when its /ready answers 200, stopped with SIGTERM at teardown.
  */
 export async function startServiceProcess(
   t: Teardown,
@@ -187,7 +199,7 @@ export async function startServiceProcess(
   timeoutMs = 60_000,
 ): Promise<{ url: string; pid: number }> {
   const port = await freePort()
-  const child = spawn(process.execPath, ['--import', 'tsx', entry], {
+  const child = spawn(process.execPath, entryArgs(entry), {
     env: { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' },
     stdio: ['ignore', 'ignore', 'pipe'],
   })

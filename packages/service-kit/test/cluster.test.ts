@@ -7,15 +7,8 @@ import { connect, type NatsConnection, type StreamInfo } from 'nats'
 import pino from 'pino'
 import t from 'tap'
 import { Type } from 'typebox'
-import {
-  createService,
-  ensureStream,
-  openBucket,
-  setJetStreamReplicas,
-  startDurableConsumer,
-  StartupError,
-  type ServiceDefinition,
-} from '../src/index.ts'
+import { createService, ensureStream, openBucket, startDurableConsumer, StartupError, type ServiceDefinition } from '../src/index.ts'
+import { setJetStreamReplicas } from '../src/jetstream.ts'
 import { eventually, freshNamespace, natsServerPath, startNatsCluster, testInfra, testInternalToken } from '../src/testing.ts'
 
 const log = pino({ level: 'silent' })

@@ -16,10 +16,10 @@ import {
   startEventOutbox,
   StartupError,
   startWorkQueueConsumer,
-  type RawExecutor,
   type WorkOutcome,
-  type WorkQueueOptions,
 } from '../src/index.ts'
+import type { RawExecutor } from '../src/events.ts'
+import type { WorkQueueOptions } from '../src/workers.ts'
 import { eventually, freePort, freshDatabase, freshNamespace, natsServerPath, testInfra } from '../src/testing.ts'
 
 // ensureStream

@@ -1,6 +1,7 @@
 // The settings of admin: the bootstrap key, settlement, the ledger's retries, webhooks, and prepaid credit (credit/settings.ts).
 import { apiKeyPattern } from '@ats/contracts'
-import { httpUrlSetting, msSetting, paymentSettings } from '@ats/service-kit'
+import { httpUrlSetting, msSetting } from '@ats/service-kit'
+import { paymentSettings } from '@ats/wallet'
 import { Type } from 'typebox'
 import { creditSettings } from './credit/settings.ts'
 import { retrySchedulePattern } from './webhooks/retrySchedule.ts'

@@ -1,7 +1,8 @@
 // The automation service: the wiring of its store, NATS endpoints, routes and scheduler.
 import { fileURLToPath } from 'node:url'
 import { automationContract, tradingTokens } from '@ats/contracts'
-import { addNatsService, cachedLoader, callEndpoint, startEventOutbox, watchWalletControl, type ServiceDefinition } from '@ats/service-kit'
+import { addNatsService, cachedLoader, callEndpoint, startEventOutbox, type ServiceDefinition } from '@ats/service-kit'
+import { watchWalletControl } from '@ats/wallet'
 import { createAutomations } from './automations/automations.ts'
 import { createStore, runCounter } from './automations/store.ts'
 import { PrismaClient } from './generated/prisma/client.ts'

@@ -1,4 +1,6 @@
-import type { ChainContext, SignedTx, WalletControlWatch } from '@ats/service-kit'
+import type { SignedTx } from '@ats/chain'
+import type { ChainContext } from '@ats/service-kit'
+import type { WalletControlWatch } from '@ats/wallet'
 import { erc20Abi, maxUint256, encodeFunctionData, type Address, type Hex, type PublicClient, type TransactionReceipt } from 'viem'
 import { ChainUnavailable, ReceiptTimeout, WouldRevert } from './errors.ts'
 

@@ -8,9 +8,9 @@ import {
   createIdempotencyStore,
   startEventOutbox,
   startIdempotencyPurge,
-  watchWalletControl,
   type ServiceDefinition,
 } from '@ats/service-kit'
+import { watchWalletControl } from '@ats/wallet'
 import { getAddress } from 'viem'
 import { createApprovalStore } from './approvals/approvals.ts'
 import { createDecisions } from './approvals/decisions.ts'

@@ -1,4 +1,4 @@
--- Generated from the fleet (packages/service-kit/src/roles.ts): do not edit. Run with psql as a superuser;
+-- Generated from the fleet (packages/fleet/src/roles.ts): do not edit. Run with psql as a superuser;
 -- each role password comes from its environment variable. Safe to run again (docs/security.md).
 \set ON_ERROR_STOP on
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;

@@ -1,14 +1,8 @@
 // Prepaid credit in admin: the ledger, its consumers, the sweep (top-ups, hold timeouts, withdrawals),
 // the adjustment publisher, reconciliation, the snapshot and the routes, started together.
 import type { NatsChannels } from '@ats/contracts'
-import {
-  startWorkerLoop,
-  watchWalletControl,
-  type ChainContext,
-  type EventOutbox,
-  type Logger,
-  type ServiceMetrics,
-} from '@ats/service-kit'
+import { startWorkerLoop, type ChainContext, type EventOutbox, type Logger, type ServiceMetrics } from '@ats/service-kit'
+import { watchWalletControl } from '@ats/wallet'
 import type { FastifyInstance } from 'fastify'
 import type { NatsConnection } from 'nats'
 import type { PrismaClient } from '../generated/prisma/client.ts'

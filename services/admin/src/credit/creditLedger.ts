@@ -183,7 +183,8 @@ export function createCreditLedger(db: PrismaClient, { events, lowBalance, onAdj
      * Records what gateways took (debits, holds, withdrawals), each once however often it is
      * delivered. A hold whose usage report came first is closed at once. Returns how many were new.
      * One statement writes the entries, moves their accounts and opens the holds, returning only
-     * the holds whose report was waiting: a batch costs the same few round trips whatever its size.
+     * the holds whose report was waiting: a batch costs the same few round trips whatever its size,
+     * and its debits go as one JSON parameter (Prisma's cost grows with every array element it binds).
      */
     async recordDebits(debits: CreditDebit[]): Promise<number> {
       const wallets = debits.map((d) => d.wallet.toLowerCase())
@@ -193,9 +194,8 @@ export function createCreditLedger(db: PrismaClient, { events, lowBalance, onAdj
         >`
           WITH entered AS (
             INSERT INTO credit_entries (wallet, kind, ref, amount, route, at)
-            SELECT * FROM unnest(${wallets}::text[], ${debits.map((d) => d.kind)}::"CreditEntryKind"[], ${debits.map((d) => d.id)}::text[],
-              ${debits.map((d) => d.amount)}::bigint[], ${debits.map((d) => d.route)}::text[],
-              ${debits.map((d) => new Date(d.at).toISOString())}::timestamptz[])
+            SELECT lower(d.wallet), d.kind::"CreditEntryKind", d.id, d.amount, d.route, to_timestamp(d.at / 1000.0)
+            FROM jsonb_to_recordset(${JSON.stringify(debits)}::jsonb) AS d(id text, wallet text, kind text, amount bigint, route text, at bigint)
             ON CONFLICT (wallet, kind, ref) DO NOTHING
             RETURNING wallet, kind, ref, amount),
           moved AS (

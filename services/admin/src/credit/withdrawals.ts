@@ -1,6 +1,7 @@
 // Withdrawals: unused credit paid back in USDC from the server wallet, exactly once per Idempotency-Key.
 import type { CreditWithdrawal } from '@ats/contracts'
-import type { ChainContext, Logger, WalletControlWatch } from '@ats/service-kit'
+import type { ChainContext, Logger } from '@ats/service-kit'
+import type { WalletControlWatch } from '@ats/wallet'
 import { encodeFunctionData, erc20Abi, parseTransaction, type Address, type Hex, type TransactionSerialized } from 'viem'
 import { CreditWithdrawalOverCap, CreditWithdrawalPaused, CreditWithdrawalNotSent, NoCreditWithdrawal } from '../errors.ts'
 import type { CreditWithdrawal as WithdrawalRow, PrismaClient } from '../generated/prisma/client.ts'

@@ -5,7 +5,7 @@ import type { KV } from 'nats'
 
 /**
  * The server wallet's kill switch: one entry of a KV bucket that every trading and automation
- * replica watches (service-kit's watchWalletControl), so a pause applies everywhere within a second.
+ * replica watches (@ats/wallet's watchWalletControl), so a pause applies everywhere within a second.
  */
 export async function walletRoutes(app: FastifyInstance, { bucket }: { bucket: KV }) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()

@@ -6,7 +6,8 @@
 // A swap over the key's approvalAboveUsd is not sent: the run waits for the approval (approvals.ts).
 import { formatUnits } from 'viem'
 import { isAwaitingApproval, type Approval, type NatsChannels, type TradingTokens } from '@ats/contracts'
-import { callEndpoint, pauseMessage, ServiceCallError, startWorkerLoop, type Logger, type WalletControlWatch } from '@ats/service-kit'
+import { callEndpoint, ServiceCallError, startWorkerLoop, type Logger } from '@ats/service-kit'
+import { pauseMessage, type WalletControlWatch } from '@ats/wallet'
 import type { NatsConnection } from 'nats'
 import type { Automation, AutomationRun } from '../generated/prisma/client.ts'
 import { withdrawApproval } from './approvals.ts'

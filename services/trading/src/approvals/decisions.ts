@@ -1,6 +1,7 @@
 // Deciding approvals: who may, approving (the held swap runs once), rejecting, withdrawing, and the sweeps.
 import { isAwaitingApproval, type Approval as ApprovalView, type Identity } from '@ats/contracts'
-import { IdempotencyInProgress, NotFound, clientErrorStatus, startWorkerLoop, type Logger, type WalletControlWatch } from '@ats/service-kit'
+import { IdempotencyInProgress, NotFound, clientErrorStatus, startWorkerLoop, type Logger } from '@ats/service-kit'
+import type { WalletControlWatch } from '@ats/wallet'
 import { ApprovalDecided, SelfApproval } from '../errors.ts'
 import { Prisma, type PrismaClient } from '../generated/prisma/client.ts'
 import type { Executor } from '../swaps/executor.ts'

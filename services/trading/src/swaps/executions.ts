@@ -1,7 +1,8 @@
 // The executions of swaps in Postgres (schema "trading"): each row from pending to mined, who asked for it, and how it is shown.
 import { randomBytes } from 'node:crypto'
 import type { Execution as ExecutionView, SwapResult } from '@ats/contracts'
-import { recordEvent, type EventOutbox, type SignedTx } from '@ats/service-kit'
+import type { SignedTx } from '@ats/chain'
+import { recordEvent, type EventOutbox } from '@ats/service-kit'
 import { getAddress, type Hex } from 'viem'
 import type { Execution, Prisma, PrismaClient } from '../generated/prisma/client.ts'
 import { lockSpends, spentToday, startOfUtcDay, type SpendOwner } from '../spend.ts'

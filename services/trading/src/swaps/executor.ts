@@ -1,7 +1,8 @@
 // The executor of swaps from the server wallet: who may spend, the quote, the caps, the approval hold, the router call and its receipt.
 import { checkRecipient, erc20Abi } from '@ats/chain'
 import type { AwaitingApproval, SpendPolicy, SwapBody, SwapResult } from '@ats/contracts'
-import { Forbidden, WalletPaused, fingerprintOf, type IdempotencyStore, type Logger, type WalletControlWatch } from '@ats/service-kit'
+import { Forbidden, fingerprintOf, type IdempotencyStore, type Logger } from '@ats/service-kit'
+import { WalletPaused, type WalletControlWatch } from '@ats/wallet'
 import { getAddress, isAddress, parseEventLogs, type Address, type Hex, type TransactionReceipt } from 'viem'
 import type { ApprovalStore } from '../approvals/approvals.ts'
 import type { ChainTx } from '../chainTx.ts'
