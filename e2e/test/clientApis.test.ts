@@ -475,7 +475,7 @@ const fleet = await startAgentFleet(t, { marketEnv: { PREDICTION_SOURCE: 'polyma
   })
 }
 
-// /v1/models and /v1/chat/completions (was v1.test.ts)
+// /v1/models and /v1/chat/completions
 {
   /**
    * The /v1 group as OpenAI's own npm client sees it: pointed at the gateway with an API key,
