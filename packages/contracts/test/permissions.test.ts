@@ -128,6 +128,14 @@ t.test("every endpoint a service's code calls is allowed to it (a new call witho
   for (const component of fleetComponents) {
     const named = channelsNamedIn(join(repo, dirs[component]))
     t.ok(named.length > 0, `${component}: channels found in its code`)
+    // the scan sees how the code names channels: every request/reply endpoint a service owns is among them
+    for (const contract of contracts.filter((c) => componentOfContract[c] === component)) {
+      const own = Object.entries(channels[contract] as Record<string, unknown>)
+        .filter(([, channel]) => endpointsOf(channel).length === 1 && 'reply' in (channel as object))
+        .map(([name]) => name)
+      const seen = new Set(named.filter(([c]) => c === contract).map(([, name]) => name))
+      t.same(own.filter((name) => !seen.has(name)), [], `${component}: the scan finds every endpoint of channels.${contract} in its code`)
+    }
     for (const [contract, name] of named) {
       const channel = (channels[contract] as Record<string, unknown>)[name]
       const [endpoint] = endpointsOf(channel)

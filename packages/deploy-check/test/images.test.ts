@@ -200,6 +200,8 @@ t.test('every image built as the Dockerfile builds it runs the fleet, as compose
     throw new Error(`${image.name}: its HEALTHCHECK did not pass within 90 s:\n${output()}`)
   }
   const started = new Map<string, Promise<void>>()
+  /** the images whose HEALTHCHECK command passed, in the order they did */
+  const passedHealthcheck: string[] = []
   const start = (image: Image): Promise<void> => {
     let promise = started.get(image.name)
     if (!promise) {
@@ -216,6 +218,7 @@ t.test('every image built as the Dockerfile builds it runs the fleet, as compose
         for (const stream of [child.stdout!, child.stderr!])
           stream.on('data', (chunk: Buffer) => (output = (output + chunk.toString()).slice(-4000)))
         await healthy(image, child, () => output)
+        passedHealthcheck.push(image.name)
         // env exec'd node in its place: the process is node, and it has the container's environment only
         if (!existsSync(`/proc/${child.pid}/environ`)) return // no procfs (not Linux): not checked
         const environ = readFileSync(`/proc/${child.pid}/environ`, 'utf8').split('\0').filter(Boolean)
@@ -231,7 +234,11 @@ t.test('every image built as the Dockerfile builds it runs the fleet, as compose
   }
   await Promise.all([...images.map(start), allDeployed])
   t.comment(`all healthy ${((Date.now() - buildStarted) / 1000).toFixed(1)} s after the first deploy began`)
-  t.pass(`all ${images.length} containers healthy: ${images.map((i) => i.name).join(', ')}`)
+  t.same(
+    [...passedHealthcheck].sort(),
+    images.map((i) => i.name).sort(),
+    `every container's HEALTHCHECK passed: ${passedHealthcheck.join(', ')}`,
+  )
 
   // ---- Kubernetes' probes, as k8s/base declares them, answer on the running processes -----------
   const rendered = parseAllDocuments(kustomize(join(repo, 'k8s/base'))).map((d) => d.toJS() as Obj)

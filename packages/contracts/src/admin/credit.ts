@@ -1,7 +1,9 @@
 import { Type, type Static } from 'typebox'
+import { ErrorBody } from '../common/errors.ts'
 import { endpoint, topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { Address, EpochMs, IntegerString } from '../common/primitives.ts'
+import { route } from '../common/route.ts'
 
 /**
  * Prepaid credit: a wallet tops up once with an x402 payment, then spends the credit request by
@@ -223,3 +225,42 @@ export const CreditWithdrawal = Type.Object({
   txHash: Type.Union([Type.String(), Type.Null()]),
 })
 export type CreditWithdrawal = Static<typeof CreditWithdrawal>
+
+const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody }
+
+/** The /credit routes: top up with x402, see the account, withdraw what is unused. */
+export const creditRoutes = {
+  topUp: route({
+    method: 'POST',
+    url: '/credit/topup',
+    summary:
+      'Buy prepaid credit with one x402 payment whose price is `amount`: answered 202 pending; the credit is spendable once the payment settles (webhook credit.topped_up). Then requests are paid from it by signing in with the same wallet (SIWx) or with a session token',
+    schema: { querystring: CreditTopUpQuery, response: { 202: CreditTopUpAnswer, 400: ErrorBody, 402: ErrorBody, 429: ErrorBody } },
+  }),
+  credit: route({
+    method: 'GET',
+    url: '/credit',
+    summary:
+      "A wallet's prepaid credit: available, balance, held by running metered work, top-ups waiting for settlement, the latest movements. The wallet signed in (SIWx or session token), a key's bound wallet, or any wallet (?wallet=) for an admin key",
+    schema: { querystring: CreditQuery, response: { 200: CreditAccount, 404: ErrorBody, ...errors } },
+  }),
+  withdraw: route({
+    method: 'POST',
+    url: '/credit/withdraw',
+    summary:
+      'Pay unused credit back to the wallet in USDC from the server wallet, on chain, once per Idempotency-Key (sent, or generated and answered). 200 paid, 202 still waiting for its block; refused (423 while the server wallet is paused, 403 over a withdrawal cap, 502 when it could not be sent) and the credit given back',
+    schema: {
+      body: CreditWithdrawBody,
+      response: {
+        200: CreditWithdrawal,
+        202: CreditWithdrawal,
+        402: ErrorBody,
+        404: ErrorBody,
+        423: ErrorBody,
+        502: ErrorBody,
+        503: ErrorBody,
+        ...errors,
+      },
+    },
+  }),
+}

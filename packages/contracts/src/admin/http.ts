@@ -3,7 +3,6 @@ import { ErrorBody } from '../common/errors.ts'
 import { TierSchema } from '../common/identity.ts'
 import { Address, EpochMs, IntegerString } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
-import { CreditAccount, CreditQuery, CreditTopUpAnswer, CreditTopUpQuery, CreditWithdrawal, CreditWithdrawBody } from './credit.ts'
 import { PauseWalletBody, WalletControl } from './wallet.ts'
 
 const UsdCap = (description: string) => Type.Number({ exclusiveMinimum: 0, maximum: 1e9, description })
@@ -316,39 +315,6 @@ export const adminRoutes = {
     schema: {
       params: PayerParams,
       response: { 200: Type.Object({ ok: Type.Literal(true), payer: Type.String() }), 404: ErrorBody, ...errors },
-    },
-  }),
-  creditTopUp: route({
-    method: 'POST',
-    url: '/credit/topup',
-    summary:
-      'Buy prepaid credit with one x402 payment whose price is `amount`: answered 202 pending; the credit is spendable once the payment settles (webhook credit.topped_up). Then requests are paid from it by signing in with the same wallet (SIWx) or with a session token',
-    schema: { querystring: CreditTopUpQuery, response: { 202: CreditTopUpAnswer, 400: ErrorBody, 402: ErrorBody, 429: ErrorBody } },
-  }),
-  credit: route({
-    method: 'GET',
-    url: '/credit',
-    summary:
-      "A wallet's prepaid credit: available, balance, held by running metered work, top-ups waiting for settlement, the latest movements. The wallet signed in (SIWx or session token), a key's bound wallet, or any wallet (?wallet=) for an admin key",
-    schema: { querystring: CreditQuery, response: { 200: CreditAccount, 404: ErrorBody, ...errors } },
-  }),
-  creditWithdraw: route({
-    method: 'POST',
-    url: '/credit/withdraw',
-    summary:
-      'Pay unused credit back to the wallet in USDC from the server wallet, on chain, once per Idempotency-Key (sent, or generated and answered). 200 paid, 202 still waiting for its block; refused (423 while the server wallet is paused, 403 over a withdrawal cap, 502 when it could not be sent) and the credit given back',
-    schema: {
-      body: CreditWithdrawBody,
-      response: {
-        200: CreditWithdrawal,
-        202: CreditWithdrawal,
-        402: ErrorBody,
-        404: ErrorBody,
-        423: ErrorBody,
-        502: ErrorBody,
-        503: ErrorBody,
-        ...errors,
-      },
     },
   }),
 }

@@ -1,4 +1,5 @@
 import { serviceContract } from '../common/service.ts'
+import { creditRoutes } from './credit.ts'
 import { adminRoutes } from './http.ts'
 import { adminChannels } from './nats.ts'
 import { webhookRoutes } from './webhooks.ts'
@@ -11,4 +12,4 @@ export * from './payments.ts'
 export * from './wallet.ts'
 export * from './webhooks.ts'
 
-export const adminContract = serviceContract({ name: 'admin', routes: { ...adminRoutes, ...webhookRoutes }, channels: adminChannels })
+export const adminContract = serviceContract({ name: 'admin', routes: { ...adminRoutes, ...creditRoutes, ...webhookRoutes }, channels: adminChannels })

@@ -1,4 +1,4 @@
-import { adminRoutes, creditHeaders, identityHeaders } from '@ats/contracts'
+import { creditHeaders, creditRoutes as routes, identityHeaders } from '@ats/contracts'
 import type { TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { CreditLedger } from '../credit/creditLedger.ts'
@@ -19,7 +19,7 @@ export async function creditRoutes(app: FastifyInstance, { ledger, withdrawals }
   }
 
   api.route({
-    ...adminRoutes.creditTopUp,
+    ...routes.topUp,
     handler: async (request, reply) => {
       // `<payer>:<nonce>`, lower-case: the payment the gateway verified for this request
       const [payer, nonce] = (header(request, identityHeaders.payment) ?? '').split(':')
@@ -31,7 +31,7 @@ export async function creditRoutes(app: FastifyInstance, { ledger, withdrawals }
   })
 
   api.route({
-    ...adminRoutes.credit,
+    ...routes.credit,
     handler: async (request) => {
       const signedIn = header(request, creditHeaders.wallet)?.toLowerCase()
       const bound = request.identity.wallet?.toLowerCase()
@@ -67,7 +67,7 @@ export async function creditRoutes(app: FastifyInstance, { ledger, withdrawals }
   })
 
   api.route({
-    ...adminRoutes.creditWithdraw,
+    ...routes.withdraw,
     handler: async (request, reply) => {
       // the gateway took the withdrawal from this wallet's credit under this key before forwarding it
       const wallet = header(request, creditHeaders.wallet)?.toLowerCase()

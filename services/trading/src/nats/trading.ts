@@ -32,21 +32,25 @@ export function serveTradingEndpoints(
     positions: ReturnType<typeof createPositions>
   },
 ) {
-  const endpoints = channels.trading
-  serveEndpoint(nats, endpoints.quote, log, async (request) => quoteAnswer(await quoter.quote(request), impactCeilingBps))
-  serveEndpoint(nats, endpoints.execute, log, async ({ idempotencyKey, jobId, automationRunId, decideBy, ...request }, { identity }) => {
-    const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId, decideBy }
-    return (await executor.execute(request, caller, idempotencyKey, { via: 'nats' })).result
-  })
-  serveEndpoint(nats, endpoints.approval, log, async ({ id }, { identity }) => ({
+  serveEndpoint(nats, channels.trading.quote, log, async (request) => quoteAnswer(await quoter.quote(request), impactCeilingBps))
+  serveEndpoint(
+    nats,
+    channels.trading.execute,
+    log,
+    async ({ idempotencyKey, jobId, automationRunId, decideBy, ...request }, { identity }) => {
+      const caller = { keyId: identity.keyId, ownerId: identity.ownerId, jobId, automationRunId, decideBy }
+      return (await executor.execute(request, caller, idempotencyKey, { via: 'nats' })).result
+    },
+  )
+  serveEndpoint(nats, channels.trading.approval, log, async ({ id }, { identity }) => ({
     approval: await decisions.forRequester(id, identity),
   }))
-  serveEndpoint(nats, endpoints.approvalWithdraw, log, async ({ id, reason }, { identity }) => ({
+  serveEndpoint(nats, channels.trading.approvalWithdraw, log, async ({ id, reason }, { identity }) => ({
     approval: await decisions.withdraw(id, identity, reason),
   }))
-  serveEndpoint(nats, endpoints.prepare, log, async (request) => prepare(request))
-  serveEndpoint(nats, endpoints.positions, log, async ({ address }) => positions(address))
-  serveEndpoint(nats, endpoints.tokens, log, async () => ({
+  serveEndpoint(nats, channels.trading.prepare, log, async (request) => prepare(request))
+  serveEndpoint(nats, channels.trading.positions, log, async ({ address }) => positions(address))
+  serveEndpoint(nats, channels.trading.tokens, log, async () => ({
     chainId: chain.chainId,
     tokens: chain.tokens().all.map(({ symbol, address, decimals }) => ({ symbol, address, decimals })),
   }))
