@@ -134,7 +134,11 @@ t.test("every endpoint a service's code calls is allowed to it (a new call witho
         .filter(([, channel]) => endpointsOf(channel).length === 1 && 'reply' in (channel as object))
         .map(([name]) => name)
       const seen = new Set(named.filter(([c]) => c === contract).map(([, name]) => name))
-      t.same(own.filter((name) => !seen.has(name)), [], `${component}: the scan finds every endpoint of channels.${contract} in its code`)
+      t.same(
+        own.filter((name) => !seen.has(name)),
+        [],
+        `${component}: the scan finds every endpoint of channels.${contract} in its code`,
+      )
     }
     for (const [contract, name] of named) {
       const channel = (channels[contract] as Record<string, unknown>)[name]

@@ -12,4 +12,8 @@ export * from './payments.ts'
 export * from './wallet.ts'
 export * from './webhooks.ts'
 
-export const adminContract = serviceContract({ name: 'admin', routes: { ...adminRoutes, ...creditRoutes, ...webhookRoutes }, channels: adminChannels })
+export const adminContract = serviceContract({
+  name: 'admin',
+  routes: { ...adminRoutes, ...creditRoutes, ...webhookRoutes },
+  channels: adminChannels,
+})
