@@ -1,7 +1,7 @@
 // Paying with prepaid credit at the edge: who the wallet is (a SIGN-IN-WITH-X header, or a
 // session token from one), the debit before the request is proxied, and what is reported after.
 import { creditHeaders, generatedIdempotencyKey, type CreditDebit } from '@ats/contracts'
-import { BadRequest, type Logger } from '@ats/service-kit'
+import { BadRequest, firstLine, type Logger } from '@ats/service-kit'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Address } from 'viem'
 import { CreditUnavailable, InsufficientCredit } from '../errors.ts'
@@ -140,7 +140,7 @@ export function createCreditGuard({ store, publisher, signIn, sessions, publicUr
       await publisher.debit(debit)
     } catch (error) {
       await giveBack(request, wallet, id)
-      throw new CreditUnavailable(`the credit debit could not be recorded (${(error as Error).message.split('\n')[0]})`)
+      throw new CreditUnavailable(`the credit debit could not be recorded (${firstLine(error)})`)
     }
     reply.header(CREDIT_AVAILABLE_HEADER, outcome.available.toString())
     return { amount: outcome.amount }

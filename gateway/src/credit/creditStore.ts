@@ -1,6 +1,7 @@
 // The gateways' fast copy of each wallet's prepaid credit, in Redis: debited atomically for every
 // gateway at once, given credit by the ledger's adjustments, rebuilt from the ledger's snapshot
 // when Redis lost it. The ledger (admin) stays authoritative; this copy only decides fast.
+import { firstLine } from '@ats/service-kit'
 import { randomBytes } from 'node:crypto'
 import type { CreditAdjusted } from '@ats/contracts'
 import type { Redis } from 'ioredis'
@@ -104,7 +105,7 @@ export function createCreditStore({ redis, namespace, snapshot, idTtlMs, adjustm
   const idOf = (wallet: string, id: string) => `${base(wallet)}:id:${id}`
   const unavailable = (error: unknown): never => {
     if (error instanceof CreditUnavailable) throw error
-    throw new CreditUnavailable(`the credit store failed: ${(error as Error).message.split('\n')[0]}`)
+    throw new CreditUnavailable(`the credit store failed: ${firstLine(error)}`)
   }
 
   async function rebuild(wallet: string) {
@@ -112,7 +113,7 @@ export function createCreditStore({ redis, namespace, snapshot, idTtlMs, adjustm
     try {
       ledger = await snapshot(wallet)
     } catch (error) {
-      throw new CreditUnavailable(`the credit ledger could not be read: ${(error as Error).message.split('\n')[0]}`)
+      throw new CreditUnavailable(`the credit ledger could not be read: ${firstLine(error)}`)
     }
     const generation = randomBytes(8).toString('hex')
     await scripted.creditRebuild(copyOf(wallet), adjustmentsOf(wallet), ledger.available.toString(), ledger.entry.toString(), generation)

@@ -1,6 +1,6 @@
 // Session tokens: one sign-in serves many credit-paid requests (Authorization: Bearer atcs_…).
 import { createHash, randomBytes } from 'node:crypto'
-import { cachedLoader } from '@ats/service-kit'
+import { cachedLoader, firstLine } from '@ats/service-kit'
 import type { Redis } from 'ioredis'
 import type { Address } from 'viem'
 import { CreditUnavailable, SessionInvalid } from '../errors.ts'
@@ -46,7 +46,7 @@ export function createSessions({ redis, namespace, ttlMs, now = Date.now }: Sess
       try {
         stored = await redis.get(keyOf(hashOf(token)))
       } catch (error) {
-        throw new CreditUnavailable(`the session store failed: ${(error as Error).message.split('\n')[0]}`)
+        throw new CreditUnavailable(`the session store failed: ${firstLine(error)}`)
       }
       if (!stored) return null
       const [wallet, expiresAt] = stored.split(' ')
@@ -62,7 +62,7 @@ export function createSessions({ redis, namespace, ttlMs, now = Date.now }: Sess
       try {
         await redis.set(keyOf(hashOf(token)), `${wallet} ${expiresAt}`, 'PX', ttlMs)
       } catch (error) {
-        throw new CreditUnavailable(`the session store failed: ${(error as Error).message.split('\n')[0]}`)
+        throw new CreditUnavailable(`the session store failed: ${firstLine(error)}`)
       }
       known.set(token, { wallet, expiresAt })
       return { token, wallet, expiresAt }

@@ -1,5 +1,6 @@
 // Sign-in with a wallet (x402's sign-in-with-x extension, CAIP-122 / EIP-4361): the challenge
 // every paid route's 402 carries, and the check of a SIGN-IN-WITH-X header that answers it.
+import { firstLine } from '@ats/service-kit'
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
 import { caip2Network } from '@ats/contracts'
 import { buildSIWxSchema, parseSIWxHeader, SIGN_IN_WITH_X, validateSIWxMessage, type SIWxPayload } from '@x402/extensions/sign-in-with-x'
@@ -129,7 +130,7 @@ export function createSignIn({ redis, namespace, chainId, secret, challengeTtlSe
         const ttlMs = Math.max(1, new Date(payload.expirationTime).getTime() - now() + 60_000)
         first = await redis.set(`ats-siwx:${namespace}:${payload.nonce}`, '1', 'PX', ttlMs, 'NX')
       } catch (error) {
-        throw new CreditUnavailable(`the sign-in store failed: ${(error as Error).message.split('\n')[0]}`)
+        throw new CreditUnavailable(`the sign-in store failed: ${firstLine(error)}`)
       }
       if (first !== 'OK') throw new SignInRefused('this challenge was already used: sign the one of a new 402')
       return getAddress(payload.address)

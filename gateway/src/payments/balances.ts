@@ -1,5 +1,5 @@
 import { eip3009Abi } from '@ats/chain'
-import { cachedLoader } from '@ats/service-kit'
+import { cachedLoader, firstLine } from '@ats/service-kit'
 import type { Address, PublicClient } from 'viem'
 import { PaymentUnavailableError } from '../errors.ts'
 
@@ -25,7 +25,7 @@ export function createBalanceChecker({ publicClient, asset, ttlMs = 5_000, now }
     ...(now ? { now } : {}),
     load: (payer) =>
       publicClient.readContract({ address: asset, abi: eip3009Abi, functionName: 'balanceOf', args: [payer] }).catch((error: Error) => {
-        throw new PaymentUnavailableError(`balance lookup failed: ${error.message.split('\n')[0]}`, { cause: error })
+        throw new PaymentUnavailableError(`balance lookup failed: ${firstLine(error)}`, { cause: error })
       }),
   })
   return { balanceOf: (payer) => balances.get(payer.toLowerCase() as Address) }

@@ -3,7 +3,7 @@
 // Compared alone with a cached balance, payments that together exceed it would all be served; a
 // nonce checked in Redis only could be spent on chain first, and the settlement would fail.
 import { eip3009Abi, MULTICALL3_ADDRESS, multicall3Abi } from '@ats/chain'
-import { cachedLoader, type Logger } from '@ats/service-kit'
+import { cachedLoader, firstLine, type Logger } from '@ats/service-kit'
 import type { Redis } from 'ioredis'
 import {
   decodeFunctionResult,
@@ -34,7 +34,7 @@ export interface PayerChainOptions {
 }
 
 const unavailable = (what: string) => (error: Error) => {
-  throw new PaymentUnavailableError(`${what} failed: ${error.message.split('\n')[0]}`, { cause: error })
+  throw new PaymentUnavailableError(`${what} failed: ${firstLine(error)}`, { cause: error })
 }
 
 /**

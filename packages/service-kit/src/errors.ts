@@ -12,6 +12,9 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
  */
 export { createError }
 
+/** An error's first line (viem's and undici's messages go on with details a log or a client does not need). */
+export const firstLine = (error: unknown): string => (error instanceof Error ? error.message : String(error)).split('\n')[0]!
+
 export const NotFound = createError<[string]>('ATS_ERR_NOT_FOUND', '%s not found', 404)
 export const Unauthorized = createError<[string]>('ATS_ERR_UNAUTHORIZED', '%s', 401)
 export const Forbidden = createError<[string]>('ATS_ERR_FORBIDDEN', '%s', 403)

@@ -20,6 +20,7 @@ export {
   createError,
   errorBody,
   errorHandler,
+  firstLine,
   installErrorHandler,
   publicFailure,
   type ErrorFormat,

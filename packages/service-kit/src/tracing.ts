@@ -1,4 +1,5 @@
 // OpenTelemetry tracing for the fleet: off (the API's no-ops, no SDK loaded) unless an OTLP endpoint is set.
+import { firstLine } from './errors.ts'
 import {
   ROOT_CONTEXT,
   SpanKind,
@@ -141,7 +142,7 @@ export function batchSpanSpec(traces: Array<Context | undefined>, batchParent: C
 
 /** Marks a span failed with the error's first line (messages never carry secrets in this code base: see errors.ts). */
 export function failSpan(span: Span, error: unknown): void {
-  const message = error instanceof Error ? error.message.split('\n')[0] : String(error)
+  const message = firstLine(error)
   span.setStatus({ code: SpanStatusCode.ERROR, ...(message ? { message } : {}) })
   const status = (error as { statusCode?: unknown }).statusCode
   if (typeof status === 'number') span.setAttribute('ats.error.status', status)

@@ -1,4 +1,5 @@
 import type { Topic } from '@ats/contracts'
+import { firstLine } from './errors.ts'
 import { AckPolicy, DeliverPolicy, headers as natsHeaders, nanos, type Consumer, type JsMsg, type NatsConnection } from 'nats'
 import { ensureStream, jetStreamReplicas, type StreamSpec } from './jetstream.ts'
 import type { Logger } from './logger.ts'
@@ -274,7 +275,7 @@ export async function startDurableConsumer<M>(options: DurableConsumerOptions<M>
 
   /** a message that failed on its own: redelivered after `retryDelayMs`, or dead-lettered after `maxDeliveries` */
   async function failed(m: JsMsg, error: unknown) {
-    const reason = (error as Error).message.split('\n')[0]!
+    const reason = firstLine(error)
     if (m.info.deliveryCount >= maxDeliveries) return deadLetter(m, `failed ${m.info.deliveryCount} times: ${reason}`)
     log.warn({ seq: m.seq, deliveries: m.info.deliveryCount, reason }, 'message failed; it will be redelivered')
     m.nak(retryDelayMs)

@@ -1,6 +1,6 @@
 // Withdrawals: unused credit paid back in USDC from the server wallet, exactly once per Idempotency-Key.
 import type { CreditWithdrawal } from '@ats/contracts'
-import type { ChainContext, Logger } from '@ats/service-kit'
+import { firstLine, type ChainContext, type Logger } from '@ats/service-kit'
 import type { WalletControlWatch } from '@ats/wallet'
 import { encodeFunctionData, erc20Abi, parseTransaction, type Address, type Hex, type TransactionSerialized } from 'viem'
 import { CreditWithdrawalOverCap, CreditWithdrawalPaused, CreditWithdrawalNotSent, NoCreditWithdrawal } from '../errors.ts'
@@ -33,9 +33,6 @@ const shown = (w: WithdrawalRow): { status: 200 | 202; body: CreditWithdrawal } 
   status: w.state === 'paid' ? 200 : 202,
   body: { id: w.id, wallet: w.wallet, amount: String(w.amount), state: w.state === 'paid' ? 'paid' : 'sending', txHash: w.txHash },
 })
-
-const firstLine = (error: unknown) =>
-  (error as { shortMessage?: string }).shortMessage ?? String((error as Error).message ?? error).split('\n')[0]!
 
 /**
  * The gateway takes the withdrawal from the wallet's credit (a `withdraw` debit whose ref is the

@@ -1,6 +1,6 @@
 // Settlement on chain from the server wallet: payments in batches, one Multicall3 transaction each.
 import { eip3009Abi, MULTICALL3_ADDRESS, multicall3Abi } from '@ats/chain'
-import type { ChainContext } from '@ats/service-kit'
+import { firstLine, type ChainContext } from '@ats/service-kit'
 import {
   decodeErrorResult,
   decodeFunctionResult,
@@ -14,7 +14,7 @@ import {
   type TransactionSerialized,
 } from 'viem'
 import type { PaymentRow } from './ledger.ts'
-import { authorizationTrace, firstLine, receiptOf, type SettleHooks, type SettleOutcome, type Settlement } from './settlement.ts'
+import { authorizationTrace, receiptOf, type SettleHooks, type SettleOutcome, type Settlement } from './settlement.ts'
 
 export interface OnchainSettlementOptions {
   /** how long one attempt waits for a receipt before it leaves the transaction to a later attempt */

@@ -2,7 +2,7 @@ import { eip3009Abi, usdcDomain } from '@ats/chain'
 import { paidRequestDescription, paymentRequirementsV1, paymentRequirementsV2, type PaymentTerms } from '@ats/contracts'
 import { SettleError, type PaymentPayload, type PaymentRequirements, type SettleResponse } from '@x402/core/types'
 import { HTTPFacilitatorClient } from '@x402/core/server'
-import type { ChainContext } from '@ats/service-kit'
+import { firstLine, type ChainContext } from '@ats/service-kit'
 import { getAbiItem, parseEventLogs, type Address, type Hex, type PublicClient, type TransactionReceipt } from 'viem'
 import type { PaymentRow } from './ledger.ts'
 
@@ -34,7 +34,6 @@ export interface Settlement {
   settle(payments: PaymentRow[], hooks: SettleHooks): Promise<SettleOutcome[]>
 }
 
-export const firstLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]!
 const same = (a: string, b: string) => a.toLowerCase() === b.toLowerCase()
 
 /** How far back the transaction that used an authorization is looked for, before the payment was charged. */

@@ -1,8 +1,8 @@
 import { blockedPayerCodec, type BlockedPayer } from '@ats/contracts'
-import { startWorkerLoop, type Logger } from '@ats/service-kit'
+import { firstLine, startWorkerLoop, type Logger } from '@ats/service-kit'
 import type { KV } from 'nats'
 import type { Ledger, PaymentRow } from './ledger.ts'
-import { firstLine, type SettleOutcome, type Settlement } from './settlement.ts'
+import type { SettleOutcome, Settlement } from './settlement.ts'
 
 export interface SettlerOptions {
   ledger: Ledger
