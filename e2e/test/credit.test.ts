@@ -1,5 +1,5 @@
 import { createService } from '@ats/service-kit'
-import { freePorts } from '@ats/service-kit/testing'
+import { freePorts, recordingFetch } from '@ats/service-kit/testing'
 import { gatewayService } from '@ats/gateway/service'
 import { ExactEvmScheme } from '@x402/evm/exact/client'
 import { SIGN_IN_WITH_X, wrapFetchWithSIWx } from '@x402/extensions/sign-in-with-x'
@@ -53,12 +53,7 @@ t.test(
     t.match(await topUp.json(), { wallet, amount: '3000000', state: 'pending' })
     await eventually('the top-up settled and credited', async () => ((await availableOf()) === 3_000_000n ? true : undefined), 30_000)
 
-    const sent: Headers[] = []
-    const recording: typeof fetch = async (input, init) => {
-      const request = new Request(input, init)
-      sent.push(new Headers(request.headers))
-      return fetch(request)
-    }
+    const { fetch: recording, sent } = recordingFetch()
     const signedIn = wrapFetchWithSIWx(recording, payer)
     for (let i = 0; i < 20; i++) {
       const res = await signedIn(`${publicUrl}/agent/skills?i=${i}`)

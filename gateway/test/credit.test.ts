@@ -4,7 +4,7 @@
 import { natsChannels, type CreditDebit, type CreditUsage } from '@ats/contracts'
 import { startTestDevnet } from '@ats/devnet'
 import { addNatsService, createService, ensureStream, serveEndpoint } from '@ats/service-kit'
-import { baseTestEnv, eventually, freePorts, freshNamespace, testInfra } from '@ats/service-kit/testing'
+import { baseTestEnv, eventually, freePorts, freshNamespace, recordingFetch, testInfra } from '@ats/service-kit/testing'
 import { ExactEvmScheme } from '@x402/evm/exact/client'
 import { formatSIWEMessage, SIGN_IN_WITH_X, wrapFetchWithSIWx, type SIWxPayload } from '@x402/extensions/sign-in-with-x'
 import { wrapFetchWithPayment, x402Client } from '@x402/fetch'
@@ -112,12 +112,7 @@ t.test('the 402s of paid routes carry the sign-in-with-x challenge for our origi
 
 t.test('wrapFetchWithSIWx pays 20 requests from credit: the credit falls by 20 prices, no payment is signed', async (t) => {
   const payer = funded(25n * price)
-  const sent: Headers[] = []
-  const recording: typeof fetch = async (input, init) => {
-    const request = new Request(input, init)
-    sent.push(new Headers(request.headers))
-    return fetch(request)
-  }
+  const { fetch: recording, sent } = recordingFetch()
   const signedIn = wrapFetchWithSIWx(recording, payer)
   const before = probed.length
   for (let i = 0; i < 20; i++) {

@@ -387,3 +387,14 @@ export async function startTestTracing() {
 }
 
 export { freePort, freePorts } from './ports.ts'
+
+/** A fetch that keeps the headers of every request it sends (`sent`), for tests of what a client put on the wire. */
+export function recordingFetch(): { fetch: typeof fetch; sent: Headers[] } {
+  const sent: Headers[] = []
+  const recording: typeof fetch = async (input, init) => {
+    const request = new Request(input, init)
+    sent.push(new Headers(request.headers))
+    return fetch(request)
+  }
+  return { fetch: recording, sent }
+}
