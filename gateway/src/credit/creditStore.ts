@@ -30,20 +30,35 @@ export interface CreditStoreOptions {
   adjustmentTtlMs: number
 }
 
-// KEYS: copy, id. ARGV: amount ('all': what is available), id ttl (ms). A repeated id answers
-// what it took; a missing copy asks to be rebuilt; else the credit must cover the amount (at
-// least 1), which is taken and the id kept.
+// KEYS: copy and id of each debit, in pairs. ARGV: amount ('all': what is available) and id ttl
+// (ms) of each debit, in pairs. Every debit of one event-loop turn goes in one call (one round
+// trip, one reply for all), each judged on its own in order: a repeated id answers what it took;
+// a missing copy asks to be rebuilt; else the credit must cover the amount (at least 1), which is
+// taken and the id kept. Answers a kind, a value and an amount per debit, flat.
 const debitScript = `
-local first = redis.call('GET', KEYS[2])
-if first then return {'replayed', string.match(first, '^[^:]*'), '0'} end
-local copy = redis.call('HMGET', KEYS[1], 'available', 'gen')
-if not copy[1] then return {'missing', '0', '0'} end
-local amount = ARGV[1]
-if amount == 'all' then amount = copy[1] end
-if tonumber(amount) < 1 or tonumber(copy[1]) < tonumber(amount) then return {'short', copy[1], amount} end
-local left = redis.call('HINCRBY', KEYS[1], 'available', '-' .. amount)
-redis.call('SET', KEYS[2], amount .. ':' .. copy[2], 'PX', ARGV[2])
-return {'debited', string.format('%d', left), amount}
+local out = {}
+for i = 1, #KEYS, 2 do
+  local copyKey, idKey, amount, ttl = KEYS[i], KEYS[i + 1], ARGV[i], ARGV[i + 1]
+  local first = redis.call('GET', idKey)
+  if first then
+    out[#out + 1] = 'replayed'; out[#out + 1] = string.match(first, '^[^:]*'); out[#out + 1] = '0'
+  else
+    local copy = redis.call('HMGET', copyKey, 'available', 'gen')
+    if not copy[1] then
+      out[#out + 1] = 'missing'; out[#out + 1] = '0'; out[#out + 1] = '0'
+    else
+      if amount == 'all' then amount = copy[1] end
+      if tonumber(amount) < 1 or tonumber(copy[1]) < tonumber(amount) then
+        out[#out + 1] = 'short'; out[#out + 1] = copy[1]; out[#out + 1] = amount
+      else
+        local left = redis.call('HINCRBY', copyKey, 'available', '-' .. amount)
+        redis.call('SET', idKey, amount .. ':' .. copy[2], 'PX', ttl)
+        out[#out + 1] = 'debited'; out[#out + 1] = string.format('%d', left); out[#out + 1] = amount
+      end
+    end
+  end
+end
+return out
 `
 
 // KEYS: copy, id. A debit given back (its publish failed, so the ledger never saw it): once, and
@@ -85,7 +100,7 @@ return 1
 `
 
 interface ScriptedRedis extends Redis {
-  creditDebit(copy: string, id: string, amount: string, ttlMs: string): Promise<[string, string, string]>
+  creditDebit(numberOfKeys: number, ...keysThenArgs: string[]): Promise<string[]>
   creditGiveBack(copy: string, id: string): Promise<number>
   creditApply(copy: string, adjustments: string, entry: string, delta: string, ttlMs: string): Promise<string>
   creditRebuild(copy: string, adjustments: string, available: string, entry: string, generation: string): Promise<number>
@@ -93,9 +108,11 @@ interface ScriptedRedis extends Redis {
 
 export const CREDIT_KEY_PREFIX = 'ats-credit:'
 
+const maxDebitsPerCall = 128
+
 export function createCreditStore({ redis, namespace, snapshot, idTtlMs, adjustmentTtlMs }: CreditStoreOptions) {
   const scripted = redis as ScriptedRedis
-  scripted.defineCommand('creditDebit', { numberOfKeys: 2, lua: debitScript })
+  scripted.defineCommand('creditDebit', { lua: debitScript })
   scripted.defineCommand('creditGiveBack', { numberOfKeys: 2, lua: giveBackScript })
   scripted.defineCommand('creditApply', { numberOfKeys: 2, lua: applyScript })
   scripted.defineCommand('creditRebuild', { numberOfKeys: 2, lua: rebuildScript })
@@ -119,9 +136,36 @@ export function createCreditStore({ redis, namespace, snapshot, idTtlMs, adjustm
     await scripted.creditRebuild(copyOf(wallet), adjustmentsOf(wallet), ledger.available.toString(), ledger.entry.toString(), generation)
   }
 
-  async function tryDebit(wallet: string, id: string, amount: bigint | 'all', ttlMs: number) {
-    const [kind, value, taken] = await scripted.creditDebit(copyOf(wallet), idOf(wallet, id), amount.toString(), String(ttlMs))
-    return { kind, value: BigInt(value), amount: BigInt(taken) }
+  interface Queued {
+    keys: [string, string]
+    args: [string, string]
+    settle: (result: { kind: string; value: bigint; amount: bigint } | Error) => void
+  }
+  let queued: Queued[] = []
+  /** sends the queued debits in one call; each caller gets its own answer, or the call's error */
+  async function sendQueued() {
+    const batch = queued
+    if (batch.length === 0) return
+    queued = []
+    try {
+      const reply = await scripted.creditDebit(batch.length * 2, ...batch.flatMap((q) => q.keys), ...batch.flatMap((q) => q.args))
+      for (const [i, q] of batch.entries())
+        q.settle({ kind: reply[i * 3]!, value: BigInt(reply[i * 3 + 1]!), amount: BigInt(reply[i * 3 + 2]!) })
+    } catch (error) {
+      for (const q of batch) q.settle(error as Error)
+    }
+  }
+  /** one debit, sent with the others of this event-loop turn (at most maxDebitsPerCall a call, so one script never holds Redis long) */
+  function tryDebit(wallet: string, id: string, amount: bigint | 'all', ttlMs: number) {
+    return new Promise<{ kind: string; value: bigint; amount: bigint }>((resolve, reject) => {
+      if (queued.length === 0) setImmediate(sendQueued)
+      queued.push({
+        keys: [copyOf(wallet), idOf(wallet, id)],
+        args: [amount.toString(), String(ttlMs)],
+        settle: (result) => (result instanceof Error ? reject(result) : resolve(result)),
+      })
+      if (queued.length >= maxDebitsPerCall) void sendQueued()
+    })
   }
 
   return {
