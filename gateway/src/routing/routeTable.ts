@@ -67,6 +67,7 @@ export const routeTable: readonly RouteGroup[] = [
     longRunning: true,
   },
   { prefix: '/automations', service: 'automation', auth: key('readwrite'), owner: 'key' },
+  { prefix: '/grants', service: 'trading', auth: key('readwrite'), owner: 'key' },
   { prefix: '/approvals', service: 'trading', auth: key('readwrite'), owner: 'key', spending: true },
   { prefix: '/webhooks', service: 'admin', auth: key('readwrite'), owner: 'key' },
   { prefix: '/admin', service: 'admin', auth: key('admin'), owner: 'key' },

@@ -1,4 +1,4 @@
-import type { SignedTx } from '@ats/chain'
+import type { SignedTx, WalletSender } from '@ats/chain'
 import type { ChainContext } from '@ats/service-kit'
 import type { WalletControlWatch } from '@ats/wallet'
 import { erc20Abi, maxUint256, encodeFunctionData, type Address, type Hex, type PublicClient, type TransactionReceipt } from 'viem'
@@ -43,11 +43,15 @@ export function chainTx({ chain, receiptTimeoutMs, receiptPollMs, walletControl 
    * that would revert throws WouldRevert (422) with the reason, and nothing is sent; so does a
    * paused wallet (423).
    */
-  async function send(tx: { to?: Address; data: Hex; gas?: bigint }, onSigned?: (signed: SignedTx) => Promise<void>) {
+  async function send(
+    tx: { to?: Address; data: Hex; gas?: bigint },
+    onSigned?: (signed: SignedTx) => Promise<void>,
+    sender: WalletSender = chain.sender(),
+  ) {
     walletControl.assertSpendable()
     let signed: SignedTx
     try {
-      signed = await chain.sender().send(tx, onSigned ? { onSigned } : {})
+      signed = await sender.send(tx, onSigned ? { onSigned } : {})
     } catch (error) {
       if (isRevert(error)) throw new WouldRevert(`the transaction would revert: ${revertReason(error)}`)
       throw error

@@ -26,3 +26,11 @@ export const ReceiptTimeout = createError<[string, number]>(
 )
 export const WouldRevert = createError<[string]>('ATS_ERR_TRADING_WOULD_REVERT', '%s', 422)
 export const ChainUnavailable = createError<[string]>('ATS_ERR_TRADING_CHAIN_UNAVAILABLE', 'the chain did not answer: %s', 502)
+
+// swaps from a user's own wallet under its grant (grants/grants.ts)
+/** No grant lets the swap happen: none, revoked, expired, or the token, DEX or allowance not granted. */
+export const GrantRefused = createError<[string]>('ATS_ERR_TRADING_GRANT_REFUSED', '%s', 403)
+/** The grant's amount for the current period is used up; the message says when it renews. */
+export const GrantExhausted = createError<[string]>('ATS_ERR_TRADING_GRANT_EXHAUSTED', '%s', 409)
+/** Swaps from users' own wallets are not set up here (no delegate key, or no TradeGrants contract). */
+export const GrantsUnavailable = createError<[string]>('ATS_ERR_TRADING_GRANTS_UNAVAILABLE', '%s', 503)

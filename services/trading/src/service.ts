@@ -11,9 +11,10 @@ import {
   type ServiceDefinition,
 } from '@ats/service-kit'
 import { watchWalletControl } from '@ats/wallet'
-import { getAddress } from 'viem'
+import { getAddress, type Address, type Hex } from 'viem'
 import { createApprovalStore } from './approvals/approvals.ts'
 import { createDecisions } from './approvals/decisions.ts'
+import { createGrants } from './grants/grants.ts'
 import { chainTx } from './chainTx.ts'
 import { camelotDex } from './dex/camelot.ts'
 import { uniswapDex } from './dex/uniswap.ts'
@@ -22,6 +23,7 @@ import { createLaunchpad } from './launchpad/launchpad.ts'
 import { serveTradingEndpoints } from './nats/trading.ts'
 import { createPositions } from './positions/positions.ts'
 import { approvalsRoutes } from './routes/approvals.ts'
+import { grantsRoutes } from './routes/grants.ts'
 import { launchpadRoutes } from './routes/launchpad.ts'
 import { portfolioRoutes } from './routes/portfolio.ts'
 import { swapRoutes } from './routes/swap.ts'
@@ -101,6 +103,23 @@ export const tradingService: ServiceDefinition<typeof tradingSettings, PrismaCli
       )
 
     const executions = createExecutionStore(db, events)
+    const grants = createGrants({
+      chain,
+      tokens,
+      delegateKey: config.GRANT_DELEGATE_PRIVATE_KEY as Hex | undefined,
+      contract: config.TRADE_GRANTS_ADDRESS as Address | undefined,
+      fromBlock: BigInt(config.GRANTS_FROM_BLOCK),
+      databaseUrl: config.DATABASE_URL,
+      log,
+    })
+    if (grants.delegate)
+      log.info({ delegate: grants.delegate, contract: grants.address }, 'swaps from users’ own wallets under their grants')
+    // fail closed: without admin's answer no swap is made for a key
+    const keyPolicy = async (keyId: string) => {
+      const { key } = await callEndpoint(nc, channels.admin.keyPolicy, { keyId }, { timeoutMs: 2000 })
+      if (!key) throw new Forbidden(`API key ${keyId} is revoked or unknown`)
+      return { policy: key.policy, wallet: key.wallet }
+    }
     const executor = createExecutor({
       executions,
       quoter,
@@ -112,14 +131,10 @@ export const tradingService: ServiceDefinition<typeof tradingSettings, PrismaCli
       walletControl,
       deadlineSeconds: config.SWAP_DEADLINE_SECONDS,
       approvals,
+      grants,
       counted: swapCounter(metrics),
       log,
-      // fail closed: without admin's answer no swap is made for a key
-      keyPolicy: async (keyId) => {
-        const { key } = await callEndpoint(nc, channels.admin.keyPolicy, { keyId }, { timeoutMs: 2000 })
-        if (!key) throw new Forbidden(`API key ${keyId} is revoked or unknown`)
-        return { policy: key.policy, wallet: key.wallet }
-      },
+      keyPolicy,
       payerPolicy: async (address) => {
         const { payer } = await callEndpoint(nc, channels.admin.agentPayer, { address: getAddress(address) }, { timeoutMs: 2000 })
         return payer?.policy ?? null
@@ -160,5 +175,6 @@ export const tradingService: ServiceDefinition<typeof tradingSettings, PrismaCli
     await app.register(approvalsRoutes, { store: approvals, decisions })
     await app.register(portfolioRoutes, { positions })
     await app.register(launchpadRoutes, { launchpad })
+    await app.register(grantsRoutes, { grants, boundWallet: async (keyId) => (await keyPolicy(keyId)).wallet })
   },
 }

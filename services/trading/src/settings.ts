@@ -1,4 +1,5 @@
 // The settings of trading: swap deadlines and receipt waits, quote caching, spend limits and defaults, launches, approvals.
+import { addressPattern, bytes32Pattern } from '@ats/contracts'
 import { msSetting } from '@ats/service-kit'
 import { Type } from 'typebox'
 
@@ -48,6 +49,26 @@ export const tradingSettings = {
     default: 1500,
     description:
       'price-impact ceiling of swaps whose spend policy sets no maxPriceImpactBps, in basis points (1500 = 15%); above it execute answers 422',
+  }),
+  GRANT_DELEGATE_PRIVATE_KEY: Type.Optional(
+    Type.String({
+      pattern: bytes32Pattern,
+      secret: true,
+      description:
+        "the signer that swaps users' own tokens under the grants they made on chain (TradeGrants); never the server wallet's key, and it holds only gas. Unset: swaps from users' wallets and the /grants routes answer 503",
+    }),
+  ),
+  TRADE_GRANTS_ADDRESS: Type.Optional(
+    Type.String({
+      pattern: addressPattern,
+      description:
+        'the TradeGrants contract; unset: its deterministic CREATE2 address (docs/grants.md), which the delegate deploys itself on the devnet',
+    }),
+  ),
+  GRANTS_FROM_BLOCK: Type.Integer({
+    minimum: 0,
+    default: 0,
+    description: "the block TradeGrants was deployed at: reading a wallet's grants starts there",
   }),
   APPROVAL_TTL_MS: msSetting(
     "how long a swap held by a spend policy's approvalAboveUsd waits for a person's decision before it expires and is abandoned (nothing sent), in ms",

@@ -27,8 +27,9 @@ export type SpendOwner = { keyId: string } | { payer: string } | 'everyone'
  */
 export async function spentToday(t: Tx, owner: SpendOwner, since: Date): Promise<number> {
   const base = { createdAt: { gte: since }, status: { in: [...countedStatuses] } }
+  // a swap under a user's grant spends the user's tokens, not the server wallet's
   const swapsOf = owner === 'everyone' ? {} : 'keyId' in owner ? { keyId: owner.keyId } : { keyId: null, ownerId: owner.payer }
-  const swaps = await t.execution.aggregate({ _sum: { usdValue: true, gasUsd: true }, where: { ...base, ...swapsOf } })
+  const swaps = await t.execution.aggregate({ _sum: { usdValue: true, gasUsd: true }, where: { ...base, ...swapsOf, grantId: null } })
   // launches are made for keys only
   const launches =
     owner !== 'everyone' && !('keyId' in owner)

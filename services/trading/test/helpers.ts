@@ -62,12 +62,12 @@ export async function startTrading(t: Test, { wallet = true, env = {} }: Trading
     return { status: res.status, headers: res.headers, body: text ? (JSON.parse(text) as any) : undefined }
   }
 
-  /** An API key made through admin's own route, with an optional spend policy. */
-  const createKey = async (policy?: unknown): Promise<{ id: string }> => {
+  /** An API key made through admin's own route, with an optional spend policy and bound wallet. */
+  const createKey = async (policy?: unknown, wallet?: Address): Promise<{ id: string }> => {
     const res = await fetch(`${admin.url}/admin/keys`, {
       method: 'POST',
       headers: { ...keyHeaders('key_test_admin', 'admin'), 'content-type': 'application/json' },
-      body: JSON.stringify({ tier: 'readwrite', label: 'trader', ...(policy ? { policy } : {}) }),
+      body: JSON.stringify({ tier: 'readwrite', label: 'trader', ...(policy ? { policy } : {}), ...(wallet ? { wallet } : {}) }),
     })
     if (res.status !== 201) throw new Error(`could not create a key: ${res.status} ${await res.text()}`)
     return (await res.json()) as { id: string }

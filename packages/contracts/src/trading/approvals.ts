@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox'
 import { ErrorBody } from '../common/errors.ts'
-import { EpochMs, IntegerString } from '../common/primitives.ts'
+import { Address, EpochMs, IntegerString } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
 import { SwapResult } from './swaps.ts'
 
@@ -34,6 +34,7 @@ export const Approval = Type.Object({
     dex: Type.String(),
     slippageBps: Type.Integer(),
     recipient: Type.Union([Type.String(), Type.Null()]),
+    from: Type.Optional(Address({ description: "the user's wallet the swap spends under its grant; absent: the server wallet" })),
   }),
   quote: Type.Object(
     {

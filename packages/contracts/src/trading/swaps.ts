@@ -13,7 +13,7 @@ export const DexSchema = Type.Unsafe<DexName>({
     'uniswap: Uniswap V3 (QuoterV2 over the 0.01%, 0.05%, 0.3% and 1% fee tiers, the best wins); camelot: Camelot (Algebra Integral, one pool per pair, dynamic fee)',
 })
 
-const TokenRef = (description: string) =>
+export const TokenRef = (description: string) =>
   Type.String({ minLength: 1, maxLength: 64, description: `${description}: a symbol (WETH, USDC …) or a token address` })
 /** An amount as the client typed it; the service says plainly when it is not a positive integer. */
 const AmountIn = Type.String({
@@ -63,6 +63,12 @@ export const SwapBody = Type.Object(
     tokenOut: TokenRef('the token bought'),
     amountIn: AmountIn,
     dex: Type.Optional(DexSchema),
+    from: Type.Optional(
+      Address({
+        description:
+          "swap from this wallet's own tokens under its grant (POST /grants/prepare), paying out to it; the key must be bound to the wallet. Absent: the server wallet",
+      }),
+    ),
     slippageBps: Type.Integer({
       minimum: 0,
       maximum: 5000,
@@ -91,6 +97,10 @@ export const SwapResult = Type.Object({
   route: Type.Array(Type.String()),
   blockNumber: IntegerString({ description: 'the block the swap was mined in' }),
   executionId: Type.String({ description: 'the record of this execution (GET /swap/executions/:id)' }),
+  from: Type.Optional(
+    Address({ description: "the wallet the swap spent and paid out to, under grant grantId (absent: the server wallet's swap)" }),
+  ),
+  grantId: Type.Optional(Bytes32({ description: 'the TradeGrants grant the swap ran under' })),
   idempotencyKey: Type.Optional(
     Type.String({
       description:

@@ -21,6 +21,8 @@ interface StoredRequest {
   dex: string
   slippageBps: number
   recipient: string | null
+  /** the user's wallet a swap under its grant spends (absent: the server wallet) */
+  from?: string
 }
 
 interface StoredQuote {
@@ -69,8 +71,16 @@ export function approvalView(row: Approval): ApprovalView {
 
 /** The request an approved approval runs again (with a fresh quote). */
 export function requestOf(row: Approval): SwapRequest {
-  const { tokenIn, tokenOut, amountIn, dex, slippageBps, recipient } = row.request as unknown as StoredRequest
-  return { tokenIn, tokenOut, amountIn, dex: dex as SwapRequest['dex'], slippageBps, ...(recipient ? { recipient } : {}) }
+  const { tokenIn, tokenOut, amountIn, dex, slippageBps, recipient, from } = row.request as unknown as StoredRequest
+  return {
+    tokenIn,
+    tokenOut,
+    amountIn,
+    dex: dex as SwapRequest['dex'],
+    slippageBps,
+    ...(recipient ? { recipient } : {}),
+    ...(from ? { from } : {}),
+  }
 }
 
 /** Who asked, as the executor takes it: the approved swap runs for them, under their spend policy. */
@@ -149,6 +159,7 @@ export function createApprovalStore({ db, ttlMs, log, now = Date.now }: Approval
         dex: quote.dex.name,
         slippageBps: request.slippageBps ?? 50,
         recipient: request.recipient ?? null,
+        ...(request.from ? { from: request.from } : {}),
       }
       const quoted: StoredQuote = {
         amountOut: quote.amountOut.toString(),

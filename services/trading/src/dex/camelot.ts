@@ -16,6 +16,7 @@ export function camelotDex(client: PublicClient, book: AddressBook['algebra']): 
   return {
     name: 'camelot',
     router: book.swapRouter,
+    encodePath: algebraPath,
     async pools(a, b) {
       const pool = await pools.get(a.toLowerCase() < b.toLowerCase() ? `${a}:${b}` : `${b}:${a}`)
       return pool === zeroAddress ? [] : [{ tokenIn: a, tokenOut: b, pool, fee: 0 }]

@@ -33,6 +33,8 @@ export interface Dex {
   quote(path: Hop[], amountIn: bigint, blockNumber: bigint): Promise<PathQuote>
   /** the pool's sqrt price (Q64.96 of token1 per token0) at the block */
   sqrtPriceX96(pool: Address, blockNumber: bigint): Promise<bigint>
+  /** the router's path bytes of the hops (what TradeGrants passes to the router) */
+  encodePath(path: Hop[]): Hex
   /** calldata for the router: swap amountIn along the path, at least minOut to recipient, before the deadline */
   swapCall(path: Hop[], amountIn: bigint, minOut: bigint, recipient: Address, deadline: bigint): Hex
 }

@@ -24,6 +24,7 @@ export function uniswapDex(client: PublicClient, book: AddressBook['uniswapV3'])
   return {
     name: 'uniswap',
     router: book.swapRouter02,
+    encodePath: uniswapPath,
     async pools(a, b) {
       const found = await Promise.all(UNISWAP_FEE_TIERS.map(async (fee) => ({ fee, pool: await pools.get(`${a}:${b}:${fee}`) })))
       return found.filter(({ pool }) => pool !== zeroAddress).map(({ fee, pool }) => ({ tokenIn: a, tokenOut: b, pool, fee }))

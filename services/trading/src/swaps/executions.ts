@@ -67,6 +67,7 @@ export function swapResultOf(row: Execution): SwapResult {
     route: row.route,
     blockNumber: String(row.blockNumber ?? 0n),
     executionId: row.id,
+    ...(row.grantId ? { from: row.recipient as Hex, grantId: row.grantId as Hex } : {}),
   }
 }
 
@@ -79,6 +80,8 @@ export interface NewExecution {
   minOut: bigint
   usdValue: number | undefined
   recipient: string | undefined
+  /** the grant of a swap from the recipient's own wallet */
+  grantId?: string | undefined
   slippageBps: number
   caller: Caller
   payer: string | undefined
@@ -119,6 +122,7 @@ export function createExecutionStore(db: PrismaClient, events: Pick<EventOutbox,
             tokenIn: q.tokenIn.address,
             tokenOut: q.tokenOut.address,
             recipient: swap.recipient ? getAddress(swap.recipient) : null,
+            grantId: swap.grantId ?? null,
             route: routeOf(q),
             amountIn: q.amountIn.toString(),
             quotedAmountOut: q.amountOut.toString(),

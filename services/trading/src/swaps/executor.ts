@@ -5,6 +5,7 @@ import { Forbidden, fingerprintOf, type IdempotencyStore, type Logger } from '@a
 import { WalletPaused, type WalletControlWatch } from '@ats/wallet'
 import { getAddress, isAddress, parseEventLogs, type Address, type Hex, type TransactionReceipt } from 'viem'
 import type { ApprovalStore } from '../approvals/approvals.ts'
+import type { Grants, GrantState } from '../grants/grants.ts'
 import type { ChainTx } from '../chainTx.ts'
 import { WouldRevert } from '../errors.ts'
 import type { Execution } from '../generated/prisma/client.ts'
@@ -20,6 +21,8 @@ export type SwapRequest = Pick<SwapBody, 'tokenIn' | 'tokenOut' | 'amountIn'> & 
   slippageBps?: number | undefined
   /** who receives tokenOut (NATS callers: an automation's wallet); the server wallet by default */
   recipient?: string | undefined
+  /** the user's own wallet to swap from under its on-chain grant (and pay out to); the server wallet by default */
+  from?: string | undefined
 }
 
 export interface ExecutorOptions {
@@ -43,6 +46,8 @@ export interface ExecutorOptions {
   deadlineSeconds: number
   /** where swaps over a policy's approvalAboveUsd wait for a person */
   approvals: Pick<ApprovalStore, 'hold'>
+  /** swaps from users' own wallets under their grants */
+  grants: Grants
   /** ats_swaps_total: each swap by how it ended and how it came (a replay is not counted again) */
   counted: SwapCounter
   log: Logger
@@ -112,6 +117,31 @@ export function createExecutor(options: ExecutorOptions) {
     return { limits, payer: payer.toLowerCase(), wallet: payer }
   }
 
+  /**
+   * Who may swap from a user's own wallet under its grant: a key bound to that wallet, or the
+   * wallet itself (a payer). The chain caps the amount (the grant); the caller's policy still holds
+   * the swap for approval and refuses it over its price-impact ceiling, but its USD caps (what the
+   * server wallet may spend) do not apply to the user's tokens.
+   */
+  async function limitsForGrant(caller: Caller, from: Address): Promise<Limits> {
+    const userFunds = (limits: SpendLimits): SpendLimits => ({ ...limits, maxUsdPerSwap: undefined, maxUsdPerDay: undefined })
+    if (caller.keyId) {
+      const { policy, wallet } = await options.keyPolicy(caller.keyId)
+      if (!wallet || getAddress(wallet) !== from) {
+        throw new Forbidden(
+          `key ${caller.keyId} is not bound to ${from}: only a key bound to the wallet swaps from it under its grant (POST /admin/keys with "wallet")`,
+        )
+      }
+      return { limits: [userFunds(limitsOfKey(caller.keyId, policy, options.defaults, find))], wallet: from }
+    }
+    if (caller.ownerId && isAddress(caller.ownerId, { strict: false }) && getAddress(caller.ownerId) === from) {
+      const payer = from.toLowerCase()
+      const policy = await options.payerPolicy(from)
+      return { limits: [userFunds(limitsOfPayer(from, policy ?? {}, options.defaults, find))], payer, wallet: from }
+    }
+    throw new Forbidden(`a swap from ${from} is asked by the wallet itself or by a key bound to it`)
+  }
+
   /** Refuses (403) a swap over the USD caps of the limits, counting what their owners spent today. */
   async function checkCaps(spent: SpentToday, q: RoutedQuote, usdValue: number | undefined, caller: Caller, { limits, payer }: Limits) {
     for (const limit of limits) {
@@ -130,6 +160,28 @@ export function createExecutor(options: ExecutorOptions) {
     const done = await executions.mined(row, { success, amountOut, blockNumber: receipt.blockNumber }, wallet)
     log.info({ executionId: row.id, hash: receipt.transactionHash, status: done.status, amountOut: done.amountOut }, 'swap mined')
     return swapResultOf(done)
+  }
+
+  /**
+   * The delegate's call of TradeGrants.swap for the grant's owner: checked against the chain first
+   * (a grant used up or revoked since the check answers in words, nothing sent), then sent from the
+   * delegate's own signer; the server wallet neither pays nor receives anything.
+   */
+  async function sendUnderGrant(row: Execution, grant: GrantState, q: RoutedQuote, minOut: bigint, wallet: string | undefined) {
+    const grants = options.grants
+    const deadline = BigInt(Math.floor(now() / 1000) + options.deadlineSeconds)
+    const call = grants.swapCall(grant, q.dex.name, q.dex.encodePath(q.path), q.amountIn, minOut, deadline)
+    try {
+      await grants.check(call)
+      const { receipt } = await tx.send(call, (signed) => executions.submitted(row.id, signed), grants.sender())
+      return await finish(row, receipt, wallet)
+    } catch (error) {
+      const refusal = grants.refusalOf(error)
+      if (refusal || error instanceof WouldRevert || error instanceof WalletPaused) {
+        await executions.failed(row.id, (refusal ?? (error as Error)).message)
+      }
+      throw refusal ?? error
+    }
   }
 
   async function perform(
@@ -151,9 +203,18 @@ export function createExecutor(options: ExecutorOptions) {
 
     // a pause refuses what is not sent yet; a transaction signed before it is held too (chainTx)
     options.walletControl.assertSpendable()
-    const limits = await limitsFor(caller, request.recipient)
+    const from = request.from ? getAddress(request.from) : undefined
+    const limits = from ? await limitsForGrant(caller, from) : await limitsFor(caller, request.recipient)
     const q = await quoter.quoteFresh(request)
     checkImpact(limits.limits, impactOf(q))
+    const grant = from
+      ? await options.grants.grantFor(from, {
+          tokenIn: q.tokenIn.address,
+          tokenOut: q.tokenOut.address,
+          dex: q.dex.name,
+          amountIn: q.amountIn,
+        })
+      : undefined
     const slippageBps = request.slippageBps ?? 50
     const minOut = (q.amountOut * (10_000n - BigInt(slippageBps))) / 10_000n
     // tokenIn at its reference value (docs/trading.md "Valuing a swap"), not at the pool it trades in
@@ -172,9 +233,20 @@ export function createExecutor(options: ExecutorOptions) {
     const pending = row
       ? await executions.requote(row.id, q.amountOut, minOut)
       : await executions.reserve(
-          { quote: q, minOut, usdValue, recipient: request.recipient, slippageBps, caller, payer: limits.payer, idem },
+          {
+            quote: q,
+            minOut,
+            usdValue,
+            recipient: from ?? request.recipient,
+            grantId: grant?.id,
+            slippageBps,
+            caller,
+            payer: limits.payer,
+            idem,
+          },
           limits.limits.length > 0 ? (spent) => checkCaps(spent, q, usdValue, caller, limits) : undefined,
         )
+    if (grant) return sendUnderGrant(pending, grant, q, minOut, limits.wallet)
     try {
       const approvalWei = await tx.ensureAllowance(q.tokenIn.address, q.dex.router, q.amountIn)
       if (approvalWei > 0n) {
@@ -209,7 +281,7 @@ export function createExecutor(options: ExecutorOptions) {
       idempotencyKey: string | undefined,
       { approved = false, via }: { approved?: boolean; via: SwapPath },
     ): Promise<{ result: SwapResult | AwaitingApproval; replayed: boolean }> {
-      tx.sender() // 503 at once without a server wallet
+      if (!request.from) tx.sender() // 503 at once without a server wallet
       await quoter.check(request) // a bad request is answered, not stored under its idempotency key
       const counted = (idem: IdempotencyRef | undefined) =>
         countOutcome(options.counted, via, () => perform(request, caller, idem, approved))
@@ -222,6 +294,7 @@ export function createExecutor(options: ExecutorOptions) {
         dex: request.dex ?? 'uniswap',
         slippageBps: request.slippageBps ?? 50,
         ...(request.recipient ? { recipient: getAddress(request.recipient) } : {}),
+        ...(request.from ? { from: getAddress(request.from) } : {}),
       })
       return idempotency.run(scope, idempotencyKey, fingerprint, () => counted({ scope, key: idempotencyKey }))
     },
