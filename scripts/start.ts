@@ -182,6 +182,8 @@ if (process.env.RPC_URL) {
     ADDRESS_BOOK: devnet!.addressBookPath,
     // the server wallet is account 0 unless one is configured
     SERVER_WALLET_PRIVATE_KEY: process.env.SERVER_WALLET_PRIVATE_KEY || devnet!.accounts[0]!.privateKey,
+    // the signer of swaps from users' own wallets under their grants (never the server wallet) is account 8
+    GRANT_DELEGATE_PRIVATE_KEY: process.env.GRANT_DELEGATE_PRIVATE_KEY || devnet!.accounts[8]!.privateKey,
     // x402 payments go to the server wallet unless PAY_TO says otherwise
     PAY_TO: process.env.PAY_TO || devnet!.accounts[0]!.address,
   })

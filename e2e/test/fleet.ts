@@ -185,6 +185,12 @@ export async function fundedAccount(fleet: FundingFleet, amount: bigint): Promis
   return account
 }
 
+/** trading's signers on the devnet: the server wallet (account 0) and the delegate that swaps under users’ grants (account 8) */
+export const walletKeys = (devnet: { accounts: Array<{ privateKey: string }> }) => ({
+  SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey,
+  GRANT_DELEGATE_PRIVATE_KEY: devnet.accounts[8]!.privateKey,
+})
+
 /**
  * The devnet, admin, trading (server wallet: devnet account 0) and a gateway: swaps, positions
  * and the launchpad through the gateway as a client sees them.
@@ -194,7 +200,7 @@ export async function startTradingFleet(t: Test, options: { tradingEnv?: NodeJS.
   const env = await baseTestEnv(t)
   // trading's settings without the server wallet, for a second, walletless trading service
   const tradingEnv = { ...env, ...chain, ...options.tradingEnv }
-  const trading = await startService(t, tradingService, { ...tradingEnv, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey })
+  const trading = await startService(t, tradingService, { ...tradingEnv, ...walletKeys(devnet) })
   // market-data on the same devnet, when a test asks for it (marketData)
   const market = options.marketData
     ? await startService(t, marketDataService, { ...env, ...chain, REDIS_URL: (await testInfra()).redisUrl })
@@ -229,7 +235,7 @@ export async function startAgentFleet(
   const upstreams = await startUpstreams(t)
   const tradings = []
   for (let i = 0; i < (options.replicas?.trading ?? 1); i++) {
-    tradings.push(await startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: chain.devnet.accounts[0]!.privateKey }))
+    tradings.push(await startService(t, tradingService, { ...env, ...walletKeys(chain.devnet) }))
   }
   const trading = tradings[0]!
   const market = await startService(t, marketDataService, {

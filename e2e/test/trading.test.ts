@@ -12,6 +12,7 @@ import { eventually, startTradingFleet } from './fleet.ts'
 // automations and the kill switch, each module with a fleet of its own inside its test, runnable alone
 import './trading/approvals.ts'
 import './trading/automation.ts'
+import './trading/grants.ts'
 import './trading/walletControl.ts'
 
 /**

@@ -169,7 +169,7 @@ export const tradingService: ServiceDefinition<typeof tradingSettings, PrismaCli
     const nats = await addNatsService(nc, tradingContract.name, version, 'swap quotes and execution, positions')
     onClose(() => nats.stop().then(() => undefined))
     const impactCeilingBps = config.SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS
-    serveTradingEndpoints(nats, { channels, log, chain, quoter, impactCeilingBps, executor, decisions, prepare, positions })
+    serveTradingEndpoints(nats, { channels, log, chain, quoter, impactCeilingBps, executor, decisions, prepare, positions, grants })
 
     await app.register(swapRoutes, { quoter, executor, executions, prepare, impactCeilingBps })
     await app.register(approvalsRoutes, { store: approvals, decisions })

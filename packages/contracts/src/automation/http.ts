@@ -17,12 +17,19 @@ export const automationTypes = ['recurring-buy', 'limit-order'] as const
 export type AutomationType = (typeof automationTypes)[number]
 
 /** Spec section 2, Automation, plus its schedule and its outcome so far. */
+export const AutomationSource = Type.Union([Type.Literal('server'), Type.Literal('wallet')], {
+  description:
+    "whose tokens each run spends: server, the server wallet's (within the key's spend policy); wallet, walletAddress's own, under the grant it made on chain (POST /grants/prepare): a run the grant cannot pay this period is skipped, and a revoked or expired grant pauses the automation",
+})
+export type AutomationSource = Static<typeof AutomationSource>
+
 export const Automation = Type.Object({
   id: Type.String(),
   name: Type.String(),
   type: Type.String({ description: `automation kind: ${automationTypes.join(', ')}` }),
   status: AutomationStatusSchema,
   walletAddress: Address({ description: 'the wallet the automation buys for: what it buys is sent there' }),
+  source: AutomationSource,
   config: Type.Record(Type.String(), Type.Unknown(), {
     description:
       'recurring-buy: {tokenIn, tokenOut, amount (tokenIn base units), interval ("30s", "1h", "1d", "1w" or a cron expression), maxRuns?, endAt?, slippageBps?}; limit-order: {tokenIn, tokenOut, amount, minAmountOut (tokenOut base units), checkEvery?, endAt?, slippageBps?}',
@@ -78,6 +85,7 @@ export const CreateAutomationRequest = Type.Object(
         "who receives what it buys (the server wallet pays): the key's bound wallet, or an address an admin allowed for the key (allowedRecipients in its spend policy)",
     }),
     type: Type.String({ minLength: 1, maxLength: 64, description: automationTypes.join(' or ') }),
+    source: Type.Optional({ ...AutomationSource, default: 'server' }),
     name: Type.String({ minLength: 1, maxLength: 128 }),
     config: Type.Record(Type.String(), Type.Unknown()),
   },

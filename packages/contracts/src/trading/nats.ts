@@ -3,6 +3,7 @@ import { endpoint } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { Address } from '../common/primitives.ts'
 import { Approval, AwaitingApproval } from './approvals.ts'
+import { GrantList } from './grants.ts'
 import { Positions } from './http.ts'
 import { PreparedSwap, PrepareBody, Quote, QuoteQuery, SwapBody, SwapResult } from './swaps.ts'
 
@@ -30,6 +31,12 @@ export const ExecuteRequest = Type.Object(
     ),
     recipient: Type.Optional(
       Address({ description: 'who receives tokenOut (an automation buys for its wallet); the server wallet when absent' }),
+    ),
+    fromGrant: Type.Optional(
+      Type.Boolean({
+        description:
+          "without from: swap from the caller's own wallet (the key's bound wallet, or the payer) when it has an active grant for tokenIn; otherwise as without it (the agent's swaps)",
+      }),
     ),
   },
   { additionalProperties: false },
@@ -70,6 +77,8 @@ export function tradingChannels(namespace: string) {
     ),
     prepare: endpoint(subjectOf(namespace, 'trading', 'swap.prepare'), PrepareBody, PreparedSwap),
     positions: endpoint(subjectOf(namespace, 'trading', 'positions'), PositionsRequest, Positions),
+    /** a wallet's grants to the service (the agent asks whether a payer's swap can run under one) */
+    grants: endpoint(subjectOf(namespace, 'trading', 'grants.list'), Type.Object({ wallet: Address() }), GrantList),
     /** the tokens known by symbol, with their decimals (the agent turns "1.5 WETH" into base units) */
     tokens: endpoint(subjectOf(namespace, 'trading', 'tokens'), Type.Object({}, { additionalProperties: false }), TokenList),
   }

@@ -14,6 +14,7 @@ import {
 } from '@ats/contracts'
 import { ServiceCallError, cachedLoader, callEndpoint, type CallContext } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Type, type Static, type TSchema } from 'typebox'
 import { Compile } from 'typebox/compile'
 import { formatUnits, getAddress, parseUnits } from 'viem'
@@ -97,16 +98,6 @@ export async function unlessAborted<T>(work: Promise<T>, signal: AbortSignal): P
 }
 
 const serviceNames: Record<string, string> = { market: 'market-data', trading: 'trading', automation: 'automation', admin: 'admin' }
-
-/** Waits `ms`, or rejects when the job is aborted first. */
-async function pause(ms: number, signal: AbortSignal) {
-  let timer: NodeJS.Timeout | undefined
-  try {
-    await unlessAborted(new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))), signal)
-  } finally {
-    clearTimeout(timer)
-  }
-}
 
 export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPollMs = 1_000 }: ToolDeps) {
   /** One NATS call, given up on when the job is aborted; a service's error becomes a ToolError. */
@@ -257,7 +248,8 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
     await run.approvals.begin(approval, notice)
     let now = approval
     while (undecided(now)) {
-      await pause(approvalPollMs, run.signal)
+      // an aborted job rejects with the signal's reason, as `unlessAborted` does
+      await sleep(approvalPollMs, undefined, { signal: run.signal }).catch(() => run.signal.throwIfAborted())
       const { approval: current } = await call(channels.trading.approval, { id: approval.id }, run).catch((error: unknown) => {
         // trading out of reach for a moment: ask again at the next poll
         if (error instanceof ToolError && error.serviceFault) return { approval: now }
@@ -271,10 +263,21 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
     return reason === null ? now.result! : { notSwapped: `not swapped: ${reason}`, approval: now }
   }
 
+  /** whether `wallet` has an active grant that lets the service swap `tokenIn` from it */
+  async function grantSpends(wallet: string, tokenIn: string, run: ToolRun): Promise<boolean> {
+    const { grants } = await call(channels.trading.grants, { wallet }, run).catch((error: unknown) => {
+      // grants not enabled here (503): the payer's swap is prepared, as without one
+      if (error instanceof ToolError && error.serviceFault) return { grants: [] }
+      throw error
+    })
+    const symbol = (await tokenOf(tokenIn)).symbol
+    return grants.some((grant) => grant.status === 'active' && (grant.tokenIn === symbol || grant.tokenIn === tokenIn))
+  }
+
   const swap = tool({
     name: 'swap',
     description:
-      "Swap an amount of one token for another. For a payer an admin has allowlisted, it executes from the server wallet within the payer's spend policy; for everyone else it prepares the transactions (approval, swap) for the payer's own wallet to sign. A swap over the policy's approval threshold waits for a person other than the requester to approve or reject it (the agent cannot), then answers the swap or why it was not made",
+      "Swap an amount of one token for another. When the caller's own wallet (its key's bound wallet, or the payer) granted the service swaps of this token on chain, it executes from that wallet under the grant and the output goes there; otherwise, for a key or a payer an admin has allowlisted, it executes from the server wallet within the spend policy; for everyone else it prepares the transactions (approval, swap) for the payer's own wallet to sign. A swap over the policy's approval threshold waits for a person other than the requester to approve or reject it (the agent cannot), then answers the swap or why it was not made",
     parameters: Type.Object({
       ...SwapArgs.properties,
       slippageBps: Type.Optional(Type.Integer({ minimum: 0, maximum: 5000, description: 'default 50 (0.5%)' })),
@@ -284,15 +287,17 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
       const body = { tokenIn: token.address, tokenOut, amountIn: units.toString(), ...(dex ? { dex } : {}), slippageBps: slippageBps ?? 50 }
       let execute = run.owner.kind === 'key'
       if (run.owner.kind === 'payer') {
-        const { payer } = await call(channels.admin.agentPayer, { address: getAddress(run.owner.address) }, run)
-        execute = payer !== null
+        const address = getAddress(run.owner.address)
+        const { payer } = await call(channels.admin.agentPayer, { address }, run)
+        execute = payer !== null || (await grantSpends(address, token.address, run))
       }
       if (execute) {
         const idempotencyKey = run.key
         const { decideBy } = run.approvals
         const answer = await call(
           channels.trading.execute,
-          { ...body, idempotencyKey, jobId: run.jobId, ...(decideBy === undefined ? {} : { decideBy }) },
+          // the caller's own wallet pays when it granted the service swaps of tokenIn on chain
+          { ...body, fromGrant: true, idempotencyKey, jobId: run.jobId, ...(decideBy === undefined ? {} : { decideBy }) },
           run,
           { timeoutMs: swapTimeoutMs },
         )

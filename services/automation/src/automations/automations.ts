@@ -48,13 +48,27 @@ export function createAutomations({ nc, channels, store, log, tokens, minInterva
     )
   }
 
+  /** An automation on a wallet's own tokens (under its grant) belongs to that wallet: a key bound to it, or the payer itself. */
+  async function checkOwnWallet(owner: Owner, walletAddress: string) {
+    const own = owner.keyId
+      ? (await callEndpoint(nc, channels.admin.keyPolicy, { keyId: owner.keyId }, { timeoutMs: 2000 })).key?.wallet
+      : owner.ownerId
+    if (!own || own.toLowerCase() !== walletAddress.toLowerCase()) {
+      throw new Forbidden(
+        `an automation with source "wallet" spends ${getAddress(walletAddress)}'s own tokens: only a key bound to that wallet, or the wallet itself, creates one`,
+      )
+    }
+  }
+
   const tokenList = () =>
     tokens.list().catch((error: Error) => {
       throw new Unavailable(`the token list is not available from trading (${error.message})`)
     })
 
   async function create(owner: Owner, body: CreateAutomationRequest) {
-    await checkWallet(owner, body.walletAddress)
+    const source = body.source ?? 'server'
+    if (source === 'wallet') await checkOwnWallet(owner, body.walletAddress)
+    else await checkWallet(owner, body.walletAddress)
     const list = await tokenList()
     const checked = checkConfig(body.type, body.config, {
       tokenOf: (ref) => findToken(list, ref),
@@ -64,6 +78,7 @@ export function createAutomations({ nc, channels, store, log, tokens, minInterva
     })
     const row = await store.create(owner, {
       walletAddress: getAddress(body.walletAddress),
+      source,
       type: body.type,
       name: body.name,
       config: checked,

@@ -31,6 +31,7 @@ export function automationView(row: Automation): AutomationView {
     type: row.type,
     status: row.status,
     walletAddress: row.walletAddress,
+    source: row.source as AutomationView['source'],
     config: row.config as Record<string, unknown>,
     createdAt: row.createdAt.getTime(),
     updatedAt: row.updatedAt.getTime(),
@@ -137,7 +138,11 @@ export function createStore(
   }
 
   return {
-    async create(owner: Owner, input: { walletAddress: string; type: string; name: string; config: Config }, now = Date.now()) {
+    async create(
+      owner: Owner,
+      input: { walletAddress: string; source: AutomationView['source']; type: string; name: string; config: Config },
+      now = Date.now(),
+    ) {
       return db.$transaction(async (t) => {
         await checkRoom(t, owner)
         return t.automation.create({
@@ -146,6 +151,7 @@ export function createStore(
             ownerId: owner.ownerId,
             keyId: owner.keyId ?? null,
             walletAddress: input.walletAddress,
+            source: input.source,
             type: input.type,
             name: input.name,
             config: input.config as object,
@@ -202,6 +208,10 @@ export function createStore(
         return updated
       })
     },
+
+    /** Pauses an automation its owner did not pause (its grant was revoked or expired), saying why. */
+    pauseFor: (automationId: string, reason: string) =>
+      db.automation.updateMany({ where: { id: automationId, status: 'active' }, data: { status: 'paused', statusReason: reason } }),
 
     /** The approvals this automation's runs wait for (withdrawn before it is deleted). */
     waitingApprovals: async (automationId: string) =>

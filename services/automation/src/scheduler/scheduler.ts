@@ -51,7 +51,7 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
 
   async function skip(run: AutomationRun, automation: Automation, reason: string) {
     await store.skipRun(run, `skipped: ${reason}`)
-    log.warn({ automationId: automation.id, runId: run.id }, 'automation run skipped: the server wallet is paused')
+    log.warn({ automationId: automation.id, runId: run.id, reason }, 'automation run skipped')
   }
 
   /** trading holds the swap for a person: the run waits; if the run is gone (automation deleted meanwhile), the approval is given up. */
@@ -64,6 +64,19 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
     await withdrawApproval({ nc, channels }, automation, approval.id, 'automation deleted', settings.executeTimeoutMs).catch((error) =>
       log.warn({ ...context, err: error }, 'approval of a deleted automation not withdrawn; it stays pending until it expires'),
     )
+  }
+
+  /**
+   * A run on the wallet's own tokens its grant cannot pay: this period's amount used up (409), the
+   * run is skipped and the next goes on; no grant, or one revoked or expired (403), the run is
+   * skipped and the automation paused until its owner resumes it (a new grant made).
+   */
+  async function grantRefused(run: AutomationRun, automation: Automation, status: number, message: string) {
+    await skip(run, automation, message)
+    if (status === 403) {
+      await store.pauseFor(automation.id, `paused: ${message}`)
+      log.warn({ automationId: automation.id, reason: message }, 'automation paused: its grant cannot pay')
+    }
   }
 
   async function execute(run: AutomationRun, automation: Automation) {
@@ -80,7 +93,8 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
           tokenOut: config.tokenOut,
           amountIn: run.amountIn,
           slippageBps: config.slippageBps,
-          recipient: automation.walletAddress,
+          // a wallet's own tokens, under its grant, pay out to it; else the server wallet pays and sends it there
+          ...(automation.source === 'wallet' ? { from: automation.walletAddress } : { recipient: automation.walletAddress }),
           idempotencyKey: `automation-run:${run.id}`,
           automationRunId: run.id,
         },
@@ -99,6 +113,8 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
       const status = error instanceof ServiceCallError ? error.statusCode : undefined
       // paused between our check and trading's
       if (status === 423) return skip(run, automation, (error as Error).message)
+      if (automation.source === 'wallet' && (status === 409 || status === 403))
+        return grantRefused(run, automation, status, (error as Error).message)
       // no answer in time, or trading unavailable: the swap may still be mined; the same key picks it up
       const retry = (status === 503 || status === 504 || status === undefined) && run.attempts < settings.maxAttempts
       if (retry) {

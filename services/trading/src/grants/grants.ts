@@ -294,6 +294,11 @@ export function createGrants({ chain, tokens, delegateKey, contract, fromBlock, 
       return { wallet, contract: address, delegate: me, transactions }
     },
 
+    /** whether `owner` has an active grant to this service that spends `tokenIn` */
+    async hasActive(owner: Address, tokenIn: Address): Promise<boolean> {
+      return (await grantsOf(owner)).some((grant) => grant.tokenIn === getAddress(tokenIn) && statusOf(grant) === 'active')
+    },
+
     /** the revocation of grant `id` for its owner to send; 404 when it is not a grant to this service */
     async prepareRevoke(id: Hex): Promise<{ grant: Hex; transactions: GrantTransaction[] }> {
       await ensureDeployed()

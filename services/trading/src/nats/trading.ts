@@ -2,6 +2,8 @@
 import type { NatsChannels } from '@ats/contracts'
 import { serveEndpoint, type ChainContext, type Logger } from '@ats/service-kit'
 import type { Service } from 'nats'
+import { getAddress } from 'viem'
+import type { Grants } from '../grants/grants.ts'
 import type { Decisions } from '../approvals/decisions.ts'
 import type { createPositions } from '../positions/positions.ts'
 import type { Executor } from '../swaps/executor.ts'
@@ -20,6 +22,7 @@ export function serveTradingEndpoints(
     decisions,
     prepare,
     positions,
+    grants,
   }: {
     channels: NatsChannels
     log: Logger
@@ -30,6 +33,7 @@ export function serveTradingEndpoints(
     decisions: Decisions
     prepare: Preparer
     positions: ReturnType<typeof createPositions>
+    grants: Grants
   },
 ) {
   serveEndpoint(nats, channels.trading.quote, log, async (request) => quoteAnswer(await quoter.quote(request), impactCeilingBps))
@@ -49,6 +53,7 @@ export function serveTradingEndpoints(
     approval: await decisions.withdraw(id, identity, reason),
   }))
   serveEndpoint(nats, channels.trading.prepare, log, async (request) => prepare(request))
+  serveEndpoint(nats, channels.trading.grants, log, async ({ wallet }) => grants.list(getAddress(wallet)))
   serveEndpoint(nats, channels.trading.positions, log, async ({ address }) => positions(address))
   serveEndpoint(nats, channels.trading.tokens, log, async () => ({
     chainId: chain.chainId,

@@ -23,6 +23,8 @@ export type SwapRequest = Pick<SwapBody, 'tokenIn' | 'tokenOut' | 'amountIn'> & 
   recipient?: string | undefined
   /** the user's own wallet to swap from under its on-chain grant (and pay out to); the server wallet by default */
   from?: string | undefined
+  /** without `from`: the caller's own wallet when it has an active grant for tokenIn (the agent's swaps) */
+  fromGrant?: boolean | undefined
 }
 
 export interface ExecutorOptions {
@@ -142,6 +144,16 @@ export function createExecutor(options: ExecutorOptions) {
     throw new Forbidden(`a swap from ${from} is asked by the wallet itself or by a key bound to it`)
   }
 
+  /** The caller's own wallet (a key's bound wallet, or the payer) when it has an active grant that spends tokenIn. */
+  async function grantWallet(caller: Caller, tokenInRef: string): Promise<Address | undefined> {
+    if (!options.grants.delegate) return undefined
+    const own = caller.keyId ? (await options.keyPolicy(caller.keyId)).wallet : caller.ownerId
+    if (!own || !isAddress(own, { strict: false })) return undefined
+    const wallet = getAddress(own)
+    const tokenIn = await tokens.resolve('tokenIn', tokenInRef)
+    return (await options.grants.hasActive(wallet, tokenIn.address)) ? wallet : undefined
+  }
+
   /** Refuses (403) a swap over the USD caps of the limits, counting what their owners spent today. */
   async function checkCaps(spent: SpentToday, q: RoutedQuote, usdValue: number | undefined, caller: Caller, { limits, payer }: Limits) {
     for (const limit of limits) {
@@ -203,7 +215,7 @@ export function createExecutor(options: ExecutorOptions) {
 
     // a pause refuses what is not sent yet; a transaction signed before it is held too (chainTx)
     options.walletControl.assertSpendable()
-    const from = request.from ? getAddress(request.from) : undefined
+    const from = request.from ? getAddress(request.from) : request.fromGrant ? await grantWallet(caller, request.tokenIn) : undefined
     const limits = from ? await limitsForGrant(caller, from) : await limitsFor(caller, request.recipient)
     const q = await quoter.quoteFresh(request)
     checkImpact(limits.limits, impactOf(q))
@@ -223,7 +235,16 @@ export function createExecutor(options: ExecutorOptions) {
     if (asking) {
       // a swap the caps refuse is refused now, not held for a person to approve in vain
       await checkCaps(executions.spent, q, usdValue, caller, limits)
-      const approval = await options.approvals.hold({ request, caller, payer: limits.payer, idem, quote: q, minOut, usdValue, asking })
+      const approval = await options.approvals.hold({
+        request: from ? { ...request, from } : request,
+        caller,
+        payer: limits.payer,
+        idem,
+        quote: q,
+        minOut,
+        usdValue,
+        asking,
+      })
       log.info(
         { approvalId: approval.id, keyId: caller.keyId, usdValue, approvalAboveUsd: asking.approvalAboveUsd },
         'swap held for approval',
@@ -295,6 +316,7 @@ export function createExecutor(options: ExecutorOptions) {
         slippageBps: request.slippageBps ?? 50,
         ...(request.recipient ? { recipient: getAddress(request.recipient) } : {}),
         ...(request.from ? { from: getAddress(request.from) } : {}),
+        ...(request.fromGrant ? { fromGrant: true } : {}),
       })
       return idempotency.run(scope, idempotencyKey, fingerprint, () => counted({ scope, key: idempotencyKey }))
     },
