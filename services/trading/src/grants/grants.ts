@@ -46,6 +46,8 @@ export const tradeGrantsAbi = artifact.abi
  * TradeGrants has one address everywhere, which is its default.
  */
 export const CREATE2_DEPLOYER: Address = '0x4e59b44847b379578588920ca78fbf26c0b4956c'
+/** the transaction that deploys TradeGrants at its deterministic address (anyone may send it, once) */
+export const tradeGrantsDeployment = { to: CREATE2_DEPLOYER, data: concatHex([zeroHash, artifact.bytecode]) }
 export const defaultTradeGrantsAddress = getContractAddress({
   opcode: 'CREATE2',
   from: CREATE2_DEPLOYER,
@@ -131,7 +133,7 @@ export function createGrants({ chain, tokens, delegateKey, contract, fromBlock, 
       }
       let hash: Hex | undefined
       try {
-        hash = (await sender().send({ to: CREATE2_DEPLOYER, data: concatHex([zeroHash, artifact.bytecode]) })).hash
+        hash = (await sender().send(tradeGrantsDeployment)).hash
         await client.waitForTransactionReceipt({ hash })
       } catch (error) {
         // another replica's deployment may have landed first: the proxy then reverts ours
