@@ -3,7 +3,7 @@ import { devAccounts } from '@ats/devnet'
 import t, { type Test } from 'tap'
 import { createWalletClient, http, type Address, type Hex } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
-import { startTrading } from './helpers.ts'
+import { eventually, keyHeaders, startTrading } from './helpers.ts'
 
 /**
  * Swaps from a user's own wallet under the grant it made on chain: trading prepares the grant,
@@ -93,10 +93,54 @@ t.test('the bound key swaps 30 USDC from the wallet: the WETH arrives there, the
   t.equal(listed.body.grants[0].remaining, '70000000', '70 of 100 USDC remain today')
 })
 
+t.test('approvals, idempotency and the kill switch hold swaps from the wallet as they hold the server wallet’s', async (t) => {
+  const admin = (method: string, path: string, body?: unknown) =>
+    fetch(`${fleet.admin.url}${path}`, {
+      method,
+      headers: { ...keyHeaders('key_test_admin', 'admin'), ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    })
+  t.equal((await admin('PUT', `/admin/keys/${boundKey}/policy`, { policy: { approvalAboveUsd: 10 } })).status, 200)
+  const usdcBefore = await balanceOf('USDC', wallet)
+  const held = await swapFromWallet('20000000')
+  t.equal(held.status, 202, 'over the key’s approvalAboveUsd: held, nothing sent')
+  t.match(held.body.approval.swap, { from: wallet, amountIn: '20000000' })
+  t.equal(await balanceOf('USDC', wallet), usdcBefore)
+  const approved = await call('POST', `/approvals/${held.body.approval.id}/approve`, {
+    keyId: 'key_test_admin',
+    headers: keyHeaders('key_test_admin', 'admin'),
+  })
+  t.equal(approved.status, 200, JSON.stringify(approved.body))
+  t.match(approved.body.result, { success: true, from: wallet, amountIn: '20000000' })
+  t.equal(await balanceOf('USDC', wallet), usdcBefore - 20_000_000n, 'approved, it swapped from the wallet once')
+  t.equal((await admin('PUT', `/admin/keys/${boundKey}/policy`, { policy: null })).status, 200)
+
+  const once = await swapFromWallet('1000000', boundKey, {})
+  const headers = { 'idempotency-key': once.body.idempotencyKey }
+  const repeat = await call('POST', '/swap/execute', {
+    body: { tokenIn: 'USDC', tokenOut: 'WETH', amountIn: '1000000', from: wallet },
+    keyId: boundKey,
+    headers,
+  })
+  t.equal(repeat.headers.get('idempotent-replayed'), 'true')
+  t.equal(repeat.body.hash, once.body.hash, 'a repeat with its key swaps nothing more')
+  t.equal(await balanceOf('USDC', wallet), usdcBefore - 21_000_000n)
+
+  t.equal((await admin('POST', '/admin/wallet/pause', { reason: 'incident 7' })).status, 200)
+  const paused = await eventually('trading to see the pause', async () => {
+    const res = await swapFromWallet('1000000')
+    return res.status === 423 ? res : undefined
+  })
+  t.match(paused.body.error, /incident 7/)
+  t.equal((await admin('POST', '/admin/wallet/resume', {})).status, 200)
+  await eventually('trading to see the resume', async () => ((await swapFromWallet('1000000')).status === 200 ? true : undefined))
+  t.equal((await call('GET', '/grants', { keyId: boundKey })).body.grants[0].remaining, '48000000', '30 + 20 + 1 + 1 of 100 used')
+})
+
 t.test('the refusals a user understands', async (t) => {
   const over = await swapFromWallet('80000000')
   t.equal(over.status, 409)
-  t.match(over.body.error, /has 70000000 base units of USDC left this period, the swap needs 80000000; it renews at \d{4}-/)
+  t.match(over.body.error, /has 48000000 base units of USDC left this period, the swap needs 80000000; it renews at \d{4}-/)
   const notBound = await swapFromWallet('1000000', otherKey)
   t.equal(notBound.status, 403)
   t.match(notBound.body.error, /is not bound to 0x/)
