@@ -115,9 +115,6 @@ export class MalformedPaymentError extends PaymentRefused {
  */
 export class PaymentUnavailableError extends Error {
   override name = 'PaymentUnavailableError'
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options)
-  }
 }
 
 /** A payment in `_meta` that cannot be sent on: the client's mistake, answered as a tool error. */

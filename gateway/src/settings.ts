@@ -7,8 +7,10 @@ import { Type } from 'typebox'
 import { isAddress } from 'viem'
 
 const url = (fallback: string, what: string) => httpUrlSetting({ default: fallback, description: `base URL of the ${what} service` })
-const perWindow = (fallback: number, tier: string) =>
-  Type.Integer({ minimum: 1, default: fallback, description: `requests per window for a ${tier} key` })
+/** A whole-number setting, as msSetting is for durations. */
+const integer = (description: string, fallback: number, minimum = 1, maximum?: number) =>
+  Type.Integer({ minimum, ...(maximum === undefined ? {} : { maximum }), default: fallback, description })
+const perWindow = (fallback: number, tier: string) => integer(`requests per window for a ${tier} key`, fallback)
 
 export const gatewaySettings = {
   AGENT_URL: url('http://127.0.0.1:3001', 'agent'),
@@ -20,38 +22,21 @@ export const gatewaySettings = {
   RATE_LIMIT_READONLY: perWindow(1200, 'readonly'),
   RATE_LIMIT_READWRITE: perWindow(1200, 'readwrite'),
   RATE_LIMIT_ADMIN: perWindow(300, 'admin'),
-  AUTH_FAILURE_LIMIT: Type.Integer({
-    minimum: 1,
-    default: 300,
-    description:
-      'failures no one can be named for (malformed, unknown or revoked keys; payment headers that cannot be read, signatures that do not verify, payers holding less than one payment) per client address per rate-limit window before it gets 429 for unknown keys and on paid routes; high enough for a shared egress (NAT, an agent platform)',
-  }),
-  PAYER_FAILURE_LIMIT: Type.Integer({
-    minimum: 1,
-    default: 300,
-    description:
-      'refused payments of one payer (signature verified: replays, funds held by unsettled payments, a blocked payer) per rate-limit window before that payer gets 429 on paid routes; they never count against the client address',
-  }),
-  PAID_RATE_LIMIT_PER_ADDRESS: Type.Integer({
-    minimum: 1,
-    default: 1200,
-    description: 'paid-route requests (/agent/*) per client address per rate-limit window, counted before any payment check',
-  }),
-  PAID_RATE_LIMIT_PER_PAYER: Type.Integer({
-    minimum: 1,
-    default: 1200,
-    description: 'paid-route requests per payer per rate-limit window, counted once the payment is verified',
-  }),
-  MAX_CONCURRENT_PER_ADDRESS: Type.Integer({
-    minimum: 1,
-    default: 256,
-    description: 'requests one client address may have in flight at once on this gateway; more get 429',
-  }),
-  MAX_CONCURRENT_PER_KEY: Type.Integer({
-    minimum: 1,
-    default: 64,
-    description: 'requests one API key may have in flight at once on this gateway; more get 429',
-  }),
+  AUTH_FAILURE_LIMIT: integer(
+    'failures no one can be named for (malformed, unknown or revoked keys; payment headers that cannot be read, signatures that do not verify, payers holding less than one payment) per client address per rate-limit window before it gets 429 for unknown keys and on paid routes; high enough for a shared egress (NAT, an agent platform)',
+    300,
+  ),
+  PAYER_FAILURE_LIMIT: integer(
+    'refused payments of one payer (signature verified: replays, funds held by unsettled payments, a blocked payer) per rate-limit window before that payer gets 429 on paid routes; they never count against the client address',
+    300,
+  ),
+  PAID_RATE_LIMIT_PER_ADDRESS: integer(
+    'paid-route requests (/agent/*) per client address per rate-limit window, counted before any payment check',
+    1200,
+  ),
+  PAID_RATE_LIMIT_PER_PAYER: integer('paid-route requests per payer per rate-limit window, counted once the payment is verified', 1200),
+  MAX_CONCURRENT_PER_ADDRESS: integer('requests one client address may have in flight at once on this gateway; more get 429', 256),
+  MAX_CONCURRENT_PER_KEY: integer('requests one API key may have in flight at once on this gateway; more get 429', 64),
   SERVER_HEADERS_TIMEOUT_MS: msSetting(
     "how long a client may take to send a request's headers; then 408 and the connection closes",
     15_000,
@@ -64,11 +49,7 @@ export const gatewaySettings = {
     "how long an idle keep-alive connection stays open (above a load balancer's idle timeout, 60 s on most)",
     72_000,
   ),
-  UPSTREAM_CONNECTIONS: Type.Integer({
-    minimum: 1,
-    default: 128,
-    description: 'connections the gateway opens to each service per route group',
-  }),
+  UPSTREAM_CONNECTIONS: integer('connections the gateway opens to each service per route group', 128),
   TRUST_PROXY: Type.Refine(
     Type.String({
       default: 'false',
@@ -98,12 +79,11 @@ export const gatewaySettings = {
     ),
   ),
   ...paymentSettings,
-  PAYMENT_TIMEOUT_SECONDS: Type.Integer({
-    minimum: 10,
-    default: 600,
-    description:
-      "maxTimeoutSeconds offered in 402 answers: clients sign validBefore = now + this. A prompt's payment settles only once its job completes, so keep it above the agent's longest job: AGENT_MAX_ATTEMPTS x (AGENT_JOB_MAX_RUN_MS + AGENT_ACK_WAIT_MS) plus a margin (3 x (120 + 30) s = 450 s by default); a job that outlives it is not charged",
-  }),
+  PAYMENT_TIMEOUT_SECONDS: integer(
+    "maxTimeoutSeconds offered in 402 answers: clients sign validBefore = now + this. A prompt's payment settles only once its job completes, so keep it above the agent's longest job: AGENT_MAX_ATTEMPTS x (AGENT_JOB_MAX_RUN_MS + AGENT_ACK_WAIT_MS) plus a margin (3 x (120 + 30) s = 450 s by default); a job that outlives it is not charged",
+    600,
+    10,
+  ),
   JOB_PAYMENT_MIN_VALIDITY_SECONDS: Type.Optional(
     Type.Integer({
       minimum: 10,
@@ -111,56 +91,47 @@ export const gatewaySettings = {
         'how long a POST /agent/prompt payment must still be valid when it arrives (validBefore >= now + this): it settles only when its job completes, so a shorter window would buy a job for free; below PAYMENT_TIMEOUT_SECONDS (unset: half of it)',
     }),
   ),
-  PAYMENT_MIN_VALIDITY_SECONDS: Type.Integer({
-    minimum: 10,
-    default: 60,
-    description:
-      'how long every payment must still be valid when it arrives (validBefore > now + this), so that it can still be settled after the answer; below PAYMENT_TIMEOUT_SECONDS (a prompt needs JOB_PAYMENT_MIN_VALIDITY_SECONDS, usually more)',
-  }),
-  PAYMENT_ID_TTL_SECONDS: Type.Integer({
-    minimum: 60,
-    maximum: 86_400,
-    default: 86_400,
-    description:
-      'how long a payment id (x402 payment-identifier) and its first answer are remembered: a repeat within it gets that answer again and is not charged (at most 24 h: the agent keeps job keys 48 h)',
-  }),
-  PAYMENT_ID_ANSWER_MAX_BYTES: Type.Integer({
-    minimum: 1_024,
-    maximum: 4_194_304,
-    default: 65_536,
-    description:
-      'the largest answer body kept in Redis for repeats of a paid request with a payment id (for PAYMENT_ID_TTL_SECONDS); a larger answer is given once and its repeats are refused with 409',
-  }),
-  CREDIT_MIN_TOPUP: Type.Integer({
-    minimum: 1,
-    default: 1_000_000,
-    description:
-      'the smallest top-up of prepaid credit, USDC base units (1000000 = 1 USDC): POST /credit/topup?amount= below it answers 400',
-  }),
-  CREDIT_MAX_TOPUP: Type.Integer({
-    minimum: 1,
-    default: 1_000_000_000,
-    description: 'the largest top-up of prepaid credit in one payment, USDC base units (at least CREDIT_MIN_TOPUP)',
-  }),
-  CREDIT_METERED_HOLD: Type.Integer({
-    minimum: 1,
-    default: 100_000,
-    description:
-      'what a credit-paid metered request (a /v1 completion, POST /agent/prompt) holds from the credit while it runs, USDC base units: the most it may cost; the service reports what it used and the rest comes back',
-  }),
-  CREDIT_SESSION_TTL_SECONDS: Type.Integer({
-    minimum: 60,
-    maximum: 86_400,
-    default: 900,
-    description:
-      'how long a session token (Authorization: Bearer atcs_…, from one sign-in with a wallet) pays with its credit; sessions end only by expiring',
-  }),
-  CREDIT_SIGN_IN_TTL_SECONDS: Type.Integer({
-    minimum: 30,
-    maximum: 3_600,
-    default: 300,
-    description: "how long the sign-in challenge of a 402 (extensions['sign-in-with-x']) may be answered",
-  }),
+  PAYMENT_MIN_VALIDITY_SECONDS: integer(
+    'how long every payment must still be valid when it arrives (validBefore > now + this), so that it can still be settled after the answer; below PAYMENT_TIMEOUT_SECONDS (a prompt needs JOB_PAYMENT_MIN_VALIDITY_SECONDS, usually more)',
+    60,
+    10,
+  ),
+  PAYMENT_ID_TTL_SECONDS: integer(
+    'how long a payment id (x402 payment-identifier) and its first answer are remembered: a repeat within it gets that answer again and is not charged (at most 24 h: the agent keeps job keys 48 h)',
+    86_400,
+    60,
+    86_400,
+  ),
+  PAYMENT_ID_ANSWER_MAX_BYTES: integer(
+    'the largest answer body kept in Redis for repeats of a paid request with a payment id (for PAYMENT_ID_TTL_SECONDS); a larger answer is given once and its repeats are refused with 409',
+    65_536,
+    1_024,
+    4_194_304,
+  ),
+  CREDIT_MIN_TOPUP: integer(
+    'the smallest top-up of prepaid credit, USDC base units (1000000 = 1 USDC): POST /credit/topup?amount= below it answers 400',
+    1_000_000,
+  ),
+  CREDIT_MAX_TOPUP: integer(
+    'the largest top-up of prepaid credit in one payment, USDC base units (at least CREDIT_MIN_TOPUP)',
+    1_000_000_000,
+  ),
+  CREDIT_METERED_HOLD: integer(
+    'what a credit-paid metered request (a /v1 completion, POST /agent/prompt) holds from the credit while it runs, USDC base units: the most it may cost; the service reports what it used and the rest comes back',
+    100_000,
+  ),
+  CREDIT_SESSION_TTL_SECONDS: integer(
+    'how long a session token (Authorization: Bearer atcs_…, from one sign-in with a wallet) pays with its credit; sessions end only by expiring',
+    900,
+    60,
+    86_400,
+  ),
+  CREDIT_SIGN_IN_TTL_SECONDS: integer(
+    "how long the sign-in challenge of a 402 (extensions['sign-in-with-x']) may be answered",
+    300,
+    30,
+    3_600,
+  ),
   SKIP_PAYMENT: Type.Boolean({ default: false, description: 'development only: paid routes pass without a verified payment' }),
   PUBLIC_URL: Type.Optional(
     Type.String({

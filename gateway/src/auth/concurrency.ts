@@ -10,8 +10,6 @@ import { TooManyInFlight } from '../errors.ts'
 export interface ConcurrencyLimiter {
   /** counts the request for `who` (a client address or a key) or throws 429 when `who` has `limit` in flight */
   enter(request: FastifyRequest, reply: FastifyReply, who: string, limit: number, what: 'client address' | 'key' | 'wallet'): void
-  /** requests in flight for `who` (tests, metrics) */
-  inFlight(who: string): number
 }
 
 /** what a response counted against, left when it closes (one listener per response, not one per count) */
@@ -44,6 +42,5 @@ export function createConcurrencyLimiter(): ConcurrencyLimiter {
         })
       }
     },
-    inFlight: (who) => counts.get(who) ?? 0,
   }
 }

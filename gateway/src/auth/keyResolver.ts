@@ -44,7 +44,6 @@ export function createKeyResolver(nc: NatsConnection, { keyVerify, keyRevoked, k
     /** The cached answer for a key's hash (null: known invalid), or undefined when it must be resolved. */
     cached: (hash: string): ResolvedKey | null | undefined => keys.peek(hash),
     resolve: (hash: string): Promise<ResolvedKey | null> => keys.get(hash),
-    size: () => keys.size,
     close: () => {
       for (const unsubscribe of unsubscribers) unsubscribe()
     },

@@ -104,9 +104,7 @@ export function leasedCounterStore(redis: Redis, namespace: string) {
 
   /** The class @fastify/rate-limit instantiates; one shared state for every route. */
   return class LeasedCounterStore {
-    incr(key: string, cb: Callback, windowMs: number, max: number) {
-      incr(key, cb, windowMs, max)
-    }
+    incr = incr
     child() {
       return this
     }

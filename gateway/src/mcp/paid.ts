@@ -22,11 +22,7 @@ export interface RouteAnswer {
 }
 
 /** A paid tool, as the 402 and bazaar discovery describe it. */
-export interface PaidTool {
-  name: string
-  description: string
-  inputSchema: Record<string, unknown>
-}
+type PaidTool = Pick<McpTool, 'name' | 'description' | 'inputSchema'>
 
 export const paymentMetaKey = 'x402/payment'
 export const paymentResponseMetaKey = 'x402/payment-response'

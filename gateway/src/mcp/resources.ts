@@ -10,38 +10,22 @@ import {
   ReadResourceRequestSchema,
 } from '@modelcontextprotocol/sdk/types.js'
 
-interface Resource {
-  uri: string
-  name: string
-  description: string
-  read: () => unknown
+const tokensResource = {
+  uri: 'ats://tokens',
+  name: 'tokens',
+  description: "The tokens of this deployment's chain (symbol, name, decimals, address): what quotes, swaps and automations take by symbol",
+  mimeType: 'application/json',
 }
 
 /** The resources, readable by every caller: they hold nothing a key or a payment guards. */
-export function mcpResources({ tokens }: { tokens: () => readonly Token[] }) {
-  const list: Resource[] = [
-    {
-      uri: 'ats://tokens',
-      name: 'tokens',
-      description:
-        "The tokens of this deployment's chain (symbol, name, decimals, address): what quotes, swaps and automations take by symbol",
-      read: () => ({ tokens: tokens() }),
-    },
-  ]
-  return {
-    register(server: Server) {
-      server.setRequestHandler(ListResourcesRequestSchema, async () => ({
-        resources: list.map(({ uri, name, description }) => ({ uri, name, description, mimeType: 'application/json' })),
-      }))
-      server.setRequestHandler(ReadResourceRequestSchema, async ({ params }) => {
-        const resource = list.find((r) => r.uri === params.uri)
-        // -32002: the code the MCP specification gives an unknown resource
-        if (!resource)
-          throw new McpError(-32002 as ErrorCode, `unknown resource ${params.uri}: this server has ${list.map((r) => r.uri).join(', ')}`)
-        return { contents: [{ uri: resource.uri, mimeType: 'application/json', text: JSON.stringify(resource.read()) }] }
-      })
-    },
-  }
+export function registerResources(server: Server, tokens: () => readonly Token[]) {
+  server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: [tokensResource] }))
+  server.setRequestHandler(ReadResourceRequestSchema, async ({ params }) => {
+    // -32002: the code the MCP specification gives an unknown resource
+    if (params.uri !== tokensResource.uri)
+      throw new McpError(-32002 as ErrorCode, `unknown resource ${params.uri}: this server has ${tokensResource.uri}`)
+    return { contents: [{ uri: tokensResource.uri, mimeType: 'application/json', text: JSON.stringify({ tokens: tokens() }) }] }
+  })
 }
 
 const swapPrompt = {
@@ -55,25 +39,21 @@ const swapPrompt = {
 }
 
 /** Prompt templates: the steps of a common task, in the tools' own words. */
-export function mcpPrompts() {
-  return {
-    register(server: Server) {
-      server.setRequestHandler(ListPromptsRequestSchema, async () => ({ prompts: [swapPrompt] }))
-      server.setRequestHandler(GetPromptRequestSchema, async ({ params }) => {
-        if (params.name !== swapPrompt.name)
-          throw new McpError(ErrorCode.InvalidParams, `unknown prompt ${params.name}: this server has ${swapPrompt.name}`)
-        const { tokenIn, tokenOut, amount } = params.arguments ?? {}
-        const missing = swapPrompt.arguments.filter((a) => !params.arguments?.[a.name]).map((a) => a.name)
-        if (missing.length) throw new McpError(ErrorCode.InvalidParams, `missing prompt argument ${missing.join(', ')}`)
-        const text = [
-          `Swap ${amount} ${tokenIn} for ${tokenOut}.`,
-          `1. Read the resource ats://tokens for ${tokenIn}'s decimals and convert ${amount} to base units.`,
-          '2. Call get_swap_quote with tokenIn, tokenOut and amountIn (base units); report amountOut, the route and priceImpactBps.',
-          '3. If exceedsPriceImpactCeiling is true, stop and say so. Otherwise call execute_swap with the same arguments and an idempotencyKey of your choosing; if it fails for lack of an answer, repeat it with the same idempotencyKey.',
-          '4. Report the transaction hash, amountOut received and the executionId.',
-        ].join('\n')
-        return { description: swapPrompt.description, messages: [{ role: 'user', content: { type: 'text', text } }] }
-      })
-    },
-  }
+export function registerPrompts(server: Server) {
+  server.setRequestHandler(ListPromptsRequestSchema, async () => ({ prompts: [swapPrompt] }))
+  server.setRequestHandler(GetPromptRequestSchema, async ({ params }) => {
+    if (params.name !== swapPrompt.name)
+      throw new McpError(ErrorCode.InvalidParams, `unknown prompt ${params.name}: this server has ${swapPrompt.name}`)
+    const { tokenIn, tokenOut, amount } = params.arguments ?? {}
+    const missing = swapPrompt.arguments.filter((a) => !params.arguments?.[a.name]).map((a) => a.name)
+    if (missing.length) throw new McpError(ErrorCode.InvalidParams, `missing prompt argument ${missing.join(', ')}`)
+    const text = [
+      `Swap ${amount} ${tokenIn} for ${tokenOut}.`,
+      `1. Read the resource ats://tokens for ${tokenIn}'s decimals and convert ${amount} to base units.`,
+      '2. Call get_swap_quote with tokenIn, tokenOut and amountIn (base units); report amountOut, the route and priceImpactBps.',
+      '3. If exceedsPriceImpactCeiling is true, stop and say so. Otherwise call execute_swap with the same arguments and an idempotencyKey of your choosing; if it fails for lack of an answer, repeat it with the same idempotencyKey.',
+      '4. Report the transaction hash, amountOut received and the executionId.',
+    ].join('\n')
+    return { description: swapPrompt.description, messages: [{ role: 'user', content: { type: 'text', text } }] }
+  })
 }

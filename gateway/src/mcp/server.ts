@@ -19,7 +19,7 @@ import {
   type PaidJobFollower,
   type RouteAnswer,
 } from './paid.ts'
-import { mcpPrompts, mcpResources } from './resources.ts'
+import { registerPrompts, registerResources } from './resources.ts'
 import { mcpTools, requestOf, type McpTool } from './tools.ts'
 
 export interface McpOptions {
@@ -72,8 +72,6 @@ function resultOf(
 
 export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
   const tools = mcpTools({ price: options.price })
-  const resources = mcpResources({ tokens: options.tokens })
-  const prompts = mcpPrompts()
   // the key, when one is sent, is resolved as every keyed route resolves it (401 when invalid);
   // the limiter runs in the handler, where the message says whether a route will count it
   const identify = authHook({ kind: 'key', tier: 'readonly' }, { ...options.auth, limit: async () => {} })
@@ -155,8 +153,8 @@ export async function mcpRoutes(app: FastifyInstance, options: McpOptions) {
     server.setRequestHandler(CallToolRequestSchema, async ({ params }) =>
       callTool(request, caller, params.name, params.arguments ?? {}, params._meta),
     )
-    resources.register(server)
-    prompts.register(server)
+    registerResources(server, options.tokens)
+    registerPrompts(server)
     return server
   }
 

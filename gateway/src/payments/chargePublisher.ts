@@ -28,8 +28,6 @@ export interface ChargePublisherOptions {
    * paid requests (`accepting()` false, 503) until they are delivered
    */
   maxUnsent?: number
-  /** how long one publish waits for JetStream's ack (5 s) */
-  publishTimeoutMs?: number
 }
 
 /**
@@ -51,7 +49,7 @@ export async function createChargePublisher(
   log: Logger,
   options: ChargePublisherOptions = {},
 ) {
-  const { retryEveryMs = 1_000, maxUnsent = 10_000, publishTimeoutMs = 5_000 } = options
+  const { retryEveryMs = 1_000, maxUnsent = 10_000 } = options
   await ensureStream(nc, channels.streamSpec)
   const js = nc.jetstream()
   const queued: Waiter[] = []
@@ -64,7 +62,7 @@ export async function createChargePublisher(
       js,
       channels.charged.subject,
       channels.charged.message.encode(batch),
-      { msgID: paymentsMessageId(batch), timeout: publishTimeoutMs },
+      { msgID: paymentsMessageId(batch), timeout: 5_000 },
       tracingEnabled()
         ? batchSpanSpec(
             waiters.map((w) => w.trace),
@@ -72,11 +70,6 @@ export async function createChargePublisher(
           )
         : undefined,
     )
-
-  const keep = (batch: PaymentsCharged) => {
-    unsent.push(batch)
-    unsentCharges += batch.charges.length
-  }
 
   async function drain() {
     if (publishing) return
@@ -89,7 +82,8 @@ export async function createChargePublisher(
           if (unsent.length > 0) throw new Error('earlier payment events are still unsent')
           await send(batch, waiters)
         } catch (error) {
-          keep(batch)
+          unsent.push(batch)
+          unsentCharges += batch.charges.length
           log.error({ err: error, unsent: unsentCharges }, 'payment events not published yet; retrying every second')
         }
         for (const w of waiters) w.done()

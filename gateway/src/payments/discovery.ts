@@ -3,9 +3,7 @@
 // facilitator's catalog can list the service. Built once, with x402's own builder.
 import { agentRoutes, type ApiRoute } from '@ats/contracts'
 import { declareDiscoveryExtension } from '@x402/extensions/bazaar'
-
-type JsonSchema = Record<string, unknown>
-const plain = (schema: unknown) => JSON.parse(JSON.stringify(schema)) as JsonSchema
+import { plain } from '../routing/openapi.ts'
 
 const jobId = 'job_8pQ2xVb3mWnK0aRt'
 const threadId = 'thr_Zk4r7Yq1LsD9eHcw'
@@ -62,7 +60,7 @@ function extensionOf(route: ApiRoute, example: (typeof discoveryExamples)[keyof 
   const config = route.schema.body
     ? { bodyType: 'json' as const, input: example.input, inputSchema: plain(route.schema.body), output }
     : {
-        ...(hasPath ? { pathParams: example.input, pathParamsSchema: plain(route.schema.params) } : {}),
+        ...(hasPath ? { pathParams: example.input, pathParamsSchema: plain(route.schema.params!) } : {}),
         ...(route.schema.querystring ? { inputSchema: plain(route.schema.querystring) } : {}),
         output,
       }

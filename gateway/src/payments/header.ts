@@ -21,6 +21,14 @@ export interface Authorization {
   nonce: Hex
 }
 
+/** The authorization with its numbers as decimal strings, as JSON carries them. */
+export const authorizationJson = (a: Authorization) => ({
+  ...a,
+  value: a.value.toString(),
+  validAfter: a.validAfter.toString(),
+  validBefore: a.validBefore.toString(),
+})
+
 /** An `exact` EVM payment from either header, normalised. */
 export interface Payment {
   x402Version: 1 | 2
@@ -117,8 +125,6 @@ function problem(validator: ReturnType<typeof Compile>, value: unknown, prefix: 
   return `${prefix}${segments.join('.')} must be ${what}`
 }
 
-const toUint = (value: string | number) => BigInt(value)
-
 function exact(header: string, scheme: string, payload: unknown): Pick<Payment, 'signature' | 'authorization'> {
   if (scheme !== 'exact') throw new PaymentRefused('unsupported_scheme', `${header}: scheme '${scheme}' is not supported; only 'exact'`)
   const wrong = problem(exactPayload, payload, 'payload.')
@@ -127,9 +133,9 @@ function exact(header: string, scheme: string, payload: unknown): Pick<Payment, 
   const authorization = {
     from: a.from.toLowerCase() as Hex,
     to: a.to.toLowerCase() as Hex,
-    value: toUint(a.value),
-    validAfter: toUint(a.validAfter),
-    validBefore: toUint(a.validBefore),
+    value: BigInt(a.value),
+    validAfter: BigInt(a.validAfter),
+    validBefore: BigInt(a.validBefore),
     nonce: a.nonce.toLowerCase() as Hex,
   }
   for (const field of ['value', 'validAfter', 'validBefore'] as const) {

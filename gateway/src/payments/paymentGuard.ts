@@ -21,8 +21,7 @@ import { PaymentIdInProgress, PaymentIdNotStored, PaymentIdOtherPayment, Payment
 import { paidToolResources } from '../mcp/paid.ts'
 import { mcpTools } from '../mcp/tools.ts'
 import { createPaymentBinding } from './binding.ts'
-import { paymentFromHeaders, type Payment } from './header.ts'
-import { createNonceStore } from './nonces.ts'
+import { authorizationJson, paymentFromHeaders, type Payment } from './header.ts'
 import { createPaymentIdStore, requestFingerprint, type PaymentIdClaim, type RepeatTurn, type RunOutcome } from './paymentIds.ts'
 import { answerOf, readAnswer, replay, type ReadAnswer } from './repeatAnswers.ts'
 import { createPaymentVerifier, nonceUsed } from './verifier.ts'
@@ -38,24 +37,6 @@ declare module 'fastify' {
     payment: { payment: Payment; payer: Address; route: string; resource: string } | null
   }
 }
-
-export type PaymentSettings = Pick<
-  ServiceConfig<typeof gatewaySettings>,
-  | 'PAY_TO'
-  | 'PAYMENT_PRICE'
-  | 'PAYMENT_TIMEOUT_SECONDS'
-  | 'JOB_PAYMENT_MIN_VALIDITY_SECONDS'
-  | 'PAYMENT_MIN_VALIDITY_SECONDS'
-  | 'SKIP_PAYMENT'
-  | 'PUBLIC_URL'
-  | 'PORT'
-  | 'PAYMENT_ID_TTL_SECONDS'
-  | 'PAYMENT_ID_ANSWER_MAX_BYTES'
-  | 'NATS_NAMESPACE'
-  | 'CREDIT_MIN_TOPUP'
-  | 'CREDIT_MAX_TOPUP'
-  | 'CREDIT_METERED_HOLD'
->
 
 /** The owner of paid requests when SKIP_PAYMENT is on and no payment header names one. */
 export const developmentOwner: Address = '0x000000000000000000000000000000000000dEaD'
@@ -85,10 +66,13 @@ export const TOP_UP_PATH = '/credit/topup'
 /** Paid routes whose credit payment is metered (a hold the service reports the use of), not the price. */
 const meteredPaths = new Set(['POST /agent/prompt'])
 
-const passThrough: onSendHookHandler = (_request, _reply, payload, done) => done(null, payload)
 /** runs of a payment id whose end onSend has recorded (a run that never gets there failed) */
 const endedRuns = new WeakSet<FastifyRequest>()
-const noPaymentId: preHandlerHookHandler = (_request, _reply, done) => done()
+/** the preHandler and onSend of a guard that verifies nothing */
+const unpaid: Pick<PaymentGuard, 'preHandler' | 'onSend'> = {
+  preHandler: (_request, _reply, done) => done(),
+  onSend: (_request, _reply, payload, done) => done(null, payload),
+}
 
 /** what the 402s say about payment ids: optional, see the payment-identifier extension */
 const paymentIdExtension = { [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false) }
@@ -102,7 +86,7 @@ const encodeResponse = (value: Record<string, unknown>) => Buffer.from(JSON.stri
  * the header's unverified `from`, else a fixed development address).
  */
 export function createPaymentGuard(
-  settings: PaymentSettings,
+  settings: ServiceConfig<typeof gatewaySettings>,
   { redis, log, blockedPayers, charges, chain, credit }: PaymentGuardDeps,
 ): PaymentGuard {
   if (settings.SKIP_PAYMENT) {
@@ -117,8 +101,7 @@ export function createPaymentGuard(
         }
         request.identity = { ownerId: owner }
       },
-      preHandler: noPaymentId,
-      onSend: passThrough,
+      ...unpaid,
     }
   }
   if (!settings.PAY_TO) {
@@ -127,8 +110,7 @@ export function createPaymentGuard(
       onRequest: async () => {
         throw new Unavailable('payments are not configured on this gateway (PAY_TO is not set)')
       },
-      preHandler: noPaymentId,
-      onSend: passThrough,
+      ...unpaid,
     }
   }
 
@@ -153,10 +135,14 @@ export function createPaymentGuard(
   }
   // a prompt's payment settles when its job completes: it must stay valid long enough for that
   const jobWindow = BigInt(settings.JOB_PAYMENT_MIN_VALIDITY_SECONDS ?? Math.floor(settings.PAYMENT_TIMEOUT_SECONDS / 2))
-  if (jobWindow >= BigInt(settings.PAYMENT_TIMEOUT_SECONDS)) {
-    throw new StartupError(
-      `JOB_PAYMENT_MIN_VALIDITY_SECONDS (${jobWindow}) must be below PAYMENT_TIMEOUT_SECONDS (${settings.PAYMENT_TIMEOUT_SECONDS}): clients sign validBefore = now + PAYMENT_TIMEOUT_SECONDS`,
-    )
+  // and every payment must outlive the answer long enough to be settled after it
+  const windows = { JOB_PAYMENT_MIN_VALIDITY_SECONDS: jobWindow, PAYMENT_MIN_VALIDITY_SECONDS: settings.PAYMENT_MIN_VALIDITY_SECONDS }
+  for (const [name, window] of Object.entries(windows)) {
+    if (window >= settings.PAYMENT_TIMEOUT_SECONDS) {
+      throw new StartupError(
+        `${name} (${window}) must be below PAYMENT_TIMEOUT_SECONDS (${settings.PAYMENT_TIMEOUT_SECONDS}): clients sign validBefore = now + PAYMENT_TIMEOUT_SECONDS`,
+      )
+    }
   }
   const pathOf = (request: FastifyRequest) => request.url.split('?')[0]!
   const checkJobWindow = (request: FastifyRequest, payment: Payment) => {
@@ -169,13 +155,6 @@ export function createPaymentGuard(
       )
     }
   }
-  // every payment must outlive the answer long enough to be settled after it
-  if (settings.PAYMENT_MIN_VALIDITY_SECONDS >= settings.PAYMENT_TIMEOUT_SECONDS) {
-    throw new StartupError(
-      `PAYMENT_MIN_VALIDITY_SECONDS (${settings.PAYMENT_MIN_VALIDITY_SECONDS}) must be below PAYMENT_TIMEOUT_SECONDS (${settings.PAYMENT_TIMEOUT_SECONDS}): clients sign validBefore = now + PAYMENT_TIMEOUT_SECONDS`,
-    )
-  }
-  const nonces = createNonceStore({ redis })
   const payerChain = createPayerChain({ publicClient: chain.publicClient, asset: usdc.address })
   const reservations = createReservations({ redis, chain: payerChain, namespace: settings.NATS_NAMESPACE })
   const paymentIds = createPaymentIdStore({
@@ -186,9 +165,6 @@ export function createPaymentGuard(
   })
   const verifier = createPaymentVerifier({
     requirements: terms,
-    nonces,
-    // one cache of balances: the payment-id path checks the balance alone before its claim
-    balances: { balanceOf: async (payer) => (await payerChain.balanceOf(payer)).balance },
     reservations,
     minValiditySeconds: settings.PAYMENT_MIN_VALIDITY_SECONDS,
     refusedPayer: blockedPayers.reasonFor,
@@ -295,7 +271,6 @@ export function createPaymentGuard(
   }
 
   const charged = (request: FastifyRequest, reply: FastifyReply, paid: NonNullable<FastifyRequest['payment']>): PaymentCharged => {
-    const a = paid.payment.authorization
     return {
       payer: paid.payer,
       payTo: terms.payTo,
@@ -303,14 +278,7 @@ export function createPaymentGuard(
       chainId: terms.chainId,
       network: paid.payment.network,
       x402Version: paid.payment.x402Version,
-      authorization: {
-        from: a.from,
-        to: a.to,
-        value: a.value.toString(),
-        validAfter: a.validAfter.toString(),
-        validBefore: a.validBefore.toString(),
-        nonce: a.nonce,
-      },
+      authorization: authorizationJson(paid.payment.authorization),
       signature: paid.payment.signature,
       method: request.method,
       route: paid.route,

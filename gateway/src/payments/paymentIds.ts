@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import type { Address, Hex } from 'viem'
 import { PaymentUnavailableError } from '../errors.ts'
-import type { Payment } from './header.ts'
+import { authorizationJson, type Payment } from './header.ts'
 import { nonceKeyOf, nonceTtlMs } from './nonces.ts'
 import type { Reservations } from './reservations.ts'
 
@@ -75,7 +75,6 @@ export interface PaymentIdStoreOptions {
   ttlMs: number
   /** how long a repeat waits for a run in progress to end before it is told to retry (2 s) */
   repeatWaitMs?: number
-  now?: () => number
 }
 
 const PAYMENT_ID_KEY_PREFIX = 'ats-x402-id:'
@@ -94,11 +93,8 @@ interface StoredRecord {
   payment: Omit<Payment, 'authorization'> & { authorization: Record<keyof Payment['authorization'], string> }
 }
 
-const encode = (fingerprint: string, payment: Payment): string => {
-  const { authorization: a, ...rest } = payment
-  const authorization = { ...a, value: String(a.value), validAfter: String(a.validAfter), validBefore: String(a.validBefore) }
-  return JSON.stringify({ fingerprint, payment: { ...rest, authorization } } satisfies StoredRecord)
-}
+const encode = (fingerprint: string, payment: Payment): string =>
+  JSON.stringify({ fingerprint, payment: { ...payment, authorization: authorizationJson(payment.authorization) } } satisfies StoredRecord)
 
 /** A repeat is the same request with the same signed authorization; the signature covers every field of it. */
 function decide(stored: string, fingerprint: string, payment: Payment): PaymentIdClaim {
@@ -164,7 +160,6 @@ export function createPaymentIdStore({
   namespace,
   ttlMs,
   repeatWaitMs = 2_000,
-  now = Date.now,
 }: PaymentIdStoreOptions): PaymentIdStore {
   const keyOf = (payer: Address, id: string) => `${PAYMENT_ID_KEY_PREFIX}${namespace}:${payer.toLowerCase()}:${id}`
   // the answer of the record's payment: a record made again after the id expired has another nonce
@@ -174,11 +169,10 @@ export function createPaymentIdStore({
   redis.defineCommand('paymentIdEnd', { numberOfKeys: 1, lua: endScript })
   const scripted = redis as ScriptedRedis
   // fail closed, as the nonce store does: without the record a payment could pay twice
-  const unavailable = (error: unknown) =>
-    new PaymentUnavailableError(`payment id store unavailable: ${(error as Error).message}`, { cause: error })
   const stored = <T>(step: () => Promise<T>): Promise<T> =>
     step().catch((error: unknown) => {
-      throw error instanceof PaymentUnavailableError ? error : unavailable(error)
+      if (error instanceof PaymentUnavailableError) throw error
+      throw new PaymentUnavailableError(`payment id store unavailable: ${(error as Error).message}`, { cause: error })
     })
 
   const turnOnce = async (slotKey: string): Promise<RepeatTurn> => {
@@ -204,7 +198,7 @@ export function createPaymentIdStore({
           nonceKeyOf(a.from, a.nonce),
           encode(fingerprint, payment),
           ttlMs,
-          nonceTtlMs(a.validBefore, now()),
+          nonceTtlMs(a.validBefore, Date.now()),
         ),
       )
       if (typeof result === 'string') return decide(result, fingerprint, payment)
@@ -213,10 +207,10 @@ export function createPaymentIdStore({
 
     async turn(payer, id, nonce) {
       const slotKey = slotKeyOf(payer, id, nonce)
-      const deadline = now() + repeatWaitMs
+      const deadline = Date.now() + repeatWaitMs
       for (let wait = 25; ; wait = Math.min(wait * 2, 250)) {
         const turn = await turnOnce(slotKey)
-        if (turn.kind !== 'in_progress' || now() + wait > deadline) return turn
+        if (turn.kind !== 'in_progress' || Date.now() + wait > deadline) return turn
         await pause(wait)
       }
     },

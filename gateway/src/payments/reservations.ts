@@ -30,7 +30,6 @@ export interface PayerChainOptions {
   asset: Address
   /** how long a balance is reused (5 s); a fresher one is read when Redis says it predates a settlement it must include */
   ttlMs?: number
-  now?: () => number
 }
 
 const unavailable = (what: string) => (error: Error) => {
@@ -43,7 +42,7 @@ const unavailable = (what: string) => (error: Error) => {
  * fresh for each payment, the payments of one tick together in one Multicall3 call. The calls of
  * one tick go in one JSON-RPC batch (the chain client batches).
  */
-export function createPayerChain({ publicClient, asset, ttlMs = 5_000, now }: PayerChainOptions) {
+export function createPayerChain({ publicClient, asset, ttlMs = 5_000 }: PayerChainOptions) {
   const readBalance = async (payer: Address, blockNumber?: bigint): Promise<Balance> => {
     // always at a named block: a node may answer 'latest' from a state older than the block
     // number it has just given (anvil does, while it mines; so may nodes behind one URL)
@@ -53,7 +52,7 @@ export function createPayerChain({ publicClient, asset, ttlMs = 5_000, now }: Pa
       .catch(unavailable('balance lookup'))
     return { balance, block }
   }
-  const balances = cachedLoader<Address, Balance>({ max: 50_000, ttlMs, ...(now ? { now } : {}), load: (payer) => readBalance(payer) })
+  const balances = cachedLoader<Address, Balance>({ max: 50_000, ttlMs, load: (payer) => readBalance(payer) })
   const authorizationUsed = authorizationStates(publicClient, asset)
 
   /** the balance and the authorization states in one eth_call of Multicall3; throws where it answers nothing useful */
@@ -306,9 +305,6 @@ export interface ReservationOptions {
   chain: PayerChain
   /** the fleet's NATS namespace: fleets sharing a Redis (tests, a devnet beside production) keep their payers apart */
   namespace: string
-  /** how long a reservation outlives validBefore (60 s, as a nonce claim): by then the payment is settled or can never be */
-  marginMs?: number
-  now?: () => number
 }
 
 const LUA_SAFE = BigInt(Number.MAX_SAFE_INTEGER)
@@ -330,10 +326,9 @@ const capped = (balance: bigint) => (balance > LUA_SAFE ? LUA_SAFE : balance).to
  * at a block after the newest pruning's holds every pruned transfer; any other is compared at
  * most at the newest pruning's own balance, which holds them (a lower one is safer still). What
  * is reserved covers the rest; a settled payment not yet pruned is counted twice, so a payment can
- * be refused early, never served beyond the balance. Balances are read at a named block, never at
- * 'latest': a node may answer 'latest' from a state older than the block number it just gave.
+ * be refused early, never served beyond the balance (balances are read at a named block: readBalance).
  */
-export function createReservations({ redis, chain, namespace, marginMs = NONCE_MARGIN_MS, now = Date.now }: ReservationOptions) {
+export function createReservations({ redis, chain, namespace }: ReservationOptions) {
   // the number of keys is the first argument: 3, or 4 with a record
   redis.defineCommand('reservePayment', { lua: reserveScript })
   redis.defineCommand('endReservations', { numberOfKeys: 2, lua: endScript })
@@ -349,7 +344,7 @@ export function createReservations({ redis, chain, namespace, marginMs = NONCE_M
 
   const attempt = async (payment: Payment, { balance, block }: Balance, record: ReserveRecord | undefined) => {
     const a = payment.authorization
-    const t = now()
+    const t = Date.now()
     const [kind, detail, held] = await scripted.reservePayment(
       record ? '4' : '3',
       nonceKeyOf(a.from, a.nonce),
@@ -359,8 +354,9 @@ export function createReservations({ redis, chain, namespace, marginMs = NONCE_M
       a.value.toString(),
       capped(balance),
       block.toString(),
-      String(nonceTtlMs(a.validBefore, t, marginMs)),
-      String(Number(a.validBefore) * 1000 + marginMs),
+      String(nonceTtlMs(a.validBefore, t)),
+      // a reservation outlives validBefore as a nonce claim does: by then the payment is settled or can never be
+      String(Number(a.validBefore) * 1000 + NONCE_MARGIN_MS),
       String(t),
       ...(record ? [record.value, String(record.ttlMs)] : []),
     )

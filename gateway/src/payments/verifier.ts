@@ -8,42 +8,33 @@ import type { Reservations } from './reservations.ts'
 import { caip2Network, v1Network, type PaymentTerms } from '@ats/contracts'
 import { createAuthorizationSigning } from './signature.ts'
 
-export interface PaymentVerifierOptions {
+export type PaymentVerifierOptions = {
   requirements: Pick<PaymentTerms, 'price' | 'payTo' | 'asset' | 'chainId' | 'token' | 'maxTimeoutSeconds'>
-  nonces: NonceStore
-  balances: BalanceChecker
-  /**
-   * the gateway's way (Redis): the nonce unused on chain, and the balance minus what the payer's
-   * unsettled payments reserve, checked with the nonce claim and the reservation in one step;
-   * without it, the balance alone and `nonces` (unit tests)
-   */
-  reservations?: Reservations
   /** why a payer (lower-case address) is refused outright, or undefined */
   refusedPayer?: (payer: string) => string | undefined
   /** validBefore must be at least this far ahead, so the payment can still settle (6 s) */
   minValiditySeconds?: number
-  /** validBefore may be at most this far ahead (maxTimeoutSeconds + 600): it bounds how long a nonce is kept */
-  maxValiditySeconds?: number
-}
+} /**
+ * the gateway's way (Redis): the nonce unused on chain, and the balance minus what the payer's
+ * unsettled payments reserve, checked with the nonce claim and the reservation in one step
+ */ & (
+  | { reservations: Reservations }
+  /** without reservations, the balance alone and `nonces` (unit tests) */
+  | { nonces: NonceStore; balances: BalanceChecker }
+)
 
 /**
  * Verifies an x402 `exact` payment at the edge, cheapest checks first; the nonce is claimed
  * last so that a refused payment does not burn it.
  */
-export function createPaymentVerifier({
-  requirements: r,
-  nonces,
-  balances,
-  reservations,
-  refusedPayer = () => undefined,
-  minValiditySeconds = 6,
-  maxValiditySeconds,
-}: PaymentVerifierOptions) {
+export function createPaymentVerifier(options: PaymentVerifierOptions) {
+  const { requirements: r, refusedPayer = () => undefined, minValiditySeconds = 6 } = options
   const signing = createAuthorizationSigning({ ...r.token, chainId: r.chainId, verifyingContract: r.asset })
   const networks = new Set([caip2Network(r.chainId), v1Network(r.chainId)])
   const payTo = r.payTo.toLowerCase()
   const asset = r.asset.toLowerCase()
-  const maxValidity = BigInt(maxValiditySeconds ?? r.maxTimeoutSeconds + 600)
+  // validBefore may be at most this far ahead: it bounds how long a nonce is kept
+  const maxValidity = BigInt(r.maxTimeoutSeconds + 600)
   const minValidity = BigInt(minValiditySeconds)
 
   // a checksum is a keccak; paying clients come back, so remember theirs
@@ -90,28 +81,24 @@ export function createPaymentVerifier({
     return payer
   }
 
-  /** The payer holds the payment's value (read from the chain, cached), or a PaymentRefused. */
-  async function funded(payment: Payment, payer: Address): Promise<void> {
-    const balance = await balances.balanceOf(payer)
-    const { value } = payment.authorization
-    if (balance < value)
-      throw new PaymentRefused('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${value}`)
-  }
-
   /** The payer's checksummed address once the payment is checked, funded and its nonce claimed; else a PaymentRefused. */
   async function verify(payment: Payment, now: number | bigint, price = r.price): Promise<Address> {
     const payer = check(payment, now, price)
-    if (reservations) {
-      if ((await reservations.reserve(payment, payer)).kind !== 'ok') throw nonceUsed(payment, payer)
+    if ('reservations' in options) {
+      if ((await options.reservations.reserve(payment, payer)).kind !== 'ok') throw nonceUsed(payment, payer)
       return payer
     }
-    await funded(payment, payer)
+    // the payer holds the payment's value (read from the chain, cached)
     const a = payment.authorization
+    const { balances, nonces } = options
+    const balance = await balances.balanceOf(payer)
+    if (balance < a.value)
+      throw new PaymentRefused('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${a.value}`)
     if (!(await nonces.claim(a.from, a.nonce, a.validBefore))) throw nonceUsed(payment, payer)
     return payer
   }
 
-  return { check, funded, verify, signing }
+  return { check, verify }
 }
 
 export type PaymentVerifier = ReturnType<typeof createPaymentVerifier>

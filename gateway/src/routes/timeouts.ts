@@ -7,11 +7,6 @@ import { StartupError, type ServiceConfig } from '@ats/service-kit'
 import type { FastifyInstance, FastifyServerOptions } from 'fastify'
 import type { gatewaySettings } from '../settings.ts'
 
-type TimeoutSettings = Pick<
-  ServiceConfig<typeof gatewaySettings>,
-  'SERVER_HEADERS_TIMEOUT_MS' | 'SERVER_REQUEST_TIMEOUT_MS' | 'SERVER_KEEP_ALIVE_TIMEOUT_MS'
->
-
 /**
  * The Node server's timeouts as Fastify options: headers (SERVER_HEADERS_TIMEOUT_MS), the whole
  * request, headers and body (SERVER_REQUEST_TIMEOUT_MS; the answer's time is not counted), and
@@ -19,7 +14,7 @@ type TimeoutSettings = Pick<
  * `connectionsCheckingInterval` (30 s by default, which would let a 1 s limit run 30 s): here at
  * most a second, and a quarter of the shorter limit when that is less.
  */
-export function serverTimeouts(config: TimeoutSettings): Partial<FastifyServerOptions> {
+export function serverTimeouts(config: ServiceConfig<typeof gatewaySettings>): Partial<FastifyServerOptions> {
   const headersTimeout = config.SERVER_HEADERS_TIMEOUT_MS
   const requestTimeout = config.SERVER_REQUEST_TIMEOUT_MS
   if (headersTimeout > requestTimeout) {

@@ -2,12 +2,6 @@ import { publicRoutes, type ApiRoute } from '@ats/contracts'
 import type { TSchema } from 'typebox'
 import { groupFor, routeTable, type RouteAuth } from './routeTable.ts'
 
-interface OpenApiInfo {
-  title: string
-  version: string
-  description?: string
-}
-
 type JsonSchema = Record<string, unknown>
 
 /** TypeBox schemas are JSON Schema; strip the symbol-keyed metadata by a JSON round trip. */
@@ -49,7 +43,7 @@ function describeAuth(auth: RouteAuth | undefined): string {
 }
 
 /** The OpenAPI 3.1 document of the public API, built from the routes' own schemas. */
-export function buildOpenApi(info: OpenApiInfo, routes: readonly ApiRoute[]) {
+export function buildOpenApi(info: { title: string; version: string; description?: string }, routes: readonly ApiRoute[]) {
   const paths: Record<string, Record<string, unknown>> = {}
   for (const r of routes) {
     const path = r.url.replace(/:([A-Za-z0-9_]+)/g, '{$1}')

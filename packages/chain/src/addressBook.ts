@@ -53,7 +53,7 @@ export function loadAddressBook(path: string): AddressBook {
  * The address book of a chain: Arbitrum One's built in for 42161, the devnet's JSON file
  * (written by `pnpm devnet`, default `<repo>/.devnet/address-book.json`) for 31337.
  */
-export function addressBookFor({ chainId, addressBookPath }: { chainId: number; addressBookPath?: string }): AddressBook {
+export function addressBookFor({ chainId, addressBookPath }: { chainId: number; addressBookPath?: string | undefined }): AddressBook {
   if (chainId === ARBITRUM_ONE_CHAIN_ID) return arbitrumOne
   if (chainId === DEVNET_CHAIN_ID) {
     const path = addressBookPath || defaultDevnetAddressBookPath

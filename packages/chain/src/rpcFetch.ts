@@ -18,12 +18,11 @@ export async function rpcFetch(url: string | URL | Request, init: RequestInit = 
     signal: init.signal ?? undefined,
   })
   const text = await response.body.text()
-  const headers = response.headers
   const header = (name: string): string | null => {
-    const value = headers[name.toLowerCase()]
+    const value = response.headers[name.toLowerCase()]
     return value === undefined ? null : Array.isArray(value) ? value.join(', ') : value
   }
-  const answer = {
+  return {
     ok: response.statusCode >= 200 && response.statusCode < 300,
     status: response.statusCode,
     statusText: '',
@@ -31,6 +30,5 @@ export async function rpcFetch(url: string | URL | Request, init: RequestInit = 
     body: null,
     text: async () => text,
     json: async () => JSON.parse(text) as unknown,
-  }
-  return answer as unknown as Response
+  } as unknown as Response
 }

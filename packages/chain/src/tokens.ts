@@ -39,9 +39,6 @@ export function createTokenRegistry(tokens: readonly Token[]): TokenRegistry {
   const all = [...new Set(index.values())]
   return {
     all,
-    find: (symbolOrAddress) => {
-      const key = symbolOrAddress.trim().toLowerCase()
-      return index.get(key)
-    },
+    find: (symbolOrAddress) => index.get(symbolOrAddress.trim().toLowerCase()),
   }
 }

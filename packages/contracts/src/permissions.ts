@@ -82,6 +82,7 @@ export const natsUses: Record<FleetComponent, (c: NatsChannels) => NatsUse> = {
       trading.approvalWithdraw,
       trading.prepare,
       trading.positions,
+      trading.grants,
       trading.tokens,
       market.prices,
       market.trending,
@@ -158,10 +159,8 @@ export function endpointsOf(channels: unknown): Endpoint<unknown, unknown>[] {
 
 /** the endpoints a component serves: those of its own contract */
 export function servedEndpoints(component: FleetComponent, channels: NatsChannels): Endpoint<unknown, unknown>[] {
-  const contract = (Object.keys(componentOfContract) as Array<keyof typeof serviceContracts>).find(
-    (k) => componentOfContract[k] === component,
-  )
-  return contract ? endpointsOf(channels[contract]) : []
+  const [contract] = Object.entries(componentOfContract).find(([, served]) => served === component) ?? []
+  return contract ? endpointsOf(channels[contract as keyof NatsChannels]) : []
 }
 
 /** JetStream API subjects for one stream, scoped to it: info, create and update (every user ensures what it uses exists). */

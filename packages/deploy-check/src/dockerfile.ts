@@ -88,7 +88,6 @@ export function stageChain(stage: Stage): Stage[] {
 
 /** What one target's image is built from and runs, read off its stage chain (nothing judged here). */
 export interface ImageFacts {
-  target: string
   /** the target's stage and those it builds on, the first FROM of an image first */
   chain: Stage[]
   /** the package the build stage deploys into the directory the target copies (scripts/deploy-package.sh <package> /out/<dir>) */
@@ -106,8 +105,7 @@ export interface ImageFacts {
 }
 
 /** The facts of one target (a stage name); undefined when the Dockerfile has no such stage. */
-export function readImage(dockerfile: Dockerfile | string, target: string): ImageFacts | undefined {
-  const file = typeof dockerfile === 'string' ? readDockerfile(dockerfile) : dockerfile
+export function readImage(file: Dockerfile, target: string): ImageFacts | undefined {
   const stage = file.stages.find((s) => s.name === target.toLowerCase())
   if (!stage) return undefined
   const chain = stageChain(stage)
@@ -132,7 +130,6 @@ export function readImage(dockerfile: Dockerfile | string, target: string): Imag
   const cmd = last('CMD', 'ENTRYPOINT')
   const healthcheck = last('HEALTHCHECK')
   return {
-    target,
     chain,
     env,
     ...(deployedPackage ? { deployedPackage } : {}),
@@ -154,14 +151,28 @@ export function execForm(args: string): string[] | undefined {
 }
 
 /**
- * Lints the Dockerfile and each target's image. `problem` gets the targets a problem is
- * found in (none for a problem of the file itself); returns the facts of every target found.
+ * Lints the Dockerfile at the repository root and each target's image, a target per deployable;
+ * returns target -> whether its image has a HEALTHCHECK, for the compose check.
  */
-export function lintDockerfile(
-  text: string,
-  targets: string[],
-  problem: (line: number, message: string, target?: string) => void,
-): Map<string, ImageFacts> {
+export function checkDockerfiles(root: string, components: Component[], problems: string[], notes: string[]): Map<string, boolean> {
+  const imageHealth = new Map<string, boolean>()
+  for (const c of components.filter((c) => existsSync(join(root, c.dir, 'Dockerfile'))))
+    problems.push(
+      `${c.dir}/Dockerfile: a Dockerfile of its own; ${c.name} is the target "${c.name}" of the Dockerfile at the repository root`,
+    )
+  if (!existsSync(join(root, 'Dockerfile'))) {
+    problems.push('Dockerfile: missing (every deployable is a target of the Dockerfile at the repository root)')
+    return imageHealth
+  }
+  // a problem found in a stage several targets build on is listed once, with those targets
+  const found = new Map<string, { line: number; message: string; targets: string[] }>()
+  const problem = (line: number, message: string, target?: string) => {
+    const key = `${line}\0${message}`
+    const entry = found.get(key) ?? { line, message, targets: [] }
+    if (target) entry.targets.push(target)
+    found.set(key, entry)
+  }
+  const text = readFileSync(join(root, 'Dockerfile'), 'utf8')
   for (const d of validate(text)) problem(d.range.start.line + 1, `dockerfile-utils: ${d.message}`)
 
   const file = readDockerfile(text)
@@ -185,14 +196,18 @@ export function lintDockerfile(
     if (secret) problem(env.line, `${env.keyword} ${secret[1]}: secrets never go into an image (pass them at run time)`)
   }
 
-  const images = new Map<string, ImageFacts>()
-  for (const target of targets) {
+  for (const c of components) {
+    const target = c.name
     const facts = readImage(file, target)
     if (!facts) {
       problem(1, `no stage "${target}": every deployable is a target of this Dockerfile (FROM service AS ${target})`)
       continue
     }
-    images.set(target, facts)
+    imageHealth.set(target, facts.healthcheck !== undefined)
+    if (facts.deployedPackage && facts.deployedPackage !== c.packageName)
+      problems.push(
+        `Dockerfile:${facts.copy!.line}: target ${target}: deploys ${facts.deployedPackage}, but ${target} is ${c.packageName} (${c.dir})`,
+      )
     const fail = (line: number, message: string) => problem(line, message, target)
     const { chain } = facts
     const from = chain[0]!.instructions[0]!
@@ -233,48 +248,10 @@ export function lintDockerfile(
       if (!argv.some((a) => /\.js$/.test(a))) fail(cmd.line, `${cmd.keyword} names no .js entry point`)
     }
   }
-  return images
-}
-
-/**
- * Lints the Dockerfile at the repository root, a target per deployable; returns target ->
- * whether its image has a HEALTHCHECK, for the compose check. A problem found in a stage
- * several targets build on is listed once, with those targets.
- */
-export function checkDockerfiles(root: string, components: Component[], problems: string[], notes: string[]): Map<string, boolean> {
-  const imageHealth = new Map<string, boolean>()
-  for (const c of components.filter((c) => existsSync(join(root, c.dir, 'Dockerfile'))))
-    problems.push(
-      `${c.dir}/Dockerfile: a Dockerfile of its own; ${c.name} is the target "${c.name}" of the Dockerfile at the repository root`,
-    )
-  if (!existsSync(join(root, 'Dockerfile'))) {
-    problems.push('Dockerfile: missing (every deployable is a target of the Dockerfile at the repository root)')
-    return imageHealth
-  }
-  const found = new Map<string, { line: number; message: string; targets: string[] }>()
-  const images = lintDockerfile(
-    readFileSync(join(root, 'Dockerfile'), 'utf8'),
-    components.map((c) => c.name),
-    (line, message, target) => {
-      const key = `${line}\0${message}`
-      const entry = found.get(key) ?? { line, message, targets: [] }
-      if (target) entry.targets.push(target)
-      found.set(key, entry)
-    },
-  )
-  for (const c of components) {
-    const facts = images.get(c.name)
-    if (!facts) continue
-    imageHealth.set(c.name, facts.healthcheck !== undefined)
-    if (facts.deployedPackage && facts.deployedPackage !== c.packageName)
-      problems.push(
-        `Dockerfile:${facts.copy!.line}: target ${c.name}: deploys ${facts.deployedPackage}, but ${c.name} is ${c.packageName} (${c.dir})`,
-      )
-  }
   for (const { line, message, targets } of found.values()) {
     const which = targets.length === 0 ? '' : `${targets.length === 1 ? 'target' : 'targets'} ${targets.join(', ')}: `
     problems.push(`Dockerfile:${line}: ${which}${message}`)
   }
-  notes.push(`Dockerfile: ${images.size} targets linted (${[...images.keys()].join(', ')})`)
+  notes.push(`Dockerfile: ${imageHealth.size} targets linted (${[...imageHealth.keys()].join(', ')})`)
   return imageHealth
 }

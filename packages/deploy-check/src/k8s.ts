@@ -35,7 +35,15 @@ export async function checkKubernetes(
   if (!example) problems.push('k8s/base/secret.example.yaml: must hold an example Secret (the keys operators create)')
   // hashed once for every overlay of this check: overlays reach into base, so each one's key is all of k8s/
   const key = `${contentKey([join(root, 'k8s')])}\0${JSON.stringify(fleet, (_, v) => (typeof v === 'bigint' ? `${v}n` : v))}`
-  const reports = await Promise.all(dirs.map((dir) => checkOnce(root, dir, key, fleet, example)))
+  const reports = await Promise.all(
+    dirs.map(async (dir) => {
+      const cached = checked.get(`${dir}\0${key}`)
+      if (cached) return cached
+      const report = await checkOverlay(root, dir, fleet, example)
+      if (report.rendered) checked.set(`${dir}\0${key}`, report)
+      return report
+    }),
+  )
   for (const report of reports) {
     problems.push(...report.problems)
     notes.push(...report.notes)
@@ -49,14 +57,6 @@ export async function checkKubernetes(
  * kept: a kustomize failure is run again, so its message names the copy it was found in.
  */
 const checked = new Map<string, Report>()
-
-async function checkOnce(root: string, dir: string, key: string, fleet: Component[], example: Obj | undefined): Promise<Report> {
-  const cached = checked.get(`${dir}\0${key}`)
-  if (cached) return cached
-  const report = await checkOverlay(root, dir, fleet, example)
-  if (report.rendered) checked.set(`${dir}\0${key}`, report)
-  return report
-}
 
 async function checkOverlay(
   root: string,

@@ -29,9 +29,6 @@ import { checkDependencies } from './dependencies.ts'
 import { checkDockerfiles } from './dockerfile.ts'
 import { checkKubernetes } from './k8s.ts'
 
-export { type Component, deployables } from './components.ts'
-export { overlays } from './k8s.ts'
-
 export interface Report {
   problems: string[]
   notes: string[]

@@ -2,9 +2,6 @@ import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node
 import { dirname } from 'node:path'
 import { defaultDevnetAddressBookPath, type AddressBook } from '@ats/chain'
 
-/** The address book services use: the one type of packages/chain, for Arbitrum One and the devnet alike. */
-export type { AddressBook } from '@ats/chain'
-
 /** Writes the book as JSON atomically (write, then rename), creating the folder. */
 export function writeAddressBook(book: AddressBook, path: string = defaultDevnetAddressBookPath): string {
   mkdirSync(dirname(path), { recursive: true })

@@ -1,6 +1,6 @@
 import { getContractAddress, parseAbi, zeroAddress, type Address } from 'viem'
 import { npmArtifact } from './artifacts.ts'
-import { approvals, fullRangeMint, seedBatch, type SeededPool } from './seed.ts'
+import { fullRangeMint, seedPools, type SeededPool } from './seed.ts'
 import type { DeployerSession } from './session.ts'
 
 export interface AlgebraAddresses {
@@ -58,27 +58,12 @@ export async function deployAlgebra(s: DeployerSession, weth: Address, seeded: r
     [factory, weth, poolDeployer], // (factory, WNativeToken, poolDeployer)
   )
 
-  // Two batches: the approvals and every pool, then every position (a mint needs its pool).
-  // deployer = zero address selects the factory's ordinary (non-custom) pools.
-  await seedBatch(s, [
-    ...approvals(positionManager, seeded),
-    ...seeded.map(({ position }) => ({
-      address: positionManager,
-      abi: npmAbi,
-      functionName: 'createAndInitializePoolIfNecessary',
-      args: [position.token0, position.token1, zeroAddress, position.sqrtPrice, '0x'],
-    })),
-  ])
   const tickSpacing = await s.publicClient.readContract({ address: factory, abi: factoryAbi, functionName: 'defaultTickspacing' })
-  await seedBatch(
-    s,
-    seeded.map(({ position }) => ({
-      address: positionManager,
-      abi: npmAbi,
-      functionName: 'mint',
-      args: [{ ...fullRangeMint(position, tickSpacing, s.account.address), deployer: zeroAddress }],
-    })),
-  )
+  // deployer = zero address selects the factory's ordinary (non-custom) pools
+  await seedPools(s, positionManager, npmAbi, seeded, {
+    create: ({ position }) => [position.token0, position.token1, zeroAddress, position.sqrtPrice, '0x'],
+    mint: ({ position }) => ({ ...fullRangeMint(position, tickSpacing, s.account.address), deployer: zeroAddress }),
+  })
   const addresses = await Promise.all(
     seeded.map(({ position }) =>
       s.publicClient.readContract({

@@ -62,19 +62,21 @@ function claimPort(port: number, host: string): Promise<number> {
   })
 }
 
-async function chainIdAnswers(rpcUrl: string): Promise<boolean> {
-  try {
-    const res = await fetch(rpcUrl, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] }),
-    })
-    const body = (await res.json()) as { result?: string }
-    return body.result !== undefined && Number(body.result) === ANVIL_CHAIN_ID
-  } catch {
-    return false
-  }
+/** The `result` of a JSON-RPC call without parameters. */
+export async function rpcResult(rpcUrl: string, method: string): Promise<unknown> {
+  const res = await fetch(rpcUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params: [] }),
+  })
+  return ((await res.json()) as { result?: unknown }).result
 }
+
+const chainIdAnswers = (rpcUrl: string): Promise<boolean> =>
+  rpcResult(rpcUrl, 'eth_chainId').then(
+    (result) => result !== undefined && Number(result) === ANVIL_CHAIN_ID,
+    () => false,
+  )
 
 function waitForExit(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve()

@@ -6,14 +6,12 @@ import { deployPositions } from './positions.ts'
 import { deployAlgebra, type AlgebraAddresses } from './algebra.ts'
 import { removeAddressBook, writeAddressBook } from './addressBook.ts'
 import { startAnvil, type Anvil } from './anvil.ts'
-import { findSnapshot, saveSnapshot, snapshotsEnabled } from './snapshot.ts'
+import { findSnapshot, saveSnapshot } from './snapshot.ts'
 import { devAccounts, fundAccounts, type DevAccount } from './funding.ts'
 import { seedBatch, seededPools, seedingNeeds, tokenAbi } from './seed.ts'
 import { deployerSession, type DeployerSession } from './session.ts'
 import { deployTokens, tokenBySymbol } from './tokens.ts'
 import { deployUniswapV3, type UniswapV3Addresses } from './uniswap.ts'
-
-export type { AddressBook } from '@ats/chain'
 
 /** What deployDevnet returns: the chain package's AddressBook with the devnet's pools and pool deployer always present. */
 export interface DevnetAddressBook extends AddressBook {
@@ -82,11 +80,6 @@ async function placeMulticall3(s: DeployerSession): Promise<void> {
   await s.anvil.setCode({ address: MULTICALL3_ADDRESS, bytecode: runtime.data })
 }
 
-/** Funds the default anvil accounts with every token of the book (see FUNDING). */
-export async function fundDevnet(rpcUrl: string, book: AddressBook, accounts: DevAccount[] = devAccounts()): Promise<void> {
-  await fundAccounts(deployerSession(rpcUrl), book.tokens, accounts)
-}
-
 export interface Devnet {
   anvil: Anvil
   rpcUrl: string
@@ -124,7 +117,7 @@ export async function startDevnet({
   snapshot = false,
 }: StartDevnetOptions): Promise<Devnet> {
   const started = performance.now()
-  const kept = snapshot && snapshotsEnabled() ? findSnapshot(count) : undefined
+  const kept = snapshot && process.env.ATS_DEVNET_SNAPSHOTS !== '0' ? findSnapshot(count) : undefined
   const saved = kept?.saved
   const anvil = await startAnvil({ port, host, ...(saved ? { loadState: saved.statePath } : {}) })
   try {
@@ -133,7 +126,7 @@ export async function startDevnet({
     let deployed = saved?.book
     if (!deployed) {
       deployed = await deployDevnet(anvil.rpcUrl)
-      await fundDevnet(anvil.rpcUrl, deployed, accounts)
+      await fundAccounts(deployerSession(anvil.rpcUrl), deployed.tokens, accounts)
       if (kept) await saveSnapshot(anvil.rpcUrl, deployed, kept.base)
     }
     // with a snapshot, deploying and funding took no time

@@ -3,11 +3,7 @@ import type { Token } from '@ats/chain'
 import { sendBatch, type BatchTx } from './funding.ts'
 import type { DeployerSession } from './session.ts'
 import { sortTokens, sqrtPriceX96 } from './price.ts'
-
-export const WETH_PRICE_USDC = 3000n
-
-/** A price of one whole token A in whole tokens B: a decimal string ("0.80") or a rational. */
-export type Price = string | { numerator: bigint; denominator: bigint }
+import { tokenOf } from './tokens.ts'
 
 /**
  * The pairs seeded on both DEXes, full range, each side worth about $3,000,000 (GMX/WETH $300,000):
@@ -44,12 +40,8 @@ export function fullRange(tickSpacing: number) {
   return { tickLower: -max, tickUpper: max }
 }
 
-/** A price as an exact positive rational: "0.80" is 80/100, "3750" is 3750/1. */
-export function toRational(price: Price): { numerator: bigint; denominator: bigint } {
-  if (typeof price !== 'string') {
-    if (price.numerator <= 0n || price.denominator <= 0n) throw new Error(`devnet: price must be positive`)
-    return price
-  }
+/** A decimal price (one whole A in whole B) as an exact positive rational: "0.80" is 80/100, "3750" is 3750/1. */
+function toRational(price: string): { numerator: bigint; denominator: bigint } {
   const match = /^(\d+)(?:\.(\d+))?$/.exec(price.trim())
   if (!match) throw new Error(`devnet: not a decimal price: ${price}`)
   const fraction = match[2] ?? ''
@@ -64,7 +56,7 @@ export function toRational(price: Price): { numerator: bigint; denominator: bigi
  * `amountA` raw units of A and the raw units of B worth as much (rounded down). All integer
  * math: the raw price is (numerator × 10^decimalsB) / (denominator × 10^decimalsA).
  */
-export function poolPosition(tokenA: Address, decimalsA: number, tokenB: Address, decimalsB: number, price: Price, amountA: bigint) {
+export function poolPosition(tokenA: Address, decimalsA: number, tokenB: Address, decimalsB: number, price: string, amountA: bigint) {
   if (tokenA.toLowerCase() === tokenB.toLowerCase()) throw new Error('devnet: a pool needs two different tokens')
   const { numerator, denominator } = toRational(price)
   const rawA = denominator * 10n ** BigInt(decimalsA) // this many raw A …
@@ -72,19 +64,13 @@ export function poolPosition(tokenA: Address, decimalsA: number, tokenB: Address
   const amountB = (amountA * rawB) / rawA
   if (amountA <= 0n || amountB <= 0n) throw new Error('devnet: a seeded position needs both tokens')
   const sqrtPrice = sqrtPriceX96(tokenA, rawA, tokenB, rawB)
-  if (sqrtPrice < MIN_SQRT_RATIO || sqrtPrice >= MAX_SQRT_RATIO) throw new Error(`devnet: price ${String(price)} is out of range`)
+  if (sqrtPrice < MIN_SQRT_RATIO || sqrtPrice >= MAX_SQRT_RATIO) throw new Error(`devnet: price ${price} is out of range`)
   const [token0, token1] = sortTokens(tokenA, tokenB)
   const [amount0Desired, amount1Desired] = token0 === tokenA ? [amountA, amountB] : [amountB, amountA]
   return { token0, token1, sqrtPrice, amount0Desired, amount1Desired }
 }
 
 export type PoolPosition = ReturnType<typeof poolPosition>
-
-function tokenOf(tokens: readonly Token[], symbol: string): Token {
-  const token = tokens.find((t) => t.symbol === symbol)
-  if (!token) throw new Error(`devnet: no token ${symbol}`)
-  return token
-}
 
 /** Each seeded pair with its tokens and the position seeded on each DEX. */
 export function seededPools(tokens: readonly Token[]) {
@@ -113,21 +99,10 @@ const callData = (call: Call) =>
   encodeFunctionData({ abi: call.abi, functionName: call.functionName, args: call.args ?? [] } as Parameters<typeof encodeFunctionData>[0])
 
 /**
- * Sends one call from the deployer with a gas limit 25% over the estimate and waits for it.
- * anvil estimates the exact minimum, and a pool's gas use can change with the block (its
- * oracle looks at the timestamp), so an unpadded estimate occasionally runs out of gas.
- */
-export async function seedWrite(s: DeployerSession, call: Call) {
-  const request = { account: s.account, to: call.address, data: callData(call), value: call.value ?? 0n }
-  const gas = ((await s.publicClient.estimateGas(request)) * 125n) / 100n
-  const hash = await s.wallet.sendTransaction({ ...request, gas })
-  const receipt = await s.publicClient.waitForTransactionReceipt({ hash, pollingInterval: 20 })
-  if (receipt.status !== 'success') throw new Error(`devnet deploy: ${call.functionName} (${hash}) reverted`)
-}
-
-/**
- * seedWrite for many calls at once: each estimated against the current state (so none may
- * depend on another of the same batch), padded 25%, then sent in order as one sendBatch.
+ * Sends many calls from the deployer as one sendBatch, in order, each estimated against the
+ * current state (so none may depend on another of the same batch) and padded 25%: anvil
+ * estimates the exact minimum, and a pool's gas use can change with the block (its oracle looks
+ * at the timestamp), so an unpadded estimate occasionally runs out of gas.
  */
 export async function seedBatch(s: DeployerSession, calls: Call[]) {
   const txs: BatchTx[] = await Promise.all(
@@ -140,10 +115,28 @@ export async function seedBatch(s: DeployerSession, calls: Call[]) {
   await sendBatch(s, txs)
 }
 
-/** The approvals that let the position manager take every token of the seeded pools. */
-export function approvals(positionManager: Address, pools: readonly SeededPool[]): Call[] {
+/**
+ * Creates every seeded pool and mints its full-range position through a DEX's position manager,
+ * in two batches (a mint needs its pool): the approvals of every token and every pool, then every
+ * position. `create` gives a pool's createAndInitializePoolIfNecessary arguments, `mint` its MintParams.
+ */
+export async function seedPools(
+  s: DeployerSession,
+  positionManager: Address,
+  abi: Abi,
+  pools: readonly SeededPool[],
+  { create, mint }: { create: (pool: SeededPool) => readonly unknown[]; mint: (pool: SeededPool) => Record<string, unknown> },
+) {
   const tokens = [...new Set(pools.flatMap(({ position }) => [position.token0, position.token1]))]
-  return tokens.map((token) => ({ address: token, abi: tokenAbi, functionName: 'approve', args: [positionManager, maxUint256] }))
+  const call = (functionName: string, args: readonly unknown[]) => ({ address: positionManager, abi, functionName, args })
+  await seedBatch(s, [
+    ...tokens.map((token) => ({ address: token, abi: tokenAbi, functionName: 'approve', args: [positionManager, maxUint256] })),
+    ...pools.map((pool) => call('createAndInitializePoolIfNecessary', create(pool))),
+  ])
+  await seedBatch(
+    s,
+    pools.map((pool) => call('mint', [mint(pool)])),
+  )
 }
 
 /** The mint parameters both position managers share: full range, the seeded amounts, to the deployer. */

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { gunzipSync } from 'node:zlib'
-import { anvilBinary } from './anvil.ts'
+import { anvilBinary, rpcResult } from './anvil.ts'
 import type { DevnetAddressBook } from './deploy.ts'
 
 /**
@@ -19,10 +19,6 @@ export interface Snapshot {
   /** the state file `anvil --load-state` reads */
   statePath: string
   book: DevnetAddressBook
-}
-
-export function snapshotsEnabled(env: NodeJS.ProcessEnv = process.env): boolean {
-  return env.ATS_DEVNET_SNAPSHOTS !== '0'
 }
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -62,12 +58,7 @@ export function findSnapshot(accounts: number): { base: string; saved?: Snapshot
 
 /** Saves a freshly deployed and funded devnet's state (anvil_dumpState) and book under `base` (findSnapshot's). */
 export async function saveSnapshot(rpcUrl: string, book: DevnetAddressBook, base: string): Promise<void> {
-  const res = await fetch(rpcUrl, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'anvil_dumpState', params: [] }),
-  })
-  const { result } = (await res.json()) as { result?: string }
+  const result = await rpcResult(rpcUrl, 'anvil_dumpState')
   if (typeof result !== 'string' || !result.startsWith('0x')) throw new Error('devnet snapshot: anvil_dumpState returned no state')
   // written under a temporary name and renamed, so a test starting at the same time never reads half a file
   const write = (path: string, content: string | Buffer) => {

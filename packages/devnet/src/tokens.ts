@@ -36,9 +36,11 @@ export async function deployTokens(s: DeployerSession, tokens: readonly Token[] 
   }))
 }
 
-/** The devnet address of a token by symbol (throws when the book has no such token). */
-export function tokenBySymbol(tokens: readonly Token[], symbol: string): Address {
+/** A token of the book by symbol (throws when the book has no such token). */
+export function tokenOf(tokens: readonly Token[], symbol: string): Token {
   const token = tokens.find((t) => t.symbol === symbol)
   if (!token) throw new Error(`devnet: no token ${symbol}`)
-  return token.address
+  return token
 }
+
+export const tokenBySymbol = (tokens: readonly Token[], symbol: string): Address => tokenOf(tokens, symbol).address

@@ -1,6 +1,6 @@
 import { parseAbi, zeroAddress, type Address } from 'viem'
 import { npmArtifact } from './artifacts.ts'
-import { approvals, fullRangeMint, seedBatch, type SeededPool } from './seed.ts'
+import { fullRangeMint, seedPools, type SeededPool } from './seed.ts'
 import type { DeployerSession } from './session.ts'
 
 export interface UniswapV3Addresses {
@@ -43,29 +43,14 @@ export async function deployUniswapV3(s: DeployerSession, weth: Address, seeded:
     [zeroAddress, factory, positionManager, weth], // no Uniswap V2 on the devnet
   )
 
-  // Two batches: the approvals and every pool, then every position (a mint needs its pool).
-  await seedBatch(s, [
-    ...approvals(positionManager, seeded),
-    ...seeded.map(({ position, uniswapFee }) => ({
-      address: positionManager,
-      abi: npmAbi,
-      functionName: 'createAndInitializePoolIfNecessary',
-      args: [position.token0, position.token1, uniswapFee, position.sqrtPrice],
-    })),
-  ])
-  await seedBatch(
-    s,
-    seeded.map(({ position, uniswapFee }) => {
+  await seedPools(s, positionManager, npmAbi, seeded, {
+    create: ({ position, uniswapFee }) => [position.token0, position.token1, uniswapFee, position.sqrtPrice],
+    mint: ({ position, uniswapFee }) => {
       const tickSpacing = TICK_SPACING[uniswapFee]
       if (tickSpacing === undefined) throw new Error(`devnet deploy: no Uniswap V3 fee tier ${uniswapFee}`)
-      return {
-        address: positionManager,
-        abi: npmAbi,
-        functionName: 'mint',
-        args: [{ ...fullRangeMint(position, tickSpacing, s.account.address), fee: uniswapFee }],
-      }
-    }),
-  )
+      return { ...fullRangeMint(position, tickSpacing, s.account.address), fee: uniswapFee }
+    },
+  })
   const addresses = await Promise.all(
     seeded.map(({ position, uniswapFee }) =>
       s.publicClient.readContract({

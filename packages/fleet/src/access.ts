@@ -31,12 +31,7 @@ const password = () => randomBytes(24).toString('base64url')
 function natsUrlWith(natsUrl: string, user: string, pass: string): string {
   return natsUrl
     .split(',')
-    .map((s) => {
-      const url = new URL(s.trim().includes('://') ? s.trim() : `nats://${s.trim()}`)
-      url.username = encodeURIComponent(user)
-      url.password = encodeURIComponent(pass)
-      return url.toString().replace(/\/$/, '')
-    })
+    .map((s) => roleUrl(s.trim().includes('://') ? s.trim() : `nats://${s.trim()}`, user, pass).replace(/\/$/, ''))
     .join(',')
 }
 
@@ -49,10 +44,6 @@ export interface FleetAccessOptions {
   databaseUrl?: string
   /** role names are <prefix>_<component>; fleets sharing a Postgres server need one each, and their own database */
   rolePrefix?: string
-  /** NATS user names get this prefix (fleets sharing one nats-server) */
-  userPrefix?: string
-  /** NATS users with every permission, beside the fleet's (a rehearsal's own checks, an operator's tools) */
-  unrestricted?: Array<{ user: string; password: string }>
 }
 
 export interface FleetAccess {
@@ -74,20 +65,18 @@ export async function fleetAccess({
   namespace = defaultNamespace,
   databaseUrl,
   rolePrefix = 'ats',
-  userPrefix = '',
-  unrestricted,
 }: FleetAccessOptions): Promise<FleetAccess> {
   const nats = Object.fromEntries(fleetComponents.map((c) => [c, password()])) as Record<FleetComponent, string>
   const roles = databaseUrl ? databaseRolesOf(members, rolePrefix).map((r) => ({ ...r, password: password() })) : []
   if (databaseUrl && roles.length > 0) await ensureRoles(databaseUrl, roles)
   return {
-    natsAuthorization: natsAuthorization({ namespace, userPrefix, passwords: nats, unrestricted }),
+    natsAuthorization: natsAuthorization({ namespace, passwords: nats }),
     roles: roles.map(({ password: _, ...r }) => r),
     envOf(member, natsUrl) {
       if (!isComponent(member)) throw new Error(`${member} is not a fleet component (contracts: fleetComponents)`)
       const role = roles.find((r) => r.component === member)
       return {
-        NATS_URL: natsUrlWith(natsUrl, natsUserOf(member, userPrefix), nats[member]),
+        NATS_URL: natsUrlWith(natsUrl, natsUserOf(member), nats[member]),
         ...(role && databaseUrl ? { DATABASE_URL: roleUrl(databaseUrl, role.role, role.password) } : {}),
       }
     },

@@ -16,26 +16,22 @@ export interface NatsServer {
 
 /**
  * nats-server with JetStream in a new temporary directory, on a loopback port it picks, with the
- * given authorization block; `env` resolves its password references. Resolves once it accepts
- * connections; stop() ends it and removes the directory.
+ * given authorization block. Resolves once it accepts connections (within 10 s); stop() ends it
+ * and removes the directory.
  */
 export async function startNatsServer({
   authorization,
-  env = {},
   binary = 'nats-server',
-  timeoutMs = 10_000,
 }: {
   authorization: string
-  env?: Record<string, string>
   binary?: string
-  timeoutMs?: number
 }): Promise<NatsServer> {
   const dir = await mkdtemp(join(tmpdir(), 'ats-nats-'))
   const config = join(dir, 'nats.conf')
   await writeFile(config, `listen: "127.0.0.1:-1"\njetstream { store_dir: ${JSON.stringify(join(dir, 'jetstream'))} }\n${authorization}`, {
     mode: 0o600,
   })
-  const child = spawn(binary, ['-c', config], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] })
+  const child = spawn(binary, ['-c', config], { stdio: ['ignore', 'ignore', 'pipe'] })
   let output = ''
   child.stderr!.on('data', (chunk) => (output = (output + chunk).slice(-20_000)))
   const exited = once(child, 'exit')
@@ -46,7 +42,7 @@ export async function startNatsServer({
     }
     await rm(dir, { recursive: true, force: true })
   }
-  const deadline = Date.now() + timeoutMs
+  const deadline = Date.now() + 10_000
   // port -1: the server takes a free port and says which before it is ready
   while (!/Server is ready/.test(output)) {
     if (child.exitCode !== null || Date.now() > deadline) {

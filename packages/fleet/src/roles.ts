@@ -78,7 +78,7 @@ export function databaseRolesScript(roles: DatabaseRole[]): string {
   return `${lines.join('\n')}\n`
 }
 
-/** The DATABASE_URL a role connects with: the given server and database, its own user and password. */
+/** The DATABASE_URL a role connects with: the given server and database, its own user and password (a NATS URL's too, access.ts). */
 export function roleUrl(databaseUrl: string, role: string, password: string): string {
   const url = new URL(databaseUrl)
   url.username = encodeURIComponent(role)

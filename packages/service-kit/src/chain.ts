@@ -15,7 +15,7 @@ import {
   type WalletSender,
 } from '@ats/chain'
 import { bytes32Pattern } from '@ats/contracts'
-import { Type } from 'typebox'
+import { Type, type Static, type TObject } from 'typebox'
 import type { Hex, Transport } from 'viem'
 import { StartupError, httpUrlSetting } from './config.ts'
 import type { Logger } from './logger.ts'
@@ -60,11 +60,7 @@ export interface ChainContext extends ChainClients {
   close(): Promise<void>
 }
 
-export interface ChainConfig {
-  RPC_URL: string
-  CHAIN_ID: number
-  ADDRESS_BOOK?: string | undefined
-  SERVER_WALLET_PRIVATE_KEY?: string | undefined
+export type ChainConfig = Static<TObject<typeof chainSettings & typeof serverWalletSettings>> & {
   /** where the server wallet's lock is taken; without it, only this process is coordinated */
   DATABASE_URL?: string | undefined
 }
@@ -72,7 +68,7 @@ export interface ChainConfig {
 /** The address book read at start, so a missing or wrong ADDRESS_BOOK stops the process instead of failing requests. */
 export function checkAddressBook(config: ChainConfig): void {
   try {
-    addressBookFor({ chainId: config.CHAIN_ID, ...(config.ADDRESS_BOOK ? { addressBookPath: config.ADDRESS_BOOK } : {}) })
+    addressBookFor({ chainId: config.CHAIN_ID, addressBookPath: config.ADDRESS_BOOK })
   } catch (error) {
     throw new StartupError(`invalid setting ADDRESS_BOOK: ${(error as Error).message}`)
   }
@@ -109,8 +105,7 @@ export function createChainContext(config: ChainConfig, log?: Logger): ChainCont
   let tokens: TokenRegistry | undefined
   let sender: WalletSender | undefined
   let lock: WalletLock | undefined
-  const addressBook = () =>
-    (book ??= addressBookFor({ chainId: config.CHAIN_ID, ...(config.ADDRESS_BOOK ? { addressBookPath: config.ADDRESS_BOOK } : {}) }))
+  const addressBook = () => (book ??= addressBookFor({ chainId: config.CHAIN_ID, addressBookPath: config.ADDRESS_BOOK }))
   return {
     ...clients,
     chainId: config.CHAIN_ID,

@@ -88,8 +88,6 @@ export const databaseSettings = {
   }),
 }
 
-const isSecret = (schema: TSchema) => (schema as { secret?: boolean }).secret === true
-
 /** What is wrong with a value its schema accepts: a `_MS` setting past what timers take, an integer past 2^53 - 1. */
 function beyondSchema(name: string, value: unknown): string | undefined {
   if (typeof value !== 'number') return undefined
@@ -127,7 +125,7 @@ export function loadConfig<P extends TProperties>(properties: P, env: NodeJS.Pro
     const validator = Compile(schema)
     const problem = validator.Check(value) ? beyondSchema(name, value) : problemOf(schema, [...validator.Errors(value)][0]?.message)
     if (problem) {
-      const shown = isSecret(schema) ? '' : ` (got ${JSON.stringify(raw)})`
+      const shown = (schema as { secret?: boolean }).secret === true ? '' : ` (got ${JSON.stringify(raw)})`
       throw new StartupError(`invalid setting ${name}: ${problem}${shown}`)
     }
     out[name] = value

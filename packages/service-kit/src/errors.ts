@@ -15,6 +15,15 @@ export { createError }
 /** An error's first line (viem's and undici's messages go on with details a log or a client does not need). */
 export const firstLine = (error: unknown): string => (error instanceof Error ? error.message : String(error)).split('\n')[0]!
 
+/** `promise`, or a rejection with `error()` when it has not settled within `ms`. */
+export function withTimeout<T>(promise: Promise<T>, ms: number, error: () => Error): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(error()), ms)
+  })
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
+}
+
 export const NotFound = createError<[string]>('ATS_ERR_NOT_FOUND', '%s not found', 404)
 export const Unauthorized = createError<[string]>('ATS_ERR_UNAUTHORIZED', '%s', 401)
 export const Forbidden = createError<[string]>('ATS_ERR_FORBIDDEN', '%s', 403)
@@ -120,12 +129,18 @@ export const SharedFailure = createError<[string]>('ATS_ERR_SHARED_FAILURE', '%s
 
 const isOurs = (error: { code?: unknown }) => typeof error.code === 'string' && error.code.startsWith('ATS_ERR_')
 
-/** The status of a registry error a client caused (4xx), or undefined for anything else. */
-export function clientErrorStatus(error: unknown): number | undefined {
-  const { statusCode } = (error ?? {}) as { statusCode?: unknown }
-  const ours = isOurs((error ?? {}) as { code?: unknown })
-  return ours && typeof statusCode === 'number' && statusCode >= 400 && statusCode < 500 ? statusCode : undefined
+/** A registry error's status when `accept` takes it; undefined for anything else. */
+function registryStatus(error: unknown, accept: (status: number) => boolean): number | undefined {
+  const { statusCode, code } = (error ?? {}) as { statusCode?: unknown; code?: unknown }
+  return isOurs({ code }) && typeof statusCode === 'number' && accept(statusCode) ? statusCode : undefined
 }
+
+/** Whether `error` comes from a registry with a status: safe to show, and to share (sharedCache.ts). */
+export const isRegistryError = (error: unknown): error is Error & { statusCode: number; code: string } =>
+  registryStatus(error, () => true) !== undefined
+
+/** The status of a registry error a client caused (4xx), or undefined for anything else. */
+export const clientErrorStatus = (error: unknown) => registryStatus(error, (status) => status >= 400 && status < 500)
 
 /** The statuses that cross a NATS call as themselves: the client's 4xx, and the 503/504 that say "try later". */
 export const isForwardedStatus = (status: number) => (status >= 400 && status < 500) || status === 503 || status === 504
@@ -134,10 +149,7 @@ export const isForwardedStatus = (status: number) => (status >= 400 && status < 
  * The status a registry error keeps when it crosses a NATS call (server wallet not configured,
  * receipt not seen in time, any 4xx); undefined otherwise.
  */
-export function forwardedErrorStatus(error: unknown): number | undefined {
-  const { statusCode, code } = (error ?? {}) as { statusCode?: unknown; code?: unknown }
-  return isOurs({ code }) && typeof statusCode === 'number' && isForwardedStatus(statusCode) ? statusCode : undefined
-}
+export const forwardedErrorStatus = (error: unknown) => registryStatus(error, isForwardedStatus)
 
 export function statusOf(error: FastifyError): number {
   const status = error.statusCode ?? 500

@@ -1,8 +1,7 @@
 // Webhook events, written in the transaction of the state change that causes them (a per-schema
-// outbox the kit keeps, `<schema>.event_outbox`), then published to the events stream for admin
-// to deliver (docs/webhooks.md). A process that dies between its commit and the publish leaves
-// the row unpublished, and the sweep of any replica publishes it: no event is lost, and JetStream
-// (message id = event id) and admin's unique (subscription, event) make a repeat harmless.
+// outbox the kit keeps, `<schema>.event_outbox`; outbox.ts says why none is lost), then published
+// to the events stream for admin to deliver (docs/webhooks.md), where its unique (subscription,
+// event) makes a repeat harmless.
 import { randomBytes } from 'node:crypto'
 import type { DomainEvent, EventChannels, EventOwner, WebhookEventType } from '@ats/contracts'
 import type { NatsConnection } from 'nats'
@@ -68,21 +67,6 @@ export interface EventOutbox {
   stop(): Promise<void>
 }
 
-function createTable(pool: pg.Pool, schema: string): Promise<void> {
-  const table = `${quoteIdent(schema)}.event_outbox`
-  return ensureKitTables(pool, schema, [
-    `CREATE TABLE IF NOT EXISTS ${table} (
-      id text PRIMARY KEY,
-      type text NOT NULL,
-      owner jsonb NOT NULL,
-      data jsonb NOT NULL,
-      created_at timestamptz NOT NULL DEFAULT now(),
-      published_at timestamptz
-    )`,
-    `CREATE INDEX IF NOT EXISTS event_outbox_unpublished ON ${table} (created_at) WHERE published_at IS NULL`,
-  ])
-}
-
 /**
  * The service's event outbox: creates `<schema>.event_outbox` when missing (call it at start,
  * before anything records an event), publishes sent ids at once and sweeps what is left.
@@ -100,7 +84,17 @@ export async function startEventOutbox({
   pool.on('error', (error) => log.warn({ err: error }, 'event outbox connection failed'))
   const table = `${quoteIdent(schema)}.event_outbox`
   try {
-    await createTable(pool, schema)
+    await ensureKitTables(pool, schema, [
+      `CREATE TABLE IF NOT EXISTS ${table} (
+        id text PRIMARY KEY,
+        type text NOT NULL,
+        owner jsonb NOT NULL,
+        data jsonb NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        published_at timestamptz
+      )`,
+      `CREATE INDEX IF NOT EXISTS event_outbox_unpublished ON ${table} (created_at) WHERE published_at IS NULL`,
+    ])
     await ensureStream(nc, channels.streamSpec)
   } catch (error) {
     await pool.end()
@@ -114,14 +108,10 @@ export async function startEventOutbox({
     log,
     sweepEveryMs,
     publish: async (id) => {
-      const { rows } = await pool.query<{
-        id: string
-        type: WebhookEventType
-        owner: EventOwner
-        data: Record<string, unknown>
-        at: Date
-        published: boolean
-      }>(`SELECT id, type, owner, data, created_at AS at, published_at IS NOT NULL AS published FROM ${table} WHERE id = $1`, [id])
+      const { rows } = await pool.query<Omit<DomainEvent, 'at'> & { at: Date; published: boolean }>(
+        `SELECT id, type, owner, data, created_at AS at, published_at IS NOT NULL AS published FROM ${table} WHERE id = $1`,
+        [id],
+      )
       const row = rows[0]
       if (!row || row.published) return
       const event: DomainEvent = { id: row.id, type: row.type, at: row.at.getTime(), owner: row.owner, data: row.data }

@@ -2,7 +2,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Pool, type Dispatcher } from 'undici'
 import { UpstreamFailed, UpstreamRateLimited, UpstreamStatusError, UpstreamTimeout, describeStatus } from './errors.ts'
-import { SpanKind, failSpan, startSpan, traceContext, tracingEnabled } from './tracing.ts'
+import { SpanKind, inSpan, tracingEnabled } from './tracing.ts'
 
 export type QueryValue = string | number | boolean | null | undefined
 export type Query = Record<string, QueryValue | readonly QueryValue[]>
@@ -32,15 +32,7 @@ export interface HttpClientOptions {
   retries?: number
   /** sent with every request (api keys go here or in query, never into messages) */
   headers?: Record<string, string>
-  /** sent with every request */
-  query?: Query
   log?: { warn(obj: object, msg: string): void }
-  /** keep-alive connections to the upstream */
-  connections?: number
-  /** a larger answer fails: upstreams answering megabytes by mistake must not fill the heap */
-  maxResponseBytes?: number
-  /** a 429 asking to wait longer than this is not retried */
-  maxRetryAfterMs?: number
 }
 
 export interface HttpClient {
@@ -54,14 +46,10 @@ export interface HttpClient {
 
 const idempotentMethods = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS'])
 const retriedStatuses = new Set([429, 502, 503, 504])
-
-function appendQuery(params: URLSearchParams, query: Query | undefined): void {
-  for (const [name, value] of Object.entries(query ?? {})) {
-    for (const item of Array.isArray(value) ? value : [value]) {
-      if (item !== undefined && item !== null) params.append(name, String(item))
-    }
-  }
-}
+/** a larger answer fails: upstreams answering megabytes by mistake must not fill the heap */
+const maxResponseBytes = 8 * 1024 * 1024
+/** a 429 asking to wait longer than this is not retried */
+const maxRetryAfterMs = 5_000
 
 /** retry-after in seconds or as an HTTP date, in ms; undefined when absent or unreadable */
 function retryAfterMs(value: string | string[] | undefined): number | undefined {
@@ -89,21 +77,19 @@ type Attempt = { ok: true; value: unknown } | { ok: false; error: Error; retryab
  * room, for idempotent methods only unless the call says `retry: true`.
  */
 export function createHttpClient(options: HttpClientOptions): HttpClient {
-  const { name, retries = 2, maxResponseBytes = 8 * 1024 * 1024, maxRetryAfterMs = 5_000 } = options
+  const { name, retries = 2 } = options
   const base = new URL(options.baseUrl)
   const prefix = base.pathname.replace(/\/+$/, '')
-  const baseQuery = base.searchParams
-  const pool = new Pool(base.origin, {
-    connections: options.connections ?? 16,
-    keepAliveTimeout: 30_000,
-    maxResponseSize: maxResponseBytes,
-  })
+  const pool = new Pool(base.origin, { connections: 16, keepAliveTimeout: 30_000, maxResponseSize: maxResponseBytes })
   const defaultHeaders = { accept: 'application/json', ...options.headers }
 
   function target(path: string, query: Query | undefined): string {
-    const params = new URLSearchParams(baseQuery)
-    appendQuery(params, options.query)
-    appendQuery(params, query)
+    const params = new URLSearchParams(base.searchParams)
+    for (const [name, value] of Object.entries(query ?? {})) {
+      for (const item of Array.isArray(value) ? value : [value]) {
+        if (item !== undefined && item !== null) params.append(name, String(item))
+      }
+    }
     const search = params.toString()
     const [pathname, inline] = path.split('?', 2)
     const joined = `${prefix}${pathname!.startsWith('/') ? '' : '/'}${pathname}`
@@ -183,26 +169,20 @@ export function createHttpClient(options: HttpClientOptions): HttpClient {
   async function request<T>(method: string, path: string, opts: RequestOptions & { body?: unknown } = {}): Promise<T> {
     if (!tracingEnabled()) return send<T>(method, path, opts)
     const verb = method.toUpperCase()
-    const { span, ctx } = startSpan(`${verb} ${name}`, {
-      kind: SpanKind.CLIENT,
-      // the call's own path, without the base URL's prefix or the query: both may carry api keys
-      // (Alchemy's key is a path segment of its base URL)
-      attributes: {
-        'http.request.method': verb,
-        'server.address': base.hostname,
-        'url.path': path.split('?', 1)[0]!,
-        'ats.upstream': name,
-      },
-    })
-    try {
-      return await traceContext.with(ctx, () => send<T>(method, path, opts))
-    } catch (error) {
-      if (error instanceof UpstreamStatusError) span.setAttribute('http.response.status_code', error.status)
-      failSpan(span, error)
-      throw error
-    } finally {
-      span.end()
+    // the call's own path, without the base URL's prefix or the query: both may carry api keys
+    // (Alchemy's key is a path segment of its base URL)
+    const attributes = {
+      'http.request.method': verb,
+      'server.address': base.hostname,
+      'url.path': path.split('?', 1)[0]!,
+      'ats.upstream': name,
     }
+    return inSpan(`${verb} ${name}`, { kind: SpanKind.CLIENT, attributes }, (span) =>
+      send<T>(method, path, opts).catch((error) => {
+        if (error instanceof UpstreamStatusError) span?.setAttribute('http.response.status_code', error.status)
+        throw error
+      }),
+    )
   }
 
   async function send<T>(method: string, path: string, opts: RequestOptions & { body?: unknown } = {}): Promise<T> {

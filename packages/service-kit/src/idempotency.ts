@@ -9,6 +9,7 @@ import {
   IdempotencyMismatch,
   IdempotencyReplayed,
   IdempotencyUnstorable,
+  withTimeout,
 } from './errors.ts'
 import type { Logger } from './logger.ts'
 import { ensureKitTables, quoteIdent } from './migrator.ts'
@@ -106,7 +107,21 @@ export async function createIdempotencyStore(database: string | pg.Pool, options
   // an idle client that loses its connection must not crash the process
   if (owned) pool.on('error', (error) => log?.warn({ err: error }, 'idempotency store connection failed'))
   const table = `${quoteIdent(options.schema)}.idempotency_keys`
-  await createTable(pool, options.schema, table).catch(async (error) => {
+  // created once; the migrator's lock keeps replicas (and a migration) from racing on the DDL
+  const ddl = `CREATE TABLE IF NOT EXISTS ${table} (
+    scope text NOT NULL,
+    key text NOT NULL,
+    fingerprint text NOT NULL,
+    state text NOT NULL CHECK (state IN ('running', 'done')),
+    owner text,
+    result jsonb,
+    status integer,
+    locked_until timestamptz,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    completed_at timestamptz,
+    PRIMARY KEY (scope, key)
+  )`
+  await ensureKitTables(pool, options.schema, [ddl]).catch(async (error) => {
     if (owned) await pool.end()
     throw error
   })
@@ -174,11 +189,6 @@ export async function createIdempotencyStore(database: string | pg.Pool, options
     return { result, replayed: false, stored: JSON.parse(json) }
   }
 
-  function replay<T>(row: Row): Outcome<T> {
-    if (row.status !== null) throw replayedError(row.status, row.result)
-    return { result: row.result as T, replayed: true, stored: row.result }
-  }
-
   async function claimOrWait<T>(scope: string, key: string, fingerprint: string, fn: () => Promise<T>): Promise<Outcome<T>> {
     const deadline = Date.now() + waitMs
     for (;;) {
@@ -188,7 +198,10 @@ export async function createIdempotencyStore(database: string | pg.Pool, options
       const row = (await pool.query<Row>(sql.read, [scope, key])).rows[0]
       if (!row) continue // released since the insert: claim again
       if (row.fingerprint !== fingerprint) throw new IdempotencyMismatch(key)
-      if (row.state === 'done') return replay(row)
+      if (row.state === 'done') {
+        if (row.status !== null) throw replayedError(row.status, row.result)
+        return { result: row.result as T, replayed: true, stored: row.result }
+      }
       if (row.expired) {
         const taken = await pool.query(sql.takeOver, [scope, key, fingerprint, leaseMs, owner])
         if (taken.rowCount) return execute(scope, key, owner, fn)
@@ -199,21 +212,13 @@ export async function createIdempotencyStore(database: string | pg.Pool, options
     }
   }
 
-  function waitFor(outcome: Promise<Outcome<unknown>>): Promise<Outcome<unknown>> {
-    let timer: NodeJS.Timeout | undefined
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new IdempotencyInProgress()), waitMs)
-    })
-    return Promise.race([outcome, timeout]).finally(() => clearTimeout(timer))
-  }
-
   return {
     async run<T>(scope: string, key: string, fingerprint: string, fn: () => Promise<T>) {
       const id = JSON.stringify([scope, key])
       const running = inflight.get(id)
       if (running) {
         if (running.fingerprint !== fingerprint) throw new IdempotencyMismatch(key)
-        const { stored } = await waitFor(running.outcome)
+        const { stored } = await withTimeout(running.outcome, waitMs, () => new IdempotencyInProgress())
         return { result: stored as T, replayed: true }
       }
       const outcome = claimOrWait(scope, key, fingerprint, fn)
@@ -248,25 +253,6 @@ export function startIdempotencyPurge(store: IdempotencyStore, log: Logger, olde
       return false
     },
   })
-}
-
-/** Creates the table once; the migrator's lock keeps replicas (and a migration) from racing on the DDL. */
-function createTable(pool: pg.Pool, schema: string, table: string): Promise<void> {
-  return ensureKitTables(pool, schema, [
-    `CREATE TABLE IF NOT EXISTS ${table} (
-      scope text NOT NULL,
-      key text NOT NULL,
-      fingerprint text NOT NULL,
-      state text NOT NULL CHECK (state IN ('running', 'done')),
-      owner text,
-      result jsonb,
-      status integer,
-      locked_until timestamptz,
-      created_at timestamptz NOT NULL DEFAULT now(),
-      completed_at timestamptz,
-      PRIMARY KEY (scope, key)
-    )`,
-  ])
 }
 
 /** Canonical JSON: object keys sorted, so equal requests fingerprint alike whatever their key order. */

@@ -17,6 +17,18 @@ const header = (request: FastifyRequest, name: string) => {
   return typeof value === 'string' && value !== '' ? value : undefined
 }
 
+/** The caller's identity from the gateway's headers (HTTP, or a NATS call's): each field only when set. */
+export function identityOf(get: (name: string) => string | undefined): Identity {
+  const identity: Identity = {}
+  for (const field of ['ownerId', 'keyId', 'wallet'] as const) {
+    const value = get(identityHeaders[field])
+    if (value) identity[field] = value
+  }
+  const tier = get(identityHeaders.tier)
+  if (isTier(tier)) identity.tier = tier
+  return identity
+}
+
 /**
  * Services trust identity headers only from the gateway: every request but the
  * operational ones must carry the internal token, compared in constant time.
@@ -29,16 +41,8 @@ export function installIdentity(app: FastifyInstance, internalToken: string): vo
     if (token.length !== expected.length || !timingSafeEqual(token, expected)) {
       throw new Unauthorized('this service answers only requests forwarded by the gateway')
     }
-    const tier = header(request, identityHeaders.tier)
-    const identity: Identity = {}
-    const ownerId = header(request, identityHeaders.ownerId)
-    const keyId = header(request, identityHeaders.keyId)
-    const wallet = header(request, identityHeaders.wallet)
+    const identity = identityOf((name) => header(request, name))
     const idempotencyKey = header(request, identityHeaders.idempotencyKey)
-    if (ownerId) identity.ownerId = ownerId
-    if (keyId) identity.keyId = keyId
-    if (wallet) identity.wallet = wallet
-    if (isTier(tier)) identity.tier = tier
     if (idempotencyKey) identity.idempotencyKey = idempotencyKey
     request.identity = identity
   })

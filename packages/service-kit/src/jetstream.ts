@@ -11,7 +11,7 @@ import {
   type NatsConnection,
   type PubAck,
 } from 'nats'
-import { SpanKind, failSpan, injectNats, startSpan, tracingEnabled, type SpanSpec } from './tracing.ts'
+import { SpanKind, inSpan, injectNats, tracingEnabled, type SpanSpec } from './tracing.ts'
 
 export interface StreamSpec {
   name: string
@@ -114,25 +114,16 @@ export async function publishTraced(
   spec: Pick<SpanSpec, 'parent' | 'links'> = {},
 ): Promise<PubAck> {
   if (!tracingEnabled()) return js.publish(subject, data, options)
-  const { span, ctx } = startSpan(`publish ${subject}`, {
-    ...spec,
-    kind: SpanKind.PRODUCER,
-    attributes: {
-      'messaging.system': 'nats',
-      'messaging.destination.name': subject,
-      'messaging.operation.type': 'send',
-      ...(options.msgID ? { 'messaging.message.id': options.msgID } : {}),
-    },
-  })
-  try {
-    const ack = await js.publish(subject, data, { ...options, headers: injectNats(options.headers, ctx) })
-    span.setAttribute('ats.stream.sequence', ack.seq)
-    if (ack.duplicate) span.setAttribute('ats.duplicate', true)
-    return ack
-  } catch (error) {
-    failSpan(span, error)
-    throw error
-  } finally {
-    span.end()
+  const attributes = {
+    'messaging.system': 'nats',
+    'messaging.destination.name': subject,
+    'messaging.operation.type': 'send',
+    ...(options.msgID ? { 'messaging.message.id': options.msgID } : {}),
   }
+  return inSpan(`publish ${subject}`, { ...spec, kind: SpanKind.PRODUCER, attributes }, async (span) => {
+    const ack = await js.publish(subject, data, { ...options, headers: injectNats(options.headers) })
+    span?.setAttribute('ats.stream.sequence', ack.seq)
+    if (ack.duplicate) span?.setAttribute('ats.duplicate', true)
+    return ack
+  })
 }

@@ -7,10 +7,7 @@ import type { Logger } from './logger.ts'
  * Returns the registry (labelled with the service) and the per-request observer, which the kit
  * calls from its one onResponse hook.
  */
-export function installMetrics(
-  app: FastifyInstance,
-  service: string,
-): { registry: Registry; observe: (request: FastifyRequest, reply: FastifyReply) => void } {
+export function installMetrics(app: FastifyInstance, service: string) {
   const registry = new Registry()
   registry.setDefaultLabels({ service })
   collectDefaultMetrics({ register: registry })

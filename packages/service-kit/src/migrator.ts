@@ -63,7 +63,9 @@ export async function migrate(databaseUrl: string, plan: MigrationPlan): Promise
   try {
     await client.connect()
   } catch (error) {
-    throw unreachable(databaseUrl, error)
+    throw new StartupError(
+      `PostgreSQL is not reachable at ${safeUrl(databaseUrl)} (${(error as Error).message}): start PostgreSQL or set DATABASE_URL`,
+    )
   }
   const schema = quoteIdent(plan.schema)
   const applied: string[] = []
@@ -115,13 +117,6 @@ export async function migrate(databaseUrl: string, plan: MigrationPlan): Promise
     await client.end()
   }
 }
-
-export function unreachable(databaseUrl: string, error: unknown): StartupError {
-  const where = safeUrl(databaseUrl)
-  return new StartupError(`PostgreSQL is not reachable at ${where} (${(error as Error).message}): start PostgreSQL or set DATABASE_URL`)
-}
-
-/** The URL without its password, for messages and logs. */
 
 /**
  * Creates tables the kit keeps in a service's schema (idempotency keys, the event outbox) when

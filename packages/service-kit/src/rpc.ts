@@ -1,4 +1,4 @@
-import { identityHeaders, isTier, type Endpoint, type Identity, type Topic } from '@ats/contracts'
+import { identityHeaders, type Endpoint, type Identity, type Topic } from '@ats/contracts'
 import {
   headers as natsHeaders,
   ServiceErrorCodeHeader,
@@ -10,8 +10,9 @@ import {
   type ServiceMsg,
 } from 'nats'
 import { ServiceCallError, forwardedErrorStatus, isForwardedStatus } from './errors.ts'
+import { identityOf } from './identity.ts'
 import type { Logger } from './logger.ts'
-import { SpanKind, SpanStatusCode, contextOfHeaders, failSpan, injectNats, startSpan, traceContext, tracingEnabled } from './tracing.ts'
+import { SpanKind, SpanStatusCode, contextOfHeaders, inSpan, injectNats, startSpan, traceContext, tracingEnabled } from './tracing.ts'
 
 /**
  * Request/reply between services over the NATS services API. A handler's client errors
@@ -32,36 +33,22 @@ export function addNatsService(nc: NatsConnection, name: string, version: string
 
 function contextOf(h: MsgHdrs | undefined): CallContext {
   const get = (name: string) => h?.get(name) || undefined
-  const identity: Identity = {}
-  const ownerId = get(identityHeaders.ownerId)
-  const keyId = get(identityHeaders.keyId)
-  const tier = get(identityHeaders.tier)
-  const wallet = get(identityHeaders.wallet)
-  if (ownerId) identity.ownerId = ownerId
-  if (keyId) identity.keyId = keyId
-  if (wallet) identity.wallet = wallet
-  if (isTier(tier)) identity.tier = tier
   const requestId = get(identityHeaders.requestId)
-  return { identity, ...(requestId ? { requestId } : {}) }
+  return { identity: identityOf(get), ...(requestId ? { requestId } : {}) }
 }
 
-function headersOf(context: CallContext): MsgHdrs | undefined {
-  const { requestId, identity = {} } = context
-  if (!requestId && !identity.ownerId && !identity.keyId && !identity.tier && !identity.wallet) return undefined
+function headersOf({ requestId, identity = {} }: CallContext): MsgHdrs | undefined {
+  const fields = (['ownerId', 'keyId', 'tier', 'wallet'] as const).map((field) => [identityHeaders[field], identity[field]] as const)
+  const values = [[identityHeaders.requestId, requestId] as const, ...fields].filter(([, value]) => value)
+  if (values.length === 0) return undefined
   const h = natsHeaders()
-  if (requestId) h.set(identityHeaders.requestId, requestId)
-  if (identity.ownerId) h.set(identityHeaders.ownerId, identity.ownerId)
-  if (identity.keyId) h.set(identityHeaders.keyId, identity.keyId)
-  if (identity.tier) h.set(identityHeaders.tier, identity.tier)
-  if (identity.wallet) h.set(identityHeaders.wallet, identity.wallet)
+  for (const [name, value] of values) h.set(name, value!)
   return h
 }
 
-/** An endpoint's name (services API, logs, spans): its subject past the service, dots as dashes (`<ns>.admin.keys.verify`: keys-verify). */
-const endpointNameOf = (subject: string) => subject.split('.').slice(2).join('-')
-
 /**
- * Serves one request/reply endpoint, named after its subject (endpointNameOf). An undecodable
+ * Serves one request/reply endpoint, named after its subject (past the service, dots as dashes:
+ * `<ns>.admin.keys.verify` is keys-verify, in the services API, logs and spans). An undecodable
  * request answers 400; a registry error with a 4xx, 503 or 504 status answers that status and
  * message; anything else answers 500 (logged, without detail).
  */
@@ -71,7 +58,7 @@ export function serveEndpoint<Req, Rep>(
   log: Logger,
   handler: (request: Req, context: Required<Pick<CallContext, 'identity'>> & CallContext) => Promise<Rep>,
 ): void {
-  const name = endpointNameOf(endpoint.subject)
+  const name = endpoint.subject.split('.').slice(2).join('-')
   // once here: info() builds the service's whole description, endpoints and all
   const serviceName = service.info().name
   service.addEndpoint(name, {
@@ -132,9 +119,6 @@ export function serveEndpoint<Req, Rep>(
   })
 }
 
-/** The service an endpoint belongs to, for messages: `<ns>.admin.keys.verify` -> admin. */
-const serviceOf = (subject: string) => subject.split('.')[1] ?? subject
-
 /**
  * Calls an endpoint. A handler's 4xx, 503 and 504 reject with that status and message; its other 5xx with 502;
  * no responder with 503; no answer within the timeout with 504. Each is a ServiceCallError the
@@ -146,30 +130,16 @@ export async function callEndpoint<Req, Rep>(
   request: Req,
   { timeoutMs = 2000, ...context }: CallContext & { timeoutMs?: number } = {},
 ): Promise<Rep> {
-  if (tracingEnabled()) return callTraced(nc, endpoint, request, timeoutMs, context)
-  return call(nc, endpoint, request, timeoutMs, headersOf(context))
-}
-
-/** callEndpoint in a client span, whose context travels in the `traceparent` header. */
-async function callTraced<Req, Rep>(
-  nc: NatsConnection,
-  endpoint: Endpoint<Req, Rep>,
-  request: Req,
-  timeoutMs: number,
-  context: CallContext,
-): Promise<Rep> {
-  const { span, ctx } = startSpan(`request ${endpoint.subject}`, {
-    kind: SpanKind.CLIENT,
-    attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.subject, 'messaging.operation.type': 'send' },
-  })
-  try {
-    return await call(nc, endpoint, request, timeoutMs, injectNats(headersOf(context), ctx))
-  } catch (error) {
-    failSpan(span, error)
-    throw error
-  } finally {
-    span.end()
-  }
+  if (!tracingEnabled()) return call(nc, endpoint, request, timeoutMs, headersOf(context))
+  // a client span, whose context travels in the `traceparent` header
+  return inSpan(
+    `request ${endpoint.subject}`,
+    {
+      kind: SpanKind.CLIENT,
+      attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.subject, 'messaging.operation.type': 'send' },
+    },
+    () => call(nc, endpoint, request, timeoutMs, injectNats(headersOf(context))),
+  )
 }
 
 /**
@@ -188,7 +158,8 @@ async function call<Req, Rep>(
   timeoutMs: number,
   h: MsgHdrs | undefined,
 ): Promise<Rep> {
-  const service = serviceOf(endpoint.subject)
+  // the service it belongs to, for messages: `<ns>.admin.keys.verify` -> admin
+  const service = endpoint.subject.split('.')[1] ?? endpoint.subject
   const started = Date.now()
   const retryUntil = started + noResponderRetryMs(timeoutMs)
   // encoded once, in the try as before: a request its schema refuses is answered like a failed call
@@ -223,8 +194,7 @@ async function call<Req, Rep>(
 
 export function publish<M>(nc: NatsConnection, topic: Topic<M>, message: M): void {
   // with tracing on, the publisher's trace travels along (subscribers' log lines carry it)
-  if (tracingEnabled()) nc.publish(topic.subject, topic.message.encode(message), { headers: injectNats(undefined) })
-  else nc.publish(topic.subject, topic.message.encode(message))
+  nc.publish(topic.subject, topic.message.encode(message), tracingEnabled() ? { headers: injectNats(undefined) } : undefined)
 }
 
 /** Subscribes to a broadcast; undecodable messages are logged and dropped. */

@@ -7,7 +7,7 @@ import type { Redis } from 'ioredis'
 import { chainSettings, checkAddressBook, createChainContext, serverWalletSettings, type ChainConfig, type ChainContext } from './chain.ts'
 import { StartupError, baseSettings, databaseSettings, loadConfig, redisUrlSetting } from './config.ts'
 import { createDatabase, type DatabaseClient, type DatabaseOptions } from './database.ts'
-import { installErrorHandler } from './errors.ts'
+import { installErrorHandler, withTimeout } from './errors.ts'
 import { installIdentity, operationalRoutes } from './identity.ts'
 import { trackConnections } from './connections.ts'
 import { createLogger, type Logger } from './logger.ts'
@@ -19,28 +19,14 @@ import { connectNats } from './nats.ts'
 import { connectRedis } from './redis.ts'
 import { flushTraces, installRequestTracing, startTracing, tracingEnabled } from './tracing.ts'
 
-/** The settings the kit itself reads, for every process. */
-export interface KitConfig {
+/** The settings the kit itself reads: every process's (baseSettings), and those of what a definition declares (kitSettings). */
+export type KitConfig = Static<TObject<typeof baseSettings>> & {
   PORT: number
-  HOST: string
-  LOG_LEVEL: string
-  NATS_URL: string
-  NATS_NAMESPACE: string
-  /** copies of each stream, consumer and bucket (jetstream.ts) */
-  JETSTREAM_REPLICAS: number
-  INTERNAL_TOKEN: string
-  /** the largest request body: Fastify's bodyLimit, and the gateway's limit before proxying */
-  BODY_LIMIT_BYTES: number
-  /** set for services that declare a database */
   DATABASE_URL?: string
-  /** the edge's port for /ready and /metrics */
+  /** the edge's port and interface for /ready and /metrics */
   OPS_PORT?: number
-  /** the edge's interface for /ready and /metrics (unset: HOST) */
   OPS_HOST?: string
   REDIS_URL?: string
-  /** OTLP/HTTP collector; unset with the next: no tracing (tracing.ts) */
-  OTEL_EXPORTER_OTLP_ENDPOINT?: string
-  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?: string
 }
 export type ServiceConfig<S extends TProperties> = KitConfig & Static<TObject<S>>
 
@@ -226,9 +212,8 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     // the kit's keywords refuse control characters and unbounded numbers (validation.ts)
     ajv: { customOptions: { allErrors: true, removeAdditional: false }, plugins: [kitKeywords] },
     bodyLimit: config.BODY_LIMIT_BYTES,
-    ...(definition.edge
-      ? { requestIdHeader: false, genReqId: () => randomUUID() }
-      : { requestIdHeader: identityHeaders.requestId, genReqId: () => randomUUID() }),
+    requestIdHeader: definition.edge ? false : identityHeaders.requestId,
+    genReqId: () => randomUUID(),
     ...(typeof definition.fastify === 'function' ? definition.fastify(config) : definition.fastify),
   })
   const connections = trackConnections(app.server)
@@ -279,7 +264,7 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
     await Promise.all(
       Object.entries(checks).map(async ([name, check]) => {
         try {
-          await withTimeout(check(), 2000)
+          await withTimeout(check(), 2000, () => new Error('no answer within 2000 ms'))
         } catch (error) {
           failed.push(name)
           request.log.warn({ check: name, err: error }, 'readiness check failed')
@@ -330,14 +315,6 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
       return address
     },
   }
-}
-
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)
-  })
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
 }
 
 /**

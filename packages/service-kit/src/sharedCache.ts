@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Redis } from 'ioredis'
 import { LRUCache } from 'lru-cache'
-import { SharedFailure } from './errors.ts'
+import { SharedFailure, isRegistryError } from './errors.ts'
 import type { Logger } from './logger.ts'
 
 export interface CacheHit<V> {
@@ -45,11 +45,6 @@ type Stored = { at: number; exp: number } & ({ value: unknown } | { error: { sta
 
 // deletes the lock only while it is still ours (it may have expired and been taken by another)
 const releaseScript = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-
-const isRegistryError = (error: unknown): error is Error & { statusCode: number; code: string } => {
-  const { statusCode, code } = (error ?? {}) as { statusCode?: unknown; code?: unknown }
-  return typeof code === 'string' && code.startsWith('ATS_ERR_') && typeof statusCode === 'number'
-}
 
 /** What the loader threw, told apart from Redis failing. */
 class LoadFailed {

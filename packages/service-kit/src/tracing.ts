@@ -15,6 +15,7 @@ import {
   type TextMapSetter,
 } from '@opentelemetry/api'
 import type { TracerProvider } from '@opentelemetry/api'
+import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import { headers as natsHeaders, type MsgHdrs } from 'nats'
 
 export interface TracingConfig {
@@ -190,21 +191,6 @@ const requestContexts = new WeakMap<object, Context>()
 /** The trace context of an HTTP request (its server span); undefined with tracing off. */
 export const requestTraceContext = (request: object): Context | undefined => (enabled ? requestContexts.get(request) : undefined)
 
-interface TracedRequest {
-  method: string
-  url: string
-  id: string
-  headers: Record<string, string | string[] | undefined>
-  routeOptions: { url?: string | undefined }
-}
-interface TracedReply {
-  statusCode: number
-}
-type Done = (error?: Error) => void
-interface HookHost {
-  addHook(name: 'onRequest' | 'preValidation' | 'preHandler' | 'onResponse', hook: (request: any, reply: any, done: Done) => void): unknown
-}
-
 /**
  * A server span per HTTP request, installed by createService only when tracing is on. It is the
  * active span from `onRequest` on: each later stage runs inside it (a request body is read
@@ -213,8 +199,8 @@ interface HookHost {
  * gateway sent; the gateway (`edge`) starts every trace itself: a client's traceparent would let
  * it choose trace ids and join other traces.
  */
-export function installRequestTracing(app: HookHost, service: string, edge: boolean): void {
-  app.addHook('onRequest', (request: TracedRequest, _reply: TracedReply, done: Done) => {
+export function installRequestTracing(app: FastifyInstance, service: string, edge: boolean): void {
+  app.addHook('onRequest', (request, _reply, done) => {
     const route = request.routeOptions.url
     const parent = edge ? ROOT_CONTEXT : propagation.extract(ROOT_CONTEXT, request.headers)
     const { ctx } = startSpan(`${request.method} ${route ?? 'unmatched route'}`, {
@@ -231,7 +217,7 @@ export function installRequestTracing(app: HookHost, service: string, edge: bool
     requestContexts.set(request, ctx)
     context.with(ctx, done)
   })
-  const enter = (request: TracedRequest, _reply: TracedReply, done: Done) => {
+  const enter = (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) => {
     const ctx = requestContexts.get(request)
     if (ctx) context.with(ctx, done)
     else done()
@@ -239,7 +225,7 @@ export function installRequestTracing(app: HookHost, service: string, edge: bool
   app.addHook('preValidation', enter)
   app.addHook('preHandler', enter)
   // ends the span, and runs the kit's request log line (the next onResponse hook) inside it
-  app.addHook('onResponse', (request: TracedRequest, reply: TracedReply, done: Done) => {
+  app.addHook('onResponse', (request, reply, done) => {
     const ctx = requestContexts.get(request)
     const span = ctx && trace.getSpan(ctx)
     if (!ctx || !span) return done()

@@ -86,46 +86,35 @@ async function openDurable(
   return nc.jetstream().consumers.get(stream.name, durable)
 }
 
-/** The attributes of a consumer's span over a message (or a batch) of `subject`. */
-const consumeAttributes = (subject: string, durable: string, count: number) => ({
-  'messaging.system': 'nats',
-  'messaging.destination.name': subject,
-  'messaging.operation.type': 'process',
-  'messaging.consumer.group.name': durable,
-  'messaging.batch.message_count': count,
-})
-
 /**
- * The span a consumer handles messages in. One message: a child of its publisher's span (its
+ * Runs `fn` in a consumer span over `messages` when tracing is on; just runs it otherwise. A string
+ * it resolves to is the outcome. One message: the span is a child of its publisher's (its
  * `traceparent`), so the trace goes on through the consumer. A batch: a span of its own, linked
  * to each message's trace (a batch serves many requests; it cannot be the child of them all).
  */
-function consumeSpan(messages: JsMsg[], durable: string) {
+async function consuming<T>(messages: JsMsg[], durable: string, fn: () => Promise<T>): Promise<T> {
+  if (!tracingEnabled() || messages.length === 0) return fn()
   const subject = messages[0]!.subject
-  const one = messages.length === 1
-  return startSpan(`process ${subject}`, {
+  const { span, ctx } = startSpan(`process ${subject}`, {
     kind: SpanKind.CONSUMER,
     ...batchSpanSpec(
       messages.map((m) => contextOfHeaders(m.headers)),
       traceContext.active(),
     ),
     attributes: {
-      ...consumeAttributes(subject, durable, messages.length),
-      ...(one ? { 'ats.deliveries': messages[0]!.info.deliveryCount } : {}),
+      'messaging.system': 'nats',
+      'messaging.destination.name': subject,
+      'messaging.operation.type': 'process',
+      'messaging.consumer.group.name': durable,
+      'messaging.batch.message_count': messages.length,
+      ...(messages.length === 1 ? { 'ats.deliveries': messages[0]!.info.deliveryCount } : {}),
     },
   })
-}
-
-/** Runs `fn` in a consumer span over `messages` when tracing is on; just runs it otherwise. */
-async function consuming<T>(messages: JsMsg[], durable: string, fn: () => Promise<T>, describe?: (result: T) => string): Promise<T> {
-  if (!tracingEnabled() || messages.length === 0) return fn()
-  const { span, ctx } = consumeSpan(messages, durable)
   try {
     const result = await traceContext.with(ctx, fn)
-    const outcome = describe?.(result)
-    if (outcome) {
-      span.setAttribute('ats.outcome', outcome)
-      if (outcome === 'failed' || outcome === 'unreadable') span.setStatus({ code: SpanStatusCode.ERROR })
+    if (typeof result === 'string') {
+      span.setAttribute('ats.outcome', result)
+      if (result === 'failed' || result === 'unreadable') span.setStatus({ code: SpanStatusCode.ERROR })
     }
     return result
   } finally {
@@ -407,7 +396,7 @@ export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): P
   const js = nc.jetstream()
   const shutdown = new AbortController()
   const stopped = new Promise<void>((resolve) => shutdown.signal.addEventListener('abort', () => resolve(), { once: true }))
-  const inFlight = new Set<Promise<void>>()
+  const inFlight = new Set<Promise<unknown>>()
   let slotFreed: (() => void) | undefined
 
   /**
@@ -425,16 +414,6 @@ export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): P
       log.warn({ err: error, seq: m.seq }, 'work-queue message not handed back; redelivered instead (the delivery counts)')
       m.nak()
     }
-  }
-
-  /** one message: in a consumer span continuing the submitter's trace, when tracing is on */
-  const run = async (m: JsMsg): Promise<void> => {
-    await consuming(
-      [m],
-      durable,
-      () => runOne(m),
-      (outcome) => outcome,
-    )
   }
 
   /** handles one message; resolves to what became of it */
@@ -507,7 +486,8 @@ export async function startWorkQueueConsumer<M>(options: WorkQueueOptions<M>): P
         await handBack(m)
         return false
       }
-      const task: Promise<void> = run(m).finally(() => {
+      // in a consumer span continuing the submitter's trace, when tracing is on
+      const task: Promise<unknown> = consuming([m], durable, () => runOne(m)).finally(() => {
         inFlight.delete(task)
         slotFreed?.()
       })

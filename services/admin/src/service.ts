@@ -5,6 +5,7 @@ import {
   addNatsService,
   openBucket,
   publish,
+  serveEndpoint,
   startEventOutbox,
   StartupError,
   type ChainContext,
@@ -14,7 +15,6 @@ import { PrismaClient, type WebhookSubscription } from './generated/prisma/clien
 import { createAgentPayers } from './agentPayers/agentPayers.ts'
 import { startCredit } from './credit/credit.ts'
 import { createKeyStore } from './keys/keyStore.ts'
-import { serveAdminEndpoints } from './nats/admin.ts'
 import { agentPayersRoutes } from './routes/agentPayers.ts'
 import { createJobPayments, startJobOutcomes } from './payments/jobPayments.ts'
 import { createLedger, paymentCounter } from './payments/ledger.ts'
@@ -49,8 +49,9 @@ export const adminService: ServiceDefinition<typeof adminSettings, PrismaClient,
     migrations: fileURLToPath(new URL('../prisma/migrations', import.meta.url)),
     client: (adapter) => new PrismaClient({ adapter }),
   },
-  async register(app, { db, nc, channels, config, version, onClose, chain, log, metrics }) {
-    const { keyRevoked, keyCreated, payments } = channels.admin
+  async register(app, context) {
+    const { db, nc, channels, config, version, onClose, chain, log, metrics } = context
+    const { keyRevoked, payments, keyVerify, keyPolicy, agentPayer, paymentsOfJobs, creditSnapshot } = channels.admin
     const keys = createKeyStore(db)
     // payment.settled and payment.voided are recorded with their state change, published from here
     const events = await startEventOutbox({ nc, channels: channels.admin.events, databaseUrl: config.DATABASE_URL!, schema, log })
@@ -68,11 +69,16 @@ export const adminService: ServiceDefinition<typeof adminSettings, PrismaClient,
     }
 
     // prepaid credit: its ledger, consumers, sweeps and routes; the snapshot endpoint below serves it
-    const credit = await startCredit({ app, db, nc, channels, config, chain, events, log, metrics, onClose })
+    const credit = await startCredit(app, context, events)
 
     const nats = await addNatsService(nc, adminContract.name, version, 'API keys, payments ledger, revenue, credit')
     onClose(() => nats.stop().then(() => undefined))
-    serveAdminEndpoints(nats, { channels, log, keys, agentPayers, jobPayments, credit })
+    // what the gateway, trading, automation and the agent ask of admin
+    serveEndpoint(nats, keyVerify, log, async ({ hash }) => ({ key: await keys.findActiveByHash(hash) }))
+    serveEndpoint(nats, keyPolicy, log, async ({ keyId }) => ({ key: await keys.findActiveById(keyId) }))
+    serveEndpoint(nats, agentPayer, log, async ({ address }) => ({ payer: await agentPayers.get(address) }))
+    serveEndpoint(nats, paymentsOfJobs, log, async ({ jobIds }) => ({ payments: await jobPayments.ofJobs(jobIds) }))
+    serveEndpoint(nats, creditSnapshot, log, ({ wallet }) => credit.snapshot(wallet))
 
     const settlement = chooseSettlement(config, chain)
     if (!settlement) {
@@ -85,30 +91,19 @@ export const adminService: ServiceDefinition<typeof adminSettings, PrismaClient,
     const ledger = createLedger(db, { settle: config.SETTLEMENT_ENABLED, events, counted })
     const consumer = await startLedgerConsumer(nc, payments, ledger, log, config.LEDGER_RETRY_MS)
     onClose(consumer.stop)
-    const outcomes = await startJobOutcomes({ nc, channels: payments, jobPayments, log, intervalMs: config.SETTLEMENT_INTERVAL_MS })
+    const outcomes = await startJobOutcomes(nc, payments, jobPayments, log, config.SETTLEMENT_INTERVAL_MS)
     onClose(outcomes.stop)
     const blockedPayers = await openBucket(nc, payments.blockedPayers)
     if (settlement) {
-      const settler = startSettler({
-        ledger,
-        settlement,
-        blockedPayers,
-        log,
-        intervalMs: config.SETTLEMENT_INTERVAL_MS,
-        maxAttempts: config.SETTLEMENT_MAX_ATTEMPTS,
-        leaseMs: config.SETTLEMENT_LEASE_MS,
-        retryMs: config.SETTLEMENT_RETRY_MS,
-        batchSize: config.SETTLEMENT_BATCH_SIZE,
-        pipelineDepth: config.SETTLEMENT_PIPELINE_DEPTH,
-      })
+      const settler = startSettler(ledger, settlement, blockedPayers, log, config)
       onClose(settler.stop)
     }
 
-    await app.register(keysRoutes, { keys, nc, keyRevoked, keyCreated })
+    await app.register(keysRoutes, { keys, nc, channels: channels.admin })
     await app.register(payersRoutes, { blockedPayers, log })
     await app.register(agentPayersRoutes, { payers: agentPayers })
     await app.register(walletRoutes, { bucket: await openBucket(nc, channels.admin.walletControl) })
-    await startWebhooks(app, { db, nc, channels: channels.admin, config, log, onClose })
+    await startWebhooks(app, context)
     await app.register(revenueRoutes, {
       ledger,
       price: BigInt(config.PAYMENT_PRICE),
@@ -117,24 +112,14 @@ export const adminService: ServiceDefinition<typeof adminSettings, PrismaClient,
   },
 }
 
-type AdminContext = Parameters<typeof adminService.register>[1]
-type AdminConfig = AdminContext['config']
+export type AdminContext = Parameters<typeof adminService.register>[1]
+export type AdminConfig = AdminContext['config']
 
 /**
  * Webhooks: the routes, the fan-out of events to subscriptions, the sender, and the purge of
  * old deliveries. The fan-out starts after the sender so that its first deliveries wake it.
  */
-async function startWebhooks(
-  app: Parameters<typeof adminService.register>[0],
-  {
-    db,
-    nc,
-    channels,
-    config,
-    log,
-    onClose,
-  }: Pick<AdminContext, 'db' | 'nc' | 'config' | 'log' | 'onClose'> & { channels: AdminContext['channels']['admin'] },
-) {
+async function startWebhooks(app: Parameters<typeof adminService.register>[0], { db, nc, channels, config, log, onClose }: AdminContext) {
   let retrySchedule: number[]
   try {
     retrySchedule = parseRetrySchedule(config.WEBHOOK_RETRY_SCHEDULE)
@@ -145,20 +130,18 @@ async function startWebhooks(
   if (rules.allowHttp || rules.allowPrivate) {
     log.warn(rules, 'webhook development settings are on (WEBHOOK_ALLOW_HTTP / WEBHOOK_ALLOW_PRIVATE_ADDRESSES): never in production')
   }
-  const sender = startDeliveryWorker({
-    db,
-    log,
-    rules,
-    concurrency: config.WEBHOOK_CONCURRENCY,
-    timeoutMs: config.WEBHOOK_TIMEOUT_MS,
-    retrySchedule,
-    disableAfterMs: config.WEBHOOK_DISABLE_AFTER_MS,
-    pollMs: config.WEBHOOK_POLL_MS,
-  })
+  const sender = startDeliveryWorker({ db, log, rules, retrySchedule, settings: config })
   onClose(sender.stop)
   const purge = startDeliveryPurge({ db, log, retentionDays: config.WEBHOOK_DELIVERY_RETENTION_DAYS })
   onClose(purge.stop)
-  const fanout = await startWebhookFanout({ nc, channels, db, log, onQueued: sender.wake, ackWaitMs: config.WEBHOOK_FANOUT_ACK_WAIT_MS })
+  const fanout = await startWebhookFanout({
+    nc,
+    channels: channels.admin,
+    db,
+    log,
+    onQueued: sender.wake,
+    ackWaitMs: config.WEBHOOK_FANOUT_ACK_WAIT_MS,
+  })
   onClose(fanout.stop)
   const subscriptions = createSubscriptions(db, { maxPerKey: config.WEBHOOK_MAX_PER_KEY, secretGraceMs: config.WEBHOOK_SECRET_GRACE_MS })
   const sendTest = (sub: WebhookSubscription) => sendTestEvent(db, sub, { rules, timeoutMs: config.WEBHOOK_TIMEOUT_MS })

@@ -6,6 +6,10 @@ import { Type } from 'typebox'
 import { creditSettings } from './credit/settings.ts'
 import { retrySchedulePattern } from './webhooks/retrySchedule.ts'
 
+/** A whole number of something, at least `minimum` (1) and at most `maximum` when given. */
+const count = (description: string, fallback: number, maximum?: number, minimum = 1) =>
+  Type.Integer({ minimum, ...(maximum === undefined ? {} : { maximum }), default: fallback, description })
+
 export const adminSettings = {
   ADMIN_API_KEY: Type.Optional(
     // the gateway refuses any key not of the key format: another value would lock the operator out
@@ -20,7 +24,7 @@ export const adminSettings = {
   FACILITATOR_URL: Type.Optional(httpUrlSetting({ description: 'x402 facilitator to settle through (POST /settle)' })),
   SETTLEMENT_ENABLED: Type.Boolean({ default: true, description: 'settle recorded payments; false records them as skipped' }),
   SETTLEMENT_INTERVAL_MS: msSetting('how often the settler looks for due payments', 1_000, 50),
-  SETTLEMENT_MAX_ATTEMPTS: Type.Integer({ minimum: 1, default: 5, description: 'attempts before a payment is marked failed' }),
+  SETTLEMENT_MAX_ATTEMPTS: count('attempts before a payment is marked failed', 5),
   SETTLEMENT_LEASE_MS: msSetting(
     'how long a settler holds a claimed payment; after it, another replica (or a restarted admin) takes it up and checks its kept transaction. Each receipt wait is at most a third of it (60 s at most), and an attempt waits at most twice (its kept transaction, then a new batch), so it ends inside the lease',
     120_000,
@@ -33,51 +37,36 @@ export const adminSettings = {
     100,
     60_000,
   ),
-  SETTLEMENT_BATCH_SIZE: Type.Integer({
-    minimum: 1,
-    maximum: 1_000,
-    default: 100,
-    description:
-      'payments claimed and settled together: on chain, one transaction (Multicall3 aggregate3) for as many as SETTLEMENT_BATCH_GAS allows; through a facilitator, one /settle each, 10 at a time. 1 settles each payment on its own',
-  }),
-  SETTLEMENT_BATCH_GAS: Type.Integer({
-    minimum: 200_000,
-    maximum: 32_000_000,
-    default: 8_000_000,
-    description:
-      'the most gas one settlement transaction may use (its estimate plus 25%); a batch over it goes as several transactions. Arbitrum One takes up to 32,000,000 a block',
-  }),
-  SETTLEMENT_PIPELINE_DEPTH: Type.Integer({
-    minimum: 1,
-    maximum: 32,
-    default: 4,
-    description:
-      'settlement batches in flight at once: the next is signed and broadcast while earlier ones wait for their receipts. 1 waits for each receipt before the next batch',
-  }),
+  SETTLEMENT_BATCH_SIZE: count(
+    'payments claimed and settled together: on chain, one transaction (Multicall3 aggregate3) for as many as SETTLEMENT_BATCH_GAS allows; through a facilitator, one /settle each, 10 at a time. 1 settles each payment on its own',
+    100,
+    1_000,
+  ),
+  SETTLEMENT_BATCH_GAS: count(
+    'the most gas one settlement transaction may use (its estimate plus 25%); a batch over it goes as several transactions. Arbitrum One takes up to 32,000,000 a block',
+    8_000_000,
+    32_000_000,
+    200_000,
+  ),
+  SETTLEMENT_PIPELINE_DEPTH: count(
+    'settlement batches in flight at once: the next is signed and broadcast while earlier ones wait for their receipts. 1 waits for each receipt before the next batch',
+    4,
+    32,
+  ),
   LEDGER_RETRY_MS: msSetting(
     'how long a batch of charged payments that could not be recorded waits before it is tried again (3 tries, then the dead letters)',
     2_000,
     100,
     60_000,
   ),
-  WEBHOOK_MAX_PER_KEY: Type.Integer({
-    minimum: 1,
-    maximum: 1000,
-    default: 20,
-    description: 'webhook subscriptions one API key may have (409 past it)',
-  }),
+  WEBHOOK_MAX_PER_KEY: count('webhook subscriptions one API key may have (409 past it)', 20, 1000),
   WEBHOOK_SECRET_GRACE_MS: msSetting(
     'how long the old secret of a rotated webhook stays valid; meanwhile deliveries are signed with both',
     86_400_000,
     0,
     30 * 86_400_000,
   ),
-  WEBHOOK_CONCURRENCY: Type.Integer({
-    minimum: 1,
-    maximum: 200,
-    default: 10,
-    description: 'webhook deliveries one admin replica sends at once',
-  }),
+  WEBHOOK_CONCURRENCY: count('webhook deliveries one admin replica sends at once', 10, 200),
   WEBHOOK_TIMEOUT_MS: msSetting('how long one webhook delivery attempt may take before it counts as failed', 10_000, 100, 60_000),
   WEBHOOK_POLL_MS: msSetting(
     'how often an admin replica looks for webhook deliveries that are due (retries); a new event wakes it at once',
@@ -103,12 +92,10 @@ export const adminSettings = {
     5 * 86_400_000,
     1,
   ),
-  WEBHOOK_DELIVERY_RETENTION_DAYS: Type.Integer({
-    minimum: 1,
-    default: 30,
-    description:
-      'days a webhook delivery that ended (succeeded or failed) stays in the delivery log; older ones are deleted every hour. Pending ones are kept',
-  }),
+  WEBHOOK_DELIVERY_RETENTION_DAYS: count(
+    'days a webhook delivery that ended (succeeded or failed) stays in the delivery log; older ones are deleted every hour. Pending ones are kept',
+    30,
+  ),
   WEBHOOK_ALLOW_HTTP: Type.Boolean({ default: false, description: 'development only: allow http:// webhook URLs (otherwise https only)' }),
   WEBHOOK_ALLOW_PRIVATE_ADDRESSES: Type.Boolean({
     default: false,

@@ -41,3 +41,6 @@ export const ResponseNotFound = createError<[string]>('ATS_ERR_RESPONSE_NOT_FOUN
 export function atParam<E extends Error>(param: string, error: E): E & { param: string } {
   return Object.assign(error, { param })
 }
+
+/** A /v1 request refused (400) for what `param` holds. */
+export const invalidAt = (param: string, message: string) => atParam(param, new InvalidRequest(message))

@@ -1,5 +1,6 @@
 // The agent service: the wiring of its job store, queue, workers, runner, credit and payment reports to its routes.
 import { fileURLToPath } from 'node:url'
+import { agentRoutes as agentApi } from '@ats/contracts'
 import {
   createIdempotencyStore,
   startEventOutbox,
@@ -7,6 +8,7 @@ import {
   StartupError,
   type EventOutbox,
   type ServiceDefinition,
+  type TypeBoxTypeProvider,
 } from '@ats/service-kit'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createJobEvents } from './jobs/events.ts'
@@ -22,15 +24,13 @@ import { agentRoutes } from './routes/agent.ts'
 import { createAnswers } from './answers/answers.ts'
 import { chatRoutes } from './routes/chat.ts'
 import { messagesRoutes } from './routes/messages.ts'
-import { portfolioRoutes } from './routes/portfolio.ts'
 import { responsesRoutes } from './routes/responses.ts'
-import { skillsRoutes } from './routes/skills.ts'
 import { createLlmRunner } from './runner/llm.ts'
 import { createPlanner } from './runner/planner.ts'
 import type { Runner } from './runner/runner.ts'
 import { createTools } from './runner/tools.ts'
 import { agentSettings } from './settings.ts'
-import { parseExternalSkills, skillList } from './skills.ts'
+import { skillList } from './skills.ts'
 
 export const agentService: ServiceDefinition<typeof agentSettings, PrismaClient> = {
   name: 'agent',
@@ -81,16 +81,15 @@ export const agentService: ServiceDefinition<typeof agentSettings, PrismaClient>
 
     if (config.AGENT_ROLE !== 'api') {
       if (config.LLM_BASE_URL && !config.LLM_MODEL) throw new StartupError('LLM_MODEL is required with LLM_BASE_URL')
-      let runner: Runner = createPlanner()
-      if (config.LLM_BASE_URL) {
-        runner = createLlmRunner({
-          baseUrl: config.LLM_BASE_URL,
-          apiKey: config.LLM_API_KEY,
-          model: config.LLM_MODEL!,
-          maxSteps: config.LLM_MAX_STEPS,
-          timeoutMs: config.LLM_TIMEOUT_MS,
-        })
-      }
+      const runner: Runner = config.LLM_BASE_URL
+        ? createLlmRunner({
+            baseUrl: config.LLM_BASE_URL,
+            apiKey: config.LLM_API_KEY,
+            model: config.LLM_MODEL!,
+            maxSteps: config.LLM_MAX_STEPS,
+            timeoutMs: config.LLM_TIMEOUT_MS,
+          })
+        : createPlanner()
       const tools = createTools({
         nc,
         channels,
@@ -135,20 +134,17 @@ export const agentService: ServiceDefinition<typeof agentSettings, PrismaClient>
       onClose(startIdempotencyPurge(idempotency, log, 48 * 3600_000).stop)
       // a credit hold that reaches a route and starts no job is given back
       credit.install(app)
-      const skills = skillList(config.AGENT_PUBLIC_URL, parseExternalSkills(config.EXTERNAL_SKILLS))
-      await app.register(skillsRoutes, { skills })
+      const skills = skillList(config.AGENT_PUBLIC_URL, config.EXTERNAL_SKILLS)
+      app.withTypeProvider<TypeBoxTypeProvider>().route({ ...agentApi.skills, handler: async () => ({ skills }) })
       const paymentsOf = createJobPaymentLookup({ nc, endpoint: channels.admin.paymentsOfJobs, log })
+      const answers = createAnswers({ store, queue, events, cancelled, waitMs: config.AGENT_CHAT_WAIT_MS })
       await app.register(agentRoutes, {
-        store,
-        queue,
+        answers,
         events,
-        cancelled,
         idempotency,
         paymentsOf,
         paymentMarginSeconds: config.AGENT_JOB_PAYMENT_MARGIN_SECONDS,
       })
-      await app.register(portfolioRoutes, { store, paymentsOf })
-      const answers = createAnswers({ store, queue, events, cancelled, waitMs: config.AGENT_CHAT_WAIT_MS })
       await app.register(chatRoutes, { prefix: '/v1', answers })
       await app.register(responsesRoutes, { prefix: '/v1/responses', answers })
       await app.register(messagesRoutes, { prefix: '/v1/messages', answers })

@@ -46,17 +46,11 @@ export function externalSkillsProblem(raw: string): string | undefined {
   return undefined
 }
 
-/** Parses an EXTERNAL_SKILLS value already checked by externalSkillsProblem. */
-export function parseExternalSkills(raw: string | undefined): ExternalSkill[] {
-  if (!raw) return []
-  return (JSON.parse(raw) as ExternalSkill[]).map(({ name, url }) => ({ name, url }))
-}
-
-/** The answer of GET /agent/skills: built-in skills first, then external ones. */
-export function skillList(publicUrl: string, external: readonly ExternalSkill[]): Skill[] {
+/** The answer of GET /agent/skills: built-in skills first, then those of EXTERNAL_SKILLS (`external`, checked by externalSkillsProblem). */
+export function skillList(publicUrl: string, external: string | undefined): Skill[] {
   const base = publicUrl.replace(/\/+$/, '')
   return [
     ...builtInSkills.map(({ name, path }) => ({ name, url: `${base}${path}`, external: false })),
-    ...external.map(({ name, url }) => ({ name, url, external: true })),
+    ...(external ? (JSON.parse(external) as ExternalSkill[]) : []).map(({ name, url }) => ({ name, url, external: true })),
   ]
 }

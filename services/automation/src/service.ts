@@ -1,12 +1,11 @@
 // The automation service: the wiring of its store, NATS endpoints, routes and scheduler.
 import { fileURLToPath } from 'node:url'
 import { automationContract, tradingTokens } from '@ats/contracts'
-import { addNatsService, cachedLoader, callEndpoint, startEventOutbox, type ServiceDefinition } from '@ats/service-kit'
+import { addNatsService, cachedLoader, callEndpoint, serveEndpoint, startEventOutbox, type ServiceDefinition } from '@ats/service-kit'
 import { watchWalletControl } from '@ats/wallet'
-import { createAutomations } from './automations/automations.ts'
-import { createStore, runCounter } from './automations/store.ts'
+import { createAutomations, ownerOf } from './automations/automations.ts'
+import { automationView, createStore, runCounter } from './automations/store.ts'
 import { PrismaClient } from './generated/prisma/client.ts'
-import { serveAutomationEndpoints } from './nats/automations.ts'
 import { automationsRoutes } from './routes/automations.ts'
 import { startApprovalWatch } from './scheduler/approvals.ts'
 import { startScheduler } from './scheduler/scheduler.ts'
@@ -30,8 +29,7 @@ export const automationService: ServiceDefinition<typeof automationSettings, Pri
     onClose(events.stop)
     const store = createStore(db, { maxPerOwner: config.AUTOMATION_MAX_PER_KEY, events, runsCounted: runCounter(metrics) })
 
-    // the chain's tokens, from trading (what its swaps accept)
-    // the list, kept 10 minutes (one call to trading, shared by concurrent lookups)
+    // the chain's tokens, from trading (what its swaps accept), kept 10 minutes (one call, shared by concurrent lookups)
     const tokenList = cachedLoader({
       max: 1,
       ttlMs: 600_000,
@@ -42,42 +40,21 @@ export const automationService: ServiceDefinition<typeof automationSettings, Pri
 
     const nats = await addNatsService(nc, automationContract.name, version, 'automations and their scheduler')
     onClose(() => nats.stop().then(() => undefined))
-    serveAutomationEndpoints(nats, { channels, log, store, automations })
+    // what the agent's jobs ask, with the identity of their key or payer
+    const { create, list, setStatus } = channels.automation
+    serveEndpoint(nats, create, log, async (request, { identity }) => automations.create(ownerOf(identity), request))
+    serveEndpoint(nats, list, log, async ({ wallet }, { identity }) => ({
+      automations: (await store.list(ownerOf(identity), wallet)).map(automationView),
+    }))
+    serveEndpoint(nats, setStatus, log, async ({ id, status }, { identity }) => automations.setStatus(ownerOf(identity), id, status))
     await app.register(automationsRoutes, { store, automations })
 
     if (config.AUTOMATION_SCHEDULER) {
       const walletControl = await watchWalletControl(nc, channels.admin.walletControl, log)
       onClose(walletControl.close)
-      const scheduler = startScheduler({
-        walletControl,
-        nc,
-        channels,
-        store,
-        log,
-        tokens,
-        settings: {
-          tickMs: config.AUTOMATION_TICK_MS,
-          batch: config.AUTOMATION_BATCH,
-          leaseMs: config.AUTOMATION_LEASE_MS,
-          maxFailures: config.AUTOMATION_MAX_FAILURES,
-          maxAttempts: config.AUTOMATION_MAX_ATTEMPTS,
-          executeTimeoutMs: config.AUTOMATION_EXECUTE_TIMEOUT_MS,
-          approvalPollMs: config.APPROVAL_POLL_MS,
-        },
-      })
+      const scheduler = startScheduler({ walletControl, nc, channels, store, log, tokens, settings: config })
       onClose(scheduler.stop)
-      const approvalWatch = startApprovalWatch({
-        nc,
-        channels,
-        store,
-        log,
-        settings: {
-          pollMs: config.APPROVAL_POLL_MS,
-          batch: config.AUTOMATION_BATCH,
-          maxFailures: config.AUTOMATION_MAX_FAILURES,
-          timeoutMs: 10_000,
-        },
-      })
+      const approvalWatch = startApprovalWatch({ nc, channels, store, log, settings: config })
       onClose(approvalWatch.stop)
       log.info({ tickMs: config.AUTOMATION_TICK_MS, minIntervalMs: config.AUTOMATION_MIN_INTERVAL_MS }, 'automation scheduler started')
     }

@@ -2,34 +2,27 @@
 import { msSetting } from '@ats/service-kit'
 import { Type } from 'typebox'
 
+/** A whole number of something, from 1 to `maximum`. */
+const count = (description: string, fallback: number, maximum: number) =>
+  Type.Integer({ minimum: 1, maximum, default: fallback, description })
+
 export const automationSettings = {
   AUTOMATION_SCHEDULER: Type.Boolean({ default: true, description: 'run the scheduler in this process (false: routes only)' }),
   AUTOMATION_TICK_MS: msSetting('how often the scheduler looks for due automations', 1_000, 50),
-  AUTOMATION_BATCH: Type.Integer({ minimum: 1, maximum: 1000, default: 50, description: 'due automations one tick takes at most' }),
+  AUTOMATION_BATCH: count('due automations one tick takes at most', 50, 1000),
   AUTOMATION_MIN_INTERVAL_MS: msSetting('the shortest interval (and limit-order checkEvery) an automation may have', 60_000, 1_000),
   AUTOMATION_LEASE_MS: msSetting(
     'a run its scheduler has not finished by then (it died) is resumed by another, with the same idempotency key',
     120_000,
     1_000,
   ),
-  AUTOMATION_MAX_FAILURES: Type.Integer({
-    minimum: 1,
-    maximum: 100,
-    default: 3,
-    description: 'failed runs in a row before an automation fails',
-  }),
-  AUTOMATION_MAX_ATTEMPTS: Type.Integer({
-    minimum: 1,
-    maximum: 20,
-    default: 5,
-    description: 'tries of one run whose swap timed out before the run fails',
-  }),
+  AUTOMATION_MAX_FAILURES: count('failed runs in a row before an automation fails', 3, 100),
+  AUTOMATION_MAX_ATTEMPTS: count('tries of one run whose swap timed out before the run fails', 5, 20),
   AUTOMATION_EXECUTE_TIMEOUT_MS: msSetting("how long a run waits for trading's swap (mined)", 90_000, 1_000),
-  AUTOMATION_MAX_PER_KEY: Type.Integer({
-    minimum: 1,
-    maximum: 10_000,
-    default: 10,
-    description: 'active or paused automations one API key (or agent payer) may have; creating or resuming one more answers 409',
-  }),
+  AUTOMATION_MAX_PER_KEY: count(
+    'active or paused automations one API key (or agent payer) may have; creating or resuming one more answers 409',
+    10,
+    10_000,
+  ),
   APPROVAL_POLL_MS: msSetting('how often the scheduler asks trading whether the approval a run waits for was decided', 2_000),
 }

@@ -45,7 +45,7 @@ export const marketDataService: ServiceDefinition<typeof marketDataSettings, Pri
     client: (adapter) => new PrismaClient({ adapter }),
   },
   async register(app, { db, nc, redis, channels, config, version, onClose, chain, log }) {
-    const upstream = (name: string, baseUrl: string, extra: { headers?: Record<string, string> } = {}) => {
+    const upstream = (name: string, baseUrl: string, headers?: Record<string, string>) => {
       const http = createHttpClient({
         name,
         baseUrl,
@@ -53,7 +53,7 @@ export const marketDataService: ServiceDefinition<typeof marketDataSettings, Pri
         attemptTimeoutMs: Math.ceil(config.SOURCE_TIMEOUT_MS / 2),
         retries: 1,
         log,
-        ...extra,
+        ...(headers ? { headers } : {}),
       })
       onClose(() => http.close())
       return http
@@ -72,7 +72,7 @@ export const marketDataService: ServiceDefinition<typeof marketDataSettings, Pri
     if (config.PRICE_SOURCE === 'coingecko') {
       const pro = config.COINGECKO_URL.includes('pro-api')
       const headers = config.COINGECKO_API_KEY ? { [pro ? 'x-cg-pro-api-key' : 'x-cg-demo-api-key']: config.COINGECKO_API_KEY } : undefined
-      prices = coingeckoPrices(upstream('coingecko', config.COINGECKO_URL, headers ? { headers } : {}))
+      prices = coingeckoPrices(upstream('coingecko', config.COINGECKO_URL, headers))
     } else {
       const local = poolPrices({ db, pools, log })
       prices = local
@@ -122,9 +122,7 @@ export const marketDataService: ServiceDefinition<typeof marketDataSettings, Pri
     const cache = createSharedCache({ redis, prefix: `${config.NATS_NAMESPACE}:market-data`, log, lockMs: config.SOURCE_TIMEOUT_MS * 2 })
     let bridge: BridgeSource
     if (config.BRIDGE_SOURCE === 'lifi') {
-      bridge = lifiBridge(
-        upstream('lifi', config.LIFI_URL, config.LIFI_API_KEY ? { headers: { 'x-lifi-api-key': config.LIFI_API_KEY } } : {}),
-      )
+      bridge = lifiBridge(upstream('lifi', config.LIFI_URL, config.LIFI_API_KEY ? { 'x-lifi-api-key': config.LIFI_API_KEY } : undefined))
     } else {
       bridge = modelBridge({ prices: cachedPrices(prices, cache, config.MARKET_CACHE_TTL_MS).source, book, chainId: chain.chainId })
     }

@@ -31,7 +31,7 @@ import { tradingSettings } from './settings.ts'
 import { createExecutionStore } from './swaps/executions.ts'
 import { createExecutor } from './swaps/executor.ts'
 import { swapCounter } from './swaps/metrics.ts'
-import type { SpendDefaults, SpendLimits } from './swaps/policy.ts'
+import { hasUsdLimit, type SpendDefaults, type SpendLimits } from './swaps/policy.ts'
 import { createPreparer } from './swaps/prepare.ts'
 import { createQuoter } from './swaps/quotes.ts'
 import { tokenResolver } from './swaps/tokens.ts'
@@ -74,15 +74,13 @@ export const tradingService: ServiceDefinition<typeof tradingSettings, PrismaCli
     onClose(() => events.stop())
     const approvals = createApprovalStore({ db, ttlMs: config.APPROVAL_TTL_MS, log })
 
-    const walletLimits: SpendLimits | undefined =
-      config.SPEND_MAX_USD_PER_SWAP !== undefined || config.SPEND_MAX_USD_PER_DAY !== undefined
-        ? {
-            owner: 'the server wallet',
-            maxUsdPerSwap: config.SPEND_MAX_USD_PER_SWAP,
-            maxUsdPerDay: config.SPEND_MAX_USD_PER_DAY,
-            walletWide: true,
-          }
-        : undefined
+    const serverWallet: SpendLimits = {
+      owner: 'the server wallet',
+      maxUsdPerSwap: config.SPEND_MAX_USD_PER_SWAP,
+      maxUsdPerDay: config.SPEND_MAX_USD_PER_DAY,
+      walletWide: true,
+    }
+    const walletLimits = hasUsdLimit(serverWallet) ? serverWallet : undefined
     const defaults: SpendDefaults = {
       maxUsdPerSwap: config.SPEND_UNLIMITED ? undefined : config.SPEND_DEFAULT_USD_PER_SWAP,
       maxUsdPerDay: config.SPEND_UNLIMITED ? undefined : config.SPEND_DEFAULT_USD_PER_DAY,

@@ -4,6 +4,7 @@ import { msSetting } from '@ats/service-kit'
 import { Type } from 'typebox'
 
 const usdLimit = (description: string) => Type.Optional(Type.Number({ exclusiveMinimum: 0, description }))
+const usdDefault = (description: string) => Type.Number({ exclusiveMinimum: 0, default: 500, description })
 
 export const tradingSettings = {
   SWAP_DEADLINE_SECONDS: Type.Integer({
@@ -21,16 +22,12 @@ export const tradingSettings = {
   QUOTE_BLOCK_CACHE_MS: msSetting('how long quotes reuse the latest block number (quotes are cached per block)', 250, 0),
   SPEND_MAX_USD_PER_SWAP: usdLimit('wallet-wide cap on one swap from the server wallet, in USD; unset: none'),
   SPEND_MAX_USD_PER_DAY: usdLimit('wallet-wide cap on all swaps from the server wallet per UTC day, in USD; unset: none'),
-  SPEND_DEFAULT_USD_PER_SWAP: Type.Number({
-    exclusiveMinimum: 0,
-    default: 500,
-    description: 'cap on one swap of a key (or allowlisted payer) whose spend policy sets no maxUsdPerSwap, in USD',
-  }),
-  SPEND_DEFAULT_USD_PER_DAY: Type.Number({
-    exclusiveMinimum: 0,
-    default: 500,
-    description: "cap on a key's (or allowlisted payer's) swaps per UTC day when its spend policy sets no maxUsdPerDay, in USD",
-  }),
+  SPEND_DEFAULT_USD_PER_SWAP: usdDefault(
+    'cap on one swap of a key (or allowlisted payer) whose spend policy sets no maxUsdPerSwap, in USD',
+  ),
+  SPEND_DEFAULT_USD_PER_DAY: usdDefault(
+    "cap on a key's (or allowlisted payer's) swaps per UTC day when its spend policy sets no maxUsdPerDay, in USD",
+  ),
   SPEND_UNLIMITED: Type.Boolean({
     default: false,
     description:

@@ -1,8 +1,8 @@
 import { Type, type Static } from 'typebox'
-import { ErrorBody } from '../common/errors.ts'
-import { endpoint, topic } from '../common/messages.ts'
+import { ErrorBody, keyRouteErrors } from '../common/errors.ts'
+import { topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
-import { Address, EpochMs, IntegerString } from '../common/primitives.ts'
+import { Address, EpochMs, IntegerString, StrictObject, StringEnum } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
 
 /**
@@ -52,9 +52,6 @@ export const CreditUsage = Type.Object({
 })
 export type CreditUsage = Static<typeof CreditUsage>
 
-/** The subject metered services publish `CreditUsage` on (the credit stream holds it). */
-export const creditUsageTopic = (namespace: string) => topic(subjectOf(namespace, 'credit', 'usage'), CreditUsage)
-
 /**
  * What a gateway took from a wallet's credit in Redis, in one request: `debit` (a route's price,
  * kept at once), `hold` (the most metered work may cost; the service's `CreditUsage` says how
@@ -93,7 +90,6 @@ export type CreditAdjusted = Static<typeof CreditAdjusted>
 
 /** admin.credit.snapshot request: a gateway rebuilding its copy of a wallet's credit (after Redis lost it). */
 export const CreditSnapshotRequest = Type.Object({ wallet: Address() })
-export type CreditSnapshotRequest = Static<typeof CreditSnapshotRequest>
 
 /**
  * admin.credit.snapshot reply, read once the ledger has recorded every debit published before the
@@ -105,13 +101,12 @@ export const CreditSnapshotReply = Type.Object({
   available: IntegerString(),
   entry: IntegerString(),
 })
-export type CreditSnapshotReply = Static<typeof CreditSnapshotReply>
 
 /** The credit stream (gateways and metered services -> admin, admin -> gateways) and its consumers. */
 export function creditChannels(namespace: string) {
   const stream = `${namespace}_credit`
   const debited = topic(subjectOf(namespace, 'credit', 'debited'), CreditDebits)
-  const usage = creditUsageTopic(namespace)
+  const usage = topic(subjectOf(namespace, 'credit', 'usage'), CreditUsage)
   const adjusted = topic(subjectOf(namespace, 'credit', 'adjusted'), CreditAdjusted)
   /** messages a consumer could not handle (undecodable, or failing too often), kept with their reason */
   const deadLetters = subjectOf(namespace, 'credit', 'dead-letter')
@@ -135,10 +130,6 @@ export function creditChannels(namespace: string) {
   }
 }
 
-/** admin.credit.snapshot: a gateway's copy of a wallet's credit rebuilt from the ledger. */
-export const creditSnapshotEndpoint = (namespace: string) =>
-  endpoint(subjectOf(namespace, 'admin', 'credit.snapshot'), CreditSnapshotRequest, CreditSnapshotReply)
-
 /** The movements of a wallet's credit, as the ledger records them (each once per wallet, kind and ref). */
 export const creditEntryKinds = ['topup', 'debit', 'hold', 'capture', 'release', 'withdraw', 'refund'] as const
 export type CreditEntryKind = (typeof creditEntryKinds)[number]
@@ -146,16 +137,13 @@ export type CreditEntryKind = (typeof creditEntryKinds)[number]
 const CreditAmount = (description: string) => IntegerString({ description: `${description}, USDC base units (6 decimals)` })
 
 /** POST /credit/topup's query: how much credit to buy (the x402 price of the request). */
-export const CreditTopUpQuery = Type.Object(
-  {
-    amount: IntegerString({
-      maxLength: 15,
-      description:
-        'USDC base units to add to the credit (1000000 = 1 USDC): the price the 402 asks for, from CREDIT_MIN_TOPUP up to CREDIT_MAX_TOPUP',
-    }),
-  },
-  { additionalProperties: false },
-)
+export const CreditTopUpQuery = StrictObject({
+  amount: IntegerString({
+    maxLength: 15,
+    description:
+      'USDC base units to add to the credit (1000000 = 1 USDC): the price the 402 asks for, from CREDIT_MIN_TOPUP up to CREDIT_MAX_TOPUP',
+  }),
+})
 
 /** A top-up whose payment is not settled yet: it is spendable once it is. */
 export const PendingTopUp = Type.Object({
@@ -174,9 +162,7 @@ export const CreditTopUpAnswer = Type.Object({
 
 export const CreditEntry = Type.Object({
   id: IntegerString({ description: 'the ledger entry id (increasing)' }),
-  kind: Type.Unsafe<CreditEntryKind>({
-    type: 'string',
-    enum: [...creditEntryKinds],
+  kind: StringEnum(creditEntryKinds, {
     description:
       'topup: a settled top-up; debit: a price paid; hold: the most metered work may cost, taken at its start; capture: what the work used, kept from its hold; release: the rest of a hold given back; withdraw: paid back on chain; refund: a withdrawal that could not be paid, given back',
   }),
@@ -200,19 +186,13 @@ export const CreditAccount = Type.Object({
 })
 export type CreditAccount = Static<typeof CreditAccount>
 
-export const CreditQuery = Type.Object(
-  { wallet: Type.Optional(Address({ description: 'admin keys: the wallet to read (others read their own)' })) },
-  { additionalProperties: false },
-)
+export const CreditQuery = StrictObject({
+  wallet: Type.Optional(Address({ description: 'admin keys: the wallet to read (others read their own)' })),
+})
 
-export const CreditWithdrawBody = Type.Object(
-  {
-    amount: Type.Optional(
-      IntegerString({ maxLength: 15, description: 'USDC base units to pay back; all that is available when left out' }),
-    ),
-  },
-  { additionalProperties: false },
-)
+export const CreditWithdrawBody = StrictObject({
+  amount: Type.Optional(IntegerString({ maxLength: 15, description: 'USDC base units to pay back; all that is available when left out' })),
+})
 
 /** What became of a withdrawal: paid on chain, still waiting for its block, or refused and given back. */
 export const CreditWithdrawal = Type.Object({
@@ -225,8 +205,6 @@ export const CreditWithdrawal = Type.Object({
   txHash: Type.Union([Type.String(), Type.Null()]),
 })
 export type CreditWithdrawal = Static<typeof CreditWithdrawal>
-
-const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody }
 
 /** The /credit routes: top up with x402, see the account, withdraw what is unused. */
 export const creditRoutes = {
@@ -242,7 +220,7 @@ export const creditRoutes = {
     url: '/credit',
     summary:
       "A wallet's prepaid credit: available, balance, held by running metered work, top-ups waiting for settlement, the latest movements. The wallet signed in (SIWx or session token), a key's bound wallet, or any wallet (?wallet=) for an admin key",
-    schema: { querystring: CreditQuery, response: { 200: CreditAccount, 404: ErrorBody, ...errors } },
+    schema: { querystring: CreditQuery, response: { 200: CreditAccount, 404: ErrorBody, ...keyRouteErrors } },
   }),
   withdraw: route({
     method: 'POST',
@@ -259,7 +237,7 @@ export const creditRoutes = {
         423: ErrorBody,
         502: ErrorBody,
         503: ErrorBody,
-        ...errors,
+        ...keyRouteErrors,
       },
     },
   }),

@@ -1,14 +1,14 @@
 import { Type, type Static } from 'typebox'
-import { ErrorBody } from '../common/errors.ts'
+import { ErrorBody, keyRouteErrors } from '../common/errors.ts'
 import { TierSchema } from '../common/identity.ts'
-import { Address, EpochMs, IntegerString } from '../common/primitives.ts'
-import { route } from '../common/route.ts'
+import { Address, EpochMs, IntegerString, StrictObject, StringEnum } from '../common/primitives.ts'
+import { IdParams, route } from '../common/route.ts'
 import { PauseWalletBody, WalletControl } from './wallet.ts'
 
 const UsdCap = (description: string) => Type.Number({ exclusiveMinimum: 0, maximum: 1e9, description })
 
 /** Limits on the swaps a key makes from the server wallet; the trading service enforces them on every swap path. */
-export const SpendPolicy = Type.Object(
+export const SpendPolicy = StrictObject(
   {
     maxUsdPerSwap: Type.Optional(UsdCap('the most one swap may spend, in US dollars (not cents; decimals allowed, e.g. 250.5)')),
     maxUsdPerDay: Type.Optional(
@@ -68,7 +68,6 @@ export const SpendPolicy = Type.Object(
     ),
   },
   {
-    additionalProperties: false,
     minProperties: 1,
     description:
       "spend limits on swaps and launches (whose gas counts in USD); at least one field. A field left out takes the trading service's default (SPEND_DEFAULT_USD_PER_SWAP, SPEND_DEFAULT_USD_PER_DAY, SPEND_DEFAULT_MAX_PRICE_IMPACT_BPS, LAUNCH_DEFAULT_PER_DAY)",
@@ -98,36 +97,26 @@ export const CreatedKey = Type.Intersect([
   Type.Object({ key: Type.String({ description: 'the raw API key; shown in this answer only, never again' }) }),
 ])
 
-export const CreateKeyBody = Type.Object(
-  {
-    tier: TierSchema,
-    label: Type.String({ minLength: 1, maxLength: 64 }),
-    policy: Type.Optional(SpendPolicy),
-    wallet: Type.Optional(
-      Address({
-        description:
-          "bind a wallet: the key then sees that payer's agent jobs in GET /portfolio/jobs. Fixed for the key's life (revoke and create another to change it)",
-      }),
-    ),
-  },
-  { additionalProperties: false },
-)
-export type CreateKeyBody = Static<typeof CreateKeyBody>
+export const CreateKeyBody = StrictObject({
+  tier: TierSchema,
+  label: Type.String({ minLength: 1, maxLength: 64 }),
+  policy: Type.Optional(SpendPolicy),
+  wallet: Type.Optional(
+    Address({
+      description:
+        "bind a wallet: the key then sees that payer's agent jobs in GET /portfolio/jobs. Fixed for the key's life (revoke and create another to change it)",
+    }),
+  ),
+})
 
-export const SetKeyPolicyBody = Type.Object(
-  { policy: Type.Union([SpendPolicy, Type.Null()], { description: 'the new spend policy; null clears it' }) },
-  { additionalProperties: false },
-)
-export type SetKeyPolicyBody = Static<typeof SetKeyPolicyBody>
-
-const KeyIdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
+export const SetKeyPolicyBody = StrictObject({
+  policy: Type.Union([SpendPolicy, Type.Null()], { description: 'the new spend policy; null clears it' }),
+})
 
 const UsdcAmount = IntegerString({ description: 'USDC base units (6 decimals)' })
 const Usd = Type.String({ description: 'dollar-formatted, e.g. $0.01' })
 
-export const SettlementStateSchema = Type.Unsafe<'pending' | 'settling' | 'settled' | 'failed' | 'skipped' | 'voided'>({
-  type: 'string',
-  enum: ['pending', 'settling', 'settled', 'failed', 'skipped', 'voided'],
+export const SettlementStateSchema = StringEnum(['pending', 'settling', 'settled', 'failed', 'skipped', 'voided'], {
   description:
     "pending: recorded, not yet settled (a job's payment: also while its job runs); settling: its transaction is signed, kept and broadcast, waiting for a block (txHash); settled: on chain (txHash); failed: will not settle (settleError); skipped: settlement is off; voided: never settled, its job failed or was cancelled before it started (voidReason)",
 })
@@ -167,7 +156,6 @@ export const RevenueSummary = Type.Object({
   recentPayments: Type.Array(RecentPayment, { description: 'the latest 20 payments, newest first, whatever their settlement' }),
   storage: Type.String({ description: 'where the ledger is kept' }),
 })
-export type RevenueSummary = Static<typeof RevenueSummary>
 
 export const DailyRevenue = Type.Object({
   date: Type.String({ description: 'YYYY-MM-DD (UTC)' }),
@@ -176,10 +164,9 @@ export const DailyRevenue = Type.Object({
   totalUsd: Usd,
 })
 
-export const RevenueHistoryQuery = Type.Object(
-  { days: Type.Integer({ minimum: 1, maximum: 90, default: 30, description: 'how many days back, today included' }) },
-  { additionalProperties: false },
-)
+export const RevenueHistoryQuery = StrictObject({
+  days: Type.Integer({ minimum: 1, maximum: 90, default: 30, description: 'how many days back, today included' }),
+})
 
 export const BlockedPayerEntry = Type.Object({
   payer: Type.String({ description: 'lower-case address' }),
@@ -199,40 +186,35 @@ export const AgentPayer = Type.Object({
 })
 export type AgentPayer = Static<typeof AgentPayer>
 
-export const PutAgentPayerBody = Type.Object(
-  {
-    label: Type.Optional(Type.String({ minLength: 1, maxLength: 64, description: 'who this is, for people' })),
-    // required: the agent never spends the server wallet without limits
-    policy: SpendPolicy,
-  },
-  { additionalProperties: false },
-)
-
-const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody }
+export const PutAgentPayerBody = StrictObject({
+  label: Type.Optional(Type.String({ minLength: 1, maxLength: 64, description: 'who this is, for people' })),
+  // required: the agent never spends the server wallet without limits
+  policy: SpendPolicy,
+})
 
 export const adminRoutes = {
   createKey: route({
     method: 'POST',
     url: '/admin/keys',
     summary: 'Create an API key, with an optional spend policy (readwrite and admin keys); the raw key is in this answer only',
-    schema: { body: CreateKeyBody, response: { 201: CreatedKey, ...errors } },
+    schema: { body: CreateKeyBody, response: { 201: CreatedKey, ...keyRouteErrors } },
   }),
   listKeys: route({
     method: 'GET',
     url: '/admin/keys',
     summary: 'List active API keys (no raw keys, no hashes)',
-    schema: { response: { 200: Type.Object({ keys: Type.Array(KeyEntry) }), ...errors } },
+    schema: { response: { 200: Type.Object({ keys: Type.Array(KeyEntry) }), ...keyRouteErrors } },
   }),
   revokeKey: route({
     method: 'DELETE',
     url: '/admin/keys/:id',
     summary: 'Revoke an API key permanently; every gateway refuses it within a second',
     schema: {
-      params: KeyIdParams,
+      params: IdParams,
       response: {
         200: Type.Object({ ok: Type.Literal(true), id: Type.String(), revokedAt: Type.Integer() }),
         404: ErrorBody,
-        ...errors,
+        ...keyRouteErrors,
       },
     },
   }),
@@ -241,16 +223,16 @@ export const adminRoutes = {
     url: '/admin/keys/:id/policy',
     summary: 'Set or clear (null) the spend policy of an active readwrite or admin key; it applies from the next swap',
     schema: {
-      params: KeyIdParams,
+      params: IdParams,
       body: SetKeyPolicyBody,
-      response: { 200: KeyEntry, 404: ErrorBody, ...errors },
+      response: { 200: KeyEntry, 404: ErrorBody, ...keyRouteErrors },
     },
   }),
   revenue: route({
     method: 'GET',
     url: '/admin/revenue',
     summary: 'Revenue from paid requests: totals, unique payers and the latest payments with their settlement',
-    schema: { response: { 200: RevenueSummary, ...errors } },
+    schema: { response: { 200: RevenueSummary, ...keyRouteErrors } },
   }),
   revenueHistory: route({
     method: 'GET',
@@ -258,7 +240,7 @@ export const adminRoutes = {
     summary: 'Revenue per UTC day, one entry per day (days without payments count 0), oldest first',
     schema: {
       querystring: RevenueHistoryQuery,
-      response: { 200: Type.Object({ days: Type.Integer(), history: Type.Array(DailyRevenue) }), ...errors },
+      response: { 200: Type.Object({ days: Type.Integer(), history: Type.Array(DailyRevenue) }), ...keyRouteErrors },
     },
   }),
   putAgentPayer: route({
@@ -266,13 +248,13 @@ export const adminRoutes = {
     url: '/admin/agent-payers/:address',
     summary:
       "Allow the agent to execute swaps from the server wallet for this payer's paid jobs, within the spend policy (creates or replaces; other payers get swaps prepared for their own wallet)",
-    schema: { params: PayerParams, body: PutAgentPayerBody, response: { 200: AgentPayer, ...errors } },
+    schema: { params: PayerParams, body: PutAgentPayerBody, response: { 200: AgentPayer, ...keyRouteErrors } },
   }),
   listAgentPayers: route({
     method: 'GET',
     url: '/admin/agent-payers',
     summary: 'Payers the agent executes swaps for from the server wallet, oldest first',
-    schema: { response: { 200: Type.Object({ payers: Type.Array(AgentPayer) }), ...errors } },
+    schema: { response: { 200: Type.Object({ payers: Type.Array(AgentPayer) }), ...keyRouteErrors } },
   }),
   deleteAgentPayer: route({
     method: 'DELETE',
@@ -280,33 +262,33 @@ export const adminRoutes = {
     summary: 'Stop executing swaps for this payer; from the next swap, theirs are prepared for their own wallet',
     schema: {
       params: PayerParams,
-      response: { 200: Type.Object({ ok: Type.Literal(true), address: Address() }), 404: ErrorBody, ...errors },
+      response: { 200: Type.Object({ ok: Type.Literal(true), address: Address() }), 404: ErrorBody, ...keyRouteErrors },
     },
   }),
   walletState: route({
     method: 'GET',
     url: '/admin/wallet',
     summary: "The server wallet's kill switch: whether spends from it are paused, why, since when and by whom",
-    schema: { response: { 200: WalletControl, ...errors } },
+    schema: { response: { 200: WalletControl, ...keyRouteErrors } },
   }),
   pauseWallet: route({
     method: 'POST',
     url: '/admin/wallet/pause',
     summary:
       'Pause every spend from the server wallet (swaps, agent swaps, automation runs, launches) on every replica within a second; they answer 423 until resumed. Settlement of payments (money in) goes on',
-    schema: { body: PauseWalletBody, response: { 200: WalletControl, 503: ErrorBody, ...errors } },
+    schema: { body: PauseWalletBody, response: { 200: WalletControl, 503: ErrorBody, ...keyRouteErrors } },
   }),
   resumeWallet: route({
     method: 'POST',
     url: '/admin/wallet/resume',
     summary: 'Resume spends from the server wallet; automations run again from their next due time',
-    schema: { response: { 200: WalletControl, 503: ErrorBody, ...errors } },
+    schema: { response: { 200: WalletControl, 503: ErrorBody, ...keyRouteErrors } },
   }),
   listBlockedPayers: route({
     method: 'GET',
     url: '/admin/payers/blocked',
     summary: 'Payers refused at the edge because a payment of theirs could not settle for lack of funds',
-    schema: { response: { 200: Type.Object({ payers: Type.Array(BlockedPayerEntry) }), ...errors } },
+    schema: { response: { 200: Type.Object({ payers: Type.Array(BlockedPayerEntry) }), ...keyRouteErrors } },
   }),
   unblockPayer: route({
     method: 'DELETE',
@@ -314,7 +296,7 @@ export const adminRoutes = {
     summary: 'Let a blocked payer pay again; every gateway accepts them at once',
     schema: {
       params: PayerParams,
-      response: { 200: Type.Object({ ok: Type.Literal(true), payer: Type.String() }), 404: ErrorBody, ...errors },
+      response: { 200: Type.Object({ ok: Type.Literal(true), payer: Type.String() }), 404: ErrorBody, ...keyRouteErrors },
     },
   }),
 }

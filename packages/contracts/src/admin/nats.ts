@@ -4,13 +4,12 @@ import { endpoint, topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { eventChannels } from '../common/events.ts'
 import { Address, Sha256Hex } from '../common/primitives.ts'
-import { creditChannels, creditSnapshotEndpoint } from './credit.ts'
+import { creditChannels, CreditSnapshotReply, CreditSnapshotRequest } from './credit.ts'
 import { AgentPayer, SpendPolicy } from './http.ts'
 import { PaymentsOfJobsReply, PaymentsOfJobsRequest, paymentChannels } from './payments.ts'
 
 /** admin.keys.verify request: the SHA-256 of the raw key (raw keys never travel). */
 export const KeyVerifyRequest = Type.Object({ hash: Sha256Hex() })
-export type KeyVerifyRequest = Static<typeof KeyVerifyRequest>
 
 /** admin.keys.verify reply: the active key, or null when unknown or revoked. */
 export const KeyVerifyReply = Type.Object({
@@ -20,7 +19,6 @@ export type KeyVerifyReply = Static<typeof KeyVerifyReply>
 
 /** admin.keys.policy request: the id of the key a swap is made with (x-ats-key-id). */
 export const KeyPolicyRequest = Type.Object({ keyId: Type.String({ minLength: 1, maxLength: 64 }) })
-export type KeyPolicyRequest = Static<typeof KeyPolicyRequest>
 
 /** admin.keys.policy reply: the active key with its spend policy (null: none) and bound wallet (null: none), or null when unknown or revoked. */
 export const KeyPolicyReply = Type.Object({
@@ -38,7 +36,6 @@ export type KeyPolicyReply = Static<typeof KeyPolicyReply>
 
 /** admin.keys.revoked broadcast. */
 export const KeyRevoked = Type.Object({ id: Type.String(), hash: Sha256Hex() })
-export type KeyRevoked = Static<typeof KeyRevoked>
 
 /** admin.keys.created broadcast: the new key's entry, as admin.keys.verify would answer it, and its hash. */
 export const KeyCreated = Type.Object({
@@ -47,7 +44,6 @@ export const KeyCreated = Type.Object({
   tier: TierSchema,
   wallet: Type.Union([Address(), Type.Null()]),
 })
-export type KeyCreated = Static<typeof KeyCreated>
 
 /** admin's NATS channels in one namespace. */
 export function adminChannels(namespace: string) {
@@ -77,7 +73,7 @@ export function adminChannels(namespace: string) {
     /** prepaid credit: debits and usage reports (gateways, metered services -> admin), adjustments (admin -> gateways) */
     credit: creditChannels(namespace),
     /** request/reply: a wallet's available credit once every debit published before the request is recorded */
-    creditSnapshot: creditSnapshotEndpoint(namespace),
+    creditSnapshot: endpoint(subjectOf(namespace, 'admin', 'credit.snapshot'), CreditSnapshotRequest, CreditSnapshotReply),
   }
 }
 export type AdminChannels = ReturnType<typeof adminChannels>

@@ -1,31 +1,8 @@
 import { createHash } from 'node:crypto'
 import { Type, type Static } from 'typebox'
-import { codec, topic, type Topic } from '../common/messages.ts'
+import { codec, topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { Address, Bytes32, IntegerString, Signature65 } from '../common/primitives.ts'
-
-/**
- * x402 payment events (gateway -> JetStream -> admin) and the shared list of blocked
- * payers, in the fleet's NATS namespace.
- */
-export interface PaymentChannels {
-  /** JetStream stream holding charged payments */
-  stream: string
-  /** the subject gateways publish charged payments on, in batches */
-  charged: Topic<PaymentsCharged>
-  /** the agent's verdict on the payment of each paid job (charge or void), one message per job */
-  jobOutcome: Topic<JobPaymentOutcome>
-  /** the KV bucket of payers refused at the edge (key: lower-case address) */
-  blockedPayers: string
-  /** the durable consumer through which admin records payments */
-  ledgerConsumer: string
-  /** the durable consumer through which admin records the outcomes of paid jobs */
-  jobOutcomeConsumer: string
-  /** where charges that cannot be recorded go after bounded tries, with their reason (same stream) */
-  deadLetters: string
-  /** the stream's configuration, ensured by every publisher and consumer at start */
-  streamSpec: { name: string; subjects: string[]; maxAgeMs: number; duplicateWindowMs: number }
-}
 
 /**
  * One charged payment: enough to record, report and settle it (on chain or through a
@@ -119,29 +96,42 @@ export type PaymentsCharged = Static<typeof PaymentsCharged>
 
 const day = 86_400_000
 
-export function paymentChannels(namespace: string): PaymentChannels {
+/**
+ * x402 payment events (gateway -> JetStream -> admin) and the shared list of blocked
+ * payers, in the fleet's NATS namespace.
+ */
+export function paymentChannels(namespace: string) {
+  /** JetStream stream holding charged payments */
   const stream = `${namespace}_payments`
+  /** the subject gateways publish charged payments on, in batches */
   const charged = topic(subjectOf(namespace, 'payments', 'charged'), PaymentsCharged)
+  /** the agent's verdict on the payment of each paid job (charge or void), one message per job */
   const jobOutcome = topic(subjectOf(namespace, 'payments', 'job-outcome'), JobPaymentOutcome)
+  /** where charges that cannot be recorded go after bounded tries, with their reason (same stream) */
+  const deadLetters = subjectOf(namespace, 'payments', 'dead-letter')
   return {
     stream,
     charged,
     jobOutcome,
+    /** the KV bucket of payers refused at the edge (key: lower-case address) */
     blockedPayers: `${namespace}-blocked-payers`,
+    /** the durable consumer through which admin records payments */
     ledgerConsumer: 'admin-ledger',
+    /** the durable consumer through which admin records the outcomes of paid jobs */
     jobOutcomeConsumer: 'admin-job-outcomes',
-    deadLetters: subjectOf(namespace, 'payments', 'dead-letter'),
+    deadLetters,
     // kept a week, so an admin outage of days loses nothing; a republished batch within
     // 10 minutes is dropped by JetStream, anything else by the ledger's unique (payer, nonce)
     // (job outcomes: by their job id, the message id, and the ledger keeping a job's first outcome)
     streamSpec: {
       name: stream,
-      subjects: [charged.subject, jobOutcome.subject, subjectOf(namespace, 'payments', 'dead-letter')],
+      subjects: [charged.subject, jobOutcome.subject, deadLetters],
       maxAgeMs: 7 * day,
       duplicateWindowMs: 600_000,
     },
   }
 }
+export type PaymentChannels = ReturnType<typeof paymentChannels>
 
 /**
  * JetStream's de-duplication id of a batch: a batch published again (a retry) is stored once.

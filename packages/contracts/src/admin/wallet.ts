@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox'
 import { codec } from '../common/messages.ts'
-import { EpochMs } from '../common/primitives.ts'
+import { EpochMs, StrictObject } from '../common/primitives.ts'
 
 /**
  * The server wallet's kill switch: admin writes it to a JetStream KV bucket of the fleet's
@@ -23,8 +23,6 @@ export const walletControlKey = 'server-wallet'
 /** The state before anyone paused the wallet. */
 export const walletRunning: WalletControl = { paused: false, reason: null, since: null, by: null }
 
-export const PauseWalletBody = Type.Object(
-  { reason: Type.Optional(Type.String({ minLength: 1, maxLength: 500, description: 'shown in every refusal while paused' })) },
-  { additionalProperties: false },
-)
-export type PauseWalletBody = Static<typeof PauseWalletBody>
+export const PauseWalletBody = StrictObject({
+  reason: Type.Optional(Type.String({ minLength: 1, maxLength: 500, description: 'shown in every refusal while paused' })),
+})

@@ -1,8 +1,8 @@
 import { Type, type Static } from 'typebox'
 import { DeliveredEventTypeSchema, WebhookEventTypeSchema } from '../common/events.ts'
-import { ErrorBody } from '../common/errors.ts'
-import { EpochMs } from '../common/primitives.ts'
-import { route } from '../common/route.ts'
+import { ErrorBody, keyRouteErrors } from '../common/errors.ts'
+import { EpochMs, StrictObject, StringEnum } from '../common/primitives.ts'
+import { IdParams, route } from '../common/route.ts'
 
 /**
  * Webhook subscriptions of an API key (docs/webhooks.md): admin delivers the events of the key's
@@ -44,15 +44,10 @@ export const CreatedWebhook = Type.Intersect([
     secret: Type.String({ description: 'whsec_…: verify signatures with it; shown in this answer only (rotate to get a new one)' }),
   }),
 ])
-export type CreatedWebhook = Static<typeof CreatedWebhook>
 
-export const CreateWebhookBody = Type.Object(
-  { url: WebhookUrl, events: Events, description: Type.Optional(Description) },
-  { additionalProperties: false },
-)
-export type CreateWebhookBody = Static<typeof CreateWebhookBody>
+export const CreateWebhookBody = StrictObject({ url: WebhookUrl, events: Events, description: Type.Optional(Description) })
 
-export const UpdateWebhookBody = Type.Object(
+export const UpdateWebhookBody = StrictObject(
   {
     url: Type.Optional(WebhookUrl),
     events: Type.Optional(Events),
@@ -62,7 +57,7 @@ export const UpdateWebhookBody = Type.Object(
     // null first: validation would turn null into "" for a string
     description: Type.Optional(Type.Union([Type.Null(), Description], { description: 'for people; null clears it' })),
   },
-  { additionalProperties: false, minProperties: 1 },
+  { minProperties: 1 },
 )
 export type UpdateWebhookBody = Static<typeof UpdateWebhookBody>
 
@@ -73,9 +68,7 @@ export const RotatedSecret = Type.Object({
 
 export const deliveryStatuses = ['pending', 'succeeded', 'failed', 'cancelled'] as const
 export type DeliveryStatus = (typeof deliveryStatuses)[number]
-const DeliveryStatusSchema = Type.Unsafe<DeliveryStatus>({
-  type: 'string',
-  enum: [...deliveryStatuses],
+const DeliveryStatusSchema = StringEnum(deliveryStatuses, {
   description:
     'pending: to be tried (again) at nextAttemptAt; succeeded: answered 2xx; failed: every try of the retry schedule failed; cancelled: not sent (any more), cancelReason says why',
 })
@@ -121,20 +114,12 @@ export const WebhookTestResult = Type.Object({
 })
 export type WebhookTestResult = Static<typeof WebhookTestResult>
 
-const WebhookParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
-const DeliveryParams = Type.Object({
-  id: Type.String({ minLength: 1, maxLength: 64 }),
-  deliveryId: Type.String({ minLength: 1, maxLength: 64 }),
+const DeliveryParams = Type.Object({ ...IdParams.properties, deliveryId: Type.String({ minLength: 1, maxLength: 64 }) })
+export const DeliveriesQuery = StrictObject({
+  status: Type.Optional(DeliveryStatusSchema),
+  limit: Type.Integer({ minimum: 1, maximum: 200, default: 50 }),
 })
-export const DeliveriesQuery = Type.Object(
-  {
-    status: Type.Optional(DeliveryStatusSchema),
-    limit: Type.Integer({ minimum: 1, maximum: 200, default: 50 }),
-  },
-  { additionalProperties: false },
-)
 
-const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody }
 const notFound = { 404: ErrorBody }
 
 export const webhookRoutes = {
@@ -142,55 +127,55 @@ export const webhookRoutes = {
     method: 'POST',
     url: '/webhooks',
     summary: "Subscribe a URL to events of this key's owner (signed per Standard Webhooks); the secret is in this answer only",
-    schema: { body: CreateWebhookBody, response: { 201: CreatedWebhook, 409: ErrorBody, ...errors } },
+    schema: { body: CreateWebhookBody, response: { 201: CreatedWebhook, 409: ErrorBody, ...keyRouteErrors } },
   }),
   listWebhooks: route({
     method: 'GET',
     url: '/webhooks',
     summary: "This key's webhook subscriptions (an admin key: everyone's), oldest first; no secrets",
-    schema: { response: { 200: Type.Object({ webhooks: Type.Array(Webhook) }), ...errors } },
+    schema: { response: { 200: Type.Object({ webhooks: Type.Array(Webhook) }), ...keyRouteErrors } },
   }),
   getWebhook: route({
     method: 'GET',
     url: '/webhooks/:id',
     summary: 'One webhook subscription',
-    schema: { params: WebhookParams, response: { 200: Webhook, ...notFound, ...errors } },
+    schema: { params: IdParams, response: { 200: Webhook, ...notFound, ...keyRouteErrors } },
   }),
   updateWebhook: route({
     method: 'PATCH',
     url: '/webhooks/:id',
     summary:
       'Change the URL, events or description of a subscription, or disable it or enable it again (not when its key was revoked: 409)',
-    schema: { params: WebhookParams, body: UpdateWebhookBody, response: { 200: Webhook, 409: ErrorBody, ...notFound, ...errors } },
+    schema: { params: IdParams, body: UpdateWebhookBody, response: { 200: Webhook, 409: ErrorBody, ...notFound, ...keyRouteErrors } },
   }),
   deleteWebhook: route({
     method: 'DELETE',
     url: '/webhooks/:id',
     summary: 'Delete a subscription and its delivery log; nothing more is sent to it',
-    schema: { params: WebhookParams, response: { 204: Type.Null(), ...notFound, ...errors } },
+    schema: { params: IdParams, response: { 204: Type.Null(), ...notFound, ...keyRouteErrors } },
   }),
   rotateWebhookSecret: route({
     method: 'POST',
     url: '/webhooks/:id/rotate-secret',
     summary:
       'A new signing secret; the old one stays valid WEBHOOK_SECRET_GRACE_MS (deliveries carry both signatures meanwhile); 409 when its key was revoked',
-    schema: { params: WebhookParams, response: { 200: RotatedSecret, 409: ErrorBody, ...notFound, ...errors } },
+    schema: { params: IdParams, response: { 200: RotatedSecret, 409: ErrorBody, ...notFound, ...keyRouteErrors } },
   }),
   testWebhook: route({
     method: 'POST',
     url: '/webhooks/:id/test',
     summary:
       'Send one signed webhook.test event to the URL now (also when disabled) and answer how the receiver took it; one try, not retried, logged as a delivery; 409 when its key was revoked',
-    schema: { params: WebhookParams, response: { 200: WebhookTestResult, 409: ErrorBody, ...notFound, ...errors } },
+    schema: { params: IdParams, response: { 200: WebhookTestResult, 409: ErrorBody, ...notFound, ...keyRouteErrors } },
   }),
   listWebhookDeliveries: route({
     method: 'GET',
     url: '/webhooks/:id/deliveries',
     summary: 'The delivery log of a subscription, newest first: status, tries, the last answers',
     schema: {
-      params: WebhookParams,
+      params: IdParams,
       querystring: DeliveriesQuery,
-      response: { 200: Type.Object({ deliveries: Type.Array(WebhookDelivery) }), ...notFound, ...errors },
+      response: { 200: Type.Object({ deliveries: Type.Array(WebhookDelivery) }), ...notFound, ...keyRouteErrors },
     },
   }),
   redeliverWebhook: route({
@@ -198,6 +183,6 @@ export const webhookRoutes = {
     url: '/webhooks/:id/deliveries/:deliveryId/redeliver',
     summary:
       'Queue a delivery again now (same webhook-id, tries counted afresh); a webhook.test one, or one of a revoked key, is not (409)',
-    schema: { params: DeliveryParams, response: { 202: WebhookDelivery, 409: ErrorBody, ...notFound, ...errors } },
+    schema: { params: DeliveryParams, response: { 202: WebhookDelivery, 409: ErrorBody, ...notFound, ...keyRouteErrors } },
   }),
 }

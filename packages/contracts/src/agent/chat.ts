@@ -3,6 +3,7 @@
 // errors are OpenAI's too ({error: {message, type, param, code}}), not the {error} string
 // of the rest of the API, because those SDKs parse that shape (docs/v1.md).
 import { Type, type Static } from 'typebox'
+import { StringEnum } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
 import { AtsCharged, JobAwaitingApproval, JobTransaction } from './http.ts'
 
@@ -41,7 +42,7 @@ export type OpenAiError = Static<typeof OpenAiError>
 
 export const ChatMessageIn = Type.Object(
   {
-    role: Type.Unsafe<(typeof chatRoles)[number]>({ type: 'string', enum: [...chatRoles] }),
+    role: StringEnum(chatRoles),
     // checked by the service rather than by a union schema, which the validator's type coercion
     // would try branch by branch: the service says which part is wrong and why
     content: Type.Optional(Type.Unknown({ description: 'text, or an array of {type: "text", text} parts' })),
@@ -184,14 +185,13 @@ export const ChatModel = Type.Object({
 
 /** The failures every /v1 route in OpenAI's shape may answer (key, tier, rate limit, a service down). */
 export const openAiRouteErrors = { 401: OpenAiError, 403: OpenAiError, 429: OpenAiError, 503: OpenAiError }
-const errors = openAiRouteErrors
 
 export const chatRoutes = {
   models: route({
     method: 'GET',
     url: '/v1/models',
     summary: "The models on offer, in OpenAI's list shape; each runs the agent",
-    schema: { response: { 200: Type.Object({ object: Type.Literal('list'), data: Type.Array(ChatModel) }), ...errors } },
+    schema: { response: { 200: Type.Object({ object: Type.Literal('list'), data: Type.Array(ChatModel) }), ...openAiRouteErrors } },
   }),
   model: route({
     method: 'GET',
@@ -199,7 +199,7 @@ export const chatRoutes = {
     summary: 'One model',
     schema: {
       params: Type.Object({ model: Type.String({ minLength: 1, maxLength: 128 }) }),
-      response: { 200: ChatModel, 404: OpenAiError, ...errors },
+      response: { 200: ChatModel, 404: OpenAiError, ...openAiRouteErrors },
     },
   }),
   completions: route({
@@ -210,7 +210,7 @@ export const chatRoutes = {
     alsoProduces: { mediaType: 'text/event-stream', schema: ChatCompletionChunk },
     schema: {
       body: ChatCompletionRequest,
-      response: { 200: ChatCompletion, 400: OpenAiError, 500: OpenAiError, 504: OpenAiError, ...errors },
+      response: { 200: ChatCompletion, 400: OpenAiError, 500: OpenAiError, 504: OpenAiError, ...openAiRouteErrors },
     },
   }),
 }

@@ -1,7 +1,7 @@
 import { Type, type Static } from 'typebox'
-import { ErrorBody } from '../common/errors.ts'
-import { Bytes32, EpochMs, FreeText, IntegerString } from '../common/primitives.ts'
-import { route } from '../common/route.ts'
+import { ErrorBody, keyRouteErrors } from '../common/errors.ts'
+import { Bytes32, EpochMs, FreeText, IntegerString, StrictObject, StringEnum } from '../common/primitives.ts'
+import { IdParams, route } from '../common/route.ts'
 import { JobPayment } from '../admin/payments.ts'
 import { Approval } from '../trading/approvals.ts'
 import { UnsignedTransaction } from '../trading/swaps.ts'
@@ -18,9 +18,7 @@ export const maxPromptLength = 4000
 
 export const jobStatuses = ['pending', 'running', 'awaiting_approval', 'complete', 'failed', 'cancelled'] as const
 export type JobStatus = (typeof jobStatuses)[number]
-export const JobStatusSchema = Type.Unsafe<JobStatus>({
-  type: 'string',
-  enum: [...jobStatuses],
+export const JobStatusSchema = StringEnum(jobStatuses, {
   description:
     'pending: queued; running: a worker runs it; awaiting_approval: a swap of it waits for a person (POST /approvals/:id/approve or reject; `approval` says what), then it runs on; complete: result is set; failed: error says why; cancelled: by DELETE /agent/job/:id',
 })
@@ -37,21 +35,17 @@ export const JobAwaitingApproval = Type.Object(
 )
 export type JobAwaitingApproval = Static<typeof JobAwaitingApproval>
 
-export const PromptBody = Type.Object(
-  {
-    prompt: FreeText({ minLength: 1, maxLength: maxPromptLength, description: 'what to do, in plain words' }),
-    threadId: Type.Optional(
-      Type.String({ minLength: 1, maxLength: 64, description: 'continue this thread of yours; a new thread when absent' }),
-    ),
-    context: Type.Optional(
-      Type.Record(Type.String(), Type.Unknown(), {
-        description: 'anything the runner should know (passed to the LLM as JSON); at most 16 KB',
-      }),
-    ),
-  },
-  { additionalProperties: false },
-)
-export type PromptBody = Static<typeof PromptBody>
+export const PromptBody = StrictObject({
+  prompt: FreeText({ minLength: 1, maxLength: maxPromptLength, description: 'what to do, in plain words' }),
+  threadId: Type.Optional(
+    Type.String({ minLength: 1, maxLength: 64, description: 'continue this thread of yours; a new thread when absent' }),
+  ),
+  context: Type.Optional(
+    Type.Record(Type.String(), Type.Unknown(), {
+      description: 'anything the runner should know (passed to the LLM as JSON); at most 16 KB',
+    }),
+  ),
+})
 
 export const PromptAccepted = Type.Object({
   jobId: Type.String(),
@@ -131,7 +125,6 @@ export const JobCredit = Type.Object(
   },
   { description: 'jobs paid by credit (POST /agent/prompt signed in with SIWx or a session token)' },
 )
-export type JobCredit = Static<typeof JobCredit>
 
 export const Job = Type.Object({
   id: Type.String(),
@@ -175,8 +168,6 @@ export const Thread = Type.Object({
 })
 export type Thread = Static<typeof Thread>
 
-const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
-
 export const JobsQuery = Type.Object({
   limit: Type.Integer({ minimum: 1, default: 50, description: 'at most 100 are answered; a larger limit is capped, not refused' }),
 })
@@ -190,7 +181,7 @@ export const EventsHeaders = Type.Object({
 // every /agent/* route is paid per request (x402); those with input can be a 400
 const paid = { 402: PaymentRequiredSchema, 503: ErrorBody }
 const errors = { 400: ErrorBody, ...paid }
-const keyErrors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 503: ErrorBody }
+const keyErrors = { ...keyRouteErrors, 503: ErrorBody }
 
 export const agentRoutes = {
   prompt: route({

@@ -2,6 +2,7 @@
 // SDKs work unmodified (they send the key as x-api-key, which the gateway accepts on this route
 // only). Request, answer, stream events and errors are Anthropic's shapes (docs/v1.md).
 import { Type, type Static } from 'typebox'
+import { StringEnum } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
 import { AgentStep, AgentTrace, chatModels, maxChatMessages, type Failure } from './chat.ts'
 import { AtsCharged, JobAwaitingApproval } from './http.ts'
@@ -23,11 +24,7 @@ export const AnthropicError = Type.Object(
   {
     type: Type.Literal('error'),
     error: Type.Object({
-      type: Type.Unsafe<AnthropicErrorType>({
-        type: 'string',
-        enum: [...anthropicErrorTypes],
-        description: 'the kind of failure, from the status',
-      }),
+      type: StringEnum(anthropicErrorTypes, { description: 'the kind of failure, from the status' }),
       message: Type.String({ description: 'what went wrong; a field at fault is named in it (messages[1].content[0])' }),
     }),
   },
@@ -63,7 +60,7 @@ const Content = Type.Unknown({
 
 export const MessageIn = Type.Object(
   {
-    role: Type.Unsafe<'user' | 'assistant'>({ type: 'string', enum: ['user', 'assistant'] }),
+    role: StringEnum(['user', 'assistant']),
     content: Content,
   },
   { additionalProperties: true },

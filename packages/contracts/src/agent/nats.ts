@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox'
-import { topic, type Topic } from '../common/messages.ts'
+import { topic } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
 import { EpochMs } from '../common/primitives.ts'
 import { Approval } from '../trading/approvals.ts'
@@ -54,21 +54,10 @@ export type JobDelta = Static<typeof JobDelta>
 export const JobBroadcast = Type.Union([JobEvent, JobDelta])
 export type JobBroadcast = Static<typeof JobBroadcast>
 
-export interface AgentChannels {
-  /** the work queue of jobs (JetStream, work-queue retention): POST /agent/prompt publishes, workers pull */
-  jobs: Topic<JobQueued>
-  jobsStream: { name: string; subjects: string[]; maxAgeMs: number; duplicateWindowMs: number; retention: 'workqueue' }
-  /** the durable pull consumer every worker shares */
-  workers: string
-  /** broadcast: a job was cancelled; the worker running it aborts */
-  cancelled: Topic<JobQueued>
-  /** broadcast of each stored event and each text delta, per job: SSE streams forward them */
-  events(jobId: string): Topic<JobBroadcast>
-}
-
 const day = 86_400_000
 
-export function agentChannels(namespace: string): AgentChannels {
+export function agentChannels(namespace: string) {
+  /** the work queue of jobs (JetStream, work-queue retention): POST /agent/prompt publishes, workers pull */
   const jobs = topic(subjectOf(namespace, 'agent', 'jobs.queued'), JobQueued)
   return {
     jobs,
@@ -78,10 +67,14 @@ export function agentChannels(namespace: string): AgentChannels {
       subjects: [jobs.subject],
       maxAgeMs: 7 * day,
       duplicateWindowMs: 600_000,
-      retention: 'workqueue',
+      retention: 'workqueue' as const,
     },
+    /** the durable pull consumer every worker shares */
     workers: 'agent-workers',
+    /** broadcast: a job was cancelled; the worker running it aborts */
     cancelled: topic(subjectOf(namespace, 'agent', 'jobs.cancelled'), JobQueued),
-    events: (jobId) => topic(subjectOf(namespace, 'agent', `events.${jobId}`), JobBroadcast),
+    /** broadcast of each stored event and each text delta, per job: SSE streams forward them */
+    events: (jobId: string) => topic(subjectOf(namespace, 'agent', `events.${jobId}`), JobBroadcast),
   }
 }
+export type AgentChannels = ReturnType<typeof agentChannels>

@@ -3,6 +3,7 @@
 // cancelled later, and continued with previous_response_id (the job's thread). Request, answer,
 // stream events and errors are OpenAI's shapes, so the official SDKs work unmodified (docs/v1.md).
 import { Type, type Static } from 'typebox'
+import { StringEnum } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
 import { AgentTrace, chatModels, OpenAiError, openAiRouteErrors } from './chat.ts'
 import { AtsCharged, JobAwaitingApproval } from './http.ts'
@@ -78,9 +79,7 @@ export const ResponseObject = Type.Object(
     object: Type.Literal('response'),
     created_at: Type.Integer({ description: 'seconds since the Unix epoch' }),
     completed_at: Type.Union([Type.Integer(), Type.Null()]),
-    status: Type.Unsafe<ResponseStatus>({
-      type: 'string',
-      enum: [...responseStatuses],
+    status: StringEnum(responseStatuses, {
       description: "the job's: pending is queued, running and awaiting_approval in_progress, complete completed",
     }),
     model: Type.String(),
@@ -126,7 +125,6 @@ export const ResponseStreamEvent = Type.Object(
 )
 
 const ResponseId = Type.Object({ id: Type.String({ minLength: 1, maxLength: 128, description: 'resp_<job id>, or the job id' }) })
-const errors = openAiRouteErrors
 
 export const responsesRoutes = {
   createResponse: route({
@@ -137,7 +135,7 @@ export const responsesRoutes = {
     alsoProduces: { mediaType: 'text/event-stream', schema: ResponseStreamEvent },
     schema: {
       body: ResponseRequest,
-      response: { 200: ResponseObject, 400: OpenAiError, 404: OpenAiError, 504: OpenAiError, ...errors },
+      response: { 200: ResponseObject, 400: OpenAiError, 404: OpenAiError, 504: OpenAiError, ...openAiRouteErrors },
     },
   }),
   retrieveResponse: route({
@@ -150,13 +148,13 @@ export const responsesRoutes = {
         { stream: Type.Optional(Type.Boolean({ description: 'not supported (400): a stored response is retrieved as JSON' })) },
         { additionalProperties: true },
       ),
-      response: { 200: ResponseObject, 400: OpenAiError, 404: OpenAiError, ...errors },
+      response: { 200: ResponseObject, 400: OpenAiError, 404: OpenAiError, ...openAiRouteErrors },
     },
   }),
   cancelResponse: route({
     method: 'POST',
     url: '/v1/responses/:id/cancel',
     summary: 'Cancels a queued or in-progress response of this key (its job); a cancelled one is answered as it is, a finished one is 400',
-    schema: { params: ResponseId, response: { 200: ResponseObject, 400: OpenAiError, 404: OpenAiError, ...errors } },
+    schema: { params: ResponseId, response: { 200: ResponseObject, 400: OpenAiError, 404: OpenAiError, ...openAiRouteErrors } },
   }),
 }

@@ -1,13 +1,11 @@
 import { Type, type Static } from 'typebox'
-import { ErrorBody } from '../common/errors.ts'
-import { Address, Bytes32, EpochMs, IntegerString } from '../common/primitives.ts'
-import { route } from '../common/route.ts'
+import { ErrorBody, keyRouteErrors } from '../common/errors.ts'
+import { Address, Bytes32, EpochMs, IntegerString, StrictObject, StringEnum } from '../common/primitives.ts'
+import { IdParams, route } from '../common/route.ts'
 
 export const automationStatuses = ['active', 'paused', 'completed', 'failed'] as const
 export type AutomationStatus = (typeof automationStatuses)[number]
-export const AutomationStatusSchema = Type.Unsafe<AutomationStatus>({
-  type: 'string',
-  enum: [...automationStatuses],
+export const AutomationStatusSchema = StringEnum(automationStatuses, {
   description:
     'active: runs on schedule; paused: does not run; completed: maxRuns reached, endAt passed or the limit order filled; failed: runs failed repeatedly (statusReason says why)',
 })
@@ -16,13 +14,13 @@ export const AutomationStatusSchema = Type.Unsafe<AutomationStatus>({
 export const automationTypes = ['recurring-buy', 'limit-order'] as const
 export type AutomationType = (typeof automationTypes)[number]
 
-/** Spec section 2, Automation, plus its schedule and its outcome so far. */
 export const AutomationSource = Type.Union([Type.Literal('server'), Type.Literal('wallet')], {
   description:
     "whose tokens each run spends: server, the server wallet's (within the key's spend policy); wallet, walletAddress's own, under the grant it made on chain (POST /grants/prepare): a run the grant cannot pay this period is skipped, and a revoked or expired grant pauses the automation",
 })
 export type AutomationSource = Static<typeof AutomationSource>
 
+/** Spec section 2, Automation, plus its schedule and its outcome so far. */
 export const Automation = Type.Object({
   id: Type.String(),
   name: Type.String(),
@@ -53,9 +51,7 @@ export const AutomationRun = Type.Object({
   scheduledFor: EpochMs('the due time the run was for'),
   startedAt: EpochMs(),
   finishedAt: Type.Union([EpochMs(), Type.Null()]),
-  status: Type.Unsafe<RunStatus>({
-    type: 'string',
-    enum: [...runStatuses],
+  status: StringEnum(runStatuses, {
     description:
       "running: the swap is under way; awaiting_approval: the swap is over the key's approvalAboveUsd and waits for a person (approval says where to decide; the automation starts no other run meanwhile); success: mined (txHash); failed: error says why (a reverted swap has its txHash too, an approved swap that could not be made says so); skipped: not made, counting neither as a run nor as a failure: the server wallet was paused (error says by whom and since when), or the approval was rejected, expired or withdrawn (its automation paused or ended meanwhile)",
   }),
@@ -78,23 +74,19 @@ export const AutomationRun = Type.Object({
 })
 export type AutomationRun = Static<typeof AutomationRun>
 
-export const CreateAutomationRequest = Type.Object(
-  {
-    walletAddress: Address({
-      description:
-        "who receives what it buys (the server wallet pays): the key's bound wallet, or an address an admin allowed for the key (allowedRecipients in its spend policy)",
-    }),
-    type: Type.String({ minLength: 1, maxLength: 64, description: automationTypes.join(' or ') }),
-    source: Type.Optional({ ...AutomationSource, default: 'server' }),
-    name: Type.String({ minLength: 1, maxLength: 128 }),
-    config: Type.Record(Type.String(), Type.Unknown()),
-  },
-  { additionalProperties: false },
-)
+export const CreateAutomationRequest = StrictObject({
+  walletAddress: Address({
+    description:
+      "who receives what it buys (the server wallet pays): the key's bound wallet, or an address an admin allowed for the key (allowedRecipients in its spend policy)",
+  }),
+  type: Type.String({ minLength: 1, maxLength: 64, description: automationTypes.join(' or ') }),
+  source: Type.Optional({ ...AutomationSource, default: 'server' }),
+  name: Type.String({ minLength: 1, maxLength: 128 }),
+  config: Type.Record(Type.String(), Type.Unknown()),
+})
 export type CreateAutomationRequest = Static<typeof CreateAutomationRequest>
 
-const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
-const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 503: ErrorBody }
+const errors = { ...keyRouteErrors, 503: ErrorBody }
 
 export const automationRoutes = {
   list: route({
@@ -126,7 +118,7 @@ export const automationRoutes = {
       'Set the status: paused stops the runs, active resumes them on their schedule (the next scheduled time after now, never at once; 409 past AUTOMATION_MAX_PER_KEY), completed or failed ends it',
     schema: {
       params: IdParams,
-      body: Type.Object({ status: AutomationStatusSchema }, { additionalProperties: false }),
+      body: StrictObject({ status: AutomationStatusSchema }),
       response: { 200: Type.Object({ automation: Automation }), 404: ErrorBody, 409: ErrorBody, ...errors },
     },
   }),

@@ -1,6 +1,7 @@
 import { Type, type Static } from 'typebox'
-import { topic, type Topic } from './messages.ts'
+import { topic } from './messages.ts'
 import { subjectOf } from './namespace.ts'
+import { StrictObject, StringEnum } from './primitives.ts'
 
 /**
  * The events a webhook subscription can ask for (docs/webhooks.md lists each one's `data`).
@@ -23,11 +24,7 @@ export const webhookEventTypes = [
   'credit.low',
 ] as const
 export type WebhookEventType = (typeof webhookEventTypes)[number]
-export const WebhookEventTypeSchema = Type.Unsafe<WebhookEventType>({
-  type: 'string',
-  enum: [...webhookEventTypes],
-  description: 'an event type (docs/webhooks.md)',
-})
+export const WebhookEventTypeSchema = StringEnum(webhookEventTypes, { description: 'an event type (docs/webhooks.md)' })
 
 /**
  * The test event POST /webhooks/:id/test sends: only on request, to that one subscription. It is
@@ -37,20 +34,15 @@ export const WebhookEventTypeSchema = Type.Unsafe<WebhookEventType>({
 export const webhookTestEventType = 'webhook.test'
 export const deliveredEventTypes = [...webhookEventTypes, webhookTestEventType] as const
 export type DeliveredEventType = (typeof deliveredEventTypes)[number]
-export const DeliveredEventTypeSchema = Type.Unsafe<DeliveredEventType>({
-  type: 'string',
-  enum: [...deliveredEventTypes],
+export const DeliveredEventTypeSchema = StringEnum(deliveredEventTypes, {
   description: 'an event type (docs/webhooks.md); webhook.test: a test event, sent only on request (POST /webhooks/:id/test)',
 })
 
 /** Whose event it is: the API key that caused it, and/or the wallet it concerns (a payer, a key's bound wallet), lower-case. */
-export const EventOwner = Type.Object(
-  {
-    keyId: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
-    wallet: Type.Optional(Type.String({ pattern: '^0x[0-9a-f]{40}$' })),
-  },
-  { additionalProperties: false },
-)
+export const EventOwner = StrictObject({
+  keyId: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+  wallet: Type.Optional(Type.String({ pattern: '^0x[0-9a-f]{40}$' })),
+})
 export type EventOwner = Static<typeof EventOwner>
 
 /** One event as services publish it to the events stream (message id = `id`, so a repeat is stored once). */
@@ -64,26 +56,19 @@ export const DomainEvent = Type.Object({
 })
 export type DomainEvent = Static<typeof DomainEvent>
 
-export interface EventChannels {
-  /** the subject of one event type: `<ns>.events.<type>` */
-  subjectOf(type: WebhookEventType): string
-  /** any event, for consumers: `<ns>.events.>` */
-  all: Topic<DomainEvent>
-  /** the durable consumer through which admin fans events out to webhook subscriptions */
-  webhookConsumer: string
-  /** where events the fan-out cannot store after bounded tries go (same stream, outside `all`'s subjects) */
-  deadLetters: string
-  streamSpec: { name: string; subjects: string[]; maxAgeMs: number; duplicateWindowMs: number }
-}
-
-export function eventChannels(namespace: string): EventChannels {
+export function eventChannels(namespace: string) {
   const all = subjectOf(namespace, 'events', '>')
+  /** where events the fan-out cannot store after bounded tries go (same stream, outside `all`'s subjects) */
   const deadLetters = subjectOf(namespace, 'webhooks', 'dead-letter')
   return {
-    subjectOf: (type) => subjectOf(namespace, 'events', type),
+    /** the subject of one event type: `<ns>.events.<type>` */
+    subjectOf: (type: WebhookEventType) => subjectOf(namespace, 'events', type),
+    /** any event, for consumers: `<ns>.events.>` */
     all: topic(all, DomainEvent),
+    /** the durable consumer through which admin fans events out to webhook subscriptions */
     webhookConsumer: 'admin-webhook-fanout',
     deadLetters,
     streamSpec: { name: `${namespace}_events`, subjects: [all, deadLetters], maxAgeMs: 7 * 24 * 3600_000, duplicateWindowMs: 3600_000 },
   }
 }
+export type EventChannels = ReturnType<typeof eventChannels>

@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto'
 import { Type, type Static } from 'typebox'
+import { StringEnum } from './primitives.ts'
 
 export const tiers = ['readonly', 'readwrite', 'admin'] as const
 export type Tier = (typeof tiers)[number]
-export const TierSchema = Type.Unsafe<Tier>({ type: 'string', enum: [...tiers], description: 'readonly < readwrite < admin' })
+export const TierSchema = StringEnum(tiers, { description: 'readonly < readwrite < admin' })
 
 const rank: Record<Tier, number> = { readonly: 0, readwrite: 1, admin: 2 }
 

@@ -1,4 +1,4 @@
-import { Type, type TStringOptions } from 'typebox'
+import { Type, type TObjectOptions, type TProperties, type TStringOptions } from 'typebox'
 
 /**
  * Schemas of values every service passes around; each pattern is written here and nowhere
@@ -22,6 +22,10 @@ export const IntegerString = string(integerStringPattern, 'an unsigned integer a
 export const Sha256Hex = string('^[0-9a-f]{64}$', 'a SHA-256 as lower-case hex')
 export const EpochMs = (description = 'ms since the Unix epoch') => Type.Integer({ description })
 
+/** One of `values`, typed as their union: a plain `enum` in the JSON schema (TypeBox's union of literals would be an anyOf). */
+export const StringEnum = <const T extends readonly string[]>(values: T, options: { default?: T[number]; description?: string } = {}) =>
+  Type.Unsafe<T[number]>({ type: 'string', enum: [...values], ...options })
+
 /**
  * The schema keyword saying which control characters a string may hold. The kit's validator puts
  * `'refused'` (no C0 control character, no DEL) on every string of a request that does not say;
@@ -30,3 +34,7 @@ export const EpochMs = (description = 'ms since the Unix epoch') => Type.Integer
 export const controlCharactersKeyword = 'controlCharacters'
 /** Text a person writes (a prompt): it may hold tabs and line breaks; other control characters are refused. */
 export const FreeText = (options: TStringOptions = {}) => Type.String({ ...options, [controlCharactersKeyword]: 'whitespace' })
+
+/** An object that refuses fields it does not declare (request bodies and queries): a misspelt field is a 400, not ignored. */
+export const StrictObject = <T extends TProperties>(properties: T, options: TObjectOptions = {}) =>
+  Type.Object(properties, { additionalProperties: false, ...options })

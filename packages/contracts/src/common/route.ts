@@ -1,4 +1,4 @@
-import type { TSchema } from 'typebox'
+import { Type, type TSchema } from 'typebox'
 
 export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'
 
@@ -22,6 +22,9 @@ export interface ApiRoute {
     response: Record<number, TSchema>
   }
 }
+
+/** The params of a route on one record: its `:id`. */
+export const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
 
 export function route<R extends ApiRoute>(definition: R): R {
   return definition

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox'
-import { ErrorBody } from '../common/errors.ts'
+import { ErrorBody, upstreamRouteErrors } from '../common/errors.ts'
 import { Address, Bytes32, EpochMs, IntegerString, addressPattern } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
 
@@ -140,7 +140,6 @@ export const BridgeQuoteQuery = Type.Object({
     description: 'the most toAmountMin may fall below toAmount, in basis points',
   }),
 })
-export type BridgeQuoteQuery = Static<typeof BridgeQuoteQuery>
 
 export const BridgeToken = Type.Object({
   chainId: Type.Integer(),
@@ -195,55 +194,53 @@ export type BridgeChain = Static<typeof BridgeChain>
 export const BridgeChains = Type.Object({ chains: Type.Array(BridgeChain) })
 export type BridgeChains = Static<typeof BridgeChains>
 
-const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody }
-
 export const marketRoutes = {
   prices: route({
     method: 'GET',
     url: '/market/prices',
     summary: `USD prices and 24h change of the seven core assets (${coreAssets.join(', ')}), cached 30 s`,
-    schema: { response: { 200: Prices, ...errors } },
+    schema: { response: { 200: Prices, ...upstreamRouteErrors } },
   }),
   trending: route({
     method: 'GET',
     url: '/market/trending',
     summary: 'Up to 10 trending pools on Arbitrum by 24h volume, cached 30 s',
-    schema: { response: { 200: Trending, ...errors } },
+    schema: { response: { 200: Trending, ...upstreamRouteErrors } },
   }),
   nfts: route({
     method: 'GET',
     url: '/nfts/:address',
     summary: 'NFTs an address owns; spam collections are hidden unless includeHidden=true',
-    schema: { params: NftsParams, querystring: NftsQuery, response: { 200: Nfts, ...errors } },
+    schema: { params: NftsParams, querystring: NftsQuery, response: { 200: Nfts, ...upstreamRouteErrors } },
   }),
   topPredictions: route({
     method: 'GET',
     url: '/predictions/top',
     summary: 'Open prediction markets with the most volume',
-    schema: { querystring: TopPredictionsQuery, response: { 200: PredictionMarkets, ...errors } },
+    schema: { querystring: TopPredictionsQuery, response: { 200: PredictionMarkets, ...upstreamRouteErrors } },
   }),
   searchPredictions: route({
     method: 'GET',
     url: '/predictions/search',
     summary: 'Prediction markets whose question or description matches q, best match first',
-    schema: { querystring: SearchPredictionsQuery, response: { 200: PredictionMarkets, ...errors } },
+    schema: { querystring: SearchPredictionsQuery, response: { 200: PredictionMarkets, ...upstreamRouteErrors } },
   }),
   prediction: route({
     method: 'GET',
     url: '/predictions/:conditionId',
     summary: 'One prediction market by its condition id',
-    schema: { params: ConditionParams, response: { 200: OnePrediction, 404: ErrorBody, ...errors } },
+    schema: { params: ConditionParams, response: { 200: OnePrediction, 404: ErrorBody, ...upstreamRouteErrors } },
   }),
   bridgeQuote: route({
     method: 'GET',
     url: '/bridge/quote',
     summary: 'A quote to bridge a token from one chain to another (fromChainId defaults to 42161)',
-    schema: { querystring: BridgeQuoteQuery, response: { 200: BridgeQuote, 422: ErrorBody, ...errors } },
+    schema: { querystring: BridgeQuoteQuery, response: { 200: BridgeQuote, 422: ErrorBody, ...upstreamRouteErrors } },
   }),
   bridgeChains: route({
     method: 'GET',
     url: '/bridge/chains',
     summary: 'The chains a bridge quote can go between',
-    schema: { response: { 200: BridgeChains, ...errors } },
+    schema: { response: { 200: BridgeChains, ...upstreamRouteErrors } },
   }),
 }

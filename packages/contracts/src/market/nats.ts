@@ -1,7 +1,7 @@
 import { Type, type Static } from 'typebox'
 import { endpoint } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
-import { Address } from '../common/primitives.ts'
+import { Address, StrictObject } from '../common/primitives.ts'
 import {
   BridgeChains,
   BridgeQuote,
@@ -16,22 +16,17 @@ import {
   Trending,
 } from './http.ts'
 
-const Empty = Type.Object({}, { additionalProperties: false })
+const Empty = StrictObject({})
 
 // Over NATS the defaults of the HTTP query are left to the service: these fields may be absent.
-export const NftsRequest = Type.Object(
-  {
-    address: Address({ description: 'the owner' }),
-    includeHidden: Type.Optional(Type.Boolean()),
-    pageKey: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
-  },
-  { additionalProperties: false },
-)
-export type NftsRequest = Static<typeof NftsRequest>
+export const NftsRequest = StrictObject({
+  address: Address({ description: 'the owner' }),
+  includeHidden: Type.Optional(Type.Boolean()),
+  pageKey: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+})
 export const TopPredictionsRequest = Type.Partial(TopPredictionsQuery)
 const { q, limit } = SearchPredictionsQuery.properties
 export const SearchPredictionsRequest = Type.Object({ q, limit: Type.Optional(limit) })
-export type SearchPredictionsRequest = Static<typeof SearchPredictionsRequest>
 const { fromChainId, slippageBps, ...requiredBridgeFields } = BridgeQuoteQuery.properties
 export const BridgeQuoteRequest = Type.Object({
   ...requiredBridgeFields,

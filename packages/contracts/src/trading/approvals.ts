@@ -1,7 +1,7 @@
 import { Type, type Static } from 'typebox'
-import { ErrorBody } from '../common/errors.ts'
-import { Address, EpochMs, IntegerString } from '../common/primitives.ts'
-import { route } from '../common/route.ts'
+import { ErrorBody, upstreamRouteErrors } from '../common/errors.ts'
+import { Address, EpochMs, IntegerString, StrictObject, StringEnum } from '../common/primitives.ts'
+import { IdParams, route } from '../common/route.ts'
 import { SwapResult } from './swaps.ts'
 
 /**
@@ -12,9 +12,7 @@ import { SwapResult } from './swaps.ts'
  */
 export const approvalStatuses = ['pending', 'approved', 'rejected', 'expired'] as const
 export type ApprovalStatus = (typeof approvalStatuses)[number]
-export const ApprovalStatusSchema = Type.Unsafe<ApprovalStatus>({
-  type: 'string',
-  enum: [...approvalStatuses],
+export const ApprovalStatusSchema = StringEnum(approvalStatuses, {
   description: 'pending: waiting for a decision; approved: the swap ran (see execution); rejected or expired: nothing was sent',
 })
 
@@ -104,9 +102,6 @@ export type AwaitingApproval = Static<typeof AwaitingApproval>
 export const isAwaitingApproval = (value: unknown): value is AwaitingApproval =>
   typeof value === 'object' && value !== null && (value as { status?: unknown }).status === 'awaiting_approval'
 
-const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) })
-const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody }
-
 /** The approvals of the swaps POST /swap/execute holds for a person's decision. */
 export const approvalRoutes = {
   approvals: route({
@@ -115,28 +110,25 @@ export const approvalRoutes = {
     summary:
       "The swaps waiting for a person's decision (and decided ones with ?status=), newest first: this key's, those whose spend policy names this key in approvers, a bound wallet's payer's, or every one for an admin key",
     schema: {
-      querystring: Type.Object(
-        {
-          status: Type.Optional(ApprovalStatusSchema),
-          limit: Type.Integer({ minimum: 1, maximum: 100, default: 20 }),
-        },
-        { additionalProperties: false },
-      ),
-      response: { 200: Type.Object({ approvals: Type.Array(Approval) }), ...errors },
+      querystring: StrictObject({
+        status: Type.Optional(ApprovalStatusSchema),
+        limit: Type.Integer({ minimum: 1, maximum: 100, default: 20 }),
+      }),
+      response: { 200: Type.Object({ approvals: Type.Array(Approval) }), ...upstreamRouteErrors },
     },
   }),
   approval: route({
     method: 'GET',
     url: '/approvals/:id',
     summary: 'One approval this key asked for or may decide (any, for an admin key)',
-    schema: { params: IdParams, response: { 200: Approval, 404: ErrorBody, ...errors } },
+    schema: { params: IdParams, response: { 200: Approval, 404: ErrorBody, ...upstreamRouteErrors } },
   }),
   approve: route({
     method: 'POST',
     url: '/approvals/:id/approve',
     summary:
       "Approve a waiting swap: it runs now, once (a repeat, or two approvals at once, answer the same swap), with a fresh quote under the same slippage and price-impact limits, and the job or automation run behind it goes on. For someone other than the key that asked: an admin key, a key the spend policy names in approvers, or (a payer's swap) a key bound to the payer's wallet; the key that asked gets 403 unless its policy sets selfApprove. 409 when it was rejected or expired",
-    schema: { params: IdParams, response: { 200: Approval, 404: ErrorBody, 409: ErrorBody, 423: ErrorBody, ...errors } },
+    schema: { params: IdParams, response: { 200: Approval, 404: ErrorBody, 409: ErrorBody, 423: ErrorBody, ...upstreamRouteErrors } },
   }),
   reject: route({
     method: 'POST',
@@ -145,8 +137,8 @@ export const approvalRoutes = {
       'Reject a waiting swap: nothing is sent, and the job or automation run behind it goes on without it. 409 when it was approved or expired',
     schema: {
       params: IdParams,
-      body: Type.Optional(Type.Object({ reason: Type.Optional(Type.String({ maxLength: 500 })) }, { additionalProperties: false })),
-      response: { 200: Approval, 404: ErrorBody, 409: ErrorBody, ...errors },
+      body: Type.Optional(StrictObject({ reason: Type.Optional(Type.String({ maxLength: 500 })) })),
+      response: { 200: Approval, 404: ErrorBody, 409: ErrorBody, ...upstreamRouteErrors },
     },
   }),
 }

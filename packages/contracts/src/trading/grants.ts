@@ -1,8 +1,8 @@
 // Grants: limited, revocable permissions a user gives the trading service on chain (the
 // TradeGrants contract) to swap the user's own tokens, and the routes that prepare, list and revoke them.
 import { Type, type Static } from 'typebox'
-import { ErrorBody } from '../common/errors.ts'
-import { Address, Bytes32, IntegerString } from '../common/primitives.ts'
+import { ErrorBody, keyRouteErrors } from '../common/errors.ts'
+import { Address, Bytes32, IntegerString, StrictObject } from '../common/primitives.ts'
 import { route } from '../common/route.ts'
 import { DexSchema, TokenRef } from './swaps.ts'
 
@@ -12,25 +12,22 @@ export const GrantPeriod = Type.Union([Type.Literal('hour'), Type.Literal('day')
 export type GrantPeriod = Static<typeof GrantPeriod>
 export const grantPeriodSeconds: Record<GrantPeriod, number> = { hour: 3_600, day: 86_400, week: 604_800 }
 
-export const PrepareGrantBody = Type.Object(
-  {
-    wallet: Address({ description: 'the wallet whose tokens the grant lets the service swap; it signs and sends the transactions' }),
-    tokenIn: TokenRef('the token the service may sell from the wallet'),
-    amountPerPeriod: IntegerString({
-      description: 'the most of tokenIn the service may sell each period, in base units (100000000 = 100 USDC)',
-    }),
-    period: GrantPeriod,
-    expiresInDays: Type.Integer({ minimum: 1, maximum: 365, default: 30, description: 'the grant ends this many days after it is made' }),
-    tokensOut: Type.Array(TokenRef('a token the service may buy with it'), { minItems: 1, maxItems: 10 }),
-    dexes: Type.Array(DexSchema, {
-      minItems: 1,
-      maxItems: 2,
-      default: ['uniswap', 'camelot'],
-      description: 'the DEXes whose routers the service may swap on',
-    }),
-  },
-  { additionalProperties: false },
-)
+export const PrepareGrantBody = StrictObject({
+  wallet: Address({ description: 'the wallet whose tokens the grant lets the service swap; it signs and sends the transactions' }),
+  tokenIn: TokenRef('the token the service may sell from the wallet'),
+  amountPerPeriod: IntegerString({
+    description: 'the most of tokenIn the service may sell each period, in base units (100000000 = 100 USDC)',
+  }),
+  period: GrantPeriod,
+  expiresInDays: Type.Integer({ minimum: 1, maximum: 365, default: 30, description: 'the grant ends this many days after it is made' }),
+  tokensOut: Type.Array(TokenRef('a token the service may buy with it'), { minItems: 1, maxItems: 10 }),
+  dexes: Type.Array(DexSchema, {
+    minItems: 1,
+    maxItems: 2,
+    default: ['uniswap', 'camelot'],
+    description: 'the DEXes whose routers the service may swap on',
+  }),
+})
 export type PrepareGrantBody = Static<typeof PrepareGrantBody>
 
 export const GrantTransaction = Type.Object({
@@ -80,16 +77,7 @@ export const GrantsQuery = Type.Object({
 export const GrantList = Type.Object({ wallet: Address(), contract: Address(), delegate: Address(), grants: Type.Array(Grant) })
 export type GrantList = Static<typeof GrantList>
 
-const errors = {
-  400: ErrorBody,
-  401: ErrorBody,
-  403: ErrorBody,
-  404: ErrorBody,
-  422: ErrorBody,
-  429: ErrorBody,
-  502: ErrorBody,
-  503: ErrorBody,
-}
+const errors = { ...keyRouteErrors, 404: ErrorBody, 422: ErrorBody, 502: ErrorBody, 503: ErrorBody }
 
 export const grantRoutes = {
   prepareGrant: route({

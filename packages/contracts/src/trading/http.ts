@@ -1,8 +1,8 @@
 // Trading's HTTP routes (/swap, /launchpad, /portfolio/positions) and the shapes only they use: positions, launches.
 import { Type, type Static } from 'typebox'
-import { ErrorBody } from '../common/errors.ts'
-import { Address, Bytes32, EpochMs, IntegerString } from '../common/primitives.ts'
-import { route } from '../common/route.ts'
+import { ErrorBody, upstreamRouteErrors } from '../common/errors.ts'
+import { Address, Bytes32, EpochMs, IntegerString, StrictObject } from '../common/primitives.ts'
+import { IdParams, route } from '../common/route.ts'
 import { AwaitingApproval } from './approvals.ts'
 import { Execution, PrepareBody, PreparedSwap, Quote, QuoteQuery, SwapBody, SwapResult } from './swaps.ts'
 
@@ -42,19 +42,16 @@ export const Positions = Type.Object({
 })
 export type Positions = Static<typeof Positions>
 
-export const LaunchBody = Type.Object(
-  {
-    name: Type.String({ minLength: 1, maxLength: 64, description: 'token name' }),
-    symbol: Type.String({ pattern: '^[A-Za-z0-9]{1,11}$', description: '1 to 11 letters or digits' }),
-    supply: Type.String({
-      minLength: 1,
-      maxLength: 60,
-      description: 'total supply in whole tokens, a positive integer string; all of it goes to the server wallet',
-    }),
-    decimals: Type.Integer({ minimum: 0, maximum: 18, default: 18 }),
-  },
-  { additionalProperties: false },
-)
+export const LaunchBody = StrictObject({
+  name: Type.String({ minLength: 1, maxLength: 64, description: 'token name' }),
+  symbol: Type.String({ pattern: '^[A-Za-z0-9]{1,11}$', description: '1 to 11 letters or digits' }),
+  supply: Type.String({
+    minLength: 1,
+    maxLength: 60,
+    description: 'total supply in whole tokens, a positive integer string; all of it goes to the server wallet',
+  }),
+  decimals: Type.Integer({ minimum: 0, maximum: 18, default: 18 }),
+})
 export type LaunchBody = Static<typeof LaunchBody>
 
 export const LaunchedToken = Type.Object({
@@ -79,8 +76,7 @@ export type LaunchedToken = Static<typeof LaunchedToken>
 
 const LimitQuery = Type.Object({ limit: Type.Integer({ minimum: 1, maximum: 100, default: 50 }) })
 
-const errors = { 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 429: ErrorBody, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody }
-export const writeErrors = { ...errors, 409: ErrorBody, 422: ErrorBody }
+export const writeErrors = { ...upstreamRouteErrors, 409: ErrorBody, 422: ErrorBody }
 
 export const tradingRoutes = {
   quote: route({
@@ -88,13 +84,13 @@ export const tradingRoutes = {
     url: '/swap/quote',
     summary:
       'Quote a swap on Uniswap V3 or Camelot (routed through WETH when there is no direct pool); 422 when no pool has liquidity, or when the pools cannot absorb amountIn (the error names the largest amount that fills)',
-    schema: { querystring: QuoteQuery, response: { 200: Quote, ...errors, 422: ErrorBody } },
+    schema: { querystring: QuoteQuery, response: { 200: Quote, ...upstreamRouteErrors, 422: ErrorBody } },
   }),
   execute: route({
     method: 'POST',
     url: '/swap/execute',
     summary:
-      "Swap from the server wallet and wait for the receipt. Retries are safe with an Idempotency-Key: send one, or repeat with the one the answer carries (header idempotency-key, generated when none was sent; also on a 504). 403 over the key's spend limits or for a token outside the address book, 422 over its price-impact ceiling, 423 while the server wallet is paused; 202 with the approval when the swap is over its policy's approvalAboveUsd (nothing is sent until a person approves it)",
+      "Swap from the server wallet (or, with from, from your own wallet under the grant it made: POST /grants/prepare) and wait for the receipt. Retries are safe with an Idempotency-Key: send one, or repeat with the one the answer carries (header idempotency-key, generated when none was sent; also on a 504). 403 over the key's spend limits or for a token outside the address book, 422 over its price-impact ceiling, 423 while the server wallet is paused; 202 with the approval when the swap is over its policy's approvalAboveUsd (nothing is sent until a person approves it)",
     schema: { body: SwapBody, response: { 200: SwapResult, 202: AwaitingApproval, ...writeErrors, 423: ErrorBody } },
   }),
   prepare: route({
@@ -107,22 +103,22 @@ export const tradingRoutes = {
     method: 'GET',
     url: '/swap/executions',
     summary: "This API key's swap executions, newest first",
-    schema: { querystring: LimitQuery, response: { 200: Type.Object({ executions: Type.Array(Execution) }), ...errors } },
+    schema: { querystring: LimitQuery, response: { 200: Type.Object({ executions: Type.Array(Execution) }), ...upstreamRouteErrors } },
   }),
   execution: route({
     method: 'GET',
     url: '/swap/executions/:id',
     summary: 'One swap execution of this API key',
     schema: {
-      params: Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }),
-      response: { 200: Execution, 404: ErrorBody, ...errors },
+      params: IdParams,
+      response: { 200: Execution, 404: ErrorBody, ...upstreamRouteErrors },
     },
   }),
   positions: route({
     method: 'GET',
     url: '/portfolio/positions',
     summary: 'Lending (Aave V3) and perpetual (GMX V2) positions of the server wallet or ?address=',
-    schema: { querystring: PositionsQuery, response: { 200: Positions, ...errors } },
+    schema: { querystring: PositionsQuery, response: { 200: Positions, ...upstreamRouteErrors } },
   }),
   launch: route({
     method: 'POST',
@@ -135,12 +131,12 @@ export const tradingRoutes = {
     method: 'GET',
     url: '/launchpad/tokens',
     summary: 'Tokens this API key launched, newest first',
-    schema: { querystring: LimitQuery, response: { 200: Type.Object({ tokens: Type.Array(LaunchedToken) }), ...errors } },
+    schema: { querystring: LimitQuery, response: { 200: Type.Object({ tokens: Type.Array(LaunchedToken) }), ...upstreamRouteErrors } },
   }),
   launchedToken: route({
     method: 'GET',
     url: '/launchpad/tokens/:address',
     summary: 'A launched token, as the chain reads it now',
-    schema: { params: Type.Object({ address: Address() }), response: { 200: LaunchedToken, 404: ErrorBody, ...errors } },
+    schema: { params: Type.Object({ address: Address() }), response: { 200: LaunchedToken, 404: ErrorBody, ...upstreamRouteErrors } },
   }),
 }

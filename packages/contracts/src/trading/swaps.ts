@@ -1,13 +1,11 @@
 // The shapes of a swap: DEXes, quotes, the swap asked and its result, an unsigned swap for the caller's wallet, executions.
 import { Type, type Static } from 'typebox'
-import { Address, Bytes32, EpochMs, IntegerString } from '../common/primitives.ts'
+import { Address, Bytes32, EpochMs, IntegerString, StrictObject, StringEnum } from '../common/primitives.ts'
 
 /** The DEXes the trading service quotes and swaps on; the first is the default. */
 export const dexes = ['uniswap', 'camelot'] as const
 export type DexName = (typeof dexes)[number]
-export const DexSchema = Type.Unsafe<DexName>({
-  type: 'string',
-  enum: [...dexes],
+export const DexSchema = StringEnum(dexes, {
   default: 'uniswap',
   description:
     'uniswap: Uniswap V3 (QuoterV2 over the 0.01%, 0.05%, 0.3% and 1% fee tiers, the best wins); camelot: Camelot (Algebra Integral, one pool per pair, dynamic fee)',
@@ -28,7 +26,6 @@ export const QuoteQuery = Type.Object({
   amountIn: AmountIn,
   dex: Type.Optional(DexSchema),
 })
-export type QuoteQuery = Static<typeof QuoteQuery>
 
 export const Quote = Type.Object({
   dex: DexSchema,
@@ -57,28 +54,22 @@ export const Quote = Type.Object({
 })
 export type Quote = Static<typeof Quote>
 
-export const SwapBody = Type.Object(
-  {
-    tokenIn: TokenRef('the token sold'),
-    tokenOut: TokenRef('the token bought'),
-    amountIn: AmountIn,
-    dex: Type.Optional(DexSchema),
-    from: Type.Optional(
-      Address({
-        description:
-          "swap from this wallet's own tokens under its grant (POST /grants/prepare), paying out to it; the key must be bound to the wallet. Absent: the server wallet",
-      }),
-    ),
-    slippageBps: Type.Integer({
-      minimum: 0,
-      maximum: 5000,
-      default: 50,
+export const SwapBody = StrictObject({
+  ...QuoteQuery.properties,
+  from: Type.Optional(
+    Address({
       description:
-        'the most the received amount may fall below the quote, in basis points (50 = 0.5%); amountOutMinimum = quote × (10000 − slippageBps) / 10000',
+        "swap from this wallet's own tokens under its grant (POST /grants/prepare), paying out to it; the key must be bound to the wallet. Absent: the server wallet",
     }),
-  },
-  { additionalProperties: false },
-)
+  ),
+  slippageBps: Type.Integer({
+    minimum: 0,
+    maximum: 5000,
+    default: 50,
+    description:
+      'the most the received amount may fall below the quote, in basis points (50 = 0.5%); amountOutMinimum = quote × (10000 − slippageBps) / 10000',
+  }),
+})
 export type SwapBody = Static<typeof SwapBody>
 
 export const SwapResult = Type.Object({
@@ -110,14 +101,10 @@ export const SwapResult = Type.Object({
 })
 export type SwapResult = Static<typeof SwapResult>
 
-export const PrepareBody = Type.Object(
-  {
-    ...SwapBody.properties,
-    from: Address({ description: 'the wallet that will sign and send the transactions' }),
-  },
-  { additionalProperties: false },
-)
-export type PrepareBody = Static<typeof PrepareBody>
+export const PrepareBody = StrictObject({
+  ...SwapBody.properties,
+  from: Address({ description: 'the wallet that will sign and send the transactions' }),
+})
 
 export const UnsignedTransaction = Type.Object({
   kind: Type.Union([Type.Literal('approval'), Type.Literal('swap')]),
@@ -153,9 +140,7 @@ export const PreparedSwap = Type.Object({
 })
 export type PreparedSwap = Static<typeof PreparedSwap>
 
-export const ExecutionStatus = Type.Unsafe<'pending' | 'submitted' | 'success' | 'reverted' | 'failed'>({
-  type: 'string',
-  enum: ['pending', 'submitted', 'success', 'reverted', 'failed'],
+export const ExecutionStatus = StringEnum(['pending', 'submitted', 'success', 'reverted', 'failed'], {
   description:
     'pending: checked, not sent yet; submitted: sent, waiting for the receipt; success / reverted: mined; failed: never sent (error says why)',
 })

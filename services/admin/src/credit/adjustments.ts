@@ -15,19 +15,7 @@ const batch = 256
  * runs a round at once, and every `sweepMs` a round picks up what a process that died left. A
  * repeat of a publish is dropped by JetStream (message id = entry id), and by the gateway's id check.
  */
-export function startAdjustmentPublisher({
-  db,
-  nc,
-  channels,
-  log,
-  sweepMs,
-}: {
-  db: PrismaClient
-  nc: NatsConnection
-  channels: CreditChannels
-  log: Logger
-  sweepMs: number
-}) {
+export function startAdjustmentPublisher(db: PrismaClient, nc: NatsConnection, channels: CreditChannels, log: Logger, sweepMs: number) {
   const js = nc.jetstream()
   return startWorkerLoop({
     name: 'credit-adjustments',

@@ -1,36 +1,22 @@
 // Prepaid credit in admin: the ledger, its consumers, the sweep (top-ups, hold timeouts, withdrawals),
 // the adjustment publisher, reconciliation, the snapshot and the routes, started together.
-import type { NatsChannels } from '@ats/contracts'
-import { startWorkerLoop, type ChainContext, type EventOutbox, type Logger, type ServiceMetrics } from '@ats/service-kit'
+import { startWorkerLoop, type EventOutbox } from '@ats/service-kit'
 import { watchWalletControl } from '@ats/wallet'
 import type { FastifyInstance } from 'fastify'
-import type { NatsConnection } from 'nats'
-import type { PrismaClient } from '../generated/prisma/client.ts'
 import { creditRoutes } from '../routes/credit.ts'
+import type { AdminContext } from '../service.ts'
 import { startAdjustmentPublisher } from './adjustments.ts'
 import { startDebitConsumer, startUsageConsumer } from './consumers.ts'
 import { createCreditLedger } from './creditLedger.ts'
-import type { creditSettings } from './settings.ts'
 import { debitsRecorded } from './snapshot.ts'
 import { createWithdrawals } from './withdrawals.ts'
 
-type CreditConfig = { [K in keyof typeof creditSettings]: number } & { LEDGER_RETRY_MS: number }
-
-export interface CreditOptions {
-  app: FastifyInstance
-  db: PrismaClient
-  nc: NatsConnection
-  channels: NatsChannels
-  config: CreditConfig
-  chain: ChainContext
-  events: Pick<EventOutbox, 'send'>
-  log: Logger
-  metrics: ServiceMetrics
-  onClose(hook: () => Promise<void> | void): void
-}
-
 /** Starts the credit ledger; answers the snapshot the NATS endpoint serves. */
-export async function startCredit({ app, db, nc, channels, config, chain, events, log, metrics, onClose }: CreditOptions) {
+export async function startCredit(
+  app: FastifyInstance,
+  { db, nc, channels, config, chain, log, metrics, onClose }: AdminContext,
+  events: Pick<EventOutbox, 'send'>,
+) {
   const credit = channels.admin.credit
   let wakePublisher = () => {}
   const ledger = createCreditLedger(db, { events, lowBalance: BigInt(config.CREDIT_LOW_BALANCE), onAdjusted: () => wakePublisher() })
@@ -39,25 +25,14 @@ export async function startCredit({ app, db, nc, channels, config, chain, events
   onClose(debits.stop)
   const usage = await startUsageConsumer(nc, credit, ledger, log, config.LEDGER_RETRY_MS)
   onClose(usage.stop)
-  const publisher = startAdjustmentPublisher({ db, nc, channels: credit, log, sweepMs: config.CREDIT_SWEEP_MS })
+  const publisher = startAdjustmentPublisher(db, nc, credit, log, config.CREDIT_SWEEP_MS)
   wakePublisher = publisher.wake
   onClose(publisher.stop)
 
   const caughtUp = debitsRecorded(await nc.jetstreamManager(), credit, config.CREDIT_SNAPSHOT_WAIT_MS)
   const walletControl = await watchWalletControl(nc, channels.admin.walletControl, log)
   onClose(() => walletControl.close())
-  const withdrawals = createWithdrawals({
-    db,
-    chain,
-    ledger,
-    walletControl,
-    debitsRecorded: caughtUp,
-    log,
-    max: BigInt(config.CREDIT_WITHDRAW_MAX),
-    dailyMax: BigInt(config.CREDIT_WITHDRAW_DAILY_MAX),
-    receiptMs: config.CREDIT_WITHDRAW_RECEIPT_MS,
-    leaseMs: config.CREDIT_WITHDRAW_LEASE_MS,
-  })
+  const withdrawals = createWithdrawals({ db, chain, ledger, walletControl, debitsRecorded: caughtUp, log, settings: config })
 
   const sweep = startWorkerLoop({
     name: 'credit-sweep',
@@ -94,18 +69,7 @@ export async function startCredit({ app, db, nc, channels, config, chain, events
     round: async () => {
       const drift = await ledger.drift()
       drifted = drift.length
-      for (const d of drift) {
-        log.error(
-          {
-            wallet: d.wallet,
-            balance: String(d.balance),
-            held: String(d.held),
-            entriesBalance: String(d.entriesBalance),
-            entriesHeld: String(d.entriesHeld),
-          },
-          'credit reconciliation: the account differs from the sum of its entries',
-        )
-      }
+      for (const d of drift) log.error(d, 'credit reconciliation: the account differs from the sum of its entries')
       return false
     },
   })
@@ -123,5 +87,3 @@ export async function startCredit({ app, db, nc, channels, config, chain, events
     },
   }
 }
-
-export type Credit = Awaited<ReturnType<typeof startCredit>>

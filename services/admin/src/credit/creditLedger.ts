@@ -20,7 +20,7 @@ const effects: Record<CreditEntryKind, readonly [bigint, bigint]> = {
 }
 
 /** The entries that give credit back: published to the gateways as `CreditAdjusted`, in id order. */
-export const adjustmentKinds = ['topup', 'release', 'refund'] as const
+const adjustmentKinds = ['topup', 'release', 'refund'] as const
 const isAdjustment = (kind: CreditEntryKind) => (adjustmentKinds as readonly string[]).includes(kind)
 
 export interface NewEntry {
@@ -33,13 +33,7 @@ export interface NewEntry {
   at: Date
 }
 
-interface Inserted {
-  id: bigint
-  wallet: string
-  kind: CreditEntryKind
-  ref: string
-  amount: bigint
-}
+type Inserted = Pick<NewEntry, 'wallet' | 'kind' | 'ref' | 'amount'> & { id: bigint }
 
 interface Writer {
   tx: Tx
@@ -177,8 +171,6 @@ export function createCreditLedger(db: PrismaClient, { events, lowBalance, onAdj
   }
 
   return {
-    inTransaction,
-
     /**
      * Records what gateways took (debits, holds, withdrawals), each once however often it is
      * delivered. A hold whose usage report came first is closed at once. Returns how many were new.
@@ -227,9 +219,7 @@ export function createCreditLedger(db: PrismaClient, { events, lowBalance, onAdj
      * Closes the holds these reports name (the first report of a hold counts); a report whose hold
      * is not recorded yet waits for it. Returns what became of each.
      */
-    async recordUsage(
-      reports: CreditUsage[],
-    ): Promise<{ closed: number; waiting: number; ignored: Array<{ hold: string; state: string }> }> {
+    async recordUsage(reports: CreditUsage[]) {
       const first = new Map<string, CreditUsage>()
       for (const u of reports) {
         const key = `${u.wallet.toLowerCase()}:${u.hold}`
@@ -269,10 +259,7 @@ export function createCreditLedger(db: PrismaClient, { events, lowBalance, onAdj
      * Holds without a usage report after `timeoutMs` are released in full (no work reported, no
      * money moves); reports whose hold never came are marked orphaned. Returns what it did.
      */
-    async expireHolds(
-      timeoutMs: number,
-      limit = 500,
-    ): Promise<{ released: HoldToClose[]; orphaned: Array<{ wallet: string; id: string }> }> {
+    async expireHolds(timeoutMs: number, limit = 500) {
       const due = await db.$queryRaw<Array<{ wallet: string; id: string }>>`
         SELECT wallet, id FROM credit_holds
         WHERE state IN ('open', 'reported') AND created_at < now() - ${timeoutMs} * interval '1 millisecond'
@@ -401,11 +388,11 @@ export function createCreditLedger(db: PrismaClient, { events, lowBalance, onAdj
       return row!
     },
 
-    /** Accounts whose balance or held differs from the sum of their entries. */
+    /** Accounts whose balance or held differs from the sum of their entries (the amounts as text, for the log). */
     drift() {
-      return db.$queryRaw<Array<{ wallet: string; balance: bigint; held: bigint; entriesBalance: bigint; entriesHeld: bigint }>>`
-        SELECT coalesce(a.wallet, e.wallet) AS wallet, coalesce(a.balance, 0) AS balance, coalesce(a.held, 0) AS held,
-          coalesce(e.balance, 0)::bigint AS "entriesBalance", coalesce(e.held, 0)::bigint AS "entriesHeld"
+      return db.$queryRaw<Array<{ wallet: string; balance: string; held: string; entriesBalance: string; entriesHeld: string }>>`
+        SELECT coalesce(a.wallet, e.wallet) AS wallet, coalesce(a.balance, 0)::text AS balance, coalesce(a.held, 0)::text AS held,
+          coalesce(e.balance, 0)::bigint::text AS "entriesBalance", coalesce(e.held, 0)::bigint::text AS "entriesHeld"
         FROM credit_accounts a
         FULL JOIN (
           SELECT wallet,

@@ -16,16 +16,14 @@ const pollMs = 10
  */
 export function debitsRecorded(jsm: JetStreamManager, channels: CreditChannels, waitMs: number) {
   const { stream, debited, debitConsumer } = channels
-  async function lastDebit(): Promise<number> {
-    try {
-      return (await jsm.streams.getMessage(stream, { last_by_subj: debited.subject })).seq
-    } catch (error) {
-      if (/no message found/i.test((error as Error).message)) return 0
-      throw error
-    }
-  }
   return async function caughtUp(): Promise<void> {
-    const last = await lastDebit()
+    const last = await jsm.streams.getMessage(stream, { last_by_subj: debited.subject }).then(
+      (m) => m.seq,
+      (error: Error) => {
+        if (/no message found/i.test(error.message)) return 0
+        throw error
+      },
+    )
     if (last === 0) return
     const deadline = Date.now() + waitMs
     for (;;) {

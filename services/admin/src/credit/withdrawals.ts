@@ -5,6 +5,8 @@ import type { WalletControlWatch } from '@ats/wallet'
 import { encodeFunctionData, erc20Abi, parseTransaction, type Address, type Hex, type TransactionSerialized } from 'viem'
 import { CreditWithdrawalOverCap, CreditWithdrawalPaused, CreditWithdrawalNotSent, NoCreditWithdrawal } from '../errors.ts'
 import type { CreditWithdrawal as WithdrawalRow, PrismaClient } from '../generated/prisma/client.ts'
+import { waitForReceipt } from '../payments/settlement.ts'
+import type { AdminConfig } from '../service.ts'
 import type { CreditLedger } from './creditLedger.ts'
 
 export interface WithdrawalOptions {
@@ -15,11 +17,8 @@ export interface WithdrawalOptions {
   /** resolves once every debit published before the call is in the ledger (snapshot.ts) */
   debitsRecorded(): Promise<void>
   log: Logger
-  /** CREDIT_WITHDRAW_MAX, CREDIT_WITHDRAW_DAILY_MAX */
-  max: bigint
-  dailyMax: bigint
-  receiptMs: number
-  leaseMs: number
+  /** CREDIT_WITHDRAW_* */
+  settings: AdminConfig
 }
 
 /** How a refused withdrawal is answered again: its status and words, kept with it. */
@@ -28,6 +27,9 @@ const refusals: Record<number, new (message: string) => Error> = {
   423: CreditWithdrawalPaused,
   502: CreditWithdrawalNotSent,
 }
+
+/** A withdrawal's row, by its wallet and key. */
+const rowOf = (w: Pick<WithdrawalRow, 'wallet' | 'id'>) => ({ wallet_id: { wallet: w.wallet, id: w.id } })
 
 const shown = (w: WithdrawalRow): { status: 200 | 202; body: CreditWithdrawal } => ({
   status: w.state === 'paid' ? 200 : 202,
@@ -46,6 +48,9 @@ const shown = (w: WithdrawalRow): { status: 200 | 202; body: CreditWithdrawal } 
  */
 export function createWithdrawals(o: WithdrawalOptions) {
   const { db, chain, ledger, log } = o
+  const { CREDIT_WITHDRAW_RECEIPT_MS: receiptMs, CREDIT_WITHDRAW_LEASE_MS: leaseMs } = o.settings
+  const max = BigInt(o.settings.CREDIT_WITHDRAW_MAX)
+  const dailyMax = BigInt(o.settings.CREDIT_WITHDRAW_DAILY_MAX)
   const client = chain.publicClient
 
   const usdc = (): Address => {
@@ -57,7 +62,7 @@ export function createWithdrawals(o: WithdrawalOptions) {
   async function refuse(w: WithdrawalRow, status: number, reason: string): Promise<never> {
     await ledger.refund(w.wallet, w.id, w.amount, reason)
     await db.creditWithdrawal.update({
-      where: { wallet_id: { wallet: w.wallet, id: w.id } },
+      where: rowOf(w),
       data: { state: 'refunded', status, error: reason, endedAt: new Date(), leaseUntil: null },
     })
     log.warn(
@@ -75,41 +80,28 @@ export function createWithdrawals(o: WithdrawalOptions) {
         SELECT amount, state FROM credit_withdrawals WHERE wallet = ${wallet} AND id = ${id} FOR UPDATE`
       if (row?.state !== 'pending') return undefined
       const claimed = await tx.creditWithdrawal.update({
-        where: { wallet_id: { wallet, id } },
-        data: { state: 'sending', leaseUntil: new Date(Date.now() + o.leaseMs) },
+        where: rowOf({ wallet, id }),
+        data: { state: 'sending', leaseUntil: new Date(Date.now() + leaseMs) },
       })
-      if (row.amount > o.max)
-        return { row: claimed, overCap: `a withdrawal pays at most ${o.max} (CREDIT_WITHDRAW_MAX); this one is ${row.amount}` }
+      if (row.amount > max)
+        return { row: claimed, overCap: `a withdrawal pays at most ${max} (CREDIT_WITHDRAW_MAX); this one is ${row.amount}` }
       const [today] = await tx.$queryRaw<Array<{ total: bigint }>>`
         SELECT coalesce(sum(amount), 0)::bigint AS total FROM credit_withdrawals
         WHERE state IN ('sending', 'paid') AND created_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
           AND NOT (wallet = ${wallet} AND id = ${id})`
-      if (today!.total + row.amount > o.dailyMax) {
+      if (today!.total + row.amount > dailyMax) {
         return {
           row: claimed,
-          overCap: `withdrawals pay at most ${o.dailyMax} a UTC day in all (CREDIT_WITHDRAW_DAILY_MAX); ${today!.total} is paid today`,
+          overCap: `withdrawals pay at most ${dailyMax} a UTC day in all (CREDIT_WITHDRAW_DAILY_MAX); ${today!.total} is paid today`,
         }
       }
       return { row: claimed }
     })
   }
 
-  async function receipt(hash: Hex, timeoutMs: number) {
-    try {
-      return await client.waitForTransactionReceipt({
-        hash,
-        timeout: timeoutMs,
-        pollingInterval: Math.min(500, Math.max(50, timeoutMs / 20)),
-      })
-    } catch (error) {
-      if ((error as Error).name === 'WaitForTransactionReceiptTimeoutError') return null
-      throw error
-    }
-  }
-
   async function paid(w: WithdrawalRow, hash: Hex) {
     const row = await db.creditWithdrawal.update({
-      where: { wallet_id: { wallet: w.wallet, id: w.id } },
+      where: rowOf(w),
       data: { state: 'paid', txHash: hash, endedAt: new Date(), leaseUntil: null },
     })
     log.info({ wallet: w.wallet, withdrawal: w.id, amount: String(w.amount), txHash: hash }, 'credit withdrawal paid on chain')
@@ -128,7 +120,7 @@ export function createWithdrawals(o: WithdrawalOptions) {
         { to: usdc(), data: encodeFunctionData({ abi: erc20Abi, functionName: 'transfer', args: [w.wallet as Address, w.amount] }) },
         {
           onSigned: async ({ hash, raw }) => {
-            await db.creditWithdrawal.update({ where: { wallet_id: { wallet: w.wallet, id: w.id } }, data: { txHash: hash, rawTx: raw } })
+            await db.creditWithdrawal.update({ where: rowOf(w), data: { txHash: hash, rawTx: raw } })
             signed = hash
           },
         },
@@ -141,10 +133,10 @@ export function createWithdrawals(o: WithdrawalOptions) {
         { err: error, withdrawal: w.id },
         'credit withdrawal: broadcast failed; its kept transaction is checked again after the lease',
       )
-      return db.creditWithdrawal.findUniqueOrThrow({ where: { wallet_id: { wallet: w.wallet, id: w.id } } })
+      return db.creditWithdrawal.findUniqueOrThrow({ where: rowOf(w) })
     }
-    const mined = await receipt(signed, o.receiptMs).catch(() => null)
-    if (!mined) return db.creditWithdrawal.findUniqueOrThrow({ where: { wallet_id: { wallet: w.wallet, id: w.id } } })
+    const mined = await waitForReceipt(client, signed, receiptMs, Math.min(500, Math.max(50, receiptMs / 20))).catch(() => null)
+    if (!mined) return db.creditWithdrawal.findUniqueOrThrow({ where: rowOf(w) })
     if (mined.status !== 'success') return refuse(w, 502, `the transfer ${signed} reverted`)
     return paid(w, signed)
   }
@@ -160,7 +152,7 @@ export function createWithdrawals(o: WithdrawalOptions) {
         ON CONFLICT (wallet, id) DO NOTHING`
       const claimed = await claim(wallet, id)
       if (claimed?.overCap) return refuse(claimed.row, 403, claimed.overCap)
-      const row = claimed ? await send(claimed.row) : await db.creditWithdrawal.findUniqueOrThrow({ where: { wallet_id: { wallet, id } } })
+      const row = claimed ? await send(claimed.row) : await db.creditWithdrawal.findUniqueOrThrow({ where: rowOf({ wallet, id }) })
       if (row.state === 'refunded') throw new refusals[row.status ?? 502]!(row.error ?? 'refused')
       return shown(row)
     },
@@ -172,7 +164,7 @@ export function createWithdrawals(o: WithdrawalOptions) {
      */
     async resume(): Promise<number> {
       const due = await db.$queryRaw<WithdrawalRow[]>`
-        UPDATE credit_withdrawals SET lease_until = now() + ${o.leaseMs} * interval '1 millisecond'
+        UPDATE credit_withdrawals SET lease_until = now() + ${leaseMs} * interval '1 millisecond'
         WHERE (wallet, id) IN (
           SELECT wallet, id FROM credit_withdrawals WHERE state = 'sending' AND lease_until < now()
           ORDER BY lease_until LIMIT 20 FOR UPDATE SKIP LOCKED)

@@ -6,10 +6,6 @@ import { Prisma, type ApiKey, type PrismaClient } from '../generated/prisma/clie
 import { retireWebhooksOfKey, type RetiredWebhooks } from '../webhooks/keyRevocation.ts'
 import { generateApiKey, visiblePrefix } from './apiKeys.ts'
 
-export interface CreatedKey extends KeyEntry {
-  key: string
-}
-
 export interface RevokedKey {
   id: string
   hash: string
@@ -37,7 +33,7 @@ const newKeyId = () => `key_${randomBytes(12).toString('base64url')}`
 /** The API-key repository: raw keys exist only in create's answer; rows hold the SHA-256. */
 export function createKeyStore(db: PrismaClient) {
   return {
-    async create(tier: Tier, label: string, policy?: SpendPolicy, wallet?: string): Promise<CreatedKey> {
+    async create(tier: Tier, label: string, policy?: SpendPolicy, wallet?: string): Promise<KeyEntry & { key: string }> {
       if (tier === 'readonly' && policy) throw new PolicyOnReadonlyKey()
       const key = generateApiKey()
       const row = await db.apiKey.create({
@@ -109,9 +105,7 @@ export function createKeyStore(db: PrismaClient) {
       return db.$transaction(async (tx) => {
         const stale = await tx.apiKey.findMany({ where: { bootstrap: true, revokedAt: null, hash: { not: hash } } })
         const revokedAt = new Date()
-        if (stale.length > 0) {
-          await tx.apiKey.updateMany({ where: { id: { in: stale.map((k) => k.id) } }, data: { revokedAt } })
-        }
+        await tx.apiKey.updateMany({ where: { id: { in: stale.map((k) => k.id) } }, data: { revokedAt } })
         const revoked: RevokedKey[] = []
         for (const k of stale) {
           revoked.push({ id: k.id, hash: k.hash, revokedAt: revokedAt.getTime(), webhooks: await retireWebhooksOfKey(tx, k.id, revokedAt) })

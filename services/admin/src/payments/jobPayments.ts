@@ -3,10 +3,8 @@
 import type { JobPayment, JobPaymentOutcome, PaymentChannels } from '@ats/contracts'
 import { recordEvent, startDurableConsumer, startWorkerLoop, type EventOutbox, type Logger, type WorkerLoop } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
-import { Prisma, type Payment, type PrismaClient, type SettlementState } from '../generated/prisma/client.ts'
-import { paymentEventData, type PaymentCounter } from './ledger.ts'
-
-export const expiredBeforeJobFinished = 'authorization expired before the job finished'
+import type { Payment, PrismaClient, SettlementState } from '../generated/prisma/client.ts'
+import { eventColumns, paymentEventData, type PaymentCounter } from './ledger.ts'
 
 /** A ledger state as the job's owner sees it: held, pending, settling (and skipped) are all pending. */
 const shown: Record<SettlementState, JobPayment['state']> = {
@@ -21,23 +19,6 @@ const shown: Record<SettlementState, JobPayment['state']> = {
 
 /** A payment moved by applyOutcomes, with what its payment.voided event says. */
 type Moved = Pick<Payment, 'payer' | 'nonce' | 'amount' | 'asset' | 'network' | 'chainId' | 'jobId' | 'route' | 'state' | 'voidReason'>
-const movedColumns = (table: string) =>
-  Prisma.raw(
-    [
-      'payer',
-      'nonce',
-      'amount',
-      'asset',
-      'network',
-      'chain_id AS "chainId"',
-      'job_id AS "jobId"',
-      'route',
-      'state',
-      'void_reason AS "voidReason"',
-    ]
-      .map((c) => `${table}.${c}`)
-      .join(', '),
-  )
 
 export function createJobPayments(
   db: PrismaClient,
@@ -75,11 +56,11 @@ export function createJobPayments(
             next_attempt_at = now()
           FROM job_outcomes o
           WHERE p.state = 'held' AND p.job_id = o.job_id
-          RETURNING ${movedColumns('p')}`
+          RETURNING ${eventColumns}, p.state, p.void_reason AS "voidReason"`
         const expired = await tx.$queryRaw<Moved[]>`
-          UPDATE payments SET state = 'voided', void_reason = ${expiredBeforeJobFinished}
-          WHERE state = 'held' AND valid_before <= floor(extract(epoch FROM now()))::bigint
-          RETURNING ${movedColumns('payments')}`
+          UPDATE payments p SET state = 'voided', void_reason = 'authorization expired before the job finished'
+          WHERE p.state = 'held' AND p.valid_before <= floor(extract(epoch FROM now()))::bigint
+          RETURNING ${eventColumns}, p.state, p.void_reason AS "voidReason"`
         const eventIds: string[] = []
         for (const p of [...moved, ...expired].filter((m) => m.state === 'voided')) {
           eventIds.push(
@@ -130,20 +111,17 @@ export function createJobPayments(
 }
 export type JobPayments = ReturnType<typeof createJobPayments>
 
-export interface JobOutcomeOptions {
-  nc: NatsConnection
-  channels: PaymentChannels
-  jobPayments: JobPayments
-  log: Logger
-  intervalMs: number
-}
-
 /**
- * Records the agent's job outcomes from the payments stream (the kit's durable consumer: acked
- * once stored, so nothing is lost while admin is down) and applies them to held payments every
- * `intervalMs`, whether settlement is on or not.
+ * Records the agent's job outcomes from the payments stream and applies them to held payments
+ * every `intervalMs`, whether settlement is on or not.
  */
-export async function startJobOutcomes({ nc, channels, jobPayments, log, intervalMs }: JobOutcomeOptions): Promise<WorkerLoop> {
+export async function startJobOutcomes(
+  nc: NatsConnection,
+  channels: PaymentChannels,
+  jobPayments: JobPayments,
+  log: Logger,
+  intervalMs: number,
+) {
   let applier: WorkerLoop | undefined
   const consumer = await startDurableConsumer({
     nc,
@@ -171,7 +149,6 @@ export async function startJobOutcomes({ nc, channels, jobPayments, log, interva
     },
   })
   return {
-    wake: () => applier?.wake(),
     async stop() {
       await Promise.all([consumer.stop(), applier?.stop()])
     },

@@ -4,24 +4,10 @@ import { Prisma, type Payment, type PrismaClient, type SettlementState } from '.
 
 export type PaymentRow = Payment
 
-export interface RevenueTotals {
-  totalUsdc: bigint
-  requestCount: number
-  uniquePayers: number
-  /** payments voided (their job failed): not in the figures above */
-  voided: { count: number; totalUsdc: bigint }
-}
-
-export interface DailyRevenue {
-  date: string
-  count: number
-  totalUsdc: bigint
-}
-
 const dayMs = 86_400_000
 
 /** What /metrics counts of the ledger: payments recorded (charged), and how their settlement ended. */
-export const countedStates = ['charged', 'settled', 'failed', 'voided'] as const
+const countedStates = ['charged', 'settled', 'failed', 'voided'] as const
 export type PaymentCounter = CounterMetric<{ state: typeof countedStates }>
 export const paymentCounter = (metrics: ServiceMetrics): PaymentCounter =>
   metrics.counter({
@@ -37,6 +23,9 @@ export const paymentCounter = (metrics: ServiceMetrics): PaymentCounter =>
  */
 const stateOf = (e: PaymentCharged, settle: boolean): SettlementState =>
   e.settle === settleOnJobComplete && e.jobId ? 'held' : settle ? 'pending' : 'skipped'
+
+/** The columns paymentEventData reads, for the RETURNING of an UPDATE of `payments p`. */
+export const eventColumns = Prisma.sql`p.payer, p.nonce, p.amount, p.asset, p.network, p.chain_id AS "chainId", p.job_id AS "jobId", p.route`
 
 /** What the payment.* webhook events say of a payment (docs/webhooks.md). */
 export const paymentEventData = (p: Pick<Payment, 'payer' | 'nonce' | 'amount' | 'asset' | 'network' | 'chainId' | 'jobId' | 'route'>) => ({
@@ -96,7 +85,7 @@ export function createLedger(
       return recorded
     },
 
-    async totals(): Promise<RevenueTotals> {
+    async totals() {
       const [sum, payers, voided] = await Promise.all([
         db.payment.aggregate({ where: earning, _sum: { amount: true }, _count: { _all: true } }),
         db.payment.groupBy({ by: ['payer'], where: earning }),
@@ -106,6 +95,7 @@ export function createLedger(
         totalUsdc: sum._sum.amount ?? 0n,
         requestCount: sum._count._all,
         uniquePayers: payers.length,
+        // payments voided (their job failed): not in the figures above
         voided: { count: voided._count._all, totalUsdc: voided._sum.amount ?? 0n },
       }
     },
@@ -115,7 +105,7 @@ export function createLedger(
     },
 
     /** One entry per UTC day, oldest first, ending today; days without payments count 0. */
-    async history(days: number, now = Date.now()): Promise<DailyRevenue[]> {
+    async history(days: number, now = Date.now()) {
       const today = Math.floor(now / dayMs) * dayMs
       const from = new Date(today - (days - 1) * dayMs)
       const rows = await db.$queryRaw<Array<{ day: string; count: bigint; total: bigint | null }>>`
@@ -161,7 +151,6 @@ export function createLedger(
      * instead of signing another.
      */
     async signed(ids: bigint[], tx: { hash: string; raw: string }): Promise<void> {
-      // one statement: the transaction and its payments' hash are kept together or not at all
       await db.$executeRaw`
         WITH kept AS (INSERT INTO settlement_transactions (hash, raw_tx) VALUES (${tx.hash}, ${tx.raw}) ON CONFLICT (hash) DO NOTHING)
         UPDATE payments SET state = 'settling', tx_hash = ${tx.hash}, raw_tx = NULL WHERE id = ANY(${ids}::bigint[])`
@@ -175,7 +164,7 @@ export function createLedger(
           UPDATE payments p SET state = 'settled', tx_hash = s.tx_hash, settled_at = now(), settle_error = NULL
           FROM unnest(${settlements.map((s) => s.id)}::bigint[], ${settlements.map((s) => s.txHash)}::text[]) AS s(id, tx_hash)
           WHERE p.id = s.id
-          RETURNING p.payer, p.nonce, p.amount, p.asset, p.network, p.chain_id AS "chainId", p.job_id AS "jobId", p.route, p.tx_hash AS "txHash"`
+          RETURNING ${eventColumns}, p.tx_hash AS "txHash"`
         await tx.$executeRaw(pruneKept)
         const ids: string[] = []
         for (const p of rows) {

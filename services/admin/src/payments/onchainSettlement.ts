@@ -14,13 +14,11 @@ import {
   type TransactionSerialized,
 } from 'viem'
 import type { PaymentRow } from './ledger.ts'
-import { authorizationTrace, receiptOf, type SettleHooks, type SettleOutcome, type Settlement } from './settlement.ts'
+import { authorizationTrace, receiptOf, same, waitForReceipt, type SettleHooks, type SettleOutcome, type Settlement } from './settlement.ts'
 
 export interface OnchainSettlementOptions {
   /** how long one attempt waits for a receipt before it leaves the transaction to a later attempt */
   receiptTimeoutMs?: number
-  /** blocks per eth_getLogs call when looking for the transaction that used an authorization */
-  logChunkBlocks?: bigint
   /** the most gas one settlement transaction may use: a batch estimated over it is sent as several */
   batchGas?: bigint
 }
@@ -87,16 +85,11 @@ function revertReason(data: Hex): string {
 
 /**
  * Settles on chain: the server wallet submits the payments' `transferWithAuthorization` calls,
- * many in one transaction (Multicall3's `aggregate3`, every call allowed to fail alone), through
- * the kit's wallet sender, which shares the wallet's nonces with every other sender of the fleet.
- * Whatever the chain will refuse is found by reads first, for the whole batch in one call
- * (authorization states and each payer's balance), then by simulating the batch: no gas is spent
- * on a transfer bound to fail. A payer's payments go together, oldest first, as far as its balance
- * covers them, less what its payments in this settlement's other batches in flight will take.
- *
- * Each payment's outcome is read from its own logs in the receipt (`AuthorizationUsed` and the
- * `Transfer` after it): a call that failed inside a mined batch fails no other. Such a payment is
- * judged by the reads (used elsewhere, expired, funds gone) before it is retried or failed.
+ * many in one transaction, through the kit's wallet sender, which shares the wallet's nonces with
+ * every other sender of the fleet. Whatever the chain will refuse is found by reads and a
+ * simulation of the batch first: no gas is spent on a transfer bound to fail. Each payment's
+ * outcome is read from its own logs in the receipt: a call that failed inside a mined batch fails
+ * no other.
  *
  * Exactly once, per payment: the signed transaction is kept (`onSigned`, one write for the
  * batch, before the broadcast). A payment that has one is never signed anew while that transaction
@@ -107,17 +100,14 @@ function revertReason(data: Hex): string {
  * still unused on chain, does the payment go into a new batch. EIP-3009 itself makes a second
  * transfer impossible (the authorization's nonce is spent by the first); this rule keeps the
  * wallet from sending transactions bound to fail.
- *
- * Never wrongly failed: an authorization found used on chain is traced to the transaction that
- * used it (authorizationTrace); if it paid this payment, the payment is settled with that hash.
  */
 export function onchainSettlement(
   chain: Pick<ChainContext, 'publicClient' | 'chainId' | 'sender'>,
-  { receiptTimeoutMs = 60_000, logChunkBlocks = 5_000n, batchGas = 8_000_000n }: OnchainSettlementOptions = {},
+  { receiptTimeoutMs = 60_000, batchGas = 8_000_000n }: OnchainSettlementOptions = {},
 ): Settlement {
   const { publicClient } = chain
   const pollingInterval = Math.max(50, Math.min(1_000, Math.floor(receiptTimeoutMs / 10)))
-  const { authorizationUsed, reconcile, outcomeIn } = authorizationTrace(publicClient, logChunkBlocks)
+  const { authorizationUsed, reconcile, outcomeIn } = authorizationTrace(publicClient)
 
   /**
    * What this settlement's batches in flight will take from each payer (by holderOf): a balance
@@ -137,29 +127,18 @@ export function onchainSettlement(
    * (viem answers the receipt of a transaction that replaced it, same sender and nonce: that is
    * not ours, and is null here too; its nonce used, the next look finds ours replaced.)
    */
-  const awaitReceipt = (hash: Hex) =>
-    publicClient.waitForTransactionReceipt({ hash, timeout: receiptTimeoutMs, pollingInterval }).then(
-      (receipt) => (receipt.transactionHash.toLowerCase() === hash.toLowerCase() ? receipt : null),
-      (error: Error) => {
-        if (error.name === 'WaitForTransactionReceiptTimeoutError') return null
-        throw error
-      },
-    )
+  const awaitReceipt = async (hash: Hex) => {
+    const receipt = await waitForReceipt(publicClient, hash, receiptTimeoutMs, pollingInterval)
+    return receipt && same(receipt.transactionHash, hash) ? receipt : null
+  }
 
   /** What the chain would refuse for one payment, read first; undefined if a transfer can be sent. */
   async function refusal(p: PaymentRow): Promise<SettleOutcome | undefined> {
-    // used first: an authorization used by us (or anyone) for this payment settled it, expired or not
-    if (await authorizationUsed(p)) return reconcile(p)
-    const now = BigInt(Math.floor(Date.now() / 1000))
-    if (p.validBefore <= now) return expired(p)
-    const balance = await publicClient.readContract({
-      address: p.asset as Address,
-      abi: eip3009Abi,
-      functionName: 'balanceOf',
-      args: [p.payer as Address],
-    })
-    if (balance < p.amount) return poor(p, balance, 0n)
-    return undefined
+    const { used, balances } = await readState([p])
+    if (used[0]) return reconcile(p)
+    if (p.validBefore <= BigInt(Math.floor(Date.now() / 1000))) return expired(p)
+    const balance = balances.get(holderOf(p))!
+    return balance < p.amount ? poor(p, balance, 0n) : undefined
   }
 
   // not the payer's doing: the gateway takes only payments valid PAYMENT_MIN_VALIDITY_SECONDS more
@@ -297,7 +276,6 @@ export function onchainSettlement(
     return gas
   }
 
-  /** A mined batch that used nearly all its gas: the next batch is estimated. */
   const noteGasUsed = (receipt: TransactionReceipt, limit: bigint) => {
     if (receipt.gasUsed * 100n >= limit * 95n) perPayment = undefined
   }

@@ -34,8 +34,10 @@ export interface Settlement {
   settle(payments: PaymentRow[], hooks: SettleHooks): Promise<SettleOutcome[]>
 }
 
-const same = (a: string, b: string) => a.toLowerCase() === b.toLowerCase()
+export const same = (a: string, b: string) => a.toLowerCase() === b.toLowerCase()
 
+/** blocks per eth_getLogs call when looking for the transaction that used an authorization */
+const logChunkBlocks = 5_000n
 /** How far back the transaction that used an authorization is looked for, before the payment was charged. */
 const searchBeforeChargeSeconds = 86_400n
 
@@ -57,12 +59,19 @@ export const receiptOf = (publicClient: PublicClient, hash: Hex) =>
     throw error
   })
 
+/** Waits up to `timeoutMs` for the receipt; null if the transaction is not mined by then (other RPC errors throw). */
+export const waitForReceipt = (publicClient: PublicClient, hash: Hex, timeoutMs: number, pollingInterval: number) =>
+  publicClient.waitForTransactionReceipt({ hash, timeout: timeoutMs, pollingInterval }).catch((error: Error) => {
+    if (error.name === 'WaitForTransactionReceiptTimeoutError') return null
+    throw error
+  })
+
 /**
  * Where a payment's authorization went, read from the chain: whether it is used
  * (`authorizationState`), and `reconcile`, which finds the transaction that used it and says
  * what that means for the payment. Shared by both ways of settling.
  */
-export function authorizationTrace(publicClient: PublicClient, logChunkBlocks = 5_000n) {
+export function authorizationTrace(publicClient: PublicClient) {
   const authorizationUsed = (p: PaymentRow) =>
     publicClient.readContract({
       address: p.asset as Address,
@@ -188,7 +197,7 @@ function termsOf(p: PaymentRow): PaymentTerms {
 }
 
 /** The body of a facilitator's POST /settle (x402 v1 or v2, as the client paid). */
-export function settleRequest(p: PaymentRow) {
+function settleRequest(p: PaymentRow) {
   const terms = termsOf(p)
   const payload = {
     signature: p.signature,

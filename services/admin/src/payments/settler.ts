@@ -2,52 +2,21 @@ import { blockedPayerCodec, type BlockedPayer } from '@ats/contracts'
 import { firstLine, startWorkerLoop, type Logger } from '@ats/service-kit'
 import type { KV } from 'nats'
 import type { Ledger, PaymentRow } from './ledger.ts'
+import type { AdminConfig } from '../service.ts'
 import type { SettleOutcome, Settlement } from './settlement.ts'
 
-export interface SettlerOptions {
-  ledger: Ledger
-  settlement: Settlement
-  /** where payers whose payment could not settle for lack of funds are written; gateways refuse them */
-  blockedPayers: KV
-  log: Logger
-  intervalMs: number
-  maxAttempts: number
-  /** how long a claimed payment stays with its settler before another (or a restarted one) may take it */
-  leaseMs: number
-  /** the delay before the first retry of a transient failure; it doubles with each attempt, up to 60 s */
-  retryMs: number
-  /** payments claimed and settled together */
-  batchSize: number
-  /** batches in flight at once: the next is claimed, signed and broadcast while earlier ones wait for their receipts */
-  pipelineDepth: number
-}
-
 /**
- * Settles recorded payments, oldest first, in batches: each round claims up to `batchSize` due
- * payments and hands them to the settlement together (on chain: one transaction for the batch, a
- * payer's payments side by side as far as its balance covers them). Up to `pipelineDepth` batches
- * are in flight at once: the claim loop takes the next batch while earlier ones wait for their
- * receipts (their transactions take the server wallet's nonces in turn under the wallet sender's
- * lock, held only until the broadcast). Each payment's outcome is its own: a transient failure is
- * retried with backoff up to `maxAttempts`, then the payment is marked failed with the reason; a
- * payer that could not pay is blocked. A payment whose kept transaction may still be mined
+ * Settles recorded payments, oldest first, in batches of SETTLEMENT_BATCH_SIZE handed to the
+ * settlement together, up to SETTLEMENT_PIPELINE_DEPTH batches in flight at once. Each payment's
+ * outcome is its own: a transient failure is retried with backoff up to SETTLEMENT_MAX_ATTEMPTS,
+ * then the payment is marked failed with the reason; a payer that could not pay is blocked (in
+ * `blockedPayers`, which gateways refuse). A payment whose kept transaction may still be mined
  * (`inFlight`) is never given up: it is checked again (at least once a lease) until it is mined,
- * replaced or its authorization expired. A batch is one attempt, and it ends inside the lease
- * (each receipt wait is a third of it at most).
+ * replaced or its authorization expired.
  */
-export function startSettler({
-  ledger,
-  settlement,
-  blockedPayers,
-  log,
-  intervalMs,
-  maxAttempts,
-  leaseMs,
-  retryMs,
-  batchSize,
-  pipelineDepth,
-}: SettlerOptions) {
-  const backoffMs = (attempt: number) => Math.min(60_000, retryMs * 2 ** (attempt - 1))
+export function startSettler(ledger: Ledger, settlement: Settlement, blockedPayers: KV, log: Logger, config: AdminConfig) {
+  const { SETTLEMENT_INTERVAL_MS: intervalMs, SETTLEMENT_LEASE_MS: leaseMs, SETTLEMENT_BATCH_SIZE: batchSize } = config
+  const backoffMs = (attempt: number) => Math.min(60_000, config.SETTLEMENT_RETRY_MS * 2 ** (attempt - 1))
 
   async function block(p: PaymentRow, reason: string) {
     const entry: BlockedPayer = { reason, since: Date.now() }
@@ -57,7 +26,7 @@ export function startSettler({
 
   async function record(p: PaymentRow, outcome: Exclude<SettleOutcome, { kind: 'settled' | 'later' }>) {
     const at = { paymentId: String(p.id), payer: p.payer, nonce: p.nonce, attempt: p.attempts }
-    if (outcome.kind === 'failed' || (p.attempts >= maxAttempts && !outcome.inFlight)) {
+    if (outcome.kind === 'failed' || (p.attempts >= config.SETTLEMENT_MAX_ATTEMPTS && !outcome.inFlight)) {
       const reason = outcome.kind === 'failed' ? outcome.reason : `gave up after ${p.attempts} attempts: ${outcome.reason}`
       await ledger.failed(p.id, reason)
       log.error({ ...at, reason }, 'payment settlement failed')
@@ -100,14 +69,14 @@ export function startSettler({
     if (settled.length > 0) log.info({ payments: settled.length, transactions: [...transactions] }, 'payments settled')
   }
 
-  log.info({ settlement: settlement.name, batchSize, pipelineDepth }, 'settling payments')
+  log.info({ settlement: settlement.name, batchSize, pipelineDepth: config.SETTLEMENT_PIPELINE_DEPTH }, 'settling payments')
   const inFlight = new Set<Promise<void>>()
   const loop = startWorkerLoop({
     name: 'settler',
     log,
     idleMs: intervalMs,
     round: async () => {
-      if (inFlight.size >= pipelineDepth) {
+      if (inFlight.size >= config.SETTLEMENT_PIPELINE_DEPTH) {
         // every slot taken: claim again as soon as a batch ends
         await Promise.race(inFlight)
         return true

@@ -4,14 +4,10 @@ import type { FastifyInstance } from 'fastify'
 import type { NatsConnection } from 'nats'
 import type { KeyStore } from '../keys/keyStore.ts'
 
+/** API keys: made, listed, given a spend policy, revoked; creations and revocations are broadcast to every gateway. */
 export async function keysRoutes(
   app: FastifyInstance,
-  {
-    keys,
-    nc,
-    keyRevoked,
-    keyCreated,
-  }: { keys: KeyStore; nc: NatsConnection; keyRevoked: AdminChannels['keyRevoked']; keyCreated: AdminChannels['keyCreated'] },
+  { keys, nc, channels }: { keys: KeyStore; nc: NatsConnection; channels: AdminChannels },
 ) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
@@ -23,7 +19,7 @@ export async function keysRoutes(
       // every gateway caches the new key before its creator has it: it works at once, even from a
       // client address refused for unknown keys (flushed, so the broadcast leaves before the 201)
       try {
-        publish(nc, keyCreated, { id: created.id, hash: hashApiKey(created.key), tier: created.tier, wallet: created.wallet })
+        publish(nc, channels.keyCreated, { id: created.id, hash: hashApiKey(created.key), tier: created.tier, wallet: created.wallet })
         await nc.flush()
       } catch (error) {
         request.log.warn({ err: error, keyId: created.id }, 'key creation not broadcast: gateways look the key up at its first use')
@@ -53,7 +49,7 @@ export async function keysRoutes(
     handler: async (request) => {
       const revoked = await keys.revoke(request.params.id)
       if (!revoked) throw new NotFound(`active key ${request.params.id}`)
-      publish(nc, keyRevoked, { id: revoked.id, hash: revoked.hash })
+      publish(nc, channels.keyRevoked, { id: revoked.id, hash: revoked.hash })
       request.log.info(
         {
           keyId: revoked.id,

@@ -1,8 +1,14 @@
 import { adminRoutes } from '@ats/contracts'
 import type { TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
+import { formatUnits } from 'viem'
 import type { Ledger } from '../payments/ledger.ts'
-import { formatUsd } from '../payments/usd.ts'
+
+/** USDC base units (6 decimals) as dollars, for people: 10000n -> "$0.01", 1234567n -> "$1.234567", 0n -> "$0.00". */
+function formatUsd(baseUnits: bigint): string {
+  const [whole, fraction = ''] = formatUnits(baseUnits < 0n ? -baseUnits : baseUnits, 6).split('.')
+  return `${baseUnits < 0n ? '-' : ''}$${whole}.${fraction.padEnd(2, '0')}`
+}
 
 export interface RevenueOptions {
   ledger: Ledger

@@ -42,9 +42,7 @@ export async function webhooksRoutes(app: FastifyInstance, { subscriptions, rule
 
   api.route({
     ...webhookRoutes.getWebhook,
-    handler: async (request) => {
-      return webhookOf(await subscriptions.owned(viewerOf(request), request.params.id))
-    },
+    handler: async (request) => webhookOf(await subscriptions.owned(viewerOf(request), request.params.id)),
   })
 
   api.route({

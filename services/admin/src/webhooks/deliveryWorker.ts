@@ -4,7 +4,8 @@
 // is cancelled instead of sent, whatever its subscription says.
 import type { DeliveryAttempt } from '@ats/contracts'
 import { startWorkerLoop, type Logger, type WorkerLoop } from '@ats/service-kit'
-import type { PrismaClient } from '../generated/prisma/client.ts'
+import type { PrismaClient, WebhookDelivery, WebhookSubscription } from '../generated/prisma/client.ts'
+import type { AdminConfig } from '../service.ts'
 import { retireWebhooksOfKey } from './keyRevocation.ts'
 import { nextDelayMs } from './retrySchedule.ts'
 import { sendWebhook, type Attempt } from './sender.ts'
@@ -15,34 +16,17 @@ export interface DeliveryWorkerOptions {
   db: PrismaClient
   log: Logger
   rules: UrlRules
-  concurrency: number
-  timeoutMs: number
-  /** delays between tries (the first after the first failure); past its end a delivery has failed */
+  /** WEBHOOK_RETRY_SCHEDULE: the delays between tries (the first after the first failure); past its end a delivery has failed */
   retrySchedule: number[]
-  /** a subscription whose every delivery has failed for this long is disabled when one fails for good */
-  disableAfterMs: number
-  /** how often to look for due deliveries when not woken */
-  pollMs?: number
-  random?: () => number
+  settings: AdminConfig
 }
 
-/** A claimed delivery with what sending it needs. */
-interface Claimed {
-  id: string
-  subscriptionId: string
-  eventId: string
-  eventType: string
-  body: string
-  attempts: number
-  attemptLog: DeliveryAttempt[]
-  url: string
-  secret: string
-  previousSecret: string | null
-  previousSecretUntil: Date | null
-  /** the key that owns the subscription, and when it was revoked (null: it is active) */
-  keyId: string
-  keyRevokedAt: Date | null
-}
+/** A claimed delivery with what sending it needs: its subscription's, and when its key was revoked (null: it is active). */
+type Claimed = Pick<WebhookDelivery, 'id' | 'subscriptionId' | 'eventId' | 'eventType' | 'body' | 'attempts'> &
+  Pick<WebhookSubscription, 'url' | 'secret' | 'previousSecret' | 'previousSecretUntil' | 'keyId'> & {
+    attemptLog: DeliveryAttempt[]
+    keyRevokedAt: Date | null
+  }
 
 const attemptLogSize = 20
 /** how much of an answer a try keeps (the log's `response`) */
@@ -68,7 +52,8 @@ export const signingSecrets = (
 const failureOf = (a: Attempt) => (a.status === undefined ? (a.error ?? 'no answer') : `HTTP ${a.status}${a.error ? ` (${a.error})` : ''}`)
 
 export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop {
-  const { db, log, rules, concurrency, timeoutMs, retrySchedule, disableAfterMs, pollMs = 500, random = Math.random } = options
+  const { db, log, rules, retrySchedule, settings } = options
+  const { WEBHOOK_TIMEOUT_MS: timeoutMs, WEBHOOK_CONCURRENCY: concurrency } = settings
   const inFlight = new Set<Promise<void>>()
 
   // due deliveries of enabled subscriptions, and of revoked keys whatever their subscription says
@@ -111,7 +96,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
 
   async function failed(d: Claimed, attemptLog: DeliveryAttempt[], attempt: Attempt) {
     const attempts = d.attempts + 1
-    const delay = nextDelayMs(retrySchedule, attempts, random)
+    const delay = nextDelayMs(retrySchedule, attempts)
     const now = new Date()
     const recorded = await db.webhookDelivery.updateMany({
       where: { id: d.id, status: 'pending' },
@@ -131,7 +116,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
     // the first failure after a success starts the streak
     await db.webhookSubscription.updateMany({ where: { id: d.subscriptionId, failingSince: null }, data: { failingSince: now } })
     if (delay !== undefined) return
-    const since = new Date(now.getTime() - disableAfterMs)
+    const since = new Date(now.getTime() - settings.WEBHOOK_DISABLE_AFTER_MS)
     const reason = (failingSince: Date) =>
       `disabled ${now.toISOString()}: every delivery since ${failingSince.toISOString()} failed; last: ${failureOf(attempt)}`
     const sub = await db.webhookSubscription.findUnique({ where: { id: d.subscriptionId }, select: { failingSince: true, enabled: true } })
@@ -147,7 +132,6 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
       )
   }
 
-  /** a delivery of a revoked key: it and every other pending one of that key are cancelled, its subscriptions disabled */
   async function cancel(d: Claimed, revokedAt: Date) {
     const retired = await db.$transaction((tx) => retireWebhooksOfKey(tx, d.keyId, revokedAt))
     log.warn(
@@ -183,7 +167,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): WorkerLoop 
   const loop = startWorkerLoop({
     name: 'webhook-sender',
     log,
-    idleMs: pollMs,
+    idleMs: settings.WEBHOOK_POLL_MS,
     round: async () => {
       const free = concurrency - inFlight.size
       if (free <= 0) return false

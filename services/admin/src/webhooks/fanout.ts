@@ -15,7 +15,7 @@ export const deliveryBody = (event: Pick<DomainEvent, 'id' | 'at' | 'data'> & { 
  * (every event), the key that caused it, or the key bound to the wallet it concerns. A repeat of
  * the event (a redelivery of the stream message) inserts nothing: unique (subscription, event).
  */
-export function enqueueEvent(db: PrismaClient, event: DomainEvent): Promise<number> {
+function enqueueEvent(db: PrismaClient, event: DomainEvent): Promise<number> {
   const keyId = event.owner.keyId ?? null
   const wallet = event.owner.wallet?.toLowerCase() ?? null
   return db.$executeRaw`
@@ -39,10 +39,8 @@ export interface FanoutOptions {
 }
 
 /**
- * The kit's durable consumer on the events stream, shared by admin replicas: a message is acked
- * once its deliveries are stored, so an admin down or restarting loses no event. A message that
- * keeps failing goes to the events stream's dead letters (a subject the fan-out does not read;
- * its header says where it came from).
+ * The durable consumer on the events stream, shared by admin replicas. A message that keeps
+ * failing goes to the events stream's dead letters (a subject the fan-out does not read).
  */
 export function startWebhookFanout({ nc, channels, db, log, onQueued, ackWaitMs }: FanoutOptions): Promise<WorkerLoop> {
   const { events } = channels

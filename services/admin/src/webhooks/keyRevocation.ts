@@ -9,27 +9,25 @@ export interface RetiredWebhooks {
   cancelled: number
 }
 
-/** The subscription's disabledReason: the same shape as a disable after failures ("disabled <when>: why"). */
-const revokedSubscriptionReason = (keyId: string, revokedAt: Date) => `disabled ${revokedAt.toISOString()}: key revoked (${keyId})`
-
-/** The delivery's cancelReason. */
-const revokedDeliveryReason = (keyId: string, revokedAt: Date) =>
-  `cancelled: key revoked ${revokedAt.toISOString()} (${keyId}), nothing more is sent`
-
 /**
- * Disables every subscription of the revoked key and cancels their pending deliveries. Run in the
- * transaction that revokes the key; also by the sender for a delivery of a key it finds revoked (a
- * delivery queued by a fan-out that raced the revocation). Repeating it is harmless.
+ * Run in the transaction that revokes the key; also by the sender for a delivery of a key it finds
+ * revoked (queued by a fan-out that raced the revocation). Repeating it is harmless.
  */
 export async function retireWebhooksOfKey(tx: Prisma.TransactionClient, keyId: string, revokedAt: Date): Promise<RetiredWebhooks> {
   const now = new Date()
   const subscriptions = await tx.webhookSubscription.updateMany({
     where: { keyId },
-    data: { enabled: false, disabledReason: revokedSubscriptionReason(keyId, revokedAt), updatedAt: now },
+    // the same shape as a disable after failures ("disabled <when>: why")
+    data: { enabled: false, disabledReason: `disabled ${revokedAt.toISOString()}: key revoked (${keyId})`, updatedAt: now },
   })
   const deliveries = await tx.webhookDelivery.updateMany({
     where: { status: 'pending', subscription: { keyId } },
-    data: { status: 'cancelled', cancelledAt: now, cancelReason: revokedDeliveryReason(keyId, revokedAt), nextAttemptAt: null },
+    data: {
+      status: 'cancelled',
+      cancelledAt: now,
+      cancelReason: `cancelled: key revoked ${revokedAt.toISOString()} (${keyId}), nothing more is sent`,
+      nextAttemptAt: null,
+    },
   })
   return { disabled: subscriptions.count, cancelled: deliveries.count }
 }

@@ -1,7 +1,7 @@
 // One webhook delivery attempt: a signed POST that connects only to allowed addresses, follows no
 // redirect, is bounded in time and size, and never throws.
 import { performance } from 'node:perf_hooks'
-import { SpanKind, SpanStatusCode, inSpan, tracingEnabled } from '@ats/service-kit'
+import { SpanKind, SpanStatusCode, inSpan } from '@ats/service-kit'
 import { Agent, type Dispatcher } from 'undici'
 import { checkedUrl, guardedLookup, hostOf, refusalMessage, refusedAddress, type UrlRules } from './urlRules.ts'
 
@@ -37,7 +37,6 @@ export interface WebhookRequest {
  * in a client span (the receiver gets no traceparent: trace ids stay in the fleet).
  */
 export function sendWebhook(request: WebhookRequest): Promise<Attempt> {
-  if (!tracingEnabled()) return deliver(request)
   return inSpan(
     'POST webhook',
     { kind: SpanKind.CLIENT, attributes: { 'http.request.method': 'POST', 'ats.upstream': 'webhook' } },

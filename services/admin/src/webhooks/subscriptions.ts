@@ -35,7 +35,7 @@ export const webhookOf = (row: WebhookSubscription): Webhook => ({
   keyId: row.keyId,
 })
 
-export const deliveryOf = (row: DeliveryRow): WebhookDelivery => {
+const deliveryOf = (row: DeliveryRow): WebhookDelivery => {
   const log = row.attemptLog as DeliveryAttempt[]
   return {
     id: row.id,
@@ -52,12 +52,7 @@ export const deliveryOf = (row: DeliveryRow): WebhookDelivery => {
   }
 }
 
-export interface SubscriptionOptions {
-  maxPerKey: number
-  secretGraceMs: number
-}
-
-export function createSubscriptions(db: PrismaClient, { maxPerKey, secretGraceMs }: SubscriptionOptions) {
+export function createSubscriptions(db: PrismaClient, { maxPerKey, secretGraceMs }: { maxPerKey: number; secretGraceMs: number }) {
   /** the subscription if the viewer may see it; NotFound otherwise (another key's is not said to exist) */
   async function owned(viewer: Viewer, id: string): Promise<WebhookSubscription> {
     const row = await db.webhookSubscription.findUnique({ where: { id } })

@@ -23,7 +23,11 @@ export async function checkWebhookUrl(url: string, rules: UrlRules): Promise<voi
   const parsed = checkedUrl(url, rules)
   const host = hostOf(parsed)
   if (rules.allowPrivate || isIP(host)) return
-  const refusal = await hostRefusal(host)
+  const addresses = await resolveAll(host, { all: true }).catch((error: { code?: string }) => {
+    throw new BadRequest(`webhook URL host ${host} could not be resolved (${error.code ?? 'DNS error'})`)
+  })
+  if (addresses.length === 0) throw new BadRequest(`webhook URL host ${host} has no address`)
+  const refusal = resolvedRefusal(host, addresses)
   if (refusal) throw new BadRequest(refusalMessage(parsed, refusal))
 }
 
@@ -65,8 +69,8 @@ export function refusalMessage(url: URL, detail: string): string {
   return `webhook URL ${shown(url)} is refused: ${detail} (${privateHint})`
 }
 
-function resolvedRefusal(host: string, addresses: string[]): string | undefined {
-  for (const address of addresses) {
+function resolvedRefusal(host: string, addresses: Array<{ address: string }>): string | undefined {
+  for (const { address } of addresses) {
     const reason = forbiddenAddress(address)
     if (reason) return `${host} resolves to ${address}, ${article(reason)} ${reason} address`
   }
@@ -74,17 +78,6 @@ function resolvedRefusal(host: string, addresses: string[]): string | undefined 
 }
 
 const article = (word: string) => (/^([aeio]|un(?!i))/i.test(word) ? 'an' : 'a')
-
-async function hostRefusal(host: string): Promise<string | undefined> {
-  let addresses: string[]
-  try {
-    addresses = (await resolveAll(host, { all: true })).map(({ address }) => address)
-  } catch (error) {
-    throw new BadRequest(`webhook URL host ${host} could not be resolved (${(error as { code?: string }).code ?? 'DNS error'})`)
-  }
-  if (addresses.length === 0) throw new BadRequest(`webhook URL host ${host} has no address`)
-  return resolvedRefusal(host, addresses)
-}
 
 /** A connect-time refusal, carried through undici to the attempt. */
 class RefusedAddress extends Error {
@@ -104,10 +97,7 @@ export function refusedAddress(error: unknown): RefusedAddress | undefined {
 export const guardedLookup: LookupFunction = (hostname, options, callback) => {
   dns.lookup(hostname, { ...options, all: true }, (error, addresses) => {
     if (error) return callback(error, [])
-    const refusal = resolvedRefusal(
-      hostname,
-      addresses.map(({ address }) => address),
-    )
+    const refusal = resolvedRefusal(hostname, addresses)
     if (refusal) return callback(new RefusedAddress(refusal), [])
     if (options.all) return callback(null, addresses)
     const [first] = addresses

@@ -9,10 +9,9 @@ import { Timeout } from '../errors.ts'
 import { creditHoldOf } from '../credit/hold.ts'
 import type { JobEvents } from '../jobs/events.ts'
 import type { JobQueue } from '../jobs/queue.ts'
-import type { JobStore, Owner } from '../jobs/store.ts'
+import type { JobStore, Owner, PromptInput } from '../jobs/store.ts'
 import type { ToolOutput } from '../runner/tools.ts'
-import { piecesOf, terminalOf, waitingOf, type StepView, type Terminal, type Waiting } from './progress.ts'
-import type { Conversation } from './requests.ts'
+import { endOf, piecesOf, type StepView, type Terminal, type Waiting } from './progress.ts'
 
 export interface AnswerDeps {
   store: JobStore
@@ -24,12 +23,6 @@ export interface AnswerDeps {
   waitMs: number
 }
 
-export interface FollowHandlers {
-  onStep?(step: StepView): void
-  /** the answer's text as it comes; joined, every call's text is the job's result text */
-  onText?(delta: string): void
-}
-
 export function createAnswers({ store, queue, events, cancelled, waitMs }: AnswerDeps) {
   async function cancel(owner: Owner, jobId: string) {
     const ended = await store.cancel(owner, jobId)
@@ -39,16 +32,14 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
     return true
   }
 
-  /** Creates and queues the job; `stream` takes one of the owner's stream slots first (429 when none is left). */
-  async function start(
-    reply: FastifyReply,
-    owner: Owner,
-    conversation: Conversation & { model: string; threadId?: string | undefined; apiRequest?: Record<string, unknown> },
-    stream: boolean,
-  ) {
+  /**
+   * Creates and queues the job (a /v1 answer's, or POST /agent/prompt's), with the request's credit
+   * hold; `stream` takes one of the owner's stream slots first (429 when none is left).
+   */
+  async function start(reply: FastifyReply, owner: Owner, input: Omit<PromptInput, 'credit'>, stream: boolean) {
     if (stream) events.takeStreamSlot(owner.ownerId, reply.raw)
     const credit = creditHoldOf(reply.request)
-    const created = await store.createPrompt(owner, { ...conversation, credit })
+    const created = await store.createPrompt(owner, { ...input, credit })
     // the job's end reports what it keeps of the hold
     reply.request.creditHoldTaken = credit !== undefined
     events.emit(created.event)
@@ -67,7 +58,7 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
     owner: Owner,
     jobId: string,
     afterSeq: number,
-    handlers: FollowHandlers = {},
+    handlers: { onStep?(step: StepView): void; onText?(delta: string): void } = {},
   ): Promise<Terminal | Waiting | 'left'> {
     let end: Terminal | Waiting | undefined
     /** the text that went through `onText` so far */
@@ -80,7 +71,7 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
         return
       }
       if (e.type === 'step') handlers.onStep?.(e.data as StepView)
-      end ??= terminalOf(e) ?? waitingOf(e)
+      end ??= endOf(e)
       if (end?.status === 'awaiting_approval') following.stop()
     })
     let left = false
@@ -159,8 +150,7 @@ export function createAnswers({ store, queue, events, cancelled, waitMs }: Answe
     traceOf,
     traceSoFar,
     usageOf,
-    /** takes the reply over for server-sent events (the service's keep-alive) */
-    openStream: (reply: FastifyReply) => events.openStream(reply),
+    openStream: events.openStream,
     store,
   }
 }

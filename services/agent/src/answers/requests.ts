@@ -3,7 +3,7 @@
 // conversation's bound.
 import { chatModels, type ApiRoute } from '@ats/contracts'
 import type { FastifyRequest } from 'fastify'
-import { atParam, InvalidModel, InvalidRequest, type ModelNotFound, NoKey } from '../errors.ts'
+import { atParam, InvalidModel, invalidAt, type ModelNotFound, NoKey } from '../errors.ts'
 import { creditWalletOf } from '../credit/hold.ts'
 import type { Owner } from '../jobs/store.ts'
 
@@ -14,8 +14,8 @@ export interface Conversation {
   instructions: string | undefined
 }
 
-/** A /v1 route of the contracts, for a plugin registered under the /v1 prefix. */
-export const atV1 = <R extends ApiRoute>(r: R): R => ({ ...r, url: r.url.slice('/v1'.length) })
+/** A route of the contracts, for a plugin registered under `prefix` (the plugin's own not-found and error handlers then answer under it). */
+export const under = <R extends ApiRoute>(prefix: string, r: R): R => ({ ...r, url: r.url.slice(prefix.length) || '/' })
 
 /** the models of /v1, as error messages list them */
 export const modelIds = chatModels.map((m) => m.id).join(', ')
@@ -40,18 +40,27 @@ export function keyOwner(request: FastifyRequest): Owner {
   return { ownerId: payer, wallet: payer }
 }
 
+/** Refuses client-defined tools (the body's `fields`): the agent runs its own, shown in the `answer`'s "agent" field. */
+export function refuseTools(body: object, fields: readonly string[], answer = 'answer') {
+  for (const field of fields) {
+    const value = (body as Record<string, unknown>)[field]
+    if (Array.isArray(value) ? value.length > 0 : value != null)
+      throw invalidAt(field, `${field} is not supported: the agent runs its own tools and shows them in the ${answer}'s "agent" field`)
+  }
+}
+
 /** The text of a content (at: its path): a string, or its text parts (of `partTypes`) joined; other parts are refused. */
 export function textOf(content: unknown, at: string, partTypes: readonly string[] = ['text']): string {
   if (content === undefined || content === null) return ''
   if (typeof content === 'string') return content
-  if (!Array.isArray(content)) throw atParam(at, new InvalidRequest(`${at} must be a string or an array of text parts`))
+  if (!Array.isArray(content)) throw invalidAt(at, `${at} must be a string or an array of text parts`)
   return content
     .map((part: unknown, j) => {
       const { type, text } = (part && typeof part === 'object' ? part : {}) as { type?: unknown; text?: unknown }
       if (typeof type !== 'string' || !partTypes.includes(type) || typeof text !== 'string') {
         const what = typeof type === 'string' ? `a ${type} part` : 'not a {type, text} part'
         const supported = partTypes.map((p) => `{type: "${p}", text}`).join(' or ')
-        throw atParam(`${at}[${j}]`, new InvalidRequest(`${at}[${j}] is ${what}: only text parts (${supported}) are supported`))
+        throw invalidAt(`${at}[${j}]`, `${at}[${j}] is ${what}: only text parts (${supported}) are supported`)
       }
       return text
     })

@@ -19,14 +19,15 @@ const holdId = /^[\x21-\x7e]{1,64}$/
 const amountPattern = /^[1-9][0-9]{0,18}$/
 const maxAmount = 9_223_372_036_854_775_807n
 
-const header = (request: FastifyRequest, name: string) => {
+/** A request header's value, when it has one (not empty). */
+export const headerOf = (request: FastifyRequest, name: string) => {
   const value = request.headers[name]
   return typeof value === 'string' && value !== '' ? value : undefined
 }
 
 /** The credit wallet of a credit-paid request (any route), lower-case, when the gateway named one. */
 export function creditWalletOf(request: FastifyRequest): string | undefined {
-  const wallet = header(request, creditHeaders.wallet)
+  const wallet = headerOf(request, creditHeaders.wallet)
   return wallet && isAddress(wallet, { strict: false }) ? wallet.toLowerCase() : undefined
 }
 
@@ -35,10 +36,10 @@ export function creditWalletOf(request: FastifyRequest): string | undefined {
  * named with a wallet or amount that cannot be read is refused (400): the gateway sets them.
  */
 export function creditHoldOf(request: FastifyRequest): CreditHold | undefined {
-  const hold = header(request, creditHeaders.hold)
+  const hold = headerOf(request, creditHeaders.hold)
   if (hold === undefined) return undefined
   const wallet = creditWalletOf(request)
-  const amount = header(request, creditHeaders.holdAmount)
+  const amount = headerOf(request, creditHeaders.holdAmount)
   if (!holdId.test(hold) || !wallet || !amount || !amountPattern.test(amount) || BigInt(amount) > maxAmount) {
     throw new MalformedCreditHold()
   }

@@ -44,23 +44,18 @@ export function modelPricesProblem(raw: string): string | undefined {
 }
 
 export function createPrices(settings: { modelPrices: string; input: number; output: number; toolCall: number }): Prices {
-  const listed = new Map(
-    Object.entries(JSON.parse(settings.modelPrices) as Record<string, { input: number; output: number }>).map(([model, p]) => [
-      model,
-      { input: BigInt(p.input), output: BigInt(p.output) },
-    ]),
-  )
-  const fallback = { input: BigInt(settings.input), output: BigInt(settings.output) }
-  return { of: (model) => listed.get(model) ?? fallback, toolCall: BigInt(settings.toolCall) }
+  const price = (p: { input: number; output: number }): ModelPrice => ({ input: BigInt(p.input), output: BigInt(p.output) })
+  const listed = Object.entries(JSON.parse(settings.modelPrices) as Record<string, { input: number; output: number }>)
+  const prices = new Map(listed.map(([model, p]) => [model, price(p)]))
+  const fallback = price(settings)
+  return { of: (model) => prices.get(model) ?? fallback, toolCall: BigInt(settings.toolCall) }
 }
-
-const ceilDiv = (a: bigint, b: bigint) => (a + b - 1n) / b
 
 /** What `work` costs, USDC base units: its tokens at its model's prices (rounded up once) and its tool calls. */
 export function costOf(prices: Prices, work: Work): bigint {
   const { input, output } = prices.of(work.model)
   const tokens = BigInt(work.inputTokens) * input + BigInt(work.outputTokens) * output
-  return ceilDiv(tokens, perMillion) + BigInt(work.toolCalls) * prices.toolCall
+  return (tokens + perMillion - 1n) / perMillion + BigInt(work.toolCalls) * prices.toolCall
 }
 
 /**

@@ -1,14 +1,11 @@
 // What metered work paid by credit used, reported to admin's ledger on the credit stream
-// (CreditUsage): the ledger keeps that much of the hold and gives the rest back. A job's report is
-// written with its final status (the job store) and published after the commit; a sweep publishes
-// what a dead process left unpublished. The hold id is JetStream's message id and the ledger keeps
-// a hold's first report, so a repeat is harmless. A credit-paid request that started no job (refused
-// before any work) reports 0 at once, so its hold never stays taken.
+// (CreditUsage): the ledger keeps that much of the hold and gives the rest back. A job's report goes
+// as a payment's outcome does (jobs/paymentOutcomes.ts), with the hold id as the message id. A
+// credit-paid request that started no job (refused before any work) reports 0 at once.
 import type { CreditUsage, creditChannels } from '@ats/contracts'
-import { ensureStream, publishTraced, startOutbox, type Logger } from '@ats/service-kit'
+import { ensureStream, publishTraced, startOutbox } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
-import type { NatsConnection } from 'nats'
-import type { JobStore } from '../jobs/store.ts'
+import type { StorePublisherDeps } from '../jobs/queue.ts'
 import { creditHoldOf, type CreditHold } from './hold.ts'
 
 declare module 'fastify' {
@@ -24,17 +21,7 @@ declare module 'fastify' {
  */
 export const uncountedAfterMs = 120_000
 
-export async function startCreditUsage({
-  nc,
-  channels,
-  store,
-  log,
-}: {
-  nc: NatsConnection
-  channels: ReturnType<typeof creditChannels>
-  store: JobStore
-  log: Logger
-}) {
+export async function startCreditUsage({ nc, channels, store, log }: StorePublisherDeps<ReturnType<typeof creditChannels>>) {
   await ensureStream(nc, channels.streamSpec)
   const js = nc.jetstream()
   const publish = (report: CreditUsage) =>

@@ -6,14 +6,15 @@ import { callEndpoint, type Logger } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import type { Owner } from './store.ts'
 
-export interface ApprovalWithdrawalDeps {
+/** What a caller of another service's endpoint is given. */
+export interface EndpointDeps<E> {
   nc: NatsConnection
-  endpoint: NatsChannels['trading']['approvalWithdraw']
+  endpoint: E
   log: Logger
-  timeoutMs: number
+  timeoutMs?: number
 }
 
-export function createApprovalWithdrawal({ nc, endpoint, log, timeoutMs }: ApprovalWithdrawalDeps) {
+export function createApprovalWithdrawal({ nc, endpoint, log, timeoutMs }: EndpointDeps<NatsChannels['trading']['approvalWithdraw']>) {
   /** Withdraws `approvalId` as the job's owner; a failure is logged (the approval then expires). */
   return async function withdraw(owner: Pick<Owner, 'ownerId' | 'keyId'>, approvalId: string, reason: string): Promise<void> {
     const identity = owner.keyId ? { ownerId: owner.keyId, keyId: owner.keyId } : { ownerId: owner.ownerId }

@@ -8,13 +8,12 @@ import type { ServerResponse } from 'node:http'
 import type { FastifyReply } from 'fastify'
 import type { NatsConnection } from 'nats'
 import { TooManyStreams } from '../errors.ts'
-import type { JobStore } from './store.ts'
+import { isFinished, type JobStore } from './store.ts'
 
 /** What one read of the store found of a followed job: the events after the seq asked for, and whether it has finished. */
 type FollowedEvents = { finished: boolean; events: JobEvent[] }
 
-const terminal = new Set(['complete', 'failed', 'cancelled'])
-const isTerminal = (e: JobEvent) => e.type === 'status' && terminal.has((e.data as { status: string }).status)
+const isTerminal = (e: JobEvent) => e.type === 'status' && isFinished((e.data as { status: string }).status)
 
 /**
  * One SSE frame: a stored event's sequence number is its id; a delta has none, so the client's
@@ -28,10 +27,7 @@ export interface JobEventsOptions {
   channels: AgentChannels
   store: Pick<JobStore, 'eventsOfJobs'>
   log: Logger
-  /**
-   * how often the process re-reads the store for every job it follows, in one query, in case a
-   * broadcast was missed (also read at once after NATS reconnects)
-   */
+  /** how often the shared catch-up (catchUpAll) re-reads the store */
   pollMs?: number
   keepAliveMs?: number
   /** open streams one payer or key may hold in this process (AGENT_MAX_STREAMS_PER_OWNER) */
@@ -84,10 +80,7 @@ export function createJobEvents({
     const held = streamsOf.get(ownerId) ?? 0
     if (held >= maxStreamsPerOwner) throw new TooManyStreams(maxStreamsPerOwner)
     streamsOf.set(ownerId, held + 1)
-    let released = false
     raw.once('close', () => {
-      if (released) return
-      released = true
       const now = (streamsOf.get(ownerId) ?? 1) - 1
       if (now > 0) streamsOf.set(ownerId, now)
       else streamsOf.delete(ownerId)
@@ -139,36 +132,28 @@ export function createJobEvents({
     for await (const status of nc.status()) if (status.type === 'reconnect') void catchUpAll()
   })()
 
-  function emit(event: JobEvent) {
+  /** Broadcasts `e`; a failure is logged, with `fields`: what is lost reaches followers otherwise. */
+  function broadcast(e: JobBroadcast, fields: Record<string, unknown>, failed: string) {
     try {
-      const topic = channels.events(event.jobId)
-      nc.publish(topic.subject, topic.message.encode(event))
+      const topic = channels.events(e.jobId)
+      nc.publish(topic.subject, topic.message.encode(e))
     } catch (error) {
-      // the shared catch-up picks the stored event up
-      log.warn({ err: error, jobId: event.jobId, seq: event.seq }, 'job event not broadcast')
+      log.warn({ err: error, jobId: e.jobId, ...fields }, failed)
     }
   }
-
+  // a stored event: the shared catch-up picks it up
+  const emit = (event: JobEvent) => broadcast(event, { seq: event.seq }, 'job event not broadcast')
   /** Broadcasts a piece of a running job's text; one that is lost reaches followers with the complete event. */
-  function emitDelta(jobId: string, text: string, offset: number) {
-    try {
-      const topic = channels.events(jobId)
-      nc.publish(topic.subject, topic.message.encode({ jobId, type: 'delta', at: Date.now(), data: { text, offset } }))
-    } catch (error) {
-      log.warn({ err: error, jobId, offset }, 'job text delta not broadcast')
-    }
-  }
+  const emitDelta = (jobId: string, text: string, offset: number) =>
+    broadcast({ jobId, type: 'delta', at: Date.now(), data: { text, offset } }, { offset }, 'job text delta not broadcast')
 
   /**
-   * Follows a job's events after `afterSeq`, in order and each once: the stored ones, then the
-   * live ones, with the shared catch-up (`catchUpAll`) in case a broadcast was missed. It ends after the job's last
-   * event (at once for a job already `finished`, once what was missed is delivered), or on
-   * `stop()`. `ended` says which: true when the job ended. A job found finished ends it too,
-   * whatever `afterSeq` says: a client that claims to have seen more than the job has (a
-   * Last-Event-ID beyond its last event) gets what remains after it, nothing, and the end.
-   * Text deltas are forwarded live, in order, while each starts where the text delivered so far
-   * ends; after a gap (a follower that joined late or missed one) none is: the complete event
-   * carries the whole text.
+   * Follows a job's events after `afterSeq`, in order and each once: the stored ones, then the live
+   * ones (and what the shared catch-up finds). It ends after the job's last event (at once for a
+   * job already `finished`, once what was missed is delivered), or on `stop()`; `ended` says true
+   * when the job ended. A job found finished ends it whatever `afterSeq` says (a Last-Event-ID
+   * beyond its last event gets nothing, and the end). Text deltas are forwarded live while each
+   * starts where the text delivered so far ends; after a gap none is: the complete event has it all.
    */
   function watch(jobId: string, afterSeq: number, finished: boolean, onEvent: (event: JobBroadcast) => void) {
     let last = afterSeq
@@ -198,15 +183,16 @@ export function createJobEvents({
       resolveEnded(endedWithJob)
     }
     open.add(stop)
+    const endWithJob = () => {
+      endedWithJob = true
+      stop()
+    }
 
     const send = (e: JobEvent) => {
       if (done || e.seq !== last + 1) return
       last = e.seq
       onEvent(e)
-      if (isTerminal(e)) {
-        endedWithJob = true
-        stop()
-      }
+      if (isTerminal(e)) endWithJob()
     }
     const sendDelta = (d: JobDelta) => {
       if (done || textGap) return
@@ -222,10 +208,7 @@ export function createJobEvents({
       if (done || !found) return
       for (const e of found.events) send(e)
       // finished when read: the same read has every event, the terminal one included
-      if (found.finished && !done) {
-        endedWithJob = true
-        stop()
-      }
+      if (found.finished && !done) endWithJob()
     }
     // reads and live events are handled one at a time, in order
     let chain = Promise.resolve()
@@ -241,10 +224,7 @@ export function createJobEvents({
     followers.add(follower)
     scheduleCatchUp()
     void catchUp().then(() => {
-      if (finished) {
-        endedWithJob = true
-        stop()
-      }
+      if (finished) endWithJob()
     })
     void (async () => {
       for await (const m of sub) {

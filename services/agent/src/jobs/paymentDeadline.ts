@@ -3,17 +3,15 @@
 // latest. A job not started by then is voided without running; one still running or waiting for
 // an approval then is stopped and voided: nothing is done for a payment that cannot be collected.
 
-/** validBefore (unix seconds) as the gateway forwards it; more digits than this is no deadline at all. */
-const validBeforePattern = /^\d{1,15}$/
-
 /**
- * The validBefore of a job's payment from the gateway's x-ats-payment-valid-before: a number, or
- * null when there is none or it is too far away to matter; undefined when the value is malformed.
+ * The validBefore of a job's payment from the gateway's x-ats-payment-valid-before (unix seconds):
+ * a number, or null when there is none or it is too far away to matter (more than 15 digits);
+ * undefined when the value is malformed.
  */
 export function validBeforeOf(header: unknown): number | null | undefined {
   if (header === undefined || header === '') return null
   if (typeof header !== 'string' || !/^\d+$/.test(header)) return undefined
-  return validBeforePattern.test(header) ? Number(header) : null
+  return header.length <= 15 ? Number(header) : null
 }
 
 /** The deadline (ms since the epoch) of a job paid with a payment valid before `validBefore`; undefined without one. */

@@ -4,9 +4,10 @@
 // outcome is lost. The job id is JetStream's message id and admin keeps a job's first outcome,
 // so a repeat is harmless.
 import type { Endpoint, JobPayment, JobPaymentOutcome, PaymentChannels, PaymentsOfJobsReply, PaymentsOfJobsRequest } from '@ats/contracts'
-import { callEndpoint, ensureStream, publishTraced, startOutbox, type Logger } from '@ats/service-kit'
-import type { NatsConnection } from 'nats'
-import type { JobStore, PaymentOutcomeRow } from './store.ts'
+import { callEndpoint, ensureStream, publishTraced, startOutbox } from '@ats/service-kit'
+import type { EndpointDeps } from './approvals.ts'
+import type { StorePublisherDeps } from './queue.ts'
+import type { PaymentOutcomeRow } from './store.ts'
 
 /** The outcome message of a finished paid job. */
 export function outcomeMessage(row: PaymentOutcomeRow): JobPaymentOutcome {
@@ -22,17 +23,7 @@ export function outcomeMessage(row: PaymentOutcomeRow): JobPaymentOutcome {
   }
 }
 
-export async function startPaymentOutcomes({
-  nc,
-  channels,
-  store,
-  log,
-}: {
-  nc: NatsConnection
-  channels: PaymentChannels
-  store: JobStore
-  log: Logger
-}) {
+export async function startPaymentOutcomes({ nc, channels, store, log }: StorePublisherDeps<PaymentChannels>) {
   await ensureStream(nc, channels.streamSpec)
   const js = nc.jetstream()
 
@@ -68,12 +59,7 @@ export function createJobPaymentLookup({
   endpoint,
   log,
   timeoutMs = 2_000,
-}: {
-  nc: NatsConnection
-  endpoint: Endpoint<PaymentsOfJobsRequest, PaymentsOfJobsReply>
-  log: Logger
-  timeoutMs?: number
-}) {
+}: EndpointDeps<Endpoint<PaymentsOfJobsRequest, PaymentsOfJobsReply>>) {
   return async function paymentsOf(jobs: Array<{ id: string; payment: string | null }>): Promise<Map<string, JobPayment>> {
     const paid = jobs.filter((j) => j.payment !== null).map((j) => j.id)
     if (paid.length === 0) return new Map()

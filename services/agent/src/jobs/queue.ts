@@ -5,17 +5,15 @@ import { ensureStream, publishTraced, startOutbox, type Logger } from '@ats/serv
 import type { NatsConnection } from 'nats'
 import type { JobStore } from './store.ts'
 
-export async function createJobQueue({
-  nc,
-  channels,
-  store,
-  log,
-}: {
+/** What a publisher of the store's rows (the queue, payment outcomes, credit usage) is given. */
+export interface StorePublisherDeps<Channels> {
   nc: NatsConnection
-  channels: AgentChannels
+  channels: Channels
   store: JobStore
   log: Logger
-}) {
+}
+
+export async function createJobQueue({ nc, channels, store, log }: StorePublisherDeps<AgentChannels>) {
   await ensureStream(nc, channels.jobsStream)
   const js = nc.jetstream()
   // the job id is the message id, so a repeat is stored once

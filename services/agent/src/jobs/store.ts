@@ -20,7 +20,6 @@ import type { CountedStatus } from './metrics.ts'
 export const defaultModel = 'ats-agent'
 
 const newId = (prefix: string) => `${prefix}_${randomBytes(12).toString('base64url')}`
-type Tx = Prisma.TransactionClient
 
 /** Who a job belongs to: a payer (their lower-case address) or, for /v1, an API key. */
 export interface Owner {
@@ -30,35 +29,23 @@ export interface Owner {
   wallet?: string | undefined
 }
 
+/** Called after the commit of what they tell, not awaited; a publish that never happens is made by its sweep. */
 export interface JobStoreHooks {
-  /**
-   * A paid job reached its final status (the outcome for its payment is stored with it): called
-   * after the commit, to publish the outcome. Not awaited by the store; a publish that never
-   * happens is made by the sweep (`unpublishedOutcomes`).
-   */
+  /** a paid job reached its final status, stored with its payment's outcome: to publish the outcome */
   paidJobFinished?(jobId: string): void
-  /**
-   * Webhook events were recorded in a committed transaction (the event outbox): called after the
-   * commit, to publish them at once. A publish that never happens is made by the outbox's sweep.
-   */
+  /** webhook events were recorded (the event outbox): to publish them at once */
   eventsRecorded?(ids: string[]): void
-  /**
-   * A job paid by credit was finished, or its work counted (what it keeps of its hold is stored):
-   * called after the commit, to publish its usage report. Not awaited; the sweep makes a missed one.
-   */
+  /** a job paid by credit was finished, or its work counted (what it keeps of its hold): to publish its usage report */
   creditJobFinished?(jobId: string): void
-  /** A job was created (pending) or finished: called after the commit, to count it (/metrics). */
+  /** a job was created (pending) or finished: to count it (/metrics) */
   statusChanged?(status: CountedStatus): void
 }
 
 /** What the payment of a finished paid job comes to, stored in the same UPDATE as the final status. */
-export interface PaymentOutcomeRow {
-  id: string
+export type PaymentOutcomeRow = Pick<Job, 'id' | 'paymentReason' | 'updatedAt'> & {
   payment: string
   paymentOutcome: 'charge' | 'void'
-  paymentReason: string | null
   status: 'complete' | 'failed' | 'cancelled'
-  updatedAt: Date
 }
 
 /** The reason a job cancelled before a worker started it voids its payment. */
@@ -147,7 +134,7 @@ export function messageView(m: Message): MessageView {
  * events in commit order. `alongWith`: a statement the event tells of, run in the same one.
  */
 async function appendEvent(
-  t: Tx | PrismaClient,
+  t: Prisma.TransactionClient | PrismaClient,
   jobId: string,
   type: JobEvent['type'],
   data: JobEvent['data'],
@@ -202,15 +189,18 @@ function jobWebhookEvent(
   return { type, owner: eventOwner(owner), data: { jobId: job.id, prompt: job.prompt, threadId: job.thread_id, ...data } }
 }
 
-/** Records a job's webhook event in the transaction of its status change. */
-const recordJobEvent = (t: Tx, type: WebhookEventType, job: EventRow, data: WebhookData) => recordEvent(t, jobWebhookEvent(type, job, data))
-
 /** A job ended by cancel or fail: its status event, and the approval it waited for, if any, to withdraw. */
 export interface Ended {
   event: JobEvent
   approvalId?: string | undefined
   owner: Pick<Owner, 'ownerId' | 'keyId'>
 }
+
+const endedOf = (event: JobEvent, row: EventRow): Ended => ({
+  event,
+  approvalId: row.approval_id ?? undefined,
+  owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined },
+})
 
 /** A thread's message, as a runner reads its history. */
 export interface HistoryMessage {
@@ -231,43 +221,47 @@ const claimable = (workerId: string) =>
   Prisma.sql`(status = 'pending' OR (status IN ('running', 'awaiting_approval') AND (lease_until < now() OR worker_id = ${workerId})))`
 
 export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
-  /** after the commit of a final status: paid jobs have an outcome to publish */
   const outcomeStored = (rows: Array<{ paid: boolean; credited: boolean }>, jobId: string) => {
     if (rows[0]?.paid) hooks.paidJobFinished?.(jobId)
     if (rows[0]?.credited) hooks.creditJobFinished?.(jobId)
   }
-  const recorded = (ids: string[]) => {
-    if (ids.length > 0) hooks.eventsRecorded?.(ids)
+  const recorded = (eventId: string | null) => {
+    if (eventId) hooks.eventsRecorded?.([eventId])
+  }
+  /** A status change: `update` (UPDATE … RETURNING ${eventColumns}), its webhook event and its status event, in one transaction. */
+  const changeStatus = (jobId: string, update: Prisma.Sql, type: WebhookEventType, data: WebhookData & JobEvent['data']) =>
+    db.$transaction(async (t) => {
+      const rows = await t.$queryRaw<EventRow[]>(update)
+      if (rows.length === 0) return { rows, event: null, eventId: null }
+      const eventId = await recordEvent(t, jobWebhookEvent(type, rows[0]!, data))
+      return { rows, event: await appendEvent(t, jobId, 'status', data), eventId }
+    })
+  /** Cancel or fail (`update`), then the hooks; null when the job was not there to end. */
+  async function endJob(
+    jobId: string,
+    update: Prisma.Sql,
+    type: WebhookEventType,
+    data: { status: 'cancelled' } | { status: 'failed'; error: string },
+  ): Promise<Ended | null> {
+    const { rows, event, eventId } = await changeStatus(jobId, update, type, data)
+    outcomeStored(rows, jobId)
+    recorded(eventId)
+    if (event) hooks.statusChanged?.(data.status)
+    return event && rows[0] ? endedOf(event, rows[0]) : null
   }
   /** -> failed where `condition` holds: a failed paid job voids its payment, with the job's error as the reason. */
-  async function failWhere(jobId: string, condition: Prisma.Sql, error: string): Promise<Ended | null> {
-    const ending = await db.$transaction(async (t) => {
-      const rows = await t.$queryRaw<EventRow[]>`
+  const failWhere = (jobId: string, condition: Prisma.Sql, error: string) =>
+    endJob(
+      jobId,
+      Prisma.sql`
         UPDATE jobs SET status = 'failed', error = ${error}, worker_id = NULL, lease_until = NULL, updated_at = now(),
           payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'void' END, payment_reason = CASE WHEN payment IS NULL THEN NULL ELSE ${error} END,
           credit_charged = CASE WHEN credit_hold IS NULL THEN NULL ELSE 0 END, credit_outcome = CASE WHEN credit_hold IS NULL THEN NULL ELSE 'failed' END,
           credit_reason = CASE WHEN credit_hold IS NULL THEN NULL ELSE ${error} END
-        WHERE id = ${jobId} AND ${condition} RETURNING ${eventColumns}`
-      if (rows.length === 0) return { rows, event: null, eventId: null }
-      const eventId = await recordJobEvent(t, 'job.failed', rows[0]!, { status: 'failed', error })
-      return { rows, event: await appendEvent(t, jobId, 'status', { status: 'failed', error }), eventId }
-    })
-    return ended(jobId, 'failed', ending)
-  }
-  /** After cancel or fail committed: the hooks, then what the caller gets (null: the job was not there to end). */
-  const ended = (
-    jobId: string,
-    status: 'cancelled' | 'failed',
-    { rows, event, eventId }: { rows: EventRow[]; event: JobEvent | null; eventId: string | null },
-  ): Ended | null => {
-    outcomeStored(rows, jobId)
-    if (eventId) recorded([eventId])
-    if (event) hooks.statusChanged?.(status)
-    const row = rows[0]
-    return event && row
-      ? { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } }
-      : null
-  }
+        WHERE id = ${jobId} AND ${condition} RETURNING ${eventColumns}`,
+      'job.failed',
+      { status: 'failed', error },
+    )
   /** The usage report of a finished credit-paid job, to publish; null when it has none yet (or none at all). */
   async function creditReport(jobId: string): Promise<CreditUsage | null> {
     const job = await db.job.findUnique({ where: { id: jobId } })
@@ -300,16 +294,14 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       const at = Date.now()
       const history = input.history ?? []
       const metadata = { jobId, ...(input.apiRequest ? { apiRequest: input.apiRequest } : {}) }
-      const messages = [
-        ...history.map((m, i) => ({
-          id: newId('msg'),
-          role: m.role,
-          content: m.content,
-          metadata: null,
-          created_at: new Date(at - history.length + i).toISOString(),
-        })),
-        { id: newId('msg'), role: 'user', content: input.prompt, metadata, created_at: new Date(at).toISOString() },
-      ]
+      const messages = [...history, { role: 'user', content: input.prompt }].map((m, i) => ({
+        id: newId('msg'),
+        role: m.role,
+        content: m.content,
+        // the prompt, last, says which job it started
+        metadata: i === history.length ? metadata : null,
+        created_at: new Date(at - history.length + i).toISOString(),
+      }))
       const pending: JobEvent['data'] = { status: 'pending' }
       const context = input.context === undefined || input.context === null ? null : JSON.stringify(input.context)
       const [row] = await db.$queryRaw<Array<{ created_at: Date }>>`
@@ -356,28 +348,25 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
 
     /**
      * pending, running or awaiting_approval -> cancelled; null when the job is not the owner's or
-     * already finished. `approvalId`: the approval a waiting job asked for, to withdraw.
+     * already finished. A paid job cancelled while running (or waiting) is charged (work was done),
+     * one cancelled before a worker started it is voided: decided from the status it had, in the
+     * same statement; a credit-paid one keeps nothing of its hold before it started, else what its
+     * worker counts (countCancelled).
      */
-    async cancel(owner: Owner, id: string): Promise<Ended | null> {
-      // a paid job cancelled while running (or waiting) is charged (work was done), one cancelled
-      // before a worker started it is voided: decided from the status it had, in the same statement;
-      // a credit-paid one keeps nothing of its hold before it started, else what its worker counts (countCancelled);
-      // `approval` is kept from a wait that was not decided, so that the caller withdraws it
-      const ending = await db.$transaction(async (t) => {
-        const rows = await t.$queryRaw<EventRow[]>`
-          UPDATE jobs SET status = 'cancelled', worker_id = NULL, lease_until = NULL, updated_at = now(),
-            payment_outcome = CASE WHEN payment IS NULL THEN NULL WHEN status IN ('running', 'awaiting_approval') THEN 'charge' ELSE 'void' END,
-            payment_reason = CASE WHEN payment IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE ${cancelledBeforeStart} END,
-            credit_charged = CASE WHEN credit_hold IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE 0 END,
-            credit_outcome = CASE WHEN credit_hold IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE 'voided' END,
-            credit_reason = CASE WHEN credit_hold IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE ${cancelledBeforeStart} END
-          WHERE id = ${id} AND owner_id = ${owner.ownerId} AND status IN ('pending', 'running', 'awaiting_approval') RETURNING ${eventColumns}`
-        if (rows.length === 0) return { rows, event: null, eventId: null }
-        const eventId = await recordJobEvent(t, 'job.cancelled', rows[0]!, { status: 'cancelled' })
-        return { rows, event: await appendEvent(t, id, 'status', { status: 'cancelled' }), eventId }
-      })
-      return ended(id, 'cancelled', ending)
-    },
+    cancel: (owner: Owner, id: string) =>
+      endJob(
+        id,
+        Prisma.sql`
+        UPDATE jobs SET status = 'cancelled', worker_id = NULL, lease_until = NULL, updated_at = now(),
+          payment_outcome = CASE WHEN payment IS NULL THEN NULL WHEN status IN ('running', 'awaiting_approval') THEN 'charge' ELSE 'void' END,
+          payment_reason = CASE WHEN payment IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE ${cancelledBeforeStart} END,
+          credit_charged = CASE WHEN credit_hold IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE 0 END,
+          credit_outcome = CASE WHEN credit_hold IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE 'voided' END,
+          credit_reason = CASE WHEN credit_hold IS NULL OR status IN ('running', 'awaiting_approval') THEN NULL ELSE ${cancelledBeforeStart} END
+        WHERE id = ${id} AND owner_id = ${owner.ownerId} AND status IN ('pending', 'running', 'awaiting_approval') RETURNING ${eventColumns}`,
+        'job.cancelled',
+        { status: 'cancelled' },
+      ),
 
     async thread(owner: Owner, id: string): Promise<ThreadView | null> {
       const thread = await db.thread.findFirst({
@@ -463,15 +452,15 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
      * transaction; null when the job is no longer this worker's.
      */
     async awaitApproval(jobId: string, workerId: string, approval: Approval, notice: string): Promise<JobEvent | null> {
-      const { event, eventId } = await db.$transaction(async (t) => {
-        const rows = await t.$queryRaw<EventRow[]>`
+      const { event, eventId } = await changeStatus(
+        jobId,
+        Prisma.sql`
           UPDATE jobs SET status = 'awaiting_approval', approval = ${JSON.stringify(approval)}::jsonb, approval_notice = ${notice}, updated_at = now()
-          WHERE id = ${jobId} AND worker_id = ${workerId} AND status = 'running' RETURNING ${eventColumns}`
-        if (rows.length === 0) return { event: null, eventId: null }
-        const eventId = await recordJobEvent(t, 'job.awaiting_approval', rows[0]!, { status: 'awaiting_approval', approval, notice })
-        return { event: await appendEvent(t, jobId, 'status', { status: 'awaiting_approval', approval, notice }), eventId }
-      })
-      if (eventId) recorded([eventId])
+          WHERE id = ${jobId} AND worker_id = ${workerId} AND status = 'running' RETURNING ${eventColumns}`,
+        'job.awaiting_approval',
+        { status: 'awaiting_approval', approval, notice },
+      )
+      recorded(eventId)
       return event
     },
 
@@ -521,25 +510,20 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
       const row = rows[0]
       if (!row) return null
       outcomeStored(rows, job.id)
-      recorded([webhookId])
+      recorded(webhookId)
       hooks.statusChanged?.('complete')
-      const event: JobEvent = { jobId: job.id, seq: row.event_seq, type: 'status', at: row.event_at.getTime(), data }
-      return { event, approvalId: row.approval_id ?? undefined, owner: { ownerId: row.owner_id, keyId: row.key_id ?? undefined } }
+      return endedOf({ jobId: job.id, seq: row.event_seq, type: 'status', at: row.event_at.getTime(), data }, row)
     },
 
-    /**
-     * -> failed with a message for the client; by its worker, or by anyone when `workerId` is null.
-     * `approvalId`: the approval a waiting job asked for, to withdraw.
-     */
-    async fail(jobId: string, workerId: string | null, error: string): Promise<Ended | null> {
-      return failWhere(
+    /** -> failed with a message for the client; by its worker, or by anyone when `workerId` is null. */
+    fail: (jobId: string, workerId: string | null, error: string) =>
+      failWhere(
         jobId,
         workerId
           ? Prisma.sql`status IN ('running', 'awaiting_approval') AND worker_id = ${workerId}`
           : Prisma.sql`status IN ('pending', 'running', 'awaiting_approval')`,
         error,
-      )
-    },
+      ),
 
     /**
      * A paid job taken too late to settle its payment (claim answered `late`) -> failed, never run:
@@ -628,22 +612,19 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
           ON CONFLICT (job_id, step) DO UPDATE SET tool = EXCLUDED.tool, input = EXCLUDED.input, error = NULL, started_at = now(), finished_at = NULL`,
       ),
     /** Records how step `step` ended and its `finished` or `failed` event, in one statement. */
-    finishStep: (jobId: string, step: number, tool: string, outcome: { output: unknown } | { error: string }) =>
-      'error' in outcome
-        ? appendEvent(
-            db,
-            jobId,
-            'step',
-            { step, tool, phase: 'failed', error: outcome.error },
-            Prisma.sql`UPDATE job_steps SET error = ${outcome.error}, finished_at = now() WHERE job_id = ${jobId} AND step = ${step}`,
-          )
-        : appendEvent(
-            db,
-            jobId,
-            'step',
-            { step, tool, phase: 'finished' },
-            Prisma.sql`UPDATE job_steps SET output = ${JSON.stringify(outcome.output)}::jsonb, error = NULL, finished_at = now() WHERE job_id = ${jobId} AND step = ${step}`,
-          ),
+    finishStep: (jobId: string, step: number, tool: string, outcome: { output: unknown } | { error: string }) => {
+      const failed = 'error' in outcome
+      const set = failed
+        ? Prisma.sql`error = ${outcome.error}`
+        : Prisma.sql`output = ${JSON.stringify(outcome.output)}::jsonb, error = NULL`
+      return appendEvent(
+        db,
+        jobId,
+        'step',
+        failed ? { step, tool, phase: 'failed', error: outcome.error } : { step, tool, phase: 'finished' },
+        Prisma.sql`UPDATE job_steps SET ${set}, finished_at = now() WHERE job_id = ${jobId} AND step = ${step}`,
+      )
+    },
 
     /**
      * The events of many jobs, each after its own seq (job id → seq), in one statement: per job

@@ -2,8 +2,8 @@
 // runner with a signal that cancellation, the run-time limit and shutdown abort, and store
 // the outcome. Run inside the agent service (AGENT_ROLE=all) or as worker processes (worker).
 import { randomBytes } from 'node:crypto'
-import type { AgentChannels, JobResult } from '@ats/contracts'
-import { startWorkQueueConsumer, type Logger, type WorkOutcome } from '@ats/service-kit'
+import type { AgentChannels, JobEvent, JobResult } from '@ats/contracts'
+import { startWorkQueueConsumer, subscribe, type Logger, type WorkOutcome } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import { createCreditMeter, type CreditMeter } from '../credit/meter.ts'
 import type { Prices } from '../credit/prices.ts'
@@ -16,17 +16,15 @@ import type { JobOwner, Tools } from '../runner/tools.ts'
 import type { ApprovalWithdrawal } from './approvals.ts'
 import type { JobEvents } from './events.ts'
 import { deadlineOf, notStartedReason, stoppedReason } from './paymentDeadline.ts'
-import { defaultModel, type CreditCharge, type HistoryMessage, type JobStore } from './store.ts'
+import { defaultModel, type CreditCharge, type Ended, type HistoryMessage, type JobStore } from './store.ts'
 
+/** From the AGENT_* settings (service.ts maps them; settings.ts says what each is). */
 export interface WorkerSettings {
   concurrency: number
-  /** a job whose worker stops answering is redelivered after this */
   ackWaitMs: number
-  /** runs a job gets before it fails */
   maxAttempts: number
   maxRunMs: number
   historyMessages: number
-  /** a paid job ends this long before its payment's validBefore at the latest (AGENT_JOB_PAYMENT_MARGIN_SECONDS) */
   paymentMarginSeconds: number
 }
 
@@ -90,17 +88,7 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
   const running = new Map<string, AbortController>()
 
   // cancellations reach the job's worker at once; a missed broadcast is caught by the lease renewal
-  const cancels = nc.subscribe(channels.cancelled.subject, {
-    callback: (error, m) => {
-      if (error) return
-      try {
-        const { jobId } = channels.cancelled.message.decode(m.data)
-        running.get(jobId)?.abort(new Cancelled())
-      } catch {
-        // not ours to read
-      }
-    },
-  })
+  const unsubscribe = subscribe(nc, channels.cancelled, log, ({ jobId }) => running.get(jobId)?.abort(new Cancelled()))
 
   async function run(
     job: Job,
@@ -149,13 +137,18 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
       log.info({ jobId, charged: String(charge.amount) }, 'credit of a job cancelled while running: its work counted')
   }
 
+  /** After a job ended (when it did): its status event, and the approval it waited for withdrawn, saying `why`. */
+  async function afterEnd(ended: Ended | null, why: string) {
+    if (ended) events.emit(ended.event)
+    if (ended?.approvalId) await withdraw(ended.owner, ended.approvalId, why)
+  }
+
   /** A paid job taken after its deadline: failed without running, its payment voided with the reason. */
   async function voidLate(jobId: string, startBy: number, validBefore: bigint): Promise<WorkOutcome> {
     const ended = await store.voidLate(jobId, workerId, startBy, notStartedReason(validBefore, settings.paymentMarginSeconds))
     // taken or ended meanwhile: the next delivery sees how
     if (!ended) return { retryInMs: 1_000 }
-    events.emit(ended.event)
-    if (ended.approvalId) await withdraw(ended.owner, ended.approvalId, 'the job was voided: its payment could no longer be settled')
+    await afterEnd(ended, 'the job was voided: its payment could no longer be settled')
     log.warn({ jobId, validBefore: String(validBefore) }, 'paid job not started: its payment could no longer be settled after it')
     return 'done'
   }
@@ -184,17 +177,20 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
       untilDeadline === undefined || untilDeadline > longestTimer
         ? undefined
         : setTimeout(() => controller.abort(lapsed()), Math.max(0, untilDeadline))
+    /** the status event of a wait's start or end; none: the job is no longer this worker's (cancelled) */
+    const emitOrCancel = (event: JobEvent | null) => {
+      if (!event) {
+        controller.abort(new Cancelled())
+        throw controller.signal.reason
+      }
+      events.emit(event)
+    }
     // a swap waiting for a person: the job shows it (status, SSE, /v1), and its time limit waits too
     const approvals: ApprovalWaits = {
       // trading caps the approval's expiry at the job's deadline
       decideBy: deadline,
       async begin(approval, notice) {
-        const event = await store.awaitApproval(jobId, workerId, approval, notice)
-        if (!event) {
-          controller.abort(new Cancelled())
-          throw controller.signal.reason
-        }
-        events.emit(event)
+        emitOrCancel(await store.awaitApproval(jobId, workerId, approval, notice))
         clock.pause()
         log.info({ jobId, approvalId: approval.id }, 'job awaiting approval')
       },
@@ -202,12 +198,7 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
         // never resumed past its deadline, whatever the decision
         if (deadline !== undefined && Date.now() >= deadline) controller.abort(lapsed())
         controller.signal.throwIfAborted()
-        const event = await store.resume(jobId, workerId)
-        if (!event) {
-          controller.abort(new Cancelled())
-          throw controller.signal.reason
-        }
-        events.emit(event)
+        emitOrCancel(await store.resume(jobId, workerId))
         clock.resume()
       },
     }
@@ -229,9 +220,8 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
       const charge = meter?.completed(ran.usage, ran.steps)
       const result = charge ? { ...ran, charged: String(charge.amount) } : ran
       const ended = await store.complete(job, workerId, result, charge)
-      if (ended) events.emit(ended.event)
-      else if (charge) await countCancelled(jobId, charge)
-      if (ended?.approvalId) await withdraw(ended.owner, ended.approvalId, 'the job finished without this swap')
+      if (!ended && charge) await countCancelled(jobId, charge)
+      await afterEnd(ended, 'the job finished without this swap')
       log.info({ jobId, ms: Date.now() - started, steps: result.steps, toolCalls: result.toolCalls, cancelled: !ended }, 'job finished')
       return 'done'
     } catch (error) {
@@ -258,10 +248,8 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
         await store.release(jobId, workerId).catch(() => undefined)
         throw error
       }
-      const ended = await store.fail(jobId, workerId, message)
-      if (ended) events.emit(ended.event)
       const why = reason instanceof PaymentLapsed ? 'the job was voided: its payment could no longer be settled' : 'the job failed'
-      if (ended?.approvalId) await withdraw(ended.owner, ended.approvalId, why)
+      await afterEnd(await store.fail(jobId, workerId, message), why)
       log.warn({ jobId, ms: Date.now() - started, error: message }, 'job failed')
       return 'done'
     } finally {
@@ -285,9 +273,7 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     handle: ({ message, deliveries, shutdown }) => handle(message.jobId, deliveries, shutdown),
     exhausted: async ({ jobId }, deliveries) => {
       const message = `the job could not be completed: it was started ${deliveries - 1} times and its worker stopped or failed each time`
-      const ended = await store.fail(jobId, null, message)
-      if (ended) events.emit(ended.event)
-      if (ended?.approvalId) await withdraw(ended.owner, ended.approvalId, 'the job failed')
+      await afterEnd(await store.fail(jobId, null, message), 'the job failed')
       log.error({ jobId, deliveries }, 'job failed: out of attempts')
     },
   })
@@ -297,7 +283,7 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     workerId,
     async stop() {
       await consumer.stop()
-      cancels.unsubscribe()
+      unsubscribe()
     },
   }
 }

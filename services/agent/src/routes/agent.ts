@@ -2,15 +2,16 @@ import { agentRoutes as routes, identityHeaders, jobIdHeader } from '@ats/contra
 import { fingerprintOf, NotFound, type IdempotencyStore, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { isAddress } from 'viem'
-import { creditHoldOf, creditWalletOf } from '../credit/hold.ts'
-import { ContextTooLarge, JobNotCancellable, NoPayer, PromptNotText } from '../errors.ts'
+import type { Answers } from '../answers/answers.ts'
+import { creditWalletOf, headerOf } from '../credit/hold.ts'
+import { ContextTooLarge, JobNotCancellable, NoKey, NoPayer, PromptNotText } from '../errors.ts'
 import type { JobEvents } from '../jobs/events.ts'
 import { deadlineOf, validBeforeOf } from '../jobs/paymentDeadline.ts'
 import type { JobPaymentLookup } from '../jobs/paymentOutcomes.ts'
-import type { JobQueue } from '../jobs/queue.ts'
-import { isFinished, jobView, type JobStore, type Owner } from '../jobs/store.ts'
+import { isFinished, jobView, type Owner } from '../jobs/store.ts'
 
 const maxContextBytes = 16_384
+const maxPortfolioJobs = 100
 
 /** The owner of paid routes: the payer the gateway verified (or whose credit pays), as a lower-case address. */
 export function payerOf(request: FastifyRequest): Owner {
@@ -21,11 +22,9 @@ export function payerOf(request: FastifyRequest): Owner {
 }
 
 export interface AgentRouteDeps {
-  store: JobStore
-  queue: JobQueue
+  /** creates, queues and cancels jobs, as for /v1 */
+  answers: Answers
   events: JobEvents
-  /** broadcast that a job was cancelled, for the worker running it; withdraws the approval it waited for */
-  cancelled(jobId: string, owner: Owner, approvalId?: string): void
   /** runs a paid request sent again with its payment id once (the gateway's x-ats-idempotency-key) */
   idempotency: IdempotencyStore
   /** the payments of paid jobs, from admin's ledger */
@@ -42,8 +41,8 @@ const paymentPattern = /^0x[0-9a-f]{40}:0x[0-9a-f]{64}$/
  * the job completes, and the job must end while the payment can still be settled.
  */
 function paymentOf(request: FastifyRequest, owner: Owner): { payment: string; validBefore: number | null } | undefined {
-  const value = request.headers[identityHeaders.payment]
-  if (typeof value !== 'string' || value === '') return undefined
+  const value = headerOf(request, identityHeaders.payment)
+  if (value === undefined) return undefined
   if (!paymentPattern.test(value) || !value.startsWith(`${owner.ownerId}:`)) {
     request.log.warn("x-ats-payment is malformed or not the payer's; the job is not tied to a payment")
     return undefined
@@ -53,12 +52,16 @@ function paymentOf(request: FastifyRequest, owner: Owner): { payment: string; va
   return { payment: value, validBefore: validBefore ?? null }
 }
 
-/** Jobs and threads of the payer: POST /agent/prompt, the job, its events, its cancel, the thread. */
+/**
+ * Jobs and threads of the payer: POST /agent/prompt, the job, its events, its cancel, the thread;
+ * and GET /portfolio/jobs: the key's own jobs (/v1) and the paid jobs of the wallet bound to it.
+ */
 export async function agentRoutes(
   app: FastifyInstance,
-  { store, queue, events, cancelled, idempotency, paymentsOf, paymentMarginSeconds }: AgentRouteDeps,
+  { answers, events, idempotency, paymentsOf, paymentMarginSeconds }: AgentRouteDeps,
 ) {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
+  const { store } = answers
 
   // A paid request sent again with its payment id (the gateway checked it is the same request)
   // gets the first one's result, across replicas and restarts: one job for one payment.
@@ -66,6 +69,12 @@ export async function agentRoutes(
     const key = request.identity.idempotencyKey
     if (key === undefined) return effect()
     return (await idempotency.run(scope, key, fingerprintOf(input), effect)).result
+  }
+
+  const jobOf = async (owner: Owner, id: string) => {
+    const job = await store.getJob(owner, id)
+    if (!job) throw new NotFound(`job ${id}`)
+    return job
   }
 
   api.route({
@@ -80,24 +89,12 @@ export async function agentRoutes(
       const { prompt, threadId, context } = request.body
       if (context !== undefined && Buffer.byteLength(JSON.stringify(context)) > maxContextBytes) throw new ContextTooLarge(maxContextBytes)
       const paid = paymentOf(request, owner)
-      const credit = creditHoldOf(request)
       const job = await once(request, 'agent.prompt', { prompt, threadId, context }, async () => {
-        const created = await store.createPrompt(owner, {
-          prompt,
-          threadId,
-          context,
-          payment: paid?.payment,
-          paymentValidBefore: paid?.validBefore,
-          credit,
-        })
-        // the job's end reports what it keeps of the hold
-        request.creditHoldTaken = credit !== undefined
-        events.emit(created.event)
-        await queue.enqueue(created.jobId)
-        request.log.info({ jobId: created.jobId, threadId: created.threadId }, 'job accepted')
-        return { jobId: created.jobId, threadId: created.threadId }
+        const input = { prompt, threadId, context, payment: paid?.payment, paymentValidBefore: paid?.validBefore }
+        const { jobId, threadId: thread } = await answers.start(reply, owner, input, false)
+        request.log.info({ jobId, threadId: thread }, 'job accepted')
+        return { jobId, threadId: thread }
       })
-      // the gateway ties the payment to this job: settled only if it completes
       reply.header(jobIdHeader, job.jobId)
       const deadline = deadlineOf(paid?.validBefore, paymentMarginSeconds)
       return reply
@@ -109,8 +106,7 @@ export async function agentRoutes(
   api.route({
     ...routes.job,
     handler: async (request) => {
-      const job = await store.getJob(payerOf(request), request.params.id)
-      if (!job) throw new NotFound(`job ${request.params.id}`)
+      const job = await jobOf(payerOf(request), request.params.id)
       const payment = (await paymentsOf([job])).get(job.id)
       return { ...jobView(job), ...(payment ? { payment } : {}) }
     },
@@ -120,11 +116,7 @@ export async function agentRoutes(
     ...routes.cancelJob,
     handler: async (request) =>
       once(request, 'agent.cancel', { id: request.params.id }, async () => {
-        const owner = payerOf(request)
-        const ended = await store.cancel(owner, request.params.id)
-        if (!ended) throw new JobNotCancellable(request.params.id)
-        events.emit(ended.event)
-        cancelled(request.params.id, owner, ended.approvalId)
+        if (!(await answers.cancel(payerOf(request), request.params.id))) throw new JobNotCancellable(request.params.id)
         request.log.info({ jobId: request.params.id }, 'job cancelled')
         return { success: true as const, jobId: request.params.id }
       }),
@@ -134,8 +126,7 @@ export async function agentRoutes(
     ...routes.jobEvents,
     handler: async (request, reply) => {
       const owner = payerOf(request)
-      const job = await store.getJob(owner, request.params.id)
-      if (!job) throw new NotFound(`job ${request.params.id}`)
+      const job = await jobOf(owner, request.params.id)
       events.stream(reply, job.id, Number(request.headers['last-event-id'] ?? 0), isFinished(job.status), owner.ownerId)
       return reply
     },
@@ -147,6 +138,23 @@ export async function agentRoutes(
       const thread = await store.thread(payerOf(request), request.params.id)
       if (!thread) throw new NotFound(`thread ${request.params.id}`)
       return thread
+    },
+  })
+
+  api.route({
+    ...routes.portfolioJobs,
+    handler: async (request) => {
+      const { keyId, wallet } = request.identity
+      if (!keyId) throw new NoKey()
+      const jobs = await store.listForKey(keyId, wallet, Math.min(request.query.limit, maxPortfolioJobs))
+      // the paid jobs' payments in one request to admin
+      const payments = await paymentsOf(jobs)
+      return {
+        jobs: jobs.map((job) => {
+          const payment = payments.get(job.id)
+          return { ...jobView(job, true), prompt: job.prompt, ...(payment ? { payment } : {}) }
+        }),
+      }
     },
   })
 }

@@ -15,10 +15,10 @@ import {
 } from '@ats/contracts'
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
-import { atParam, InvalidRequest, ModelNotFound } from '../errors.ts'
+import { atParam, invalidAt, ModelNotFound } from '../errors.ts'
 import type { Answers } from '../answers/answers.ts'
 import { failureOf, streamedStep, waitingField, waitingText } from '../answers/progress.ts'
-import { atV1, checkModel, keyOwner, maxConversationChars, modelIds, textOf, type Conversation } from '../answers/requests.ts'
+import { checkModel, keyOwner, maxConversationChars, modelIds, refuseTools, textOf, under, type Conversation } from '../answers/requests.ts'
 
 /** Where the answer of a chat job that waits for approval will be. */
 export const jobFollowUp = (jobId: string) => `job ${jobId}, in GET /portfolio/jobs`
@@ -31,26 +31,12 @@ const modelView = (m: (typeof chatModels)[number]) => ({
   description: m.description,
 })
 
-/** A /v1 request's model must be one of GET /v1/models: else 400 naming `model`. */
-/**
- * The job a request asks for: the last message is the prompt (a user's), the earlier user and
- * assistant messages its history, system and developer messages the instructions.
- */
+/** The job a request asks for: its messages (conversationOf); client tools and formats other than text are refused. */
 export function readConversation(body: ChatCompletionRequest): Conversation {
-  const extra = body as Record<string, unknown>
-  for (const field of ['tools', 'functions'] as const) {
-    const value = extra[field]
-    if (Array.isArray(value) ? value.length > 0 : value !== undefined && value !== null) {
-      throw atParam(
-        field,
-        new InvalidRequest(`${field} is not supported: the agent runs its own tools and shows them in the answer's "agent" field`),
-      )
-    }
-  }
-  const format = (extra.response_format as { type?: unknown } | undefined)?.type
-  if (format !== undefined && format !== 'text') {
-    throw atParam('response_format', new InvalidRequest(`response_format ${String(format)} is not supported: the agent answers in text`))
-  }
+  refuseTools(body, ['tools', 'functions'])
+  const format = ((body as Record<string, unknown>).response_format as { type?: unknown } | undefined)?.type
+  if (format !== undefined && format !== 'text')
+    throw invalidAt('response_format', `response_format ${String(format)} is not supported: the agent answers in text`)
   return conversationOf(body.messages, 'messages')
 }
 
@@ -68,38 +54,29 @@ export function conversationOf(
   let total = 0
   messages.forEach((message, i) => {
     const at = `${field}[${i}]`
-    if (message.role === 'tool') {
-      throw atParam(
+    if (message.role === 'tool')
+      throw invalidAt(
         `${at}.role`,
-        new InvalidRequest(`${at}: tool messages are not supported: the agent runs its own tools (client-defined tools are not accepted)`),
+        `${at}: tool messages are not supported: the agent runs its own tools (client-defined tools are not accepted)`,
       )
-    }
     const text = textOf(message.content, `${at}.content`, partTypes)
     total += text.length
     if (message.role === 'system' || message.role === 'developer') {
       if (text.trim()) instructions.push(text)
       return
     }
-    if (message.role === 'user' && !text.trim())
-      throw atParam(`${at}.content`, new InvalidRequest(`${at}.content is empty: a user message needs text`))
+    if (message.role === 'user' && !text.trim()) throw invalidAt(`${at}.content`, `${at}.content is empty: a user message needs text`)
     if (text.trim()) history.push({ role: message.role as 'user' | 'assistant', content: text })
   })
   if (total > maxConversationChars)
-    throw atParam(field, new InvalidRequest(`the conversation is ${total} characters; at most ${maxConversationChars} are accepted`))
+    throw invalidAt(field, `the conversation is ${total} characters; at most ${maxConversationChars} are accepted`)
   const last = messages.length - 1
-  if (messages[last]!.role !== 'user') {
-    throw atParam(
-      `${field}[${last}].role`,
-      new InvalidRequest(`the last message must be a user message (the prompt); it is a ${messages[last]!.role} message`),
-    )
-  }
+  const at = `${field}[${last}]`
+  if (messages[last]!.role !== 'user')
+    throw invalidAt(`${at}.role`, `the last message must be a user message (the prompt); it is a ${messages[last]!.role} message`)
   const prompt = history.pop()!.content
-  if (prompt.length > maxPromptLength) {
-    throw atParam(
-      `${field}[${last}].content`,
-      new InvalidRequest(`${field}[${last}].content is ${prompt.length} characters; a prompt is at most ${maxPromptLength}`),
-    )
-  }
+  if (prompt.length > maxPromptLength)
+    throw invalidAt(`${at}.content`, `${at}.content is ${prompt.length} characters; a prompt is at most ${maxPromptLength}`)
   return { prompt, history, instructions: instructions.length > 0 ? instructions.join('\n\n') : undefined }
 }
 
@@ -108,7 +85,7 @@ export async function chatRoutes(app: FastifyInstance, { answers }: { answers: A
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({
-    ...atV1(routes.models),
+    ...under('/v1', routes.models),
     handler: async (request) => {
       keyOwner(request)
       return { object: 'list' as const, data: chatModels.map(modelView) }
@@ -116,7 +93,7 @@ export async function chatRoutes(app: FastifyInstance, { answers }: { answers: A
   })
 
   api.route({
-    ...atV1(routes.model),
+    ...under('/v1', routes.model),
     handler: async (request) => {
       keyOwner(request)
       const model = chatModels.find((m) => m.id === request.params.model)
@@ -126,7 +103,7 @@ export async function chatRoutes(app: FastifyInstance, { answers }: { answers: A
   })
 
   api.route({
-    ...atV1(routes.completions),
+    ...under('/v1', routes.completions),
     handler: async (request, reply) => {
       const owner = keyOwner(request)
       const body = request.body
@@ -153,26 +130,22 @@ export async function chatRoutes(app: FastifyInstance, { answers }: { answers: A
         }
       }
 
+      const noUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 }
+
       if (body.stream !== true) {
+        const completion = (content: string, rest: Pick<ChatCompletion, 'usage' | 'agent' | 'ats'>): ChatCompletion => ({
+          ...head('chat.completion' as const),
+          choices: [
+            { index: 0, message: { role: 'assistant', content, refusal: null, annotations: [] }, logprobs: null, finish_reason: 'stop' },
+          ],
+          ...rest,
+        })
         const end = await answers.follow(reply, owner, jobId, created.seq)
         if (end === 'left') return reply
         if (end.status === 'awaiting_approval') {
           // answered at once: a person decides, the job goes on (`ats` says what waits)
-          const waiting: ChatCompletion = {
-            ...head('chat.completion' as const),
-            choices: [
-              {
-                index: 0,
-                message: { role: 'assistant', content: waitingText(end, jobFollowUp(jobId)), refusal: null, annotations: [] },
-                logprobs: null,
-                finish_reason: 'stop',
-              },
-            ],
-            usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
-            agent: await answers.traceSoFar(jobId, threadId),
-            ats: waitingField(jobId, end),
-          }
-          return waiting
+          const agent = await answers.traceSoFar(jobId, threadId)
+          return completion(waitingText(end, jobFollowUp(jobId)), { usage: noUsage, agent, ats: waitingField(jobId, end) })
         }
         if (end.status !== 'complete') {
           // the same request would fail the same way: OpenAI clients obey x-should-retry
@@ -180,20 +153,7 @@ export async function chatRoutes(app: FastifyInstance, { answers }: { answers: A
           throw failureOf(end)
         }
         answers.charged(reply, end.result)
-        const completion: ChatCompletion = {
-          ...head('chat.completion' as const),
-          choices: [
-            {
-              index: 0,
-              message: { role: 'assistant', content: end.result.text, refusal: null, annotations: [] },
-              logprobs: null,
-              finish_reason: 'stop',
-            },
-          ],
-          usage: usageOf(end.result),
-          agent: await answers.traceOf(jobId, threadId, end.result),
-        }
-        return completion
+        return completion(end.result.text, { usage: usageOf(end.result), agent: await answers.traceOf(jobId, threadId, end.result) })
       }
 
       const raw = answers.openStream(reply)
@@ -226,15 +186,12 @@ export async function chatRoutes(app: FastifyInstance, { answers }: { answers: A
             agent: await answers.traceSoFar(jobId, threadId),
             ats: waitingField(jobId, end),
           })
-          if (withUsage) chunk({ usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } })
+          if (withUsage) chunk({ usage: noUsage })
           raw.write('data: [DONE]\n\n')
           return reply
         }
-        if (end.status !== 'complete') {
-          const { internal: _, ...failure } = publicFailure(failureOf(end))
-          raw.write(`data: ${JSON.stringify(openAiErrorBody(failure))}\n\n`)
-          return reply
-        }
+        // written as any failure is, below
+        if (end.status !== 'complete') throw failureOf(end)
         // paid by credit: the finish chunk says what it cost, whether or not usage was asked for
         const finishUsage = end.result.charged === undefined ? usageNull : { usage: usageOf(end.result) }
         chunk({ delta: {}, finish: 'stop', ...finishUsage, agent: await answers.traceOf(jobId, threadId, end.result) })

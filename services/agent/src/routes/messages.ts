@@ -5,27 +5,18 @@
 import { anthropicErrorBody, messagesRoutes as routes, type JobResult, type MessageAnswer, type MessagesRequest } from '@ats/contracts'
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
-import { atParam, InvalidRequest, ModelNotFound } from '../errors.ts'
+import { invalidAt, ModelNotFound } from '../errors.ts'
 import type { Answers } from '../answers/answers.ts'
 import { failureOf, streamedStep, waitingField, waitingText } from '../answers/progress.ts'
-import { checkModel, keyOwner, maxConversationChars, textOf, type Conversation } from '../answers/requests.ts'
+import { checkModel, keyOwner, maxConversationChars, refuseTools, textOf, under, type Conversation } from '../answers/requests.ts'
 import { conversationOf, jobFollowUp } from './chat.ts'
 
-/**
- * The job a request asks for: its messages read as a chat's (the last one the prompt, a user's),
- * its system text the instructions. Client tools are refused: the agent runs its own.
- */
+/** The job a request asks for: its messages read as a chat's (conversationOf), its system text the instructions. */
 export function readMessages(body: MessagesRequest): Conversation {
-  const { tools } = body as { tools?: unknown }
-  if (Array.isArray(tools) ? tools.length > 0 : tools !== undefined && tools !== null) {
-    throw atParam(
-      'tools',
-      new InvalidRequest(`tools is not supported: the agent runs its own tools and shows them in the answer's "agent" field`),
-    )
-  }
+  refuseTools(body, ['tools'])
   const system = textOf(body.system, 'system')
   if (system.length > maxConversationChars)
-    throw atParam('system', new InvalidRequest(`system is ${system.length} characters; at most ${maxConversationChars} are accepted`))
+    throw invalidAt('system', `system is ${system.length} characters; at most ${maxConversationChars} are accepted`)
   // user and assistant messages only (the schema)
   return { ...conversationOf(body.messages, 'messages'), instructions: system.trim() ? system : undefined }
 }
@@ -35,9 +26,7 @@ export async function messagesRoutes(app: FastifyInstance, { answers }: { answer
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
 
   api.route({
-    ...routes.messages,
-    // registered under the /v1/messages prefix: the route is the prefix itself
-    url: '/',
+    ...under('/v1/messages', routes.messages),
     handler: async (request, reply) => {
       const owner = keyOwner(request)
       const body = request.body
@@ -52,22 +41,22 @@ export async function messagesRoutes(app: FastifyInstance, { answers }: { answer
         return { input_tokens: input, output_tokens: output, ...(charged === undefined ? {} : { ats_charged: charged }) }
       }
       const head = { id: `msg_${jobId}`, type: 'message' as const, role: 'assistant' as const, model: body.model }
+      const noUsage = { input_tokens: 0, output_tokens: 0 }
 
       if (!stream) {
+        const message = (text: string, stop: MessageAnswer['stop_reason'], rest: Pick<MessageAnswer, 'usage' | 'agent' | 'ats'>) => ({
+          ...head,
+          content: [{ type: 'text' as const, text }],
+          stop_reason: stop,
+          stop_sequence: null,
+          ...rest,
+        })
         const end = await answers.follow(reply, owner, jobId, created.seq)
         if (end === 'left') return reply
         if (end.status === 'awaiting_approval') {
           // answered at once, paused: a person decides, the job goes on (`ats` says what waits)
-          const paused: MessageAnswer = {
-            ...head,
-            content: [{ type: 'text', text: waitingText(end, jobFollowUp(jobId)) }],
-            stop_reason: 'pause_turn',
-            stop_sequence: null,
-            usage: { input_tokens: 0, output_tokens: 0 },
-            agent: await answers.traceSoFar(jobId, threadId),
-            ats: waitingField(jobId, end),
-          }
-          return paused
+          const agent = await answers.traceSoFar(jobId, threadId)
+          return message(waitingText(end, jobFollowUp(jobId)), 'pause_turn', { usage: noUsage, agent, ats: waitingField(jobId, end) })
         }
         if (end.status !== 'complete') {
           // the same request would fail the same way: Anthropic clients obey x-should-retry
@@ -75,23 +64,14 @@ export async function messagesRoutes(app: FastifyInstance, { answers }: { answer
           throw failureOf(end)
         }
         answers.charged(reply, end.result)
-        const message: MessageAnswer = {
-          ...head,
-          content: [{ type: 'text', text: end.result.text }],
-          stop_reason: 'end_turn',
-          stop_sequence: null,
-          usage: usageOf(end.result),
-          agent: await answers.traceOf(jobId, threadId, end.result),
-        }
-        return message
+        const agent = await answers.traceOf(jobId, threadId, end.result)
+        return message(end.result.text, 'end_turn', { usage: usageOf(end.result), agent })
       }
 
       const raw = answers.openStream(reply)
       const send = (type: string, data: Record<string, unknown>) =>
         raw.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`)
-      send('message_start', {
-        message: { ...head, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 0, output_tokens: 0 } },
-      })
+      send('message_start', { message: { ...head, content: [], stop_reason: null, stop_sequence: null, usage: noUsage } })
       send('content_block_start', { index: 0, content_block: { type: 'text', text: '' } })
       send('ping', {})
       try {
@@ -106,18 +86,15 @@ export async function messagesRoutes(app: FastifyInstance, { answers }: { answer
           const agent = await answers.traceSoFar(jobId, threadId)
           send('message_delta', {
             delta: { stop_reason: 'pause_turn', stop_sequence: null },
-            usage: { input_tokens: 0, output_tokens: 0 },
+            usage: noUsage,
             agent,
             ats: waitingField(jobId, end),
           })
           send('message_stop', {})
           return reply
         }
-        if (end.status !== 'complete') {
-          const { internal: _, ...failure } = publicFailure(failureOf(end))
-          send('error', anthropicErrorBody(failure))
-          return reply
-        }
+        // written as any failure is, below
+        if (end.status !== 'complete') throw failureOf(end)
         send('content_block_stop', { index: 0 })
         const agent = await answers.traceOf(jobId, threadId, end.result)
         send('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: usageOf(end.result), agent })

@@ -8,7 +8,7 @@ import {
   openAiErrorBody,
   responseInputRoles,
   responsesRoutes as routes,
-  type ApiRoute,
+  type Approval,
   type JobResult,
   type ResponseObject,
   type ResponseRequest,
@@ -16,17 +16,13 @@ import {
 } from '@ats/contracts'
 import { installErrorHandler, publicFailure, type TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyError, FastifyInstance } from 'fastify'
-import { atParam, InvalidRequest, ResponseNotFound } from '../errors.ts'
-import type { Approval } from '@ats/contracts'
+import { invalidAt, ResponseNotFound } from '../errors.ts'
 import type { Job } from '../generated/prisma/client.ts'
 import type { Owner } from '../jobs/store.ts'
 import type { Answers } from '../answers/answers.ts'
 import { failureOf, waitingField, waitingText, type Waiting } from '../answers/progress.ts'
-import { checkModel, keyOwner, type Conversation } from '../answers/requests.ts'
+import { checkModel, keyOwner, refuseTools, under, type Conversation } from '../answers/requests.ts'
 import { conversationOf } from './chat.ts'
-
-/** A route of the contracts, for this plugin registered under the /v1/responses prefix (its own not-found handler's). */
-const atPrefix = <R extends ApiRoute>(r: R): R => ({ ...r, url: r.url.slice('/v1/responses'.length) || '/' })
 
 const jobIdOf = (responseId: string) => (responseId.startsWith('resp_') ? responseId.slice('resp_'.length) : responseId)
 
@@ -59,42 +55,38 @@ const maxBranchMessages = 200
 /** The request's input as a job; OpenAI features the agent does not have are refused, naming the field. */
 export function readInput(body: ResponseRequest): Conversation {
   const extra = body as Record<string, unknown>
-  const refuse = (param: string, why: string) => {
-    throw atParam(param, new InvalidRequest(why))
-  }
-  if (Array.isArray(extra.tools) ? extra.tools.length > 0 : extra.tools != null) {
-    refuse('tools', `tools is not supported: the agent runs its own tools and shows them in the response's "agent" field`)
-  }
+  refuseTools(body, ['tools'], 'response')
   if (extra.tool_choice != null && extra.tool_choice !== 'auto' && extra.tool_choice !== 'none') {
-    refuse('tool_choice', 'tool_choice must be auto or none: the agent chooses its own tools')
+    throw invalidAt('tool_choice', 'tool_choice must be auto or none: the agent chooses its own tools')
   }
   const format = (extra.text as { format?: { type?: unknown } } | undefined)?.format?.type
   if (format !== undefined && format !== 'text')
-    refuse('text.format', `text.format ${String(format)} is not supported: the agent answers in text`)
+    throw invalidAt('text.format', `text.format ${String(format)} is not supported: the agent answers in text`)
   for (const field of ['conversation', 'prompt'] as const) {
-    if (extra[field] != null) refuse(field, `${field} is not supported: continue a conversation with previous_response_id`)
+    if (extra[field] != null) throw invalidAt(field, `${field} is not supported: continue a conversation with previous_response_id`)
   }
   const instructions = body.instructions?.trim() ? body.instructions : undefined
 
   const { input } = body
   if (typeof input === 'string') {
-    if (!input.trim()) refuse('input', 'input is empty: it needs the prompt')
-    if (input.length > maxPromptLength) refuse('input', `input is ${input.length} characters; a prompt is at most ${maxPromptLength}`)
+    if (!input.trim()) throw invalidAt('input', 'input is empty: it needs the prompt')
+    if (input.length > maxPromptLength)
+      throw invalidAt('input', `input is ${input.length} characters; a prompt is at most ${maxPromptLength}`)
     return { prompt: input, history: [], instructions }
   }
-  if (!Array.isArray(input)) return refuse('input', 'input must be a string or an array of message items')
-  if (input.length === 0) refuse('input', 'input is empty: it needs at least one user message')
-  if (input.length > maxChatMessages) refuse('input', `input has ${input.length} items; at most ${maxChatMessages} are accepted`)
+  if (!Array.isArray(input)) throw invalidAt('input', 'input must be a string or an array of message items')
+  if (input.length === 0) throw invalidAt('input', 'input is empty: it needs at least one user message')
+  if (input.length > maxChatMessages) throw invalidAt('input', `input has ${input.length} items; at most ${maxChatMessages} are accepted`)
   const messages = input.map((item: unknown, i) => {
     const { type, role, content } = (item && typeof item === 'object' ? item : {}) as { type?: unknown; role?: unknown; content?: unknown }
     if (type !== undefined && type !== 'message') {
-      refuse(
+      throw invalidAt(
         `input[${i}].type`,
         `input[${i}] is a ${String(type)} item: only message items ({role, content}) are supported, since the agent runs its own tools`,
       )
     }
     if (!responseInputRoles.includes(role as (typeof responseInputRoles)[number])) {
-      refuse(`input[${i}].role`, `input[${i}].role must be one of ${responseInputRoles.join(', ')}`)
+      throw invalidAt(`input[${i}].role`, `input[${i}].role must be one of ${responseInputRoles.join(', ')}`)
     }
     return { role: role as string, content }
   })
@@ -114,15 +106,10 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
    */
   async function continuation(owner: Owner, previousId: string) {
     const previous = await store.getJob(owner, jobIdOf(previousId))
-    if (!previous)
-      throw atParam('previous_response_id', new InvalidRequest(`previous_response_id: no response ${previousId} of this API key`))
+    if (!previous) throw invalidAt('previous_response_id', `previous_response_id: no response ${previousId} of this API key`)
     if (previous.status !== 'complete') {
-      throw atParam(
-        'previous_response_id',
-        new InvalidRequest(
-          `previous_response_id: ${previousId} is ${statusOf[previous.status]}; only a completed response can be continued`,
-        ),
-      )
+      const why = `previous_response_id: ${previousId} is ${statusOf[previous.status]}; only a completed response can be continued`
+      throw invalidAt('previous_response_id', why)
     }
     const id = `resp_${previous.id}`
     const thread = (await store.thread(owner, previous.threadId))!
@@ -143,15 +130,16 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
 
   interface View {
     jobId: string
+    threadId: string
     createdAt: number
     model: string
     status: ResponseStatus
     instructions: string | null
     kept: Kept
     /** once complete */
-    done?: { result: JobResult; threadId: string; at: number }
+    done?: { result: JobResult; at: number }
     /** while a swap of it waits for a person's approval: the answer says so, and where to decide */
-    waiting?: { waiting: Waiting; threadId: string } | undefined
+    waiting?: Waiting | undefined
     error?: { code: string; message: string } | null
   }
 
@@ -165,29 +153,20 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
       content: [{ type: 'output_text' as const, text, annotations: [] }],
     })
     if (done) return [message('completed', done.result.text)]
-    if (waiting) return [message('in_progress', waitingText(waiting.waiting, `GET /v1/responses/resp_${jobId}`))]
+    if (waiting) return [message('in_progress', waitingText(waiting, `GET /v1/responses/resp_${jobId}`))]
     return []
   }
 
-  async function responseOf({
-    jobId,
-    createdAt,
-    model,
-    status,
-    instructions,
-    kept,
-    done,
-    waiting,
-    error = null,
-  }: View): Promise<ResponseObject> {
+  async function responseOf(view: View): Promise<ResponseObject> {
+    const { jobId, threadId, done, waiting } = view
     const usage = done && answers.usageOf(done.result)
     return {
       id: `resp_${jobId}`,
       object: 'response',
-      created_at: Math.floor(createdAt / 1000),
+      created_at: Math.floor(view.createdAt / 1000),
       completed_at: done ? Math.floor(done.at / 1000) : null,
-      status,
-      model,
+      status: view.status,
+      model: view.model,
       output: outputOf(jobId, done, waiting),
       usage: usage
         ? {
@@ -199,9 +178,9 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
             ...(usage.charged === undefined ? {} : { ats_charged: usage.charged }),
           }
         : null,
-      instructions,
-      ...kept,
-      error,
+      instructions: view.instructions,
+      ...view.kept,
+      error: view.error ?? null,
       incomplete_details: null,
       store: true,
       parallel_tool_calls: false,
@@ -212,8 +191,8 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
       max_output_tokens: null,
       text: { format: { type: 'text' } },
       truncation: 'disabled',
-      ...(done ? { agent: await answers.traceOf(jobId, done.threadId, done.result) } : {}),
-      ...(waiting ? { agent: await answers.traceSoFar(jobId, waiting.threadId), ats: waitingField(jobId, waiting.waiting) } : {}),
+      ...(done ? { agent: await answers.traceOf(jobId, threadId, done.result) } : {}),
+      ...(waiting ? { agent: await answers.traceSoFar(jobId, threadId), ats: waitingField(jobId, waiting) } : {}),
     }
   }
 
@@ -226,13 +205,14 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
         : undefined
     return responseOf({
       jobId: job.id,
+      threadId: job.threadId,
       createdAt: job.createdAt.getTime(),
       model: job.model ?? 'ats-agent',
       status: statusOf[job.status],
       instructions: job.instructions,
       kept: kept ?? keptOf(await store.apiRequestOf(job)),
-      ...(result ? { done: { result, threadId: job.threadId, at: job.updatedAt.getTime() } } : {}),
-      ...(waiting ? { waiting: { waiting, threadId: job.threadId } } : {}),
+      ...(result ? { done: { result, at: job.updatedAt.getTime() } } : {}),
+      waiting,
       error: job.status === 'failed' ? errorOf(failureOf({ status: 'failed', error: job.error ?? 'the job failed' })) : null,
     })
   }
@@ -244,7 +224,7 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
   }
 
   api.route({
-    ...atPrefix(routes.createResponse),
+    ...under('/v1/responses', routes.createResponse),
     handler: async (request, reply) => {
       const owner = keyOwner(request)
       const { body } = request
@@ -252,12 +232,8 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
       const stream = body.stream === true
       const background = body.background === true
       if (stream && background) {
-        throw atParam(
-          'stream',
-          new InvalidRequest(
-            'stream with background is not supported: create it in the background, then GET /v1/responses/{id} until it ends',
-          ),
-        )
+        const why = 'stream with background is not supported: create it in the background, then GET /v1/responses/{id} until it ends'
+        throw invalidAt('stream', why)
       }
       const conversation = readInput(body)
       const previous = body.previous_response_id ? await continuation(owner, body.previous_response_id) : undefined
@@ -278,6 +254,7 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
       request.log.info({ jobId, threadId, model: body.model, stream, background, user: body.user }, 'response accepted')
       const pending: View = {
         jobId,
+        threadId,
         createdAt: created.at,
         model: body.model,
         status: 'queued',
@@ -291,8 +268,7 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
         const end = await answers.follow(reply, owner, jobId, created.seq)
         if (end === 'left') return reply
         // a swap waits for a person: in_progress at once, saying what waits and where (GET it later for the answer)
-        if (end.status === 'awaiting_approval')
-          return responseOf({ ...pending, status: 'in_progress', waiting: { waiting: end, threadId } })
+        if (end.status === 'awaiting_approval') return responseOf({ ...pending, status: 'in_progress', waiting: end })
         if (end.status === 'complete') answers.charged(reply, end.result)
         return ended()
       }
@@ -315,6 +291,13 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
         })
         send('response.content_part.added', { ...at, part: { type: 'output_text', text: '', annotations: [] } })
       }
+      /** the end of the response's message, as `response` has it */
+      const closeOutput = (response: ResponseObject) => {
+        const part = response.output[0]!.content[0]!
+        send('response.output_text.done', { ...at, text: part.text, logprobs: [] })
+        send('response.content_part.done', { ...at, part })
+        send('response.output_item.done', { output_index: 0, item: response.output[0] })
+      }
       try {
         // agent steps are not sent: OpenAI's SDKs reject event types they do not know
         const end = await answers.follow(reply, owner, jobId, created.seq, {
@@ -326,13 +309,10 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
         if (end === 'left') return reply
         if (end.status === 'awaiting_approval') {
           // the notice as the text, then the stream ends in progress: GET /v1/responses/{id} later has the answer
-          const response = await responseOf({ ...pending, status: 'in_progress', waiting: { waiting: end, threadId } })
-          const part = response.output[0]!.content[0]!
+          const response = await responseOf({ ...pending, status: 'in_progress', waiting: end })
           open()
-          send('response.output_text.delta', { ...at, delta: part.text, logprobs: [] })
-          send('response.output_text.done', { ...at, text: part.text, logprobs: [] })
-          send('response.content_part.done', { ...at, part })
-          send('response.output_item.done', { output_index: 0, item: response.output[0] })
+          send('response.output_text.delta', { ...at, delta: response.output[0]!.content[0]!.text, logprobs: [] })
+          closeOutput(response)
           send('response.in_progress', { response })
           return reply
         }
@@ -342,10 +322,7 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
           return reply
         }
         open()
-        const part = response.output[0]!.content[0]!
-        send('response.output_text.done', { ...at, text: part.text, logprobs: [] })
-        send('response.content_part.done', { ...at, part })
-        send('response.output_item.done', { output_index: 0, item: response.output[0] })
+        closeOutput(response)
         send('response.completed', { response })
       } catch (error) {
         // the headers are sent: the failure ends the stream as a failed response (the job was cancelled)
@@ -359,18 +336,17 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
   })
 
   api.route({
-    ...atPrefix(routes.retrieveResponse),
+    ...under('/v1/responses', routes.retrieveResponse),
     handler: async (request) => {
       const owner = keyOwner(request)
-      if (request.query.stream === true) {
-        throw atParam('stream', new InvalidRequest('stream is not supported when retrieving: retrieve the response as JSON until it ends'))
-      }
+      if (request.query.stream === true)
+        throw invalidAt('stream', 'stream is not supported when retrieving: retrieve the response as JSON until it ends')
       return responseOfJob(await jobOf(owner, request.params.id))
     },
   })
 
   api.route({
-    ...atPrefix(routes.cancelResponse),
+    ...under('/v1/responses', routes.cancelResponse),
     handler: async (request) => {
       const owner = keyOwner(request)
       const { id } = request.params
@@ -379,10 +355,8 @@ export async function responsesRoutes(app: FastifyInstance, { answers }: { answe
       if (job.status === 'pending' || job.status === 'running' || job.status === 'awaiting_approval') await answers.cancel(owner, job.id)
       const now = await jobOf(owner, id)
       if (now.status !== 'cancelled') {
-        throw atParam(
-          'response_id',
-          new InvalidRequest(`response ${id} is already ${statusOf[now.status]}: only a queued or in-progress response can be cancelled`),
-        )
+        const why = `response ${id} is already ${statusOf[now.status]}: only a queued or in-progress response can be cancelled`
+        throw invalidAt('response_id', why)
       }
       return responseOfJob(now)
     },

@@ -16,6 +16,7 @@ import type {
 } from 'openai/resources/chat/completions'
 import type { CompletionUsage } from 'openai/resources/completions'
 import type { Stream } from 'openai/streaming'
+import type { LlmSettings } from './llm.ts'
 import { RunnerError } from './runner.ts'
 
 export interface ChatMessage {
@@ -36,15 +37,9 @@ export interface Turn {
 /** What a turn asks the model; streaming and its usage chunk are asked for here. */
 export type TurnRequest = Omit<ChatCompletionCreateParamsStreaming, 'messages' | 'stream' | 'stream_options'> & { messages: ChatMessage[] }
 
-export interface CompletionsSettings {
-  baseUrl: string
-  apiKey: string | undefined
-  /** one turn, retries included */
-  timeoutMs: number
-  retries?: number
-}
-
 const name = 'the language model'
+/** attempts after the first, while none of the turn's text went out */
+const retries = 2
 const retriedStatuses = new Set([429, 502, 503, 504])
 /** a longer answer fails: a model server streaming without end must not fill the heap */
 const maxAnswerChars = 8 * 1024 * 1024
@@ -139,8 +134,8 @@ async function readBody(response: Response, onContent: (text: string) => void): 
   return { content: message.content ?? '', toolCalls: (message.tool_calls ?? []) as ToolCall[], usage: completion.usage }
 }
 
-export function createCompletions(settings: CompletionsSettings) {
-  const retries = settings.retries ?? 2
+/** `timeoutMs`: one turn, retries included */
+export function createCompletions(settings: Pick<LlmSettings, 'baseUrl' | 'apiKey' | 'timeoutMs'>) {
   const client = new OpenAI({
     baseURL: settings.baseUrl,
     // without a key no authorization header goes out (a local server needs none); the SDK wants one anyway

@@ -2,8 +2,7 @@
 // tool-calling loop bounded by a step limit. The model's text streams out through `onText` as
 // it is produced; the run's text is every turn's text, joined by a blank line.
 import { createCompletions, type ChatMessage, type Turn } from './completions.ts'
-import type { Runner, RunInput } from './runner.ts'
-import { RunnerError } from './runner.ts'
+import { RunnerError, type Runner, type RunInput } from './runner.ts'
 import type { Toolbox } from './toolbox.ts'
 import { addUsage, countUsage, type Usage } from './usage.ts'
 import { ownerWallet } from './tools.ts'
@@ -82,7 +81,7 @@ export function systemPrompt(input: RunInput): string {
 }
 
 export function createLlmRunner(settings: LlmSettings): Runner {
-  const completions = createCompletions({ baseUrl: settings.baseUrl, apiKey: settings.apiKey, timeoutMs: settings.timeoutMs })
+  const completions = createCompletions(settings)
 
   return {
     name: `llm:${settings.model}`,

@@ -29,51 +29,12 @@ const AMOUNT = '(\\d+(?:\\.\\d+)?)'
 const SYMBOL = '([a-z][a-z0-9.]{0,11})'
 const ADDRESS = /\b0x[0-9a-fA-F]{40}\b/
 const DEX = /\bon\s+(uniswap|camelot)\b/i
-const stopWords = new Set([
-  'the',
-  'a',
-  'an',
-  'of',
-  'is',
-  'now',
-  'today',
-  'currently',
-  'price',
-  'prices',
-  'in',
-  'usd',
-  'dollars',
-  'worth',
-  'and',
-  'what',
-  'whats',
-  'how',
-  'much',
-  'me',
-  'for',
-  'tell',
-  'current',
-  'about',
-  'to',
-  'please',
-  'right',
-  'it',
-  'cost',
-  'costs',
-  'get',
-  'show',
-  'give',
-  'check',
-  'are',
-  'do',
-  'does',
-  'i',
-  'my',
-  'with',
-  'on',
-  'at',
-  'of',
-])
+// filler words, never read as a symbol
+const stopWords = new Set(
+  'the a an of is now today currently price prices in usd dollars worth and what whats how much me for tell current about to please right it cost costs get show give check are do does i my with on at'.split(
+    ' ',
+  ),
+)
 const aliases: Record<string, string> = { WETH: 'ETH', WBTC: 'BTC', ETHER: 'ETH', ETHEREUM: 'ETH', BITCOIN: 'BTC' }
 
 /** Symbols named in free text ("ETH and btc, ARB"): words that are not filler, upper-cased. */
@@ -99,46 +60,6 @@ const formatPercent = (value: number) => `${value >= 0 ? '+' : ''}${value.toFixe
 const usdOf = (base: string, decimals: number) => formatUsd(Number(formatUnits(BigInt(base), decimals)))
 const failed = (what: string, outcome: ToolCallOutcome) => (outcome.ok ? '' : `I couldn't ${what}: ${outcome.error}.`)
 
-const prices: Intent = {
-  name: 'prices',
-  match(text) {
-    const asked = /\bprices?\b|\bhow much is\b|\bwhat(?:'s| is) .+ (?:worth|trading at)\b|\bworth\b|\bcost\b/i.test(text)
-    if (!asked) return undefined
-    const symbols = symbolsIn(text)
-    return { symbols: symbols.length > 0 ? symbols : undefined }
-  },
-  follow: (slots, rest) => (symbolsIn(rest).length > 0 ? { ...slots, symbols: symbolsIn(rest) } : undefined),
-  calls: (slots) => [{ tool: 'get_prices', args: slots.symbols ? { symbols: slots.symbols } : {} }],
-  answer(_slots, [outcome]) {
-    if (!outcome!.ok) return failed('get the prices', outcome!)
-    const { prices: found, unknown } = outcome!.output as {
-      prices: Record<string, { price: number; change24h: number }>
-      unknown: string[]
-    }
-    const lines = Object.entries(found).map(([symbol, p]) => `${symbol}: ${formatUsd(p.price)} (${formatPercent(p.change24h)} in 24h)`)
-    if (unknown.length > 0) lines.push(`I have no price for ${unknown.join(', ')}: I know ETH, BTC, USDC, USDT, ARB, GMX and LINK.`)
-    return lines.join('\n')
-  },
-}
-
-const trending: Intent = {
-  name: 'trending',
-  match: (text) => (/\btrending\b|\bwhat'?s hot\b|\b(?:top|hot|popular|busiest)\s+pools?\b/i.test(text) ? {} : undefined),
-  calls: () => [{ tool: 'get_trending_pools', args: {} }],
-  answer(_slots, [outcome]) {
-    if (!outcome!.ok) return failed('get the trending pools', outcome!)
-    const { trending: pools } = outcome!.output as { trending: TrendingPool[] }
-    if (pools.length === 0) return 'No pool has traded in the last 24 hours.'
-    const lines = pools
-      .slice(0, 5)
-      .map(
-        (p, i) =>
-          `${i + 1}. ${p.name}: ${formatUsd(Number(p.basePrice))}, 24h volume ${formatUsd(Number(p.volume24h))} (${formatPercent(Number(p.change24h))})`,
-      )
-    return `Trending pools by 24h volume:\n${lines.join('\n')}`
-  },
-}
-
 /** "1 USDC for ARB", "0.5 eth to usdc": amount, tokenIn, tokenOut. */
 const pair = new RegExp(`${AMOUNT}\\s*${SYMBOL}\\s+(?:for|to|into|->|in)\\s+${SYMBOL}\\b`, 'i')
 const swapArgs = (slots: Slots) => ({
@@ -155,189 +76,7 @@ function followPair(slots: Slots, rest: string): Slots | undefined {
   return symbol ? { ...slots, tokenOut: symbol } : undefined
 }
 
-const quote: Intent = {
-  name: 'quote',
-  match(text) {
-    const reverse = new RegExp(
-      `how much\\s+${SYMBOL}\\s+(?:would|will|do|can|could)\\s+(?:i|we)\\s+get\\s+(?:for|with)\\s+${AMOUNT}\\s*${SYMBOL}`,
-      'i',
-    ).exec(text)
-    if (reverse) return { amount: reverse[2], tokenIn: upper(reverse[3]), tokenOut: upper(reverse[1]), dex: dexOf(text) }
-    if (!/\bquote\b/i.test(text)) return undefined
-    const m = pair.exec(text)
-    return m ? { amount: m[1], tokenIn: upper(m[2]), tokenOut: upper(m[3]), dex: dexOf(text) } : undefined
-  },
-  follow: followPair,
-  calls: (slots) => [{ tool: 'quote_swap', args: swapArgs(slots) }],
-  answer(_slots, [outcome]) {
-    if (!outcome!.ok) return failed('quote that', outcome!)
-    const q = outcome!.output as Quote & { amountInFormatted: string; amountOutFormatted: string }
-    return `${q.amountInFormatted} ${q.tokenIn} → ${q.amountOutFormatted} ${q.tokenOut} on ${q.dex} (route ${q.route.join(' → ')}, price impact ${q.priceImpactBps} bps, block ${q.blockNumber}). Nothing was sent.`
-  },
-}
-
-const swap: Intent = {
-  name: 'swap',
-  match(text) {
-    const buy = new RegExp(`\\bbuy\\s+${SYMBOL}\\s+(?:with|using|for)\\s+${AMOUNT}\\s*${SYMBOL}`, 'i').exec(text)
-    if (buy) return { amount: buy[2], tokenIn: upper(buy[3]), tokenOut: upper(buy[1]), dex: dexOf(text) }
-    if (!/\b(swap|sell|trade|exchange|convert)\b/i.test(text)) return undefined
-    const m = pair.exec(text)
-    return m ? { amount: m[1], tokenIn: upper(m[2]), tokenOut: upper(m[3]), dex: dexOf(text) } : undefined
-  },
-  follow: followPair,
-  calls: (slots) => [{ tool: 'swap', args: swapArgs(slots) }],
-  answer(slots, [outcome]) {
-    if (!outcome!.ok) return failed(`swap ${slots.amount} ${slots.tokenIn} for ${slots.tokenOut}`, outcome!)
-    const out = outcome!.output as
-      | (SwapResult & { mode: 'executed'; amountOutFormatted: string })
-      | (PreparedSwap & { mode: 'prepared'; expectedAmountOutFormatted: string })
-      | { mode: 'not_swapped'; reason: string }
-    // a swap that waited for a person's approval and did not get it (rejected, expired, refused)
-    if (out.mode === 'not_swapped')
-      return `I did not swap ${slots.amount} ${slots.tokenIn} for ${slots.tokenOut}: ${out.reason.replace(/^not swapped: /, '')}.`
-    if (out.mode === 'executed') {
-      const r = out
-      return r.success
-        ? `Swapped ${slots.amount} ${r.tokenIn} for ${r.amountOutFormatted} ${r.tokenOut} on ${r.dex} from the server wallet (transaction ${r.hash}, block ${r.blockNumber}).`
-        : `The swap of ${slots.amount} ${r.tokenIn} for ${r.tokenOut} reverted on chain (transaction ${r.hash}): the price moved past your slippage, nothing was received.`
-    }
-    const p = out
-    const kinds = p.transactions.map((t) => t.kind).join(', then ')
-    const check = p.simulation.ok ? 'They simulate successfully.' : `The simulation says it would fail: ${p.simulation.error}.`
-    return `I prepared ${p.transactions.length} transaction${p.transactions.length === 1 ? '' : 's'} (${kinds}) for your wallet ${p.from} to sign and send in order: ${slots.amount} ${p.tokenIn} for about ${p.expectedAmountOutFormatted} ${p.tokenOut} on ${p.dex}. ${check} They are in the job's result.transactions.`
-  },
-}
-
-const positions: Intent = {
-  name: 'positions',
-  match: (text) =>
-    /\bpositions?\b|\bhealth factor\b|\baave\b|\bgmx positions?\b/i.test(text) ? { address: ADDRESS.exec(text)?.[0] } : undefined,
-  follow: (slots, rest) => (ADDRESS.test(rest) ? { ...slots, address: ADDRESS.exec(rest)![0] } : undefined),
-  calls: (slots) => [{ tool: 'get_positions', args: slots.address ? { address: slots.address } : {} }],
-  answer(_slots, [outcome]) {
-    if (!outcome!.ok) return failed('read the positions', outcome!)
-    const p = outcome!.output as Positions
-    const maxHealth = 2n ** 256n - 1n
-    const health =
-      BigInt(p.aave.healthFactor) === maxHealth
-        ? 'no debt'
-        : `health factor ${Number(formatUnits(BigInt(p.aave.healthFactor), 18)).toFixed(2)}`
-    const aave = `Aave: collateral ${usdOf(p.aave.totalCollateralBase, 8)}, debt ${usdOf(p.aave.totalDebtBase, 8)} (${health})`
-    const gmx =
-      p.gmx.length === 0
-        ? 'GMX: no open positions'
-        : `GMX: ${p.gmx.map((g) => `${g.side} ${usdOf(g.size, 30)} (PnL ${g.pnl.startsWith('-') ? '-' : ''}${usdOf(g.pnl.replace('-', ''), 30)})`).join('; ')}`
-    return `Positions of ${p.address}:\n${aave}\n${gmx}`
-  },
-}
-
-const nfts: Intent = {
-  name: 'nfts',
-  match: (text) =>
-    /\bnfts?\b/i.test(text)
-      ? { address: ADDRESS.exec(text)?.[0], includeHidden: /\b(spam|hidden|all of them|including)\b/i.test(text) || undefined }
-      : undefined,
-  follow: (slots, rest) => (ADDRESS.test(rest) ? { ...slots, address: ADDRESS.exec(rest)![0] } : undefined),
-  calls: (slots) => [
-    {
-      tool: 'list_nfts',
-      args: { ...(slots.address ? { address: slots.address } : {}), ...(slots.includeHidden ? { includeHidden: true } : {}) },
-    },
-  ],
-  answer(_slots, [outcome]) {
-    if (!outcome!.ok) return failed('list the NFTs', outcome!)
-    const { address, nfts: owned } = outcome!.output as {
-      address: string
-      nfts: Array<{ name: string; collection: string; tokenId: string; isSpam: boolean }>
-    }
-    if (owned.length === 0) return `${address} owns no NFTs (spam hidden).`
-    const shown = owned.slice(0, 10).map((n) => `${n.name} (${n.collection} #${n.tokenId}${n.isSpam ? ', spam' : ''})`)
-    return `${address} owns ${owned.length} NFT${owned.length === 1 ? '' : 's'}: ${shown.join(', ')}${owned.length > 10 ? ', …' : ''}.`
-  },
-}
-
-const predictions: Intent = {
-  name: 'predictions',
-  match(text) {
-    if (!/\bpredictions?\b|\bpolymarket\b|\bodds\b|\bbetting markets?\b/i.test(text)) return undefined
-    const topic = /\b(?:about|on|for|regarding)\s+(?:the\s+)?(.+?)\s*[?.!]*$/i.exec(text)?.[1]
-    return { query: topic && !/^(?:polymarket|prediction markets?)$/i.test(topic) ? topic : undefined }
-  },
-  follow: (slots, rest) => (rest.trim() ? { ...slots, query: rest.trim().replace(/^(?:about|on)\s+/i, '') } : undefined),
-  calls: (slots) => [{ tool: 'find_predictions', args: slots.query ? { query: slots.query } : {} }],
-  answer(slots, [outcome]) {
-    if (!outcome!.ok) return failed('find prediction markets', outcome!)
-    const { markets } = outcome!.output as { markets: PredictionMarket[] }
-    if (markets.length === 0) return `I found no prediction market about ${slots.query}.`
-    const lines = markets.map(
-      (m) =>
-        `- ${m.question}: ${m.outcomes.map((o) => `${o.name} ${(o.price * 100).toFixed(0)}%`).join(', ')} (volume ${formatUsd(m.volume)})`,
-    )
-    return `${slots.query ? `Prediction markets about ${slots.query}` : 'Top prediction markets'}:\n${lines.join('\n')}`
-  },
-}
-
-const bridge: Intent = {
-  name: 'bridge',
-  match(text) {
-    const m = new RegExp(
-      `\\bbridge\\s+${AMOUNT}\\s*${SYMBOL}\\s+(?:from\\s+[a-z0-9 ]+?\\s+)?to\\s+([a-z][a-z0-9 ]*?)\\s*[?.!]*$`,
-      'i',
-    ).exec(text)
-    return m ? { amount: m[1], token: upper(m[2]), toChain: m[3]!.trim() } : undefined
-  },
-  follow: (slots, rest) => {
-    const chain = /^(?:to\s+)?([a-z][a-z0-9 ]*)$/i.exec(rest.trim())?.[1]
-    return chain ? { ...slots, toChain: chain } : undefined
-  },
-  calls: (slots) => [{ tool: 'bridge_quote', args: { token: slots.token, amount: slots.amount, toChain: slots.toChain } }],
-  answer(slots, [outcome]) {
-    if (!outcome!.ok) return failed(`quote bridging ${slots.amount} ${slots.token} to ${slots.toChain}`, outcome!)
-    const q = outcome!.output as BridgeQuote & { toChain: string }
-    const amount = (units: string) => formatUnits(BigInt(units), q.toToken.decimals)
-    const fees = q.feeCosts.map((c) => `${c.name} $${c.amountUsd}`).join(', ') || 'none'
-    const minutes = Math.max(1, Math.round(q.estimatedDurationSeconds / 60))
-    return `Bridging ${slots.amount} ${q.fromToken.symbol} to ${q.toChain} via ${q.tool}: about ${amount(q.toAmount)} ${q.toToken.symbol} arrives (at least ${amount(q.toAmountMin)}), in about ${minutes} min; fees: ${fees}. This is a quote: nothing was sent.`
-  },
-}
-
 const intervals: Record<string, string> = { hour: '1h', hourly: '1h', day: '1d', daily: '1d', week: '1w', weekly: '1w' }
-const recurringBuy: Intent = {
-  name: 'recurring-buy',
-  match(text) {
-    const every = '(?:every\\s+(hour|day|week)|(hourly|daily|weekly))'
-    const forward = new RegExp(`\\bbuy\\s+${AMOUNT}\\s*${SYMBOL}\\s+(?:worth\\s+)?of\\s+${SYMBOL}\\s+${every}`, 'i').exec(text)
-    if (forward)
-      return {
-        amount: forward[1],
-        tokenIn: upper(forward[2]),
-        tokenOut: upper(forward[3]),
-        interval: intervals[(forward[4] ?? forward[5])!.toLowerCase()],
-      }
-    const leading = new RegExp(`${every}\\s*,?\\s*buy\\s+${AMOUNT}\\s*${SYMBOL}\\s+(?:worth\\s+)?of\\s+${SYMBOL}`, 'i').exec(text)
-    if (leading)
-      return {
-        amount: leading[3],
-        tokenIn: upper(leading[4]),
-        tokenOut: upper(leading[5]),
-        interval: intervals[(leading[1] ?? leading[2])!.toLowerCase()],
-      }
-    return undefined
-  },
-  calls: (slots) => [
-    {
-      tool: 'create_automation',
-      args: { tokenIn: slots.tokenIn, tokenOut: slots.tokenOut, amount: slots.amount, interval: slots.interval },
-    },
-  ],
-  answer(slots, [outcome]) {
-    if (!outcome!.ok) return failed(`set up a recurring buy of ${slots.tokenOut}`, outcome!)
-    const { automation } = outcome!.output as { automation: { id: string; name: string; status: string } }
-    return `Created the automation "${automation.name}" (${automation.id}): it buys ${slots.tokenOut} with ${slots.amount} ${slots.tokenIn} every ${slots.interval}. Status: ${automation.status}.`
-  },
-}
-
 interface AutomationView {
   id: string
   name: string
@@ -345,65 +84,259 @@ interface AutomationView {
 }
 const describeAutomation = (a: AutomationView) => `${a.name} (${a.id}, ${a.status})`
 
-const listAutomations: Intent = {
-  name: 'list-automations',
-  match: (text) =>
-    /\b(list|show|what are|see)\b.*\bautomations?\b|\bmy automations\b/i.test(text) &&
-    !/\b(pause|resume|stop|unpause|restart)\b/i.test(text)
-      ? {}
-      : undefined,
-  calls: () => [{ tool: 'list_automations', args: {} }],
-  answer(_slots, [outcome]) {
-    if (!outcome!.ok) return failed('list your automations', outcome!)
-    const { automations } = outcome!.output as { automations: AutomationView[] }
-    return automations.length === 0 ? 'You have no automations.' : `Your automations: ${automations.map(describeAutomation).join('; ')}.`
-  },
-}
-
-const setAutomations: Intent = {
-  name: 'set-automations',
-  match(text) {
-    const verb = /\b(pause|stop|resume|unpause|restart)\b/i.exec(text)?.[1]?.toLowerCase()
-    if (!verb || !/\bautomations?\b/i.test(text)) return undefined
-    const id = /\b(aut[_-][A-Za-z0-9_-]+)\b/.exec(text)?.[1]
-    return { status: verb === 'pause' || verb === 'stop' ? 'paused' : 'active', id }
-  },
-  calls: (slots) => [
-    slots.id ? { tool: 'set_automation_status', args: { id: slots.id, status: slots.status } } : { tool: 'list_automations', args: {} },
-  ],
-  async answer(slots, [outcome], call) {
-    const verb = slots.status === 'paused' ? 'pause' : 'resume'
-    if (!outcome!.ok) return failed(`${verb} your automations`, outcome!)
-    if (slots.id) return `Done: ${describeAutomation((outcome!.output as { automation: AutomationView }).automation)}.`
-    const from = slots.status === 'paused' ? 'active' : 'paused'
-    const targets = (outcome!.output as { automations: AutomationView[] }).automations.filter((a) => a.status === from)
-    if (targets.length === 0) return `You have no ${from} automations to ${verb}.`
-    const done: string[] = []
-    for (const a of targets) {
-      const result = await call('set_automation_status', { id: a.id, status: slots.status })
-      done.push(
-        result.ok
-          ? describeAutomation((result.output as { automation: AutomationView }).automation)
-          : `${a.name} (${a.id}): ${result.error}`,
-      )
-    }
-    return `${verb === 'pause' ? 'Paused' : 'Resumed'}: ${done.join('; ')}.`
-  },
-}
-
 /** In the order they are tried: the specific before the general ("buy … every day" before "buy … with"). */
 export const intents: readonly Intent[] = [
-  recurringBuy,
-  setAutomations,
-  listAutomations,
-  bridge,
-  quote,
-  swap,
-  positions,
-  nfts,
-  predictions,
-  trending,
-  prices,
+  {
+    name: 'recurring-buy',
+    match(text) {
+      const every = '(?:every\\s+(hour|day|week)|(hourly|daily|weekly))'
+      // a match's groups: from `amount` on the amount, the token spent and the one bought; from `interval` on the interval's two forms
+      const slots = (m: RegExpExecArray, amount: number, interval: number) => ({
+        amount: m[amount],
+        tokenIn: upper(m[amount + 1]),
+        tokenOut: upper(m[amount + 2]),
+        interval: intervals[(m[interval] ?? m[interval + 1])!.toLowerCase()],
+      })
+      const forward = new RegExp(`\\bbuy\\s+${AMOUNT}\\s*${SYMBOL}\\s+(?:worth\\s+)?of\\s+${SYMBOL}\\s+${every}`, 'i').exec(text)
+      if (forward) return slots(forward, 1, 4)
+      const leading = new RegExp(`${every}\\s*,?\\s*buy\\s+${AMOUNT}\\s*${SYMBOL}\\s+(?:worth\\s+)?of\\s+${SYMBOL}`, 'i').exec(text)
+      return leading ? slots(leading, 3, 1) : undefined
+    },
+    calls: (slots) => [
+      {
+        tool: 'create_automation',
+        args: { tokenIn: slots.tokenIn, tokenOut: slots.tokenOut, amount: slots.amount, interval: slots.interval },
+      },
+    ],
+    answer(slots, [outcome]) {
+      if (!outcome!.ok) return failed(`set up a recurring buy of ${slots.tokenOut}`, outcome!)
+      const { automation } = outcome!.output as { automation: { id: string; name: string; status: string } }
+      return `Created the automation "${automation.name}" (${automation.id}): it buys ${slots.tokenOut} with ${slots.amount} ${slots.tokenIn} every ${slots.interval}. Status: ${automation.status}.`
+    },
+  },
+  {
+    name: 'set-automations',
+    match(text) {
+      const verb = /\b(pause|stop|resume|unpause|restart)\b/i.exec(text)?.[1]?.toLowerCase()
+      if (!verb || !/\bautomations?\b/i.test(text)) return undefined
+      const id = /\b(aut[_-][A-Za-z0-9_-]+)\b/.exec(text)?.[1]
+      return { status: verb === 'pause' || verb === 'stop' ? 'paused' : 'active', id }
+    },
+    calls: (slots) => [
+      slots.id ? { tool: 'set_automation_status', args: { id: slots.id, status: slots.status } } : { tool: 'list_automations', args: {} },
+    ],
+    async answer(slots, [outcome], call) {
+      const verb = slots.status === 'paused' ? 'pause' : 'resume'
+      if (!outcome!.ok) return failed(`${verb} your automations`, outcome!)
+      if (slots.id) return `Done: ${describeAutomation((outcome!.output as { automation: AutomationView }).automation)}.`
+      const from = slots.status === 'paused' ? 'active' : 'paused'
+      const targets = (outcome!.output as { automations: AutomationView[] }).automations.filter((a) => a.status === from)
+      if (targets.length === 0) return `You have no ${from} automations to ${verb}.`
+      const done: string[] = []
+      for (const a of targets) {
+        const result = await call('set_automation_status', { id: a.id, status: slots.status })
+        done.push(
+          result.ok
+            ? describeAutomation((result.output as { automation: AutomationView }).automation)
+            : `${a.name} (${a.id}): ${result.error}`,
+        )
+      }
+      return `${verb === 'pause' ? 'Paused' : 'Resumed'}: ${done.join('; ')}.`
+    },
+  },
+  {
+    name: 'list-automations',
+    match: (text) =>
+      /\b(list|show|what are|see)\b.*\bautomations?\b|\bmy automations\b/i.test(text) &&
+      !/\b(pause|resume|stop|unpause|restart)\b/i.test(text)
+        ? {}
+        : undefined,
+    calls: () => [{ tool: 'list_automations', args: {} }],
+    answer(_slots, [outcome]) {
+      if (!outcome!.ok) return failed('list your automations', outcome!)
+      const { automations } = outcome!.output as { automations: AutomationView[] }
+      return automations.length === 0 ? 'You have no automations.' : `Your automations: ${automations.map(describeAutomation).join('; ')}.`
+    },
+  },
+  {
+    name: 'bridge',
+    match(text) {
+      const m = new RegExp(
+        `\\bbridge\\s+${AMOUNT}\\s*${SYMBOL}\\s+(?:from\\s+[a-z0-9 ]+?\\s+)?to\\s+([a-z][a-z0-9 ]*?)\\s*[?.!]*$`,
+        'i',
+      ).exec(text)
+      return m ? { amount: m[1], token: upper(m[2]), toChain: m[3]!.trim() } : undefined
+    },
+    follow: (slots, rest) => {
+      const chain = /^(?:to\s+)?([a-z][a-z0-9 ]*)$/i.exec(rest.trim())?.[1]
+      return chain ? { ...slots, toChain: chain } : undefined
+    },
+    calls: (slots) => [{ tool: 'bridge_quote', args: { token: slots.token, amount: slots.amount, toChain: slots.toChain } }],
+    answer(slots, [outcome]) {
+      if (!outcome!.ok) return failed(`quote bridging ${slots.amount} ${slots.token} to ${slots.toChain}`, outcome!)
+      const q = outcome!.output as BridgeQuote & { toChain: string }
+      const amount = (units: string) => formatUnits(BigInt(units), q.toToken.decimals)
+      const fees = q.feeCosts.map((c) => `${c.name} $${c.amountUsd}`).join(', ') || 'none'
+      const minutes = Math.max(1, Math.round(q.estimatedDurationSeconds / 60))
+      return `Bridging ${slots.amount} ${q.fromToken.symbol} to ${q.toChain} via ${q.tool}: about ${amount(q.toAmount)} ${q.toToken.symbol} arrives (at least ${amount(q.toAmountMin)}), in about ${minutes} min; fees: ${fees}. This is a quote: nothing was sent.`
+    },
+  },
+  {
+    name: 'quote',
+    match(text) {
+      const reverse = new RegExp(
+        `how much\\s+${SYMBOL}\\s+(?:would|will|do|can|could)\\s+(?:i|we)\\s+get\\s+(?:for|with)\\s+${AMOUNT}\\s*${SYMBOL}`,
+        'i',
+      ).exec(text)
+      if (reverse) return { amount: reverse[2], tokenIn: upper(reverse[3]), tokenOut: upper(reverse[1]), dex: dexOf(text) }
+      if (!/\bquote\b/i.test(text)) return undefined
+      const m = pair.exec(text)
+      return m ? { amount: m[1], tokenIn: upper(m[2]), tokenOut: upper(m[3]), dex: dexOf(text) } : undefined
+    },
+    follow: followPair,
+    calls: (slots) => [{ tool: 'quote_swap', args: swapArgs(slots) }],
+    answer(_slots, [outcome]) {
+      if (!outcome!.ok) return failed('quote that', outcome!)
+      const q = outcome!.output as Quote & { amountInFormatted: string; amountOutFormatted: string }
+      return `${q.amountInFormatted} ${q.tokenIn} → ${q.amountOutFormatted} ${q.tokenOut} on ${q.dex} (route ${q.route.join(' → ')}, price impact ${q.priceImpactBps} bps, block ${q.blockNumber}). Nothing was sent.`
+    },
+  },
+  {
+    name: 'swap',
+    match(text) {
+      const buy = new RegExp(`\\bbuy\\s+${SYMBOL}\\s+(?:with|using|for)\\s+${AMOUNT}\\s*${SYMBOL}`, 'i').exec(text)
+      if (buy) return { amount: buy[2], tokenIn: upper(buy[3]), tokenOut: upper(buy[1]), dex: dexOf(text) }
+      if (!/\b(swap|sell|trade|exchange|convert)\b/i.test(text)) return undefined
+      const m = pair.exec(text)
+      return m ? { amount: m[1], tokenIn: upper(m[2]), tokenOut: upper(m[3]), dex: dexOf(text) } : undefined
+    },
+    follow: followPair,
+    calls: (slots) => [{ tool: 'swap', args: swapArgs(slots) }],
+    answer(slots, [outcome]) {
+      if (!outcome!.ok) return failed(`swap ${slots.amount} ${slots.tokenIn} for ${slots.tokenOut}`, outcome!)
+      const out = outcome!.output as
+        | (SwapResult & { mode: 'executed'; amountOutFormatted: string })
+        | (PreparedSwap & { mode: 'prepared'; expectedAmountOutFormatted: string })
+        | { mode: 'not_swapped'; reason: string }
+      // a swap that waited for a person's approval and did not get it (rejected, expired, refused)
+      if (out.mode === 'not_swapped')
+        return `I did not swap ${slots.amount} ${slots.tokenIn} for ${slots.tokenOut}: ${out.reason.replace(/^not swapped: /, '')}.`
+      if (out.mode === 'executed') {
+        const r = out
+        return r.success
+          ? `Swapped ${slots.amount} ${r.tokenIn} for ${r.amountOutFormatted} ${r.tokenOut} on ${r.dex} from the server wallet (transaction ${r.hash}, block ${r.blockNumber}).`
+          : `The swap of ${slots.amount} ${r.tokenIn} for ${r.tokenOut} reverted on chain (transaction ${r.hash}): the price moved past your slippage, nothing was received.`
+      }
+      const p = out
+      const kinds = p.transactions.map((t) => t.kind).join(', then ')
+      const check = p.simulation.ok ? 'They simulate successfully.' : `The simulation says it would fail: ${p.simulation.error}.`
+      return `I prepared ${p.transactions.length} transaction${p.transactions.length === 1 ? '' : 's'} (${kinds}) for your wallet ${p.from} to sign and send in order: ${slots.amount} ${p.tokenIn} for about ${p.expectedAmountOutFormatted} ${p.tokenOut} on ${p.dex}. ${check} They are in the job's result.transactions.`
+    },
+  },
+  {
+    name: 'positions',
+    match: (text) =>
+      /\bpositions?\b|\bhealth factor\b|\baave\b|\bgmx positions?\b/i.test(text) ? { address: ADDRESS.exec(text)?.[0] } : undefined,
+    follow: (slots, rest) => (ADDRESS.test(rest) ? { ...slots, address: ADDRESS.exec(rest)![0] } : undefined),
+    calls: (slots) => [{ tool: 'get_positions', args: slots.address ? { address: slots.address } : {} }],
+    answer(_slots, [outcome]) {
+      if (!outcome!.ok) return failed('read the positions', outcome!)
+      const p = outcome!.output as Positions
+      const maxHealth = 2n ** 256n - 1n
+      const health =
+        BigInt(p.aave.healthFactor) === maxHealth
+          ? 'no debt'
+          : `health factor ${Number(formatUnits(BigInt(p.aave.healthFactor), 18)).toFixed(2)}`
+      const aave = `Aave: collateral ${usdOf(p.aave.totalCollateralBase, 8)}, debt ${usdOf(p.aave.totalDebtBase, 8)} (${health})`
+      const gmx =
+        p.gmx.length === 0
+          ? 'GMX: no open positions'
+          : `GMX: ${p.gmx.map((g) => `${g.side} ${usdOf(g.size, 30)} (PnL ${g.pnl.startsWith('-') ? '-' : ''}${usdOf(g.pnl.replace('-', ''), 30)})`).join('; ')}`
+      return `Positions of ${p.address}:\n${aave}\n${gmx}`
+    },
+  },
+  {
+    name: 'nfts',
+    match: (text) =>
+      /\bnfts?\b/i.test(text)
+        ? { address: ADDRESS.exec(text)?.[0], includeHidden: /\b(spam|hidden|all of them|including)\b/i.test(text) || undefined }
+        : undefined,
+    follow: (slots, rest) => (ADDRESS.test(rest) ? { ...slots, address: ADDRESS.exec(rest)![0] } : undefined),
+    calls: (slots) => [
+      {
+        tool: 'list_nfts',
+        args: { ...(slots.address ? { address: slots.address } : {}), ...(slots.includeHidden ? { includeHidden: true } : {}) },
+      },
+    ],
+    answer(_slots, [outcome]) {
+      if (!outcome!.ok) return failed('list the NFTs', outcome!)
+      const { address, nfts: owned } = outcome!.output as {
+        address: string
+        nfts: Array<{ name: string; collection: string; tokenId: string; isSpam: boolean }>
+      }
+      if (owned.length === 0) return `${address} owns no NFTs (spam hidden).`
+      const shown = owned.slice(0, 10).map((n) => `${n.name} (${n.collection} #${n.tokenId}${n.isSpam ? ', spam' : ''})`)
+      return `${address} owns ${owned.length} NFT${owned.length === 1 ? '' : 's'}: ${shown.join(', ')}${owned.length > 10 ? ', …' : ''}.`
+    },
+  },
+  {
+    name: 'predictions',
+    match(text) {
+      if (!/\bpredictions?\b|\bpolymarket\b|\bodds\b|\bbetting markets?\b/i.test(text)) return undefined
+      const topic = /\b(?:about|on|for|regarding)\s+(?:the\s+)?(.+?)\s*[?.!]*$/i.exec(text)?.[1]
+      return { query: topic && !/^(?:polymarket|prediction markets?)$/i.test(topic) ? topic : undefined }
+    },
+    follow: (slots, rest) => (rest.trim() ? { ...slots, query: rest.trim().replace(/^(?:about|on)\s+/i, '') } : undefined),
+    calls: (slots) => [{ tool: 'find_predictions', args: slots.query ? { query: slots.query } : {} }],
+    answer(slots, [outcome]) {
+      if (!outcome!.ok) return failed('find prediction markets', outcome!)
+      const { markets } = outcome!.output as { markets: PredictionMarket[] }
+      if (markets.length === 0) return `I found no prediction market about ${slots.query}.`
+      const lines = markets.map(
+        (m) =>
+          `- ${m.question}: ${m.outcomes.map((o) => `${o.name} ${(o.price * 100).toFixed(0)}%`).join(', ')} (volume ${formatUsd(m.volume)})`,
+      )
+      return `${slots.query ? `Prediction markets about ${slots.query}` : 'Top prediction markets'}:\n${lines.join('\n')}`
+    },
+  },
+  {
+    name: 'trending',
+    match: (text) => (/\btrending\b|\bwhat'?s hot\b|\b(?:top|hot|popular|busiest)\s+pools?\b/i.test(text) ? {} : undefined),
+    calls: () => [{ tool: 'get_trending_pools', args: {} }],
+    answer(_slots, [outcome]) {
+      if (!outcome!.ok) return failed('get the trending pools', outcome!)
+      const { trending: pools } = outcome!.output as { trending: TrendingPool[] }
+      if (pools.length === 0) return 'No pool has traded in the last 24 hours.'
+      const lines = pools
+        .slice(0, 5)
+        .map(
+          (p, i) =>
+            `${i + 1}. ${p.name}: ${formatUsd(Number(p.basePrice))}, 24h volume ${formatUsd(Number(p.volume24h))} (${formatPercent(Number(p.change24h))})`,
+        )
+      return `Trending pools by 24h volume:\n${lines.join('\n')}`
+    },
+  },
+  {
+    name: 'prices',
+    match(text) {
+      const asked = /\bprices?\b|\bhow much is\b|\bwhat(?:'s| is) .+ (?:worth|trading at)\b|\bworth\b|\bcost\b/i.test(text)
+      if (!asked) return undefined
+      const symbols = symbolsIn(text)
+      return { symbols: symbols.length > 0 ? symbols : undefined }
+    },
+    follow: (slots, rest) => (symbolsIn(rest).length > 0 ? { ...slots, symbols: symbolsIn(rest) } : undefined),
+    calls: (slots) => [{ tool: 'get_prices', args: slots.symbols ? { symbols: slots.symbols } : {} }],
+    answer(_slots, [outcome]) {
+      if (!outcome!.ok) return failed('get the prices', outcome!)
+      const { prices: found, unknown } = outcome!.output as {
+        prices: Record<string, { price: number; change24h: number }>
+        unknown: string[]
+      }
+      const lines = Object.entries(found).map(([symbol, p]) => `${symbol}: ${formatUsd(p.price)} (${formatPercent(p.change24h)} in 24h)`)
+      if (unknown.length > 0) lines.push(`I have no price for ${unknown.join(', ')}: I know ETH, BTC, USDC, USDT, ARB, GMX and LINK.`)
+      return lines.join('\n')
+    },
+  },
 ]
 
 export const capabilities = [

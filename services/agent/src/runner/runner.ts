@@ -12,10 +12,7 @@ export interface RunInput {
   /** the caller's instructions (/v1 system and developer messages), for a language model */
   instructions?: string | undefined
   owner: JobOwner
-  /**
-   * The answer's text as the model produces it, in order: joined, the pieces are exactly the
-   * text the run returns. A runner without a model (the planner) never calls it.
-   */
+  /** the answer's text as the model produces it: joined, exactly the text the run returns (the planner never calls it) */
   onText?: ((text: string) => void) | undefined
   /** the tokens of the run so far, after each model turn (a runner without a model reports them only at the end) */
   onUsage?: ((usage: Usage) => void) | undefined

@@ -30,11 +30,7 @@ export interface ToolRun {
   jobId: string
   /** the step number of this call, from 1 */
   step: number
-  /**
-   * The idempotency key of anything this step sends: `job:<jobId>:step:<n>:<content>`, the
-   * content being a hash of the tool and its arguments (`stepKey` in toolbox.ts). The same step
-   * run again gets the same key; another step n of a re-run that planned differently, another.
-   */
+  /** the idempotency key of anything this step sends (`stepKey` in toolbox.ts) */
   key: string
   owner: JobOwner
   signal: AbortSignal
@@ -79,9 +75,8 @@ export interface ToolDeps {
 const tool = <S extends TSchema>(definition: Tool<S>): Tool<S> => definition
 
 /**
- * `work`, or a rejection when the job is aborted first: the wait is abandoned (the NATS call or
- * HTTP request itself is not). Its abort listener goes with it, so a job that waits long (an
- * approval polled every second) does not gather listeners.
+ * `work`, or a rejection when the job is aborted first: the wait is abandoned (the NATS call itself
+ * is not). Its abort listener goes with it, so a job that waits long does not gather listeners.
  */
 export async function unlessAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
   let fail!: () => void
@@ -160,51 +155,11 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
   const Dex = Type.Optional(Type.Union([Type.Literal('uniswap'), Type.Literal('camelot')], { description: 'uniswap (default) or camelot' }))
   const AddressArg = (description: string) => Type.Optional(Address({ description }))
 
-  const getPrices = tool({
-    name: 'get_prices',
-    description: 'USD price and 24h change of ETH, BTC, USDC, USDT, ARB, GMX and LINK',
-    parameters: Type.Object({
-      symbols: Type.Optional(Type.Array(TokenArg('a symbol'), { maxItems: 7, description: 'which ones; all when absent' })),
-    }),
-    async run({ symbols }, run) {
-      const { prices, updatedAt } = await call(channels.market.prices, {}, run)
-      const alias: Record<string, string> = { WETH: 'ETH', WBTC: 'BTC' }
-      const wanted = (symbols ?? Object.keys(prices)).map((s) => alias[s.toUpperCase()] ?? s.toUpperCase())
-      const found = Object.fromEntries(wanted.filter((s) => prices[s]).map((s) => [s, prices[s]!]))
-      return { output: { prices: found, unknown: wanted.filter((s) => !prices[s]), updatedAt } }
-    },
-  })
-
-  const getTrending = tool({
-    name: 'get_trending_pools',
-    description: 'Up to 10 trending pools on the chain, by 24h volume',
-    parameters: Type.Object({}),
-    async run(_args, run) {
-      const { trending } = await call(channels.market.trending, {}, run)
-      return { output: { trending } }
-    },
-  })
-
   const SwapArgs = Type.Object({
     tokenIn: TokenArg('the token sold: a symbol or address'),
     tokenOut: TokenArg('the token bought'),
     amount: Amount,
     dex: Dex,
-  })
-
-  const quoteSwap = tool({
-    name: 'quote_swap',
-    description: 'Quote selling an amount of one token for another on Uniswap or Camelot (nothing is sent)',
-    parameters: SwapArgs,
-    async run({ tokenIn, tokenOut, amount, dex }, run) {
-      const { token, units } = await baseUnits(tokenIn, amount)
-      const quote = await call(
-        channels.trading.quote,
-        { tokenIn: token.address, tokenOut, amountIn: units.toString(), ...(dex ? { dex } : {}) },
-        run,
-      )
-      return { output: { ...quote, amountInFormatted: amount, amountOutFormatted: await human(quote.tokenOut, quote.amountOut) } }
-    },
   })
 
   /** What a swap sent, as a job transaction. */
@@ -274,181 +229,207 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
     return grants.some((grant) => grant.status === 'active' && (grant.tokenIn === symbol || grant.tokenIn === tokenIn))
   }
 
-  const swap = tool({
-    name: 'swap',
-    description:
-      "Swap an amount of one token for another. When the caller's own wallet (its key's bound wallet, or the payer) granted the service swaps of this token on chain, it executes from that wallet under the grant and the output goes there; otherwise, for a key or a payer an admin has allowlisted, it executes from the server wallet within the spend policy; for everyone else it prepares the transactions (approval, swap) for the payer's own wallet to sign. A swap over the policy's approval threshold waits for a person other than the requester to approve or reject it (the agent cannot), then answers the swap or why it was not made",
-    parameters: Type.Object({
-      ...SwapArgs.properties,
-      slippageBps: Type.Optional(Type.Integer({ minimum: 0, maximum: 5000, description: 'default 50 (0.5%)' })),
-    }),
-    async run({ tokenIn, tokenOut, amount, dex, slippageBps }, run) {
-      const { token, units } = await baseUnits(tokenIn, amount)
-      const body = { tokenIn: token.address, tokenOut, amountIn: units.toString(), ...(dex ? { dex } : {}), slippageBps: slippageBps ?? 50 }
-      let execute = run.owner.kind === 'key'
-      if (run.owner.kind === 'payer') {
-        const address = getAddress(run.owner.address)
-        const { payer } = await call(channels.admin.agentPayer, { address }, run)
-        execute = payer !== null || (await grantSpends(address, token.address, run))
-      }
-      if (execute) {
-        const idempotencyKey = run.key
-        const { decideBy } = run.approvals
-        const answer = await call(
-          channels.trading.execute,
-          // the caller's own wallet pays when it granted the service swaps of tokenIn on chain
-          { ...body, fromGrant: true, idempotencyKey, jobId: run.jobId, ...(decideBy === undefined ? {} : { decideBy }) },
-          run,
-          { timeoutMs: swapTimeoutMs },
-        )
-        const asked = { amount, tokenIn: token.symbol, tokenOut: (await tokenOf(tokenOut)).symbol }
-        const result = isAwaitingApproval(answer) ? await decisionOn(answer.approval, approvalNotice(answer.approval, asked), run) : answer
-        if ('notSwapped' in result) return { output: { mode: 'not_swapped', reason: result.notSwapped, approval: result.approval } }
-        return {
-          output: { mode: 'executed', ...result, amountOutFormatted: await human(result.tokenOut, result.amountOut) },
-          transactions: [sent(run, result)],
-        }
-      }
-      const from = walletOf(run, undefined, 'preparing a swap')
-      const p = await call(channels.trading.prepare, { ...body, from }, run)
-      return {
-        output: { mode: 'prepared', ...p, expectedAmountOutFormatted: await human(p.tokenOut, p.expectedAmountOut) },
-        transactions: prepared(run, p),
-      }
-    },
-  })
-
-  const getPositions = tool({
-    name: 'get_positions',
-    description: "Lending (Aave) and perpetual (GMX) positions of a wallet: the caller's own by default",
-    parameters: Type.Object({ address: AddressArg('whose; the caller by default') }),
-    async run({ address }, run) {
-      const wallet = address ?? ownerWallet(run.owner)
-      return { output: await call(channels.trading.positions, wallet ? { address: getAddress(wallet) } : {}, run) }
-    },
-  })
-
-  const listNfts = tool({
-    name: 'list_nfts',
-    description: 'The NFTs a wallet owns (spam hidden unless asked): the caller by default',
-    parameters: Type.Object({ address: AddressArg('the owner; the caller by default'), includeHidden: Type.Optional(Type.Boolean()) }),
-    async run({ address, includeHidden }, run) {
-      const owner = walletOf(run, address, 'listing NFTs')
-      const { nfts } = await call(channels.market.nfts, { address: owner, ...(includeHidden === undefined ? {} : { includeHidden }) }, run)
-      return { output: { address: owner, nfts } }
-    },
-  })
-
-  const findPredictions = tool({
-    name: 'find_predictions',
-    description: 'Prediction markets: those matching a topic, or the top ones by volume when no topic is given',
-    parameters: Type.Object({
-      query: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'the topic, e.g. "bitcoin"' })),
-      limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 20 })),
-    }),
-    async run({ query, limit = 5 }, run) {
-      const { markets } = query
-        ? await call(channels.market.searchPredictions, { q: query, limit }, run)
-        : await call(channels.market.topPredictions, { limit }, run)
-      return { output: { query: query ?? null, markets } }
-    },
-  })
-
-  const bridgeQuote = tool({
-    name: 'bridge_quote',
-    description: 'Quote bridging an amount of a token from this chain to another chain (nothing is sent)',
-    parameters: Type.Object({
-      token: TokenArg('the token to bridge, e.g. USDC'),
-      amount: Amount,
-      toChain: Type.String({
-        minLength: 1,
-        maxLength: 40,
-        description: 'the destination chain: a name (Base, Ethereum, Optimism …) or a chain id',
+  const all = [
+    tool({
+      name: 'get_prices',
+      description: 'USD price and 24h change of ETH, BTC, USDC, USDT, ARB, GMX and LINK',
+      parameters: Type.Object({
+        symbols: Type.Optional(Type.Array(TokenArg('a symbol'), { maxItems: 7, description: 'which ones; all when absent' })),
       }),
-      toToken: Type.Optional(TokenArg('the token received; the same symbol by default')),
-      userAddress: AddressArg('who sends and receives; the caller by default'),
+      async run({ symbols }, run) {
+        const { prices, updatedAt } = await call(channels.market.prices, {}, run)
+        const alias: Record<string, string> = { WETH: 'ETH', WBTC: 'BTC' }
+        const wanted = (symbols ?? Object.keys(prices)).map((s) => alias[s.toUpperCase()] ?? s.toUpperCase())
+        const found = Object.fromEntries(wanted.filter((s) => prices[s]).map((s) => [s, prices[s]!]))
+        return { output: { prices: found, unknown: wanted.filter((s) => !prices[s]), updatedAt } }
+      },
     }),
-    async run({ token, amount, toChain, toToken, userAddress }, run) {
-      const { chains } = await call(channels.market.bridgeChains, {}, run)
-      const wanted = toChain.trim().toLowerCase()
-      const chain = chains.find(
-        (c) => String(c.id) === wanted || c.name.toLowerCase() === wanted || c.key === wanted || c.name.toLowerCase().startsWith(wanted),
-      )
-      if (!chain) throw new ToolError(`unknown chain ${toChain}; bridges reach ${chains.map((c) => c.name).join(', ')}`)
-      const { token: from, units } = await baseUnits(token, amount)
-      const user = walletOf(run, userAddress, 'a bridge quote')
-      const quote = await call(
-        channels.market.bridgeQuote,
-        { toChainId: chain.id, fromToken: from.address, toToken: toToken ?? token, amount: units.toString(), userAddress: user },
-        run,
-      )
-      return { output: { toChain: chain.name, amountFormatted: amount, ...quote } }
-    },
-  })
-
-  const createAutomation = tool({
-    name: 'create_automation',
-    description: 'Create a recurring buy: spend an amount of one token on another at every interval',
-    parameters: Type.Object({
-      tokenIn: TokenArg('the token spent, e.g. USDC'),
-      tokenOut: TokenArg('the token bought'),
-      amount: Amount,
-      interval: Type.String({ minLength: 1, maxLength: 64, description: 'e.g. 1h, 1d, 1w, or a cron expression' }),
-      name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+    tool({
+      name: 'get_trending_pools',
+      description: 'Up to 10 trending pools on the chain, by 24h volume',
+      parameters: Type.Object({}),
+      async run(_args, run) {
+        const { trending } = await call(channels.market.trending, {}, run)
+        return { output: { trending } }
+      },
     }),
-    async run({ tokenIn, tokenOut, amount, interval, name }, run) {
-      const { token, units } = await baseUnits(tokenIn, amount)
-      const out = await tokenOf(tokenOut)
-      const walletAddress = walletOf(run, undefined, 'an automation')
-      const config = { tokenIn: token.symbol, tokenOut: out.symbol, amount: units.toString(), interval }
-      const created = await call(
-        channels.automation.create,
-        {
+    tool({
+      name: 'quote_swap',
+      description: 'Quote selling an amount of one token for another on Uniswap or Camelot (nothing is sent)',
+      parameters: SwapArgs,
+      async run({ tokenIn, tokenOut, amount, dex }, run) {
+        const { token, units } = await baseUnits(tokenIn, amount)
+        const quote = await call(
+          channels.trading.quote,
+          { tokenIn: token.address, tokenOut, amountIn: units.toString(), ...(dex ? { dex } : {}) },
+          run,
+        )
+        return { output: { ...quote, amountInFormatted: amount, amountOutFormatted: await human(quote.tokenOut, quote.amountOut) } }
+      },
+    }),
+    tool({
+      name: 'swap',
+      description:
+        "Swap an amount of one token for another. When the caller's own wallet (its key's bound wallet, or the payer) granted the service swaps of this token on chain, it executes from that wallet under the grant and the output goes there; otherwise, for a key or a payer an admin has allowlisted, it executes from the server wallet within the spend policy; for everyone else it prepares the transactions (approval, swap) for the payer's own wallet to sign. A swap over the policy's approval threshold waits for a person other than the requester to approve or reject it (the agent cannot), then answers the swap or why it was not made",
+      parameters: Type.Object({
+        ...SwapArgs.properties,
+        slippageBps: Type.Optional(Type.Integer({ minimum: 0, maximum: 5000, description: 'default 50 (0.5%)' })),
+      }),
+      async run({ tokenIn, tokenOut, amount, dex, slippageBps }, run) {
+        const { token, units } = await baseUnits(tokenIn, amount)
+        const body = {
+          tokenIn: token.address,
+          tokenOut,
+          amountIn: units.toString(),
+          ...(dex ? { dex } : {}),
+          slippageBps: slippageBps ?? 50,
+        }
+        let execute = run.owner.kind === 'key'
+        if (run.owner.kind === 'payer') {
+          const address = getAddress(run.owner.address)
+          const { payer } = await call(channels.admin.agentPayer, { address }, run)
+          execute = payer !== null || (await grantSpends(address, token.address, run))
+        }
+        if (execute) {
+          const idempotencyKey = run.key
+          const { decideBy } = run.approvals
+          const answer = await call(
+            channels.trading.execute,
+            // the caller's own wallet pays when it granted the service swaps of tokenIn on chain
+            { ...body, fromGrant: true, idempotencyKey, jobId: run.jobId, ...(decideBy === undefined ? {} : { decideBy }) },
+            run,
+            { timeoutMs: swapTimeoutMs },
+          )
+          const asked = { amount, tokenIn: token.symbol, tokenOut: (await tokenOf(tokenOut)).symbol }
+          const result = isAwaitingApproval(answer)
+            ? await decisionOn(answer.approval, approvalNotice(answer.approval, asked), run)
+            : answer
+          if ('notSwapped' in result) return { output: { mode: 'not_swapped', reason: result.notSwapped, approval: result.approval } }
+          return {
+            output: { mode: 'executed', ...result, amountOutFormatted: await human(result.tokenOut, result.amountOut) },
+            transactions: [sent(run, result)],
+          }
+        }
+        const from = walletOf(run, undefined, 'preparing a swap')
+        const p = await call(channels.trading.prepare, { ...body, from }, run)
+        return {
+          output: { mode: 'prepared', ...p, expectedAmountOutFormatted: await human(p.tokenOut, p.expectedAmountOut) },
+          transactions: prepared(run, p),
+        }
+      },
+    }),
+    tool({
+      name: 'get_positions',
+      description: "Lending (Aave) and perpetual (GMX) positions of a wallet: the caller's own by default",
+      parameters: Type.Object({ address: AddressArg('whose; the caller by default') }),
+      async run({ address }, run) {
+        const wallet = address ?? ownerWallet(run.owner)
+        return { output: await call(channels.trading.positions, wallet ? { address: getAddress(wallet) } : {}, run) }
+      },
+    }),
+    tool({
+      name: 'list_nfts',
+      description: 'The NFTs a wallet owns (spam hidden unless asked): the caller by default',
+      parameters: Type.Object({ address: AddressArg('the owner; the caller by default'), includeHidden: Type.Optional(Type.Boolean()) }),
+      async run({ address, includeHidden }, run) {
+        const owner = walletOf(run, address, 'listing NFTs')
+        const { nfts } = await call(
+          channels.market.nfts,
+          { address: owner, ...(includeHidden === undefined ? {} : { includeHidden }) },
+          run,
+        )
+        return { output: { address: owner, nfts } }
+      },
+    }),
+    tool({
+      name: 'find_predictions',
+      description: 'Prediction markets: those matching a topic, or the top ones by volume when no topic is given',
+      parameters: Type.Object({
+        query: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'the topic, e.g. "bitcoin"' })),
+        limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 20 })),
+      }),
+      async run({ query, limit = 5 }, run) {
+        const { markets } = query
+          ? await call(channels.market.searchPredictions, { q: query, limit }, run)
+          : await call(channels.market.topPredictions, { limit }, run)
+        return { output: { query: query ?? null, markets } }
+      },
+    }),
+    tool({
+      name: 'bridge_quote',
+      description: 'Quote bridging an amount of a token from this chain to another chain (nothing is sent)',
+      parameters: Type.Object({
+        token: TokenArg('the token to bridge, e.g. USDC'),
+        amount: Amount,
+        toChain: Type.String({
+          minLength: 1,
+          maxLength: 40,
+          description: 'the destination chain: a name (Base, Ethereum, Optimism …) or a chain id',
+        }),
+        toToken: Type.Optional(TokenArg('the token received; the same symbol by default')),
+        userAddress: AddressArg('who sends and receives; the caller by default'),
+      }),
+      async run({ token, amount, toChain, toToken, userAddress }, run) {
+        const { chains } = await call(channels.market.bridgeChains, {}, run)
+        const wanted = toChain.trim().toLowerCase()
+        const chain = chains.find(
+          (c) => String(c.id) === wanted || c.name.toLowerCase() === wanted || c.key === wanted || c.name.toLowerCase().startsWith(wanted),
+        )
+        if (!chain) throw new ToolError(`unknown chain ${toChain}; bridges reach ${chains.map((c) => c.name).join(', ')}`)
+        const { token: from, units } = await baseUnits(token, amount)
+        const user = walletOf(run, userAddress, 'a bridge quote')
+        const quote = await call(
+          channels.market.bridgeQuote,
+          { toChainId: chain.id, fromToken: from.address, toToken: toToken ?? token, amount: units.toString(), userAddress: user },
+          run,
+        )
+        return { output: { toChain: chain.name, amountFormatted: amount, ...quote } }
+      },
+    }),
+    tool({
+      name: 'create_automation',
+      description: 'Create a recurring buy: spend an amount of one token on another at every interval',
+      parameters: Type.Object({
+        tokenIn: TokenArg('the token spent, e.g. USDC'),
+        tokenOut: TokenArg('the token bought'),
+        amount: Amount,
+        interval: Type.String({ minLength: 1, maxLength: 64, description: 'e.g. 1h, 1d, 1w, or a cron expression' }),
+        name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+      }),
+      async run({ tokenIn, tokenOut, amount, interval, name }, run) {
+        const { token, units } = await baseUnits(tokenIn, amount)
+        const out = await tokenOf(tokenOut)
+        const walletAddress = walletOf(run, undefined, 'an automation')
+        const config = { tokenIn: token.symbol, tokenOut: out.symbol, amount: units.toString(), interval }
+        const automation = {
           walletAddress,
-          type: 'recurring-buy',
+          type: 'recurring-buy' as const,
           name: name ?? `Buy ${out.symbol} with ${amount} ${token.symbol} every ${interval}`,
           config,
-        },
-        run,
-      )
-      return { output: created }
-    },
-  })
-
-  const listAutomations = tool({
-    name: 'list_automations',
-    description: "The caller's automations",
-    parameters: Type.Object({}),
-    async run(_args, run) {
-      const wallet = ownerWallet(run.owner)
-      return { output: await call(channels.automation.list, wallet ? { wallet: getAddress(wallet) } : {}, run) }
-    },
-  })
-
-  const setAutomationStatus = tool({
-    name: 'set_automation_status',
-    description: 'Pause (paused) or resume (active) an automation of the caller',
-    parameters: Type.Object({
-      id: Type.String({ minLength: 1, maxLength: 64 }),
-      status: Type.Union([Type.Literal('active'), Type.Literal('paused')]),
+        }
+        return { output: await call(channels.automation.create, automation, run) }
+      },
     }),
-    async run({ id, status }, run) {
-      return { output: await call(channels.automation.setStatus, { id, status }, run) }
-    },
-  })
-
-  const all: Tool[] = [
-    getPrices,
-    getTrending,
-    quoteSwap,
-    swap,
-    getPositions,
-    listNfts,
-    findPredictions,
-    bridgeQuote,
-    createAutomation,
-    listAutomations,
-    setAutomationStatus,
+    tool({
+      name: 'list_automations',
+      description: "The caller's automations",
+      parameters: Type.Object({}),
+      async run(_args, run) {
+        const wallet = ownerWallet(run.owner)
+        return { output: await call(channels.automation.list, wallet ? { wallet: getAddress(wallet) } : {}, run) }
+      },
+    }),
+    tool({
+      name: 'set_automation_status',
+      description: 'Pause (paused) or resume (active) an automation of the caller',
+      parameters: Type.Object({
+        id: Type.String({ minLength: 1, maxLength: 64 }),
+        status: Type.Union([Type.Literal('active'), Type.Literal('paused')]),
+      }),
+      async run({ id, status }, run) {
+        return { output: await call(channels.automation.setStatus, { id, status }, run) }
+      },
+    }),
   ] as Tool[]
   return { all, byName: new Map(all.map((t) => [t.name, t])), tokenOf, human }
 }

@@ -21,7 +21,6 @@ export interface AutomationsDeps {
   channels: NatsChannels
   store: Store
   log: Logger
-  /** the chain's tokens, from trading (what its swaps accept) */
   tokens: TradingTokens
   /** AUTOMATION_MIN_INTERVAL_MS */
   minIntervalMs: number
@@ -33,9 +32,11 @@ export function createAutomations({ nc, channels, store, log, tokens, minInterva
    * the owner's own wallet (a key's bound wallet, a payer itself) or one an admin allowed it, as
    * admin says (never the caller's word). Trading checks the same before every run's swap.
    */
+  const keyOf = async (keyId: string) => (await callEndpoint(nc, channels.admin.keyPolicy, { keyId }, { timeoutMs: 2000 })).key
+
   async function checkWallet(owner: Owner, walletAddress: string) {
     if (owner.keyId) {
-      const { key } = await callEndpoint(nc, channels.admin.keyPolicy, { keyId: owner.keyId }, { timeoutMs: 2000 })
+      const key = await keyOf(owner.keyId)
       if (!key) throw new Forbidden(`API key ${owner.keyId} is revoked or unknown`)
       checkRecipient({ owner: `key ${owner.keyId}`, own: key.wallet, allowed: key.policy?.allowedRecipients }, walletAddress)
       return
@@ -50,9 +51,7 @@ export function createAutomations({ nc, channels, store, log, tokens, minInterva
 
   /** An automation on a wallet's own tokens (under its grant) belongs to that wallet: a key bound to it, or the payer itself. */
   async function checkOwnWallet(owner: Owner, walletAddress: string) {
-    const own = owner.keyId
-      ? (await callEndpoint(nc, channels.admin.keyPolicy, { keyId: owner.keyId }, { timeoutMs: 2000 })).key?.wallet
-      : owner.ownerId
+    const own = owner.keyId ? (await keyOf(owner.keyId))?.wallet : owner.ownerId
     if (!own || own.toLowerCase() !== walletAddress.toLowerCase()) {
       throw new Forbidden(
         `an automation with source "wallet" spends ${getAddress(walletAddress)}'s own tokens: only a key bound to that wallet, or the wallet itself, creates one`,

@@ -2,7 +2,7 @@
 // work to exactly one scheduler however many run: FOR UPDATE SKIP LOCKED, with the next due
 // time moved in the same transaction.
 import { randomBytes } from 'node:crypto'
-import type { Automation as AutomationView, AutomationRun as RunView, AutomationStatus } from '@ats/contracts'
+import type { Automation as AutomationView, AutomationRun as RunView, AutomationStatus, SwapResult } from '@ats/contracts'
 import { BadRequest, recordEvent, type CounterMetric, type EventOutbox, type EventToRecord, type ServiceMetrics } from '@ats/service-kit'
 import { AutomationLimit } from '../errors.ts'
 import type { Automation, AutomationRun, Prisma, PrismaClient } from '../generated/prisma/client.ts'
@@ -78,6 +78,12 @@ export const runCounter = (metrics: ServiceMetrics): RunCounter =>
 export type RunOutcome =
   | { ok: true; txHash: string; amountOut: string; executionId: string }
   | { ok: false; error: string; txHash?: string | undefined; executionId?: string | undefined }
+
+/** A swap trading made, as its run's outcome: mined, or reverted on chain (`reverted` says so). */
+export const swapOutcome = (result: SwapResult, reverted: string): RunOutcome =>
+  result.success
+    ? { ok: true, txHash: result.hash, amountOut: result.amountOut, executionId: result.executionId }
+    : { ok: false, error: reverted, txHash: result.hash, executionId: result.executionId }
 
 /**
  * Whose webhook subscriptions hear of an automation: its key (and the wallet it buys for), or,
@@ -261,19 +267,15 @@ export function createStore(
             continue
           }
           const recurring = config as RecurringBuy
-          const next = new Date(nextRunAt(recurring, now))
+          await t.automation.update({ where: { id }, data: { nextRunAt: new Date(nextRunAt(recurring, now)) } })
           if (recurring.maxRuns !== undefined) {
             const started = await t.automationRun.count({ where: { automationId: id, status: { in: [...underWay, 'success'] } } })
-            if (started >= recurring.maxRuns) {
-              // the last runs are still under way: they complete it
-              await t.automation.update({ where: { id }, data: { nextRunAt: next } })
-              continue
-            }
+            // the last runs are still under way: they complete it
+            if (started >= recurring.maxRuns) continue
           }
           const run = await t.automationRun.create({
             data: { id: newId('run'), automationId: id, scheduledFor, amountIn: recurring.amount, leaseUntil: lease },
           })
-          await t.automation.update({ where: { id }, data: { nextRunAt: next } })
           claimed.push({ kind: 'run', run, automation })
         }
         const stale = await t.$queryRaw<Array<{ id: string }>>`

@@ -32,7 +32,7 @@ const positiveInteger = /^[1-9][0-9]{0,77}$/
 const bad = (message: string) => new BadRequest(`config.${message}`)
 
 /** A fixed interval in ms, or a cron expression; undefined for neither. */
-export function parseInterval(raw: string): { ms: number } | { cron: string } | undefined {
+function parseInterval(raw: string): { ms: number } | { cron: string } | undefined {
   const fixed = every.exec(raw.trim())
   if (fixed) return { ms: Number(fixed[1]) * units[fixed[2]!]! }
   const fields = raw.trim().split(/\s+/)
@@ -46,7 +46,7 @@ export function parseInterval(raw: string): { ms: number } | { cron: string } | 
 }
 
 /** When an interval or cron expression falls next after `from`. */
-export function nextAfter(interval: string, from: number): number {
+function nextAfter(interval: string, from: number): number {
   const parsed = parseInterval(interval)!
   if ('ms' in parsed) return from + parsed.ms
   return CronExpressionParser.parse(parsed.cron, { currentDate: new Date(from), tz: 'UTC' })
@@ -116,7 +116,7 @@ const allowed: Record<AutomationType, string[]> = {
   'limit-order': ['tokenIn', 'tokenOut', 'amount', 'minAmountOut', 'checkEvery', 'endAt', 'slippageBps'],
 }
 
-export const isAutomationType = (type: string): type is AutomationType => (automationTypes as readonly string[]).includes(type)
+const isAutomationType = (type: string): type is AutomationType => (automationTypes as readonly string[]).includes(type)
 
 /** The config of `type`, checked and normalised (token symbols, defaults); a 400 naming the problem otherwise. */
 export function checkConfig(type: string, config: Record<string, unknown>, options: CheckOptions): Config {

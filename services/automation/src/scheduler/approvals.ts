@@ -5,10 +5,11 @@
 // whose automation is no longer active withdraws its approval first: nobody can approve a swap its
 // owner stopped.
 import type { Approval, NatsChannels } from '@ats/contracts'
-import { callEndpoint, startWorkerLoop, type Logger } from '@ats/service-kit'
+import { callEndpoint, startWorkerLoop, type Logger, type ServiceConfig } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import type { Automation, AutomationRun } from '../generated/prisma/client.ts'
-import { identityOf, type RunOutcome, type Store } from '../automations/store.ts'
+import { identityOf, swapOutcome, type RunOutcome, type Store } from '../automations/store.ts'
+import type { automationSettings } from '../settings.ts'
 
 /** What an approval means for the run waiting for it. */
 export type ApprovalOutcome = { kind: 'waiting' } | { kind: 'finished'; outcome: RunOutcome } | { kind: 'skipped'; reason: string }
@@ -19,11 +20,7 @@ function lifetime(approval: Approval) {
   return ms >= 60_000 ? `${Math.round(ms / 60_000)} minutes` : `${Math.round(ms / 1000)} seconds`
 }
 
-/**
- * Approved and mined: the run succeeded; approved but not made (refused at approval time,
- * reverted): it failed; rejected or expired: nothing was sent, the run is skipped. Approved with
- * neither result nor error: the swap is under way, the run goes on waiting.
- */
+/** What an approval's state means for its run; approved with neither result nor error, the swap is under way. */
 export function approvalOutcome(id: string, approval: Approval | null): ApprovalOutcome {
   if (!approval) return { kind: 'finished', outcome: { ok: false, error: `not swapped: trading does not know approval ${id}` } }
   const { result, error } = approval
@@ -31,16 +28,7 @@ export function approvalOutcome(id: string, approval: Approval | null): Approval
     case 'pending':
       return { kind: 'waiting' }
     case 'approved':
-      if (result?.success)
-        return {
-          kind: 'finished',
-          outcome: { ok: true, txHash: result.hash, amountOut: result.amountOut, executionId: result.executionId },
-        }
-      if (result)
-        return {
-          kind: 'finished',
-          outcome: { ok: false, error: 'the approved swap reverted on chain', txHash: result.hash, executionId: result.executionId },
-        }
+      if (result) return { kind: 'finished', outcome: swapOutcome(result, 'the approved swap reverted on chain') }
       if (error) return { kind: 'finished', outcome: { ok: false, error: `not swapped: approval ${id} was approved, but ${error}` } }
       return { kind: 'waiting' }
     case 'expired':
@@ -58,15 +46,7 @@ export interface ApprovalWatchDeps {
   channels: NatsChannels
   store: Store
   log: Logger
-  settings: {
-    /** how often a waiting run's approval is asked after */
-    pollMs: number
-    /** waiting runs one round takes at most */
-    batch: number
-    maxFailures: number
-    /** how long trading has to answer */
-    timeoutMs: number
-  }
+  settings: ServiceConfig<typeof automationSettings>
 }
 
 /** Gives up the approval of a run nobody waits for any more; trading answers it as it now stands. */
@@ -86,8 +66,12 @@ export async function withdrawApproval(
   return approval
 }
 
+/** how long trading has to answer */
+const timeoutMs = 10_000
+
 export function startApprovalWatch(deps: ApprovalWatchDeps) {
   const { nc, channels, store, log, settings } = deps
+  const { APPROVAL_POLL_MS: pollMs, AUTOMATION_BATCH: batch } = settings
 
   async function look(run: AutomationRun & { automation: Automation }) {
     const { automation } = run
@@ -96,22 +80,17 @@ export function startApprovalWatch(deps: ApprovalWatchDeps) {
     let next: ApprovalOutcome
     if (automation.status !== 'active') {
       const stopped = `automation ${automation.status}`
-      const approval = await withdrawApproval(deps, automation, id, stopped, settings.timeoutMs)
+      const approval = await withdrawApproval(deps, automation, id, stopped, timeoutMs)
       next =
         approval?.status === 'rejected' && approval.decidedBy === 'requester'
           ? { kind: 'skipped', reason: `not swapped: ${stopped} while approval ${id} waited` }
           : approvalOutcome(id, approval)
     } else {
-      const { approval } = await callEndpoint(
-        nc,
-        channels.trading.approval,
-        { id },
-        { identity: identityOf(automation), timeoutMs: settings.timeoutMs },
-      )
+      const { approval } = await callEndpoint(nc, channels.trading.approval, { id }, { identity: identityOf(automation), timeoutMs })
       next = approvalOutcome(id, approval)
     }
     if (next.kind === 'waiting') {
-      await store.stillWaiting(run, Date.now() + settings.pollMs)
+      await store.stillWaiting(run, Date.now() + pollMs)
       return
     }
     if (next.kind === 'skipped') {
@@ -119,17 +98,17 @@ export function startApprovalWatch(deps: ApprovalWatchDeps) {
       log.info({ ...context, reason: next.reason }, 'automation run not made: its approval was not given')
       return
     }
-    await store.finishRun(run, next.outcome, settings.maxFailures)
+    await store.finishRun(run, next.outcome, settings.AUTOMATION_MAX_FAILURES)
     log.info({ ...context, ok: next.outcome.ok, hash: next.outcome.txHash }, 'automation run finished after its approval')
   }
 
   return startWorkerLoop({
     name: 'approval watch',
     log,
-    idleMs: settings.pollMs,
+    idleMs: pollMs,
     async round() {
       // held past one answer's timeout: a look that fails is retried by any replica after it
-      const waiting = await store.claimWaiting(settings.batch, settings.timeoutMs + settings.pollMs)
+      const waiting = await store.claimWaiting(batch, timeoutMs + pollMs)
       await Promise.all(
         waiting.map((run) =>
           look(run).catch((error) =>
@@ -137,7 +116,7 @@ export function startApprovalWatch(deps: ApprovalWatchDeps) {
           ),
         ),
       )
-      return waiting.length === settings.batch
+      return waiting.length === batch
     },
   })
 }

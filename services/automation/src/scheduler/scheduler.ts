@@ -6,41 +6,28 @@
 // A swap over the key's approvalAboveUsd is not sent: the run waits for the approval (approvals.ts).
 import { formatUnits } from 'viem'
 import { isAwaitingApproval, type Approval, type NatsChannels, type TradingTokens } from '@ats/contracts'
-import { callEndpoint, ServiceCallError, startWorkerLoop, type Logger } from '@ats/service-kit'
+import { callEndpoint, ServiceCallError, startWorkerLoop, type Logger, type ServiceConfig } from '@ats/service-kit'
 import { pauseMessage, type WalletControlWatch } from '@ats/wallet'
 import type { NatsConnection } from 'nats'
 import type { Automation, AutomationRun } from '../generated/prisma/client.ts'
 import { withdrawApproval } from './approvals.ts'
-import { identityOf, type Claimed, type Store } from '../automations/store.ts'
+import { identityOf, swapOutcome, type Claimed, type Store } from '../automations/store.ts'
 import type { Config, LimitOrder } from '../automations/types.ts'
-
-export interface SchedulerSettings {
-  tickMs: number
-  /** due automations one tick takes at most */
-  batch: number
-  /** how long a claimed run is this scheduler's; past it (the scheduler died) another resumes it */
-  leaseMs: number
-  /** failed runs in a row before an automation fails */
-  maxFailures: number
-  /** runs a swap may be tried (resumed after timeouts) before it fails */
-  maxAttempts: number
-  executeTimeoutMs: number
-  /** when a waiting run's approval is first asked after */
-  approvalPollMs: number
-}
+import type { automationSettings } from '../settings.ts'
 
 export interface SchedulerDeps {
   nc: NatsConnection
   channels: NatsChannels
   store: Store
   log: Logger
-  settings: SchedulerSettings
+  settings: ServiceConfig<typeof automationSettings>
   tokens: TradingTokens
   /** the server wallet's kill switch */
   walletControl: Pick<WalletControlWatch, 'state'>
 }
 
 export function startScheduler({ nc, channels, store, log, settings, tokens, walletControl }: SchedulerDeps) {
+  const { AUTOMATION_EXECUTE_TIMEOUT_MS: executeTimeoutMs, AUTOMATION_MAX_FAILURES: maxFailures, AUTOMATION_LEASE_MS: leaseMs } = settings
   const inFlight = new Set<Promise<void>>()
 
   /** Why nothing may be spent now, or undefined. */
@@ -57,11 +44,11 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
   /** trading holds the swap for a person: the run waits; if the run is gone (automation deleted meanwhile), the approval is given up. */
   async function wait(run: AutomationRun, automation: Automation, approval: Approval) {
     const context = { automationId: automation.id, runId: run.id, approvalId: approval.id }
-    if (await store.awaitApproval(run, approval, Date.now() + settings.approvalPollMs)) {
+    if (await store.awaitApproval(run, approval, Date.now() + settings.APPROVAL_POLL_MS)) {
       log.info(context, 'automation run waits for approval')
       return
     }
-    await withdrawApproval({ nc, channels }, automation, approval.id, 'automation deleted', settings.executeTimeoutMs).catch((error) =>
+    await withdrawApproval({ nc, channels }, automation, approval.id, 'automation deleted', executeTimeoutMs).catch((error) =>
       log.warn({ ...context, err: error }, 'approval of a deleted automation not withdrawn; it stays pending until it expires'),
     )
   }
@@ -98,13 +85,10 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
           idempotencyKey: `automation-run:${run.id}`,
           automationRunId: run.id,
         },
-        { identity: identityOf(automation), requestId: run.id, timeoutMs: settings.executeTimeoutMs },
+        { identity: identityOf(automation), requestId: run.id, timeoutMs: executeTimeoutMs },
       )
       if (isAwaitingApproval(result)) return wait(run, automation, result.approval)
-      const outcome = result.success
-        ? { ok: true as const, txHash: result.hash, amountOut: result.amountOut, executionId: result.executionId }
-        : { ok: false as const, error: 'the swap reverted on chain', txHash: result.hash, executionId: result.executionId }
-      await store.finishRun(run, outcome, settings.maxFailures)
+      await store.finishRun(run, swapOutcome(result, 'the swap reverted on chain'), maxFailures)
       log.info(
         { automationId: automation.id, runId: run.id, hash: result.hash, success: result.success, amountOut: result.amountOut },
         'automation run finished',
@@ -116,7 +100,7 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
       if (automation.source === 'wallet' && (status === 409 || status === 403))
         return grantRefused(run, automation, status, (error as Error).message)
       // no answer in time, or trading unavailable: the swap may still be mined; the same key picks it up
-      const retry = (status === 503 || status === 504 || status === undefined) && run.attempts < settings.maxAttempts
+      const retry = (status === 503 || status === 504 || status === undefined) && run.attempts < settings.AUTOMATION_MAX_ATTEMPTS
       if (retry) {
         log.warn(
           { err: error, automationId: automation.id, runId: run.id, attempt: run.attempts },
@@ -126,7 +110,7 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
       }
       const message = error instanceof ServiceCallError ? error.message : 'the swap could not be made'
       if (!(error instanceof ServiceCallError)) log.error({ err: error, runId: run.id }, 'automation run failed')
-      await store.finishRun(run, { ok: false, error: message }, settings.maxFailures)
+      await store.finishRun(run, { ok: false, error: message }, maxFailures)
       log.warn({ automationId: automation.id, runId: run.id, error: message }, 'automation run failed')
     }
   }
@@ -145,7 +129,7 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
         nc,
         channels.trading.quote,
         { tokenIn: order.tokenIn, tokenOut: order.tokenOut, amountIn: order.amount },
-        { timeoutMs: settings.executeTimeoutMs },
+        { timeoutMs: executeTimeoutMs },
       )
       quoted = quote.amountOut
     } catch (error) {
@@ -158,7 +142,7 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
       await store.checked(automation, `waiting: the last quote gave ${shown(quoted)}, below ${shown(order.minAmountOut)}`)
       return
     }
-    const run = await store.startFill(automation, scheduledFor, settings.leaseMs)
+    const run = await store.startFill(automation, scheduledFor, leaseMs)
     if (!run) {
       await store.checked(automation, 'a fill is under way')
       return
@@ -172,11 +156,11 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
   const loop = startWorkerLoop({
     name: 'automation scheduler',
     log,
-    idleMs: settings.tickMs,
+    idleMs: settings.AUTOMATION_TICK_MS,
     async round() {
       // the kill switch cannot be read: runs wait, as if the scheduler were down (they are due once it is back)
       if (!walletControl.state()) return false
-      const claimed = await store.claim(settings.batch, settings.leaseMs)
+      const claimed = await store.claim(settings.AUTOMATION_BATCH, leaseMs)
       for (const work of claimed) {
         // runs go on beside the next ticks; a slow swap does not hold the others back
         const task = perform(work)
@@ -184,7 +168,7 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
           .finally(() => inFlight.delete(task))
         inFlight.add(task)
       }
-      return claimed.length === settings.batch
+      return claimed.length === settings.AUTOMATION_BATCH
     },
   })
 

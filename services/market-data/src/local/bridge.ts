@@ -9,29 +9,8 @@ import { modelChains, type ModelChain, type ModelToken } from './bridgeChains.ts
 const ethereum = 1
 
 /**
- * The offline bridge quote model (BRIDGE_SOURCE=model). Every constant of it is here.
- *
- * - Chains: Arbitrum (42161, arb), Ethereum (1, eth), OP Mainnet (10, opt), Base (8453, bas),
- *   Polygon (137, pol), BSC (56, bsc), Avalanche (43114, ava), each with its native coin
- *   (0x0000000000000000000000000000000000000000) and its canonical USDC, USDT, WETH, WBTC, DAI,
- *   ARB where they exist (src/local/bridgeChains.ts). On the devnet (chain 31337) the devnet
- *   stands in for Arbitrum One: 42161's tokens also include the devnet address book's tokens.
- * - Price: a token is valued at the price of GET /market/prices' core asset its symbol maps to,
- *   after dropping a bridged-token suffix (.e, .b): ETH, WETH → ETH; BTC, WBTC, BTCB → BTC;
- *   USDC → USDC; USDT → USDT; DAI → USDC (a dollar stable); ARB, GMX, LINK → themselves. Any other
- *   token (POL, BNB, AVAX), or one whose asset has no price, cannot be quoted (400).
- * - value = amount × price of fromToken, in USD.
- * - Fees, taken from the amount (feeCosts): a bridge fee of 5 bps of the value, and a relayer
- *   fee of 0.50 USD. When the value does not exceed them, there is no route (422).
- * - Gas on the source chain, paid by the sender besides the amount (gasCosts), in USD:
- *   Ethereum 3.00; Arbitrum, OP Mainnet, Base 0.05; Polygon 0.02; BSC, Avalanche 0.10.
- * - toAmount = (value − fees) ÷ price of toToken, in toToken base units, rounded down;
- *   toAmountMin = toAmount × (10000 − slippageBps) ÷ 10000, rounded down. USD amounts are
- *   integers of 10⁻¹⁸ USD and prices are read as their shortest decimal, so no amount drifts.
- * - estimatedDurationSeconds: from Ethereum 1200 (20 min), to Ethereum 900 (15 min), between
- *   two other chains 120 (2 min).
- * - id: keccak256 of the request (chains, tokens, amount, userAddress, slippageBps): the same
- *   request has the same id. tool is "model"; there is no transactionRequest.
+ * Every constant of the offline bridge quote model (BRIDGE_SOURCE=model): its fees, gas, durations
+ * and the core asset that prices each token, as docs/market-data.md ("Bridge: the offline quote model") states them.
  */
 export const bridgeModel = {
   bridgeFeeBps: 5n,

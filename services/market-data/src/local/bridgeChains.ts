@@ -1,13 +1,9 @@
 // The chains and tokens the offline bridge model quotes between: mainnet addresses, as LI.FI lists them.
-import { ARBITRUM_ONE_CHAIN_ID, arbitrumOneTokens } from '@ats/chain'
+import { ARBITRUM_ONE_CHAIN_ID, arbitrumOneTokens, type Token } from '@ats/chain'
 import type { BridgeChain } from '@ats/contracts'
 import type { Address } from 'viem'
 
-export interface ModelToken {
-  address: Address
-  symbol: string
-  decimals: number
-}
+export type ModelToken = Pick<Token, 'address' | 'symbol' | 'decimals'>
 
 export interface ModelChain extends BridgeChain {
   /** the native coin first, then the canonical ERC-20s */

@@ -34,13 +34,6 @@ export interface PoolSnapshot {
   usd(token: Address): number | undefined
 }
 
-export interface DevnetPools {
-  /** the book's pools, Uniswap's first; read from the chain once, on first use */
-  list(): Promise<DevnetPool[]>
-  /** every pool's mid price now (one batched read) */
-  snapshot(): Promise<PoolSnapshot>
-}
-
 /**
  * How strongly a token is the quote of a pair (lower: more): a person reads "WETH / USDC" and
  * "ARB / WETH", not the other way round. Dollars first, then WETH; a pair of two other tokens
@@ -68,7 +61,7 @@ const feeLabel = (fee: number) => `${fee / 10_000}%`
  * from it, else through its WETH pool; Uniswap's pool is preferred when both DEXes have one.
  * Reads go through viem's batching transport (the devnet has no Multicall3).
  */
-export function devnetPools(client: PublicClient, book: () => AddressBook): DevnetPools {
+export function devnetPools(client: PublicClient, book: () => AddressBook) {
   let loading: Promise<DevnetPool[]> | undefined
 
   async function load(): Promise<DevnetPool[]> {
@@ -97,6 +90,7 @@ export function devnetPools(client: PublicClient, book: () => AddressBook): Devn
     return pools.filter((pool) => pool !== undefined)
   }
 
+  /** the book's pools, Uniswap's first; read from the chain once, on first use */
   const list = () => {
     loading ??= load().catch((error: unknown) => {
       loading = undefined
@@ -112,7 +106,8 @@ export function devnetPools(client: PublicClient, book: () => AddressBook): Devn
 
   return {
     list,
-    async snapshot() {
+    /** every pool's mid price now (one batched read) */
+    async snapshot(): Promise<PoolSnapshot> {
       const pools = await list()
       const sqrtPrices = await Promise.all(pools.map(sqrtPriceOf))
       const priced = pools.map((pool, i): PricedPool => {
@@ -124,6 +119,7 @@ export function devnetPools(client: PublicClient, book: () => AddressBook): Devn
     },
   }
 }
+export type DevnetPools = ReturnType<typeof devnetPools>
 
 /** What one whole `token` is worth in whole `other`, from the first pool of the pair (Uniswap's first). */
 function priceIn(pools: PricedPool[], token: Address, other: Address): number | undefined {

@@ -8,11 +8,8 @@ import type { PrismaClient, PredictionMarket as MarketRow } from '../generated/p
 import type { PredictionSource } from '../providers/types.ts'
 
 /**
- * <package>/catalog/predictions.json: about 40 illustrative markets for the devnet, written by hand in
- * the shape of GET /predictions (crypto, politics, sports, macro, tech; a few resolved ones
- * closed). Questions resemble Polymarket's, but prices, volumes and liquidity are made up, and
- * each conditionId is keccak256 of the slug, not Polymarket's. Edit the file and restart: the
- * table then holds exactly the catalog.
+ * <package>/catalog/predictions.json: illustrative markets for the devnet in the shape of GET /predictions;
+ * prices, volumes and liquidity are made up, and each conditionId is keccak256 of the slug, not Polymarket's.
  */
 export const bundledCatalog = fileURLToPath(new URL('../../catalog/predictions.json', import.meta.url))
 
@@ -85,11 +82,9 @@ const toMarket = (row: Omit<MarketRow, 'updatedAt'>): PredictionMarket => ({
 })
 
 /**
- * Answers from prediction_markets. search is Postgres full-text search: q is read as
- * websearch_to_tsquery('english', q) (words are stemmed, "quoted phrases", or, -not), matched
- * against the generated `search` column through its GIN index and ranked by ts_rank, where a
- * question match (weight A) outranks a description match (weight B); ties by volume. A q with
- * no searchable word (only stop words or punctuation) is an empty query and matches nothing.
+ * Answers from prediction_markets. search is Postgres full-text search over the generated `search`
+ * column (question weighted above description; docs/market-data.md): a q with no searchable word
+ * (only stop words or punctuation) is an empty query and matches nothing.
  */
 export function catalogPredictions(db: PrismaClient): PredictionSource {
   return {

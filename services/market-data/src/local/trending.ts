@@ -27,10 +27,8 @@ export interface SwapIndexerOptions {
 }
 
 /**
- * Stores the Swap events of the book's pools in swap_events, from block 0 to the head, a chunk
- * per round; its cursor is index_cursors `swaps:<chainId>`. Replicas may index at once: rows and
- * the cursor only ever add (ON CONFLICT DO NOTHING, GREATEST). A head below the cursor is a
- * restarted chain (a devnet begins again at block 0): its swaps are forgotten and read again.
+ * Stores the Swap events of the book's pools in swap_events, a chunk per round (docs/market-data.md,
+ * "Trending pools"). Replicas may index at once: rows and the cursor only ever add.
  */
 export function swapIndexer({ db, client, pools, chainId, log, chunkBlocks = 2000 }: SwapIndexerOptions) {
   const cursor = `swaps:${chainId}`
@@ -117,12 +115,8 @@ const percentString = (value: number) => {
 }
 
 /**
- * The book's pools by 24-hour USD volume, highest first, then by name. A pool's volume is the
- * sum of |amount| of its quote side (USDC in WETH / USDC) over its swaps of the last 24 hours,
- * valued at the quote's USD price now (the base side at the base's price when the quote has
- * none). change24h compares its pair price with the sample of 24 hours ago (the rule of
- * pricesDayBefore; poolPrices.record keeps the samples). A pool whose base has no USD price is
- * left out and logged.
+ * The book's pools by 24-hour USD volume (volumeOf), highest first, then by name; change24h by the
+ * rule of pricesDayBefore. A pool whose base has no USD price is left out and logged.
  */
 export function poolTrending({
   db,

@@ -15,12 +15,8 @@ interface OwnedNft {
 const text = (value: unknown): string | undefined => (typeof value === 'string' && value !== '' ? value : undefined)
 
 /** v3 sends decimal token ids; v2 and some collections hex ones. */
-function tokenIdOf(value: unknown): string | undefined {
-  if (typeof value !== 'string') return undefined
-  if (/^[0-9]{1,78}$/.test(value)) return BigInt(value).toString()
-  if (/^0x[0-9a-fA-F]{1,64}$/.test(value)) return BigInt(value).toString()
-  return undefined
-}
+const tokenIdOf = (value: unknown): string | undefined =>
+  typeof value === 'string' && /^([0-9]{1,78}|0x[0-9a-fA-F]{1,64})$/.test(value) ? BigInt(value).toString() : undefined
 
 function nftOf(owned: OwnedNft): Nft | undefined {
   const address = owned.contract?.address

@@ -11,7 +11,7 @@ import { WouldRevert } from '../errors.ts'
 import type { Execution } from '../generated/prisma/client.ts'
 import { swapResultOf, type Caller, type ExecutionStore, type IdempotencyRef, type SpentToday } from './executions.ts'
 import { countOutcome, type SwapCounter, type SwapPath } from './metrics.ts'
-import { approvalAsked, checkImpact, checkSpend, limitsOfKey, limitsOfPayer, type SpendDefaults, type SpendLimits } from './policy.ts'
+import { approvalAsked, checkImpact, checkSpend, limitsOf, type SpendDefaults, type SpendLimits } from './policy.ts'
 import { impactOf, type Quoter, type RoutedQuote } from './quotes.ts'
 import type { TokenResolver } from './tokens.ts'
 import { gasUsdOf, usdValueOf } from './usd.ts'
@@ -85,7 +85,8 @@ function receivedFromLogs(receipt: TransactionReceipt, token: Address, to: Addre
 export function createExecutor(options: ExecutorOptions) {
   const { executions, quoter, tokens, tx, idempotency, log } = options
   const now = options.now ?? Date.now
-  const find = (ref: string) => tokens.bySymbol(ref)
+  const limitsWithDefaults = (owner: string, policy: SpendPolicy | null) =>
+    limitsOf(owner, policy, options.defaults, (ref) => tokens.bySymbol(ref))
   const listed = (token: { address: Address }) => tokens.listed(token) !== undefined
 
   /**
@@ -100,7 +101,7 @@ export function createExecutor(options: ExecutorOptions) {
     if (caller.keyId) {
       const { policy, wallet } = await options.keyPolicy(caller.keyId)
       if (recipient) checkRecipient({ owner: `key ${caller.keyId}`, own: wallet, allowed: policy?.allowedRecipients }, recipient)
-      limits.push(limitsOfKey(caller.keyId, policy, options.defaults, find))
+      limits.push(limitsWithDefaults(`key ${caller.keyId}`, policy))
       return { limits, wallet: wallet ?? undefined }
     }
     if (!caller.ownerId || !isAddress(caller.ownerId, { strict: false })) {
@@ -114,7 +115,7 @@ export function createExecutor(options: ExecutorOptions) {
       )
     }
     if (recipient) checkRecipient({ owner: `payer ${payer}`, own: payer, allowed: policy.allowedRecipients }, recipient)
-    limits.push(limitsOfPayer(payer, policy, options.defaults, find))
+    limits.push(limitsWithDefaults(`payer ${payer}`, policy))
     // executions keep the payer lower-case: its daily sum counts them whatever case the caller sent
     return { limits, payer: payer.toLowerCase(), wallet: payer }
   }
@@ -134,12 +135,12 @@ export function createExecutor(options: ExecutorOptions) {
           `key ${caller.keyId} is not bound to ${from}: only a key bound to the wallet swaps from it under its grant (POST /admin/keys with "wallet")`,
         )
       }
-      return { limits: [userFunds(limitsOfKey(caller.keyId, policy, options.defaults, find))], wallet: from }
+      return { limits: [userFunds(limitsWithDefaults(`key ${caller.keyId}`, policy))], wallet: from }
     }
     if (caller.ownerId && isAddress(caller.ownerId, { strict: false }) && getAddress(caller.ownerId) === from) {
       const payer = from.toLowerCase()
       const policy = await options.payerPolicy(from)
-      return { limits: [userFunds(limitsOfPayer(from, policy ?? {}, options.defaults, find))], payer, wallet: from }
+      return { limits: [userFunds(limitsWithDefaults(`payer ${from}`, policy ?? {}))], payer, wallet: from }
     }
     throw new Forbidden(`a swap from ${from} is asked by the wallet itself or by a key bound to it`)
   }

@@ -47,7 +47,8 @@ function allowedAddresses(entries: string[], find: FindToken): Set<string> {
   return out
 }
 
-function withDefaults(owner: string, policy: SpendPolicy | null, defaults: SpendDefaults, find: FindToken): SpendLimits {
+/** The limits of `owner` (a key, a payer): its policy, each field it leaves out (or all, without a policy) from the defaults. */
+export function limitsOf(owner: string, policy: SpendPolicy | null, defaults: SpendDefaults, find: FindToken): SpendLimits {
   const defaulted = new Set<keyof SpendPolicy>()
   const pick = <K extends keyof SpendDefaults>(field: K) => {
     if (policy?.[field] !== undefined) return policy[field]
@@ -68,12 +69,6 @@ function withDefaults(owner: string, policy: SpendPolicy | null, defaults: Spend
     defaulted,
   }
 }
-
-/** A key's limits: its policy, each field it leaves out (or all, without a policy) from the defaults. */
-export const limitsOfKey = (keyId: string, policy: SpendPolicy | null, defaults: SpendDefaults, find: FindToken) =>
-  withDefaults(`key ${keyId}`, policy, defaults, find)
-export const limitsOfPayer = (address: string, policy: SpendPolicy, defaults: SpendDefaults, find: FindToken) =>
-  withDefaults(`payer ${address}`, policy, defaults, find)
 
 export const hasUsdLimit = (limits: SpendLimits) => limits.maxUsdPerSwap !== undefined || limits.maxUsdPerDay !== undefined
 

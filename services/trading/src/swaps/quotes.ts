@@ -83,11 +83,6 @@ export interface QuoteOptions {
   blockCacheMs: number
 }
 
-/** How a quote may come out: `partial` lets through one the pools cannot absorb whole (what valuing a swap needs: its mid price). */
-interface QuoteMode {
-  partial?: boolean
-}
-
 /**
  * Quotes on the chain's own quoters, cached per block: a quote is a function of the chain
  * state at one block, so the same question in the same block is answered from memory. The
@@ -133,15 +128,11 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
       const fillable = quote.partial
         ? await fillableAmount((amount) => dex.quote(path, amount, blockNumber).catch(unlessRevert), amountIn, quote)
         : undefined
+      const noFees = quote.fees.map(() => 0)
       return {
         amountOut: quote.amountOut,
         midAmountOut: midPriceOut(path, prices, quote.fees, amountIn),
-        spotAmountOut: midPriceOut(
-          path,
-          prices,
-          quote.fees.map(() => 0),
-          amountIn,
-        ),
+        spotAmountOut: midPriceOut(path, prices, noFees, amountIn),
         path,
         fees: quote.fees,
         fillable,
@@ -160,7 +151,8 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
     return { amountIn, tokenIn, tokenOut }
   }
 
-  async function quoteAt(request: QuoteRequest, blockNumber: bigint | undefined, mode: QuoteMode = {}): Promise<RoutedQuote> {
+  /** `partial` lets through a quote the pools cannot absorb whole (what valuing a swap needs: its mid price). */
+  async function quoteAt(request: QuoteRequest, blockNumber: bigint | undefined, mode: { partial?: boolean } = {}): Promise<RoutedQuote> {
     const dexName = request.dex ?? 'uniswap'
     const { amountIn, tokenIn, tokenOut } = await check(request)
     const block = blockNumber ?? (await latestBlock.get('latest').catch(rethrowAsChainError))
@@ -185,7 +177,7 @@ export function createQuoter({ client, dexes, tokens, blockCacheMs }: QuoteOptio
     /** a quote at the latest block known (at most blockCacheMs old) */
     quote: (request: QuoteRequest) => quoteAt(request, undefined),
     /** a quote at a given block */
-    quoteAt: (request: QuoteRequest, blockNumber: bigint, mode?: QuoteMode) => quoteAt(request, blockNumber, mode),
+    quoteAt,
     /** a quote at the chain's head right now, for execution */
     quoteFresh: async (request: QuoteRequest) => quoteAt(request, await client.getBlockNumber({ cacheTime: 0 }).catch(rethrowAsChainError)),
   }

@@ -4,16 +4,7 @@ import { getAddress, isAddress, type Address, type PublicClient } from 'viem'
 import { isRevert, rethrowAsChainError } from '../chainTx.ts'
 
 /** Tokens by symbol or address: the network's registry first, then any ERC-20 address the chain answers for. */
-export interface TokenResolver {
-  resolve(field: string, ref: string): Promise<Token>
-  bySymbol(symbol: string): Token | undefined
-  /** the address-book entry of this token, by its address (undefined: a token outside the address book, whatever its symbol() says) */
-  listed(token: Pick<Token, 'address'>): Token | undefined
-  /** WETH: what paths route through when there is no direct pool */
-  weth(): Token
-}
-
-export function tokenResolver(client: PublicClient, registry: () => TokenRegistry): TokenResolver {
+export function tokenResolver(client: PublicClient, registry: () => TokenRegistry) {
   const onChain = cachedLoader<Address, Token | null>({
     max: 1_000,
     ttlMs: 3600_000,
@@ -36,7 +27,7 @@ export function tokenResolver(client: PublicClient, registry: () => TokenRegistr
       .all.map((t) => t.symbol)
       .join(', ')
   return {
-    async resolve(field, ref) {
+    async resolve(field: string, ref: string): Promise<Token> {
       const found = registry().find(ref)
       if (found) return found
       if (isAddress(ref, { strict: false })) {
@@ -46,15 +37,19 @@ export function tokenResolver(client: PublicClient, registry: () => TokenRegistr
       }
       throw new BadRequest(`${field}: unknown token "${ref}"; use a token address or one of ${known()}`)
     },
-    bySymbol: (symbol) => registry().find(symbol),
-    listed: (token) => {
+    bySymbol: (symbol: string) => registry().find(symbol),
+    /** the address-book entry of this token, by its address (undefined: a token outside the address book, whatever its symbol() says) */
+    listed: (token: Pick<Token, 'address'>) => {
       const found = registry().find(token.address)
       return found && found.address === getAddress(token.address) ? found : undefined
     },
-    weth() {
+    /** WETH: what paths route through when there is no direct pool */
+    weth(): Token {
       const weth = registry().find('WETH')
       if (!weth) throw new Error('the token registry has no WETH')
       return weth
     },
   }
 }
+
+export type TokenResolver = ReturnType<typeof tokenResolver>
