@@ -69,7 +69,10 @@ t.test("swaps and automations on the user's own funds, under the grant it made o
       model: 'ats-planner',
       messages: [{ role: 'user', content: 'swap 30 USDC for WETH' }],
     })
-    t.match(completion.choices[0]!.message.content, /^Swapped 30 USDC for [0-9.]+ WETH/)
+    t.match(
+      completion.choices[0]!.message.content,
+      new RegExp(`^Swapped 30 USDC for [0-9.]+ WETH on uniswap from your wallet ${wallet}, under its grant`),
+    )
     t.equal(await balanceOf('USDC', wallet), usdcBefore - 30_000_000n, '30 USDC left the user’s wallet')
     t.ok((await balanceOf('WETH', wallet)) > wethBefore, 'the WETH arrived in the user’s wallet')
     t.same(await server(), serverBefore, 'the server wallet’s USDC, WETH and ETH did not change')

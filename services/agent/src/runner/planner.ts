@@ -224,7 +224,7 @@ export const intents: readonly Intent[] = [
       if (out.mode === 'executed') {
         const r = out
         return r.success
-          ? `Swapped ${slots.amount} ${r.tokenIn} for ${r.amountOutFormatted} ${r.tokenOut} on ${r.dex} from the server wallet (transaction ${r.hash}, block ${r.blockNumber}).`
+          ? `Swapped ${slots.amount} ${r.tokenIn} for ${r.amountOutFormatted} ${r.tokenOut} on ${r.dex} from ${r.from ? `your wallet ${r.from}, under its grant` : 'the server wallet'} (transaction ${r.hash}, block ${r.blockNumber}).`
           : `The swap of ${slots.amount} ${r.tokenIn} for ${r.tokenOut} reverted on chain (transaction ${r.hash}): the price moved past your slippage, nothing was received.`
       }
       const p = out
