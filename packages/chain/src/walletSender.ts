@@ -81,7 +81,8 @@ export function createWalletLock(name: string, databaseUrl: string | undefined, 
   return { run: (fn) => inProcess(() => fleetWide(fn)), close: () => (ended ??= pool.end()) }
 }
 
-const gasMargin = (estimate: bigint) => (estimate * 125n) / 100n
+/** the gas limit sent for an estimate: a quarter more */
+export const gasMargin = (estimate: bigint) => (estimate * 125n) / 100n
 
 export interface WalletSenderOptions {
   publicClient: PublicClient

@@ -1,7 +1,7 @@
 // Swaps from a user's own wallet under the permission the user granted on chain (TradeGrants):
 // the contract and the delegate signer, a wallet's grants as the chain holds them, the grant a
 // swap can use (or why none can, in words), and the transactions a wallet signs to grant or revoke.
-import { createWalletLock, createWalletSender, erc20Abi, walletLockName, type AddressBook, type WalletSender } from '@ats/chain'
+import { createWalletLock, createWalletSender, erc20Abi, gasMargin, walletLockName, type AddressBook, type WalletSender } from '@ats/chain'
 import {
   grantPeriodSeconds,
   type DexName,
@@ -296,10 +296,12 @@ export function createGrants({ chain, tokens, delegateKey, contract, fromBlock, 
       return { wallet, contract: address, delegate: me, transactions }
     },
 
-    /** whether `owner` has an active grant to this service that spends `tokenIn` */
-    async hasActive(owner: Address, tokenIn: Address): Promise<boolean> {
-      return (await grantsOf(owner)).some((grant) => grant.tokenIn === getAddress(tokenIn) && statusOf(grant) === 'active')
-    },
+    /** every grant `owner` made to this service, as the chain holds it now (read once, then handed to grantFor) */
+    of: grantsOf,
+
+    /** whether one of `grants` is active and spends `tokenIn` */
+    spends: (grants: readonly GrantState[], tokenIn: Address) =>
+      grants.some((grant) => grant.tokenIn === getAddress(tokenIn) && statusOf(grant) === 'active'),
 
     /** the revocation of grant `id` for its owner to send; 404 when it is not a grant to this service */
     async prepareRevoke(id: Hex): Promise<{ grant: Hex; transactions: GrantTransaction[] }> {
@@ -320,9 +322,14 @@ export function createGrants({ chain, tokens, delegateKey, contract, fromBlock, 
      * The grant that can pay for a swap of `amountIn` of tokenIn into tokenOut on `dex` from
      * `owner`'s wallet, or a refusal naming why none can: no grant, revoked, expired, the token
      * or DEX not granted, the period's amount used (and when it renews), the allowance short.
+     * `known`: the owner's grants when this swap already read them.
      */
-    async grantFor(owner: Address, swap: { tokenIn: Address; tokenOut: Address; dex: DexName; amountIn: bigint }): Promise<GrantState> {
-      const all = (await grantsOf(owner)).filter((grant) => grant.tokenIn === swap.tokenIn)
+    async grantFor(
+      owner: Address,
+      swap: { tokenIn: Address; tokenOut: Address; dex: DexName; amountIn: bigint },
+      known?: readonly GrantState[],
+    ): Promise<GrantState> {
+      const all = (known ?? (await grantsOf(owner))).filter((grant) => grant.tokenIn === swap.tokenIn)
       const spends = `${symbolOf(swap.tokenIn)} from ${owner}`
       if (all.length === 0) throw new GrantRefused(`no grant lets the service swap ${spends}: make one with POST /grants/prepare`)
       const live = all.filter((grant) => statusOf(grant) === 'active')
@@ -356,9 +363,9 @@ export function createGrants({ chain, tokens, delegateKey, contract, fromBlock, 
       return best
     },
 
-    /** the swap call run against the chain as the delegate: a revert throws (refusalOf names it), nothing is sent */
-    async check(call: { to: Address; data: Hex }): Promise<void> {
-      await client.estimateGas({ account: delegateAccount().address, ...call })
+    /** the swap call run against the chain as the delegate, answering the gas limit to send it with; a revert throws (refusalOf names it), nothing is sent */
+    async check(call: { to: Address; data: Hex }): Promise<bigint> {
+      return gasMargin(await client.estimateGas({ account: delegateAccount().address, ...call }))
     },
 
     /** the delegate's call of TradeGrants.swap: the router encodes the path, the owner is the only recipient */

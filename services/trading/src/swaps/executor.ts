@@ -145,14 +145,17 @@ export function createExecutor(options: ExecutorOptions) {
     throw new Forbidden(`a swap from ${from} is asked by the wallet itself or by a key bound to it`)
   }
 
-  /** The caller's own wallet (a key's bound wallet, or the payer) when it has an active grant that spends tokenIn. */
-  async function grantWallet(caller: Caller, tokenInRef: string): Promise<Address | undefined> {
+  /**
+   * The caller's own wallet (a key's bound wallet, or the payer) when it has an active grant that
+   * spends tokenIn, with the grants read (the swap picks its grant from them, not from a second read).
+   */
+  async function grantWallet(caller: Caller, tokenInRef: string): Promise<{ from: Address; known: GrantState[] } | undefined> {
     if (!options.grants.delegate) return undefined
     const own = caller.keyId ? (await options.keyPolicy(caller.keyId)).wallet : caller.ownerId
     if (!own || !isAddress(own, { strict: false })) return undefined
-    const wallet = getAddress(own)
-    const tokenIn = await tokens.resolve('tokenIn', tokenInRef)
-    return (await options.grants.hasActive(wallet, tokenIn.address)) ? wallet : undefined
+    const from = getAddress(own)
+    const [tokenIn, known] = await Promise.all([tokens.resolve('tokenIn', tokenInRef), options.grants.of(from)])
+    return options.grants.spends(known, tokenIn.address) ? { from, known } : undefined
   }
 
   /** Refuses (403) a swap over the USD caps of the limits, counting what their owners spent today. */
@@ -185,8 +188,8 @@ export function createExecutor(options: ExecutorOptions) {
     const deadline = BigInt(Math.floor(now() / 1000) + options.deadlineSeconds)
     const call = grants.swapCall(grant, q.dex.name, q.dex.encodePath(q.path), q.amountIn, minOut, deadline)
     try {
-      await grants.check(call)
-      const { receipt } = await tx.send(call, (signed) => executions.submitted(row.id, signed), grants.sender())
+      const gas = await grants.check(call) // its estimate is the limit sent: no second estimate
+      const { receipt } = await tx.send({ ...call, gas }, (signed) => executions.submitted(row.id, signed), grants.sender())
       return await finish(row, receipt, wallet)
     } catch (error) {
       const refusal = grants.refusalOf(error)
@@ -216,17 +219,22 @@ export function createExecutor(options: ExecutorOptions) {
 
     // a pause refuses what is not sent yet; a transaction signed before it is held too (chainTx)
     options.walletControl.assertSpendable()
-    const from = request.from ? getAddress(request.from) : request.fromGrant ? await grantWallet(caller, request.tokenIn) : undefined
+    const own = !request.from && request.fromGrant ? await grantWallet(caller, request.tokenIn) : undefined
+    const from = request.from ? getAddress(request.from) : own?.from
     const limits = from ? await limitsForGrant(caller, from) : await limitsFor(caller, request.recipient)
     const q = await quoter.quoteFresh(request)
     checkImpact(limits.limits, impactOf(q))
     const grant = from
-      ? await options.grants.grantFor(from, {
-          tokenIn: q.tokenIn.address,
-          tokenOut: q.tokenOut.address,
-          dex: q.dex.name,
-          amountIn: q.amountIn,
-        })
+      ? await options.grants.grantFor(
+          from,
+          {
+            tokenIn: q.tokenIn.address,
+            tokenOut: q.tokenOut.address,
+            dex: q.dex.name,
+            amountIn: q.amountIn,
+          },
+          own?.known,
+        )
       : undefined
     const slippageBps = request.slippageBps ?? 50
     const minOut = (q.amountOut * (10_000n - BigInt(slippageBps))) / 10_000n
