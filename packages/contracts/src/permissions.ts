@@ -115,8 +115,17 @@ export const natsUses: Record<FleetComponent, (c: NatsChannels) => NatsUse> = {
     emits: ['swap.confirmed'],
   }),
   'market-data': () => ({}),
-  automation: ({ admin, trading }) => ({
-    calls: [admin.keyPolicy, admin.agentPayer, trading.quote, trading.execute, trading.approval, trading.approvalWithdraw, trading.tokens],
+  automation: ({ admin, trading, market }) => ({
+    calls: [
+      admin.keyPolicy,
+      admin.agentPayer,
+      trading.quote,
+      trading.execute,
+      trading.approval,
+      trading.approvalWithdraw,
+      trading.tokens,
+      market.prices,
+    ],
     streams: [eventsStream(admin.events)],
     reads: [admin.walletControl],
     emits: ['automation.run.succeeded', 'automation.run.failed', 'automation.completed'],

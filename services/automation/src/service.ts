@@ -4,6 +4,7 @@ import { automationContract, tradingTokens } from '@ats/contracts'
 import { addNatsService, cachedLoader, callEndpoint, serveEndpoint, startEventOutbox, type ServiceDefinition } from '@ats/service-kit'
 import { watchWalletControl } from '@ats/wallet'
 import { createAutomations, ownerOf } from './automations/automations.ts'
+import { createPriceReader } from './automations/prices.ts'
 import { automationView, createStore, runCounter } from './automations/store.ts'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { automationsRoutes } from './routes/automations.ts'
@@ -27,7 +28,12 @@ export const automationService: ServiceDefinition<typeof automationSettings, Pri
     // the webhook events of runs and automations, written in the transaction that ends them
     const events = await startEventOutbox({ nc, channels: channels.admin.events, databaseUrl: config.DATABASE_URL!, schema, log })
     onClose(events.stop)
-    const store = createStore(db, { maxPerOwner: config.AUTOMATION_MAX_PER_KEY, events, runsCounted: runCounter(metrics) })
+    const store = createStore(db, {
+      maxPerOwner: config.AUTOMATION_MAX_PER_KEY,
+      triggerCheckMs: config.AUTOMATION_TRIGGER_CHECK_MS,
+      events,
+      runsCounted: runCounter(metrics),
+    })
 
     // the chain's tokens, from trading (what its swaps accept), kept 10 minutes (one call, shared by concurrent lookups)
     const tokenList = cachedLoader({
@@ -36,7 +42,13 @@ export const automationService: ServiceDefinition<typeof automationSettings, Pri
       load: () => callEndpoint(nc, channels.trading.tokens, {}, { timeoutMs: 5_000 }),
     })
     const tokens = tradingTokens(() => tokenList.get('all'))
-    const automations = createAutomations({ nc, channels, store, log, tokens, minIntervalMs: config.AUTOMATION_MIN_INTERVAL_MS })
+    const priceOf = createPriceReader({
+      nc,
+      channels,
+      maxAgeMs: config.AUTOMATION_PRICE_MAX_AGE_MS,
+      reuseMs: Math.min(1_000, config.AUTOMATION_TRIGGER_CHECK_MS / 2),
+    })
+    const automations = createAutomations({ nc, channels, store, log, tokens, minIntervalMs: config.AUTOMATION_MIN_INTERVAL_MS, priceOf })
 
     const nats = await addNatsService(nc, automationContract.name, version, 'automations and their scheduler')
     onClose(() => nats.stop().then(() => undefined))
@@ -52,7 +64,7 @@ export const automationService: ServiceDefinition<typeof automationSettings, Pri
     if (config.AUTOMATION_SCHEDULER) {
       const walletControl = await watchWalletControl(nc, channels.admin.walletControl, log)
       onClose(walletControl.close)
-      const scheduler = startScheduler({ walletControl, nc, channels, store, log, tokens, settings: config })
+      const scheduler = startScheduler({ walletControl, nc, channels, store, log, tokens, settings: config, priceOf })
       onClose(scheduler.stop)
       const approvalWatch = startApprovalWatch({ nc, channels, store, log, settings: config })
       onClose(approvalWatch.stop)

@@ -1,4 +1,4 @@
-// The settings of automation: its scheduler's tick, batch, leases and retries, the limits of automations, approval polling.
+// The settings of automation: its scheduler's tick, batch, leases and retries, stop orders' price checks, the limits of automations, approval polling.
 import { msSetting } from '@ats/service-kit'
 import { Type } from 'typebox'
 
@@ -11,6 +11,16 @@ export const automationSettings = {
   AUTOMATION_TICK_MS: msSetting('how often the scheduler looks for due automations', 1_000, 50),
   AUTOMATION_BATCH: count('due automations one tick takes at most', 50, 1000),
   AUTOMATION_MIN_INTERVAL_MS: msSetting('the shortest interval (and limit-order checkEvery) an automation may have', 60_000, 1_000),
+  AUTOMATION_TRIGGER_CHECK_MS: msSetting(
+    "how often a stop-loss, take-profit or trailing stop reads its token's price from market-data (one read per tick for all of them, no quote)",
+    5_000,
+    100,
+  ),
+  AUTOMATION_PRICE_MAX_AGE_MS: msSetting(
+    "a stop order never fires on a price older than this (market-data's updatedAt: when it read the price from its source); keep it above market-data's MARKET_CACHE_TTL_MS",
+    60_000,
+    1_000,
+  ),
   AUTOMATION_LEASE_MS: msSetting(
     'a run its scheduler has not finished by then (it died) is resumed by another, with the same idempotency key',
     120_000,

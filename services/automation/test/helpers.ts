@@ -1,4 +1,5 @@
 import { adminService } from '@ats/admin/service'
+import { marketDataService } from '@ats/market-data/service'
 import { erc20Abi } from '@ats/chain'
 import { identityHeaders } from '@ats/contracts'
 import { startTestDevnet } from '@ats/devnet'
@@ -24,12 +25,13 @@ export const keyHeaders = (keyId: string, wallet?: string) => ({
 
 /**
  * The automation service with what its runs call: admin (key policies) and trading (server
- * wallet: devnet account 0) on a devnet, one database and NATS namespace. `schedulers` automation
- * replicas share them: the first in this process (`url`), the others as child processes.
+ * wallet: devnet account 0) on a devnet, one database and NATS namespace; with `marketEnv`,
+ * market-data too (the prices stop orders watch). `schedulers` automation replicas share them:
+ * the first in this process (`url`), the others as child processes.
  */
 export async function startAutomationStack(
   t: Test,
-  options: { schedulers?: number; env?: NodeJS.ProcessEnv; tradingEnv?: NodeJS.ProcessEnv } = {},
+  options: { schedulers?: number; env?: NodeJS.ProcessEnv; tradingEnv?: NodeJS.ProcessEnv; marketEnv?: NodeJS.ProcessEnv } = {},
 ) {
   const { devnet, chainEnv, publicClient } = await startTestDevnet(t)
   const env: NodeJS.ProcessEnv = { ...(await baseTestEnv(t)), ...chainEnv }
@@ -37,6 +39,7 @@ export async function startAutomationStack(
   const [admin, trading] = await Promise.all([
     startService(t, adminService, { ...env, ADMIN_API_KEY: adminKey, SETTLEMENT_ENABLED: 'false' }),
     startService(t, tradingService, { ...env, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey, ...options.tradingEnv }),
+    options.marketEnv ? startService(t, marketDataService, { ...env, ...options.marketEnv }) : undefined,
   ])
   const automationEnv = { ...env, AUTOMATION_MIN_INTERVAL_MS: '1000', AUTOMATION_TICK_MS: '100', ...options.env }
   const schedulers: Array<{ url: string }> = [await startService(t, automationService, automationEnv)]

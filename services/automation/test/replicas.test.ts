@@ -61,7 +61,7 @@ t.test('three scheduler processes at once: every due run executed exactly once, 
 
   const resume = await call(`/automations/${ids[0]}`, { method: 'PATCH', headers: keyHeaders(keyId), body: { status: 'active' } })
   t.equal(resume.status, 400, 'a completed recurring buy is not resumed past its maxRuns')
-  t.match(resume.body.error, /cannot be resumed: it has made its 4 runs \(maxRuns\)/)
+  t.match(resume.body.error, /cannot be resumed: it made its 4 runs \(maxRuns\)/)
 
   const runs = (await Promise.all(ids.map((id) => call(`/automations/${id}/runs`, { headers: keyHeaders(keyId) })))).flatMap(
     (r) => r.body.runs,

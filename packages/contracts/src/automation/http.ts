@@ -7,12 +7,28 @@ export const automationStatuses = ['active', 'paused', 'completed', 'failed'] as
 export type AutomationStatus = (typeof automationStatuses)[number]
 export const AutomationStatusSchema = StringEnum(automationStatuses, {
   description:
-    'active: runs on schedule; paused: does not run; completed: maxRuns reached, endAt passed or the limit order filled; failed: runs failed repeatedly (statusReason says why)',
+    'active: runs on schedule; paused: does not run; completed: maxRuns reached, endAt passed, the limit order filled, a stop order fired or a TWAP ended; failed: runs failed repeatedly (statusReason says why)',
 })
 
 /** The kinds of automation; each validates its own config (docs/automation.md). */
-export const automationTypes = ['recurring-buy', 'limit-order'] as const
+export const automationTypes = ['recurring-buy', 'limit-order', 'twap', 'stop-loss', 'take-profit', 'trailing-stop'] as const
 export type AutomationType = (typeof automationTypes)[number]
+
+/** The types that sell on a price trigger (market-data's USD price of tokenIn), checked every AUTOMATION_TRIGGER_CHECK_MS. */
+export const triggerTypes = ['stop-loss', 'take-profit', 'trailing-stop'] as const satisfies readonly AutomationType[]
+export type TriggerType = (typeof triggerTypes)[number]
+
+/** What set a run off: the price that crossed a stop order's level, or a TWAP's slice. */
+export const RunTrigger = Type.Object({
+  kind: StringEnum([...triggerTypes, 'twap-slice'] as const),
+  detail: Type.String({ description: 'in words, e.g. "stop-loss: ETH at 2480.12 USD, at or below 2500" or "slice 3 of 10"' }),
+  price: Type.Optional(Type.Number({ description: "USD per whole tokenIn that fired it (market-data's price)" })),
+  threshold: Type.Optional(Type.Number({ description: 'the level the price crossed, USD' })),
+  priceAt: Type.Optional(EpochMs('when market-data read that price from its source')),
+  slice: Type.Optional(Type.Integer({ minimum: 1, description: "a TWAP slice's number, from 1" })),
+  slices: Type.Optional(Type.Integer({ minimum: 1, description: "the TWAP's number of slices" })),
+})
+export type RunTrigger = Static<typeof RunTrigger>
 
 export const AutomationSource = Type.Union([Type.Literal('server'), Type.Literal('wallet')], {
   description:
@@ -30,15 +46,21 @@ export const Automation = Type.Object({
   source: AutomationSource,
   config: Type.Record(Type.String(), Type.Unknown(), {
     description:
-      'recurring-buy: {tokenIn, tokenOut, amount (tokenIn base units), interval ("30s", "1h", "1d", "1w" or a cron expression), maxRuns?, endAt?, slippageBps?}; limit-order: {tokenIn, tokenOut, amount, minAmountOut (tokenOut base units), checkEvery?, endAt?, slippageBps?}',
+      'recurring-buy: {tokenIn, tokenOut, amount (tokenIn base units), interval ("30s", "1h", "1d", "1w" or a cron expression), maxRuns?, endAt?, slippageBps?}; limit-order: {tokenIn, tokenOut, amount, minAmountOut (tokenOut base units), checkEvery?, endAt?, slippageBps?}; twap: {tokenIn, tokenOut, amount (the total), duration ("1h"), slices (2-1000) or interval, maxImpactBps? (100), remainder? ("carry" or "drop"), slippageBps?}; stop-loss: {tokenIn, tokenOut, amount, stopPrice (USD per whole tokenIn), takeProfitPrice?, endAt?, slippageBps?}; take-profit: {tokenIn, tokenOut, amount, takeProfitPrice, stopPrice?, endAt?, slippageBps?}; trailing-stop: {tokenIn, tokenOut, amount, trailPercent or trailAmount (USD), takeProfitPrice?, endAt?, slippageBps?} (docs/automation.md)',
+  }),
+  state: Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()], {
+    description:
+      'what it has seen so far: a stop order its last price {price, priceAt} and its levels (a trailing stop: highestPrice and the stopPrice that follows it); a TWAP {slicesDone, filled, carried, skipped, windowEndsAt}; null for the other types',
   }),
   createdAt: EpochMs(),
   updatedAt: EpochMs(),
   nextRunAt: Type.Union([EpochMs(), Type.Null()], {
-    description: 'when it runs (recurring-buy) or checks the price (limit-order) next; null unless active',
+    description: 'when it runs (recurring-buy, a TWAP slice) or checks the price (limit-order, stop orders) next; null unless active',
   }),
   runs: Type.Integer({ minimum: 0, description: 'runs that executed a swap' }),
-  statusReason: Type.Union([Type.String(), Type.Null()], { description: 'why it is completed or failed, or what a limit order last saw' }),
+  statusReason: Type.Union([Type.String(), Type.Null()], {
+    description: 'why it is completed or failed, or what a limit order or stop order last saw',
+  }),
 })
 export type Automation = Static<typeof Automation>
 
@@ -71,6 +93,9 @@ export const AutomationRun = Type.Object({
   amountOut: Type.Union([IntegerString({ description: 'tokenOut base units received by the wallet' }), Type.Null()]),
   executionId: Type.Union([Type.String({ description: "trading's execution record" }), Type.Null()]),
   error: Type.Union([Type.String(), Type.Null()]),
+  trigger: Type.Union([RunTrigger, Type.Null()], {
+    description: "what set the run off: a stop order's price and level, or a TWAP slice; null for the other types",
+  }),
 })
 export type AutomationRun = Static<typeof AutomationRun>
 

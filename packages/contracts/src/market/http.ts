@@ -16,6 +16,9 @@ const DecimalString = (description: string) => Type.String({ pattern: '^-?[0-9]+
 export const PriceEntry = Type.Object({
   price: Type.Number({ description: 'USD per whole token' }),
   change24h: Type.Number({ description: 'percent change over the last 24 hours (-1.5 = down 1.5%)' }),
+  updatedAt: Type.Optional(
+    EpochMs("when the source itself last updated this price (CoinGecko's last_updated_at); absent: the answer's updatedAt"),
+  ),
 })
 export type PriceEntry = Static<typeof PriceEntry>
 

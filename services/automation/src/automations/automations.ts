@@ -1,13 +1,16 @@
 // What an owner does with their automations, over HTTP and NATS alike: who owns a request, and
-// creating (its wallet and config checked), pausing or resuming, and deleting an automation.
+// creating (its wallet and config checked; a stop order against the price now, a TWAP's slice
+// against the pools), pausing or resuming, and deleting an automation.
 import { checkRecipient } from '@ats/chain'
 import { findToken, type AutomationStatus, type CreateAutomationRequest, type NatsChannels, type TradingTokens } from '@ats/contracts'
-import { callEndpoint, Forbidden, NotFound, Unauthorized, Unavailable, type Logger } from '@ats/service-kit'
+import { BadRequest, callEndpoint, Forbidden, NotFound, ServiceCallError, Unauthorized, Unavailable, type Logger } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import { getAddress, isAddress } from 'viem'
 import { withdrawApproval } from '../scheduler/approvals.ts'
+import { twapStart, watchStop } from './orders.ts'
+import type { PriceOf } from './prices.ts'
 import { automationView, type Owner, type Store } from './store.ts'
-import { checkConfig } from './types.ts'
+import { checkConfig, isTrigger, type Config, type StopOrder, type Twap } from './types.ts'
 
 /** The owner of a request: the API key (HTTP through the gateway), or the key or payer of an agent job (NATS). */
 export function ownerOf(identity: { ownerId?: string | undefined; keyId?: string | undefined }): Owner {
@@ -24,9 +27,16 @@ export interface AutomationsDeps {
   tokens: TradingTokens
   /** AUTOMATION_MIN_INTERVAL_MS */
   minIntervalMs: number
+  priceOf: PriceOf
 }
 
-export function createAutomations({ nc, channels, store, log, tokens, minIntervalMs }: AutomationsDeps) {
+const whenFired: Record<string, string> = {
+  'stop-loss': 'a stop-loss sells when the price falls to its stopPrice',
+  'trailing-stop': 'a trailing stop sells when the price falls its trail below the highest price since creation',
+  'take-profit': 'a take-profit sells when the price rises to its takeProfitPrice',
+}
+
+export function createAutomations({ nc, channels, store, log, tokens, minIntervalMs, priceOf }: AutomationsDeps) {
   /**
    * The server wallet pays every run and the run sends what it buys to walletAddress: that must be
    * the owner's own wallet (a key's bound wallet, a payer itself) or one an admin allowed it, as
@@ -64,6 +74,51 @@ export function createAutomations({ nc, channels, store, log, tokens, minInterva
       throw new Unavailable(`the token list is not available from trading (${error.message})`)
     })
 
+  /**
+   * A new order's starting state: a stop order's levels against the price now (one that would fire
+   * at once is refused, saying why); a TWAP's first slice quoted (one the pools give nothing for is refused).
+   */
+  async function startState(type: string, config: Config): Promise<object | undefined> {
+    if (isTrigger(type)) {
+      const seen = await priceOf(config.tokenIn)
+      if ('none' in seen) throw new Unavailable(`the order cannot be checked against the price now: ${seen.none}; try again`)
+      const { state, fired } = watchStop(type, config as StopOrder, null, seen)
+      if (fired) {
+        const level =
+          fired.kind === 'take-profit' ? 'config.takeProfitPrice' : fired.kind === 'stop-loss' ? 'config.stopPrice' : 'config.trail'
+        throw new BadRequest(
+          `${level} ${fired.threshold} is ${fired.kind === 'take-profit' ? 'at or below' : 'at or above'} ${seen.asset}'s price now (${seen.price} USD): it would sell at once; ${whenFired[fired.kind]}`,
+        )
+      }
+      if (state.stopPrice !== undefined && state.stopPrice <= 0) {
+        throw new BadRequest(
+          `config.trailAmount ${(config as StopOrder).trailAmount} is not below ${seen.asset}'s price now (${seen.price} USD)`,
+        )
+      }
+      return state
+    }
+    if (type !== 'twap') return undefined
+    const order = config as Twap
+    const slice = (BigInt(order.amount) / BigInt(order.slices)).toString()
+    const quoted = await callEndpoint(
+      nc,
+      channels.trading.quote,
+      { tokenIn: order.tokenIn, tokenOut: order.tokenOut, amountIn: slice },
+      { timeoutMs: 5_000 },
+    ).catch((error: Error) => {
+      if (error instanceof ServiceCallError && error.statusCode < 500) {
+        throw new BadRequest(`config: a slice of ${slice} ${order.tokenIn} base units cannot be swapped: ${error.message}`)
+      }
+      throw new Unavailable(`a slice could not be quoted (${error.message}); try again`)
+    })
+    if (BigInt(quoted.amountOut) === 0n) {
+      throw new BadRequest(
+        `config: a slice of ${slice} ${order.tokenIn} base units buys no ${order.tokenOut} in the pools: fewer slices or a larger amount`,
+      )
+    }
+    return twapStart(order, Date.now())
+  }
+
   async function create(owner: Owner, body: CreateAutomationRequest) {
     const source = body.source ?? 'server'
     if (source === 'wallet') await checkOwnWallet(owner, body.walletAddress)
@@ -75,12 +130,14 @@ export function createAutomations({ nc, channels, store, log, tokens, minInterva
       minIntervalMs,
       now: Date.now(),
     })
+    const state = await startState(body.type, checked)
     const row = await store.create(owner, {
       walletAddress: getAddress(body.walletAddress),
       source,
       type: body.type,
       name: body.name,
       config: checked,
+      state,
     })
     log.info({ automationId: row.id, type: row.type, owner: owner.keyId ?? 'payer' }, 'automation created')
     return { automation: automationView(row) }

@@ -2,11 +2,12 @@
 // work to exactly one scheduler however many run: FOR UPDATE SKIP LOCKED, with the next due
 // time moved in the same transaction.
 import { randomBytes } from 'node:crypto'
-import type { Automation as AutomationView, AutomationRun as RunView, AutomationStatus, SwapResult } from '@ats/contracts'
+import type { Automation as AutomationView, AutomationRun as RunView, AutomationStatus, RunTrigger, SwapResult } from '@ats/contracts'
 import { BadRequest, recordEvent, type CounterMetric, type EventOutbox, type EventToRecord, type ServiceMetrics } from '@ats/service-kit'
 import { AutomationLimit } from '../errors.ts'
 import type { Automation, AutomationRun, Prisma, PrismaClient } from '../generated/prisma/client.ts'
-import { firstRunAt, nextRunAt, overReason, resumeRunAt, type Config, type LimitOrder, type RecurringBuy } from './types.ts'
+import { afterSlice, firedReason, nextSlice, overReason, type TwapState } from './orders.ts'
+import { firstRunAt, isTrigger, nextRunAt, resumeRunAt, type Config, type RecurringBuy, type StopOrder, type Twap } from './types.ts'
 
 /** The statuses that count toward AUTOMATION_MAX_PER_KEY: what runs, or may run again at a PATCH. */
 const counted = ['active', 'paused'] as const
@@ -38,6 +39,7 @@ export function automationView(row: Automation): AutomationView {
     nextRunAt: row.status === 'active' && row.nextRunAt ? row.nextRunAt.getTime() : null,
     runs: row.runs,
     statusReason: row.statusReason,
+    state: (row.state as Record<string, unknown> | null) ?? null,
   }
 }
 
@@ -54,6 +56,7 @@ export function runView(row: AutomationRun): RunView {
     amountOut: row.amountOut,
     executionId: row.executionId,
     error: row.error,
+    trigger: (row.trigger as RunTrigger | null) ?? null,
     approval:
       row.approvalId && row.approvalExpiresAt
         ? { id: row.approvalId, url: `/approvals/${row.approvalId}`, expiresAt: row.approvalExpiresAt.getTime() }
@@ -110,15 +113,28 @@ const runEvent = (automation: Automation, run: Pick<AutomationRun, 'id' | 'statu
   },
 })
 
-/** Work a scheduler claimed: a run to execute (new or resumed), or a limit order's price check. */
+/** Work a scheduler claimed: a run to execute (new or resumed), or a limit order's or stop order's price check. */
 export type Claimed =
   | { kind: 'run'; run: AutomationRun; automation: Automation }
   | { kind: 'check'; automation: Automation; scheduledFor: Date }
 
-export function createStore(
-  db: PrismaClient,
-  { maxPerOwner, events, runsCounted }: { maxPerOwner: number; events: Pick<EventOutbox, 'send'>; runsCounted: RunCounter },
-) {
+export interface StoreOptions {
+  maxPerOwner: number
+  /** how often a stop order's price is checked (AUTOMATION_TRIGGER_CHECK_MS) */
+  triggerCheckMs: number
+  events: Pick<EventOutbox, 'send'>
+  runsCounted: RunCounter
+}
+
+/** A TWAP run's slice ended (swapped or not): the TWAP's state moved on, and why it is over when that was its last. */
+async function sliceEnded(t: Prisma.TransactionClient, automation: Automation, amountIn: string, swapped: boolean, now: number) {
+  const state = afterSlice(automation.config as unknown as Twap, automation.state as unknown as TwapState, amountIn, swapped)
+  const over = overReason({ ...automation, state }, now)
+  await t.automation.update({ where: { id: automation.id }, data: { state: state as object } })
+  return over
+}
+
+export function createStore(db: PrismaClient, { maxPerOwner, triggerCheckMs, events, runsCounted }: StoreOptions) {
   /** Runs `work` in a transaction; the events it records are published once it commits. */
   async function withEvents<T>(
     work: (t: Prisma.TransactionClient, record: (event: EventToRecord) => Promise<void>) => Promise<T>,
@@ -127,6 +143,21 @@ export function createStore(
     const result = await db.$transaction((t) => work(t, async (event) => void ids.push(await recordEvent(t, event))))
     if (ids.length > 0) events.send(...ids)
     return result
+  }
+
+  /** Completes an active automation that is over (`reason`), announcing it; nothing without a reason. */
+  async function complete(
+    t: Prisma.TransactionClient,
+    record: (event: EventToRecord) => Promise<void>,
+    automation: Automation,
+    reason: string | undefined,
+  ) {
+    if (reason === undefined) return
+    const { count } = await t.automation.updateMany({
+      where: { id: automation.id, status: 'active' },
+      data: { status: 'completed', nextRunAt: null, statusReason: reason },
+    })
+    if (count > 0) await record(completedEvent(automation, reason))
   }
 
   /**
@@ -146,7 +177,14 @@ export function createStore(
   return {
     async create(
       owner: Owner,
-      input: { walletAddress: string; source: AutomationView['source']; type: string; name: string; config: Config },
+      input: {
+        walletAddress: string
+        source: AutomationView['source']
+        type: string
+        name: string
+        config: Config
+        state?: object | undefined
+      },
       now = Date.now(),
     ) {
       return db.$transaction(async (t) => {
@@ -161,7 +199,8 @@ export function createStore(
             type: input.type,
             name: input.name,
             config: input.config as object,
-            nextRunAt: new Date(firstRunAt(input.config, now)),
+            ...(input.state ? { state: input.state } : {}),
+            nextRunAt: new Date(firstRunAt(input.config, now, triggerCheckMs)),
           },
         })
       })
@@ -188,15 +227,11 @@ export function createStore(
         if (row.status === status) return row
         const resumed = status === 'active'
         const config = row.config as unknown as Config
-        if (resumed) {
-          const maxed = 'maxRuns' in config && config.maxRuns !== undefined && row.runs >= config.maxRuns
-          const over =
-            overReason(config, row.runs, now) ?? (maxed ? `it has made its ${(config as RecurringBuy).maxRuns} runs (maxRuns)` : undefined)
-          if (over) throw new BadRequest(`automation ${id} cannot be resumed: ${over}`)
-        }
+        const over = resumed ? overReason(row, now) : undefined
+        if (over) throw new BadRequest(`automation ${id} cannot be resumed: ${over}`)
         if (isCounted(status) && !isCounted(row.status)) await checkRoom(t, owner)
         const nextRunAt = resumed
-          ? new Date(resumeRunAt(config, row.nextRunAt?.getTime() ?? null, now))
+          ? new Date(resumeRunAt(config, row.nextRunAt?.getTime() ?? null, now, triggerCheckMs))
           : status === 'paused'
             ? row.nextRunAt
             : null
@@ -254,20 +289,36 @@ export function createStore(
           const { id } = automation
           const config = automation.config as unknown as Config
           const scheduledFor = automation.nextRunAt!
-          const over = overReason(config, 0, now)
+          // only what time ends (a run that ends it completes it there)
+          const over = overReason({ ...automation, runs: 0 }, now)
           if (over) {
             await t.automation.update({ where: { id }, data: { status: 'completed', nextRunAt: null, statusReason: over } })
             await record(completedEvent(automation, over))
             continue
           }
-          if ('minAmountOut' in config) {
+          if (automation.type === 'limit-order' || isTrigger(automation.type)) {
             // a price check; the order is held (next_run_at = the lease) until the check says what next
             await t.automation.update({ where: { id }, data: { nextRunAt: lease } })
             claimed.push({ kind: 'check', automation, scheduledFor })
             continue
           }
+          await t.automation.update({ where: { id }, data: { nextRunAt: new Date(nextRunAt(config, now, triggerCheckMs)) } })
+          if (automation.type === 'twap') {
+            const slice = nextSlice(config as Twap, automation.state as unknown as TwapState)
+            const run = await t.automationRun.create({
+              data: {
+                id: newId('run'),
+                automationId: id,
+                scheduledFor,
+                amountIn: slice.amountIn,
+                trigger: slice.trigger,
+                leaseUntil: lease,
+              },
+            })
+            claimed.push({ kind: 'run', run, automation })
+            continue
+          }
           const recurring = config as RecurringBuy
-          await t.automation.update({ where: { id }, data: { nextRunAt: new Date(nextRunAt(recurring, now)) } })
           if (recurring.maxRuns !== undefined) {
             const started = await t.automationRun.count({ where: { automationId: id, status: { in: [...underWay, 'success'] } } })
             // the last runs are still under way: they complete it
@@ -296,34 +347,38 @@ export function createStore(
     },
 
     /**
-     * A limit order's check found its price: the one run of the order, unless one exists already
-     * (a fill never happens twice); null when it does.
+     * A limit order's check found its price, or a stop order's a level crossed (`trigger`): the one
+     * run of the order, unless one exists already (a fill never happens twice); null when it does.
      */
-    async startFill(automation: Automation, scheduledFor: Date, leaseMs: number, now = Date.now()) {
+    async startFill(automation: Automation, scheduledFor: Date, leaseMs: number, trigger?: RunTrigger, now = Date.now()) {
       return db.$transaction(async (t) => {
         const rows = await t.$queryRaw<Array<{ id: string }>>`
           SELECT id FROM automations WHERE id = ${automation.id} AND status = 'active' FOR UPDATE`
         if (rows.length === 0) return null
         const earlier = await t.automationRun.count({ where: { automationId: automation.id, status: { in: [...underWay, 'success'] } } })
         if (earlier > 0) return null
-        const order = automation.config as unknown as LimitOrder
         return t.automationRun.create({
           data: {
             id: newId('run'),
             automationId: automation.id,
             scheduledFor,
-            amountIn: order.amount,
+            amountIn: (automation.config as unknown as Config).amount,
+            ...(trigger ? { trigger } : {}),
             leaseUntil: new Date(now + leaseMs),
           },
         })
       })
     },
 
-    /** A limit order's check did not fill: note what it saw and when it checks again. */
-    checked: (automation: Automation, reason: string, now = Date.now()) =>
+    /** A limit order's or stop order's check did not fill: note what it saw (a stop order's state too) and when it checks again. */
+    checked: (automation: Automation, reason: string, state?: object, now = Date.now()) =>
       db.automation.updateMany({
         where: { id: automation.id, status: 'active' },
-        data: { nextRunAt: new Date(nextRunAt(automation.config as unknown as LimitOrder, now)), statusReason: reason },
+        data: {
+          nextRunAt: new Date(nextRunAt(automation.config as unknown as Config, now, triggerCheckMs)),
+          statusReason: reason,
+          ...(state ? { state } : {}),
+        },
       }),
 
     /**
@@ -366,11 +421,12 @@ export function createStore(
       db.automationRun.updateMany({ where: { id: run.id, status: 'awaiting_approval' }, data: { leaseUntil: new Date(checkAt) } }),
 
     /**
-     * A run not made, counting neither as a run nor as a failure: the server wallet was paused, or
-     * its approval was rejected, expired or withdrawn. From running or awaiting_approval only, so a
-     * repeat is harmless.
+     * A run not made, counting neither as a run nor as a failure: the server wallet was paused, its
+     * approval was rejected, expired or withdrawn, or a TWAP slice was over its price-impact limit
+     * (the slice ends: its amount carried on or dropped). From running or awaiting_approval only,
+     * so a repeat is harmless.
      */
-    async skipRun(run: AutomationRun, reason: string) {
+    async skipRun(run: AutomationRun, reason: string, now = Date.now()) {
       const skipped = await withEvents(async (t, record) => {
         const { count } = await t.automationRun.updateMany({
           where: { id: run.id, status: { in: [...underWay] } },
@@ -378,7 +434,9 @@ export function createStore(
         })
         if (count === 0) return false
         const automation = await t.automation.findUnique({ where: { id: run.automationId } })
-        if (automation) await record(runEvent(automation, { id: run.id, status: 'skipped', txHash: null, error: reason }))
+        if (!automation) return true
+        await record(runEvent(automation, { id: run.id, status: 'skipped', txHash: null, error: reason }))
+        if (automation.type === 'twap') await complete(t, record, automation, await sliceEnded(t, automation, run.amountIn, false, now))
         return true
       })
       if (skipped) runsCounted.inc({ status: 'skipped' })
@@ -389,7 +447,7 @@ export function createStore(
      * complete the automation when it is done. From running or awaiting_approval only, so a
      * repeat (two replicas, a resumed run) changes nothing.
      */
-    async finishRun(run: AutomationRun, outcome: RunOutcome, maxFailures: number) {
+    async finishRun(run: AutomationRun, outcome: RunOutcome, maxFailures: number, now = Date.now()) {
       const recorded = await withEvents(async (t, record) => {
         const data = outcome.ok
           ? {
@@ -408,21 +466,20 @@ export function createStore(
         const automation = await t.automation.findUnique({ where: { id: run.automationId } })
         if (!automation) return true
         await record(runEvent(automation, { id: run.id, ...data }))
-        const config = automation.config as unknown as Config
+        const twapOver = automation.type === 'twap' ? await sliceEnded(t, automation, run.amountIn, outcome.ok, now) : undefined
         if (outcome.ok) {
           const runs = automation.runs + 1
-          const done =
-            'minAmountOut' in config
-              ? 'the limit order filled'
-              : config.maxRuns !== undefined && runs >= config.maxRuns
-                ? `it made its ${runs} runs (maxRuns)`
-                : null
-          const completes = done !== null && automation.status === 'active'
-          await t.automation.update({
-            where: { id: automation.id },
-            data: { runs, failures: 0, ...(completes ? { status: 'completed', nextRunAt: null, statusReason: done } : {}) },
-          })
-          if (completes) await record(completedEvent(automation, done))
+          const trigger = run.trigger as RunTrigger | null
+          const over =
+            isTrigger(automation.type) && trigger
+              ? firedReason(automation.config as unknown as StopOrder, trigger)
+              : (twapOver ?? overReason({ ...automation, runs }, now))
+          await t.automation.update({ where: { id: automation.id }, data: { runs, failures: 0 } })
+          await complete(t, record, automation, over)
+          return true
+        }
+        if (twapOver) {
+          await complete(t, record, automation, twapOver)
           return true
         }
         const failures = automation.failures + 1

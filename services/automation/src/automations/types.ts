@@ -4,7 +4,14 @@
 //   or a five-field cron expression in UTC), until `maxRuns` runs or `endAt`.
 // limit-order: check every `checkEvery` (default 1m) what `amount` of tokenIn would buy; as soon
 //   as the quote reaches `minAmountOut` of tokenOut, swap once and complete. `endAt` expires it.
-import { automationTypes, type AutomationType, type ListedToken } from '@ats/contracts'
+// twap: swap the total `amount` in `slices` over `duration` (one slice every duration / slices),
+//   each slice skipped when its price impact is over `maxImpactBps` (its amount carried into the
+//   next slice, or dropped); done after the last slice, or when the window ends.
+// stop-loss, take-profit, trailing-stop: sell `amount` of tokenIn once, when its USD price (from
+//   market-data) falls to `stopPrice`, rises to `takeProfitPrice`, or falls `trailPercent` /
+//   `trailAmount` below the highest price seen since creation; a stop order with both levels ends
+//   when either fires (the other is cancelled). Orders.ts holds how each check decides.
+import { automationTypes, coreAssets, triggerTypes, type AutomationType, type ListedToken, type TriggerType } from '@ats/contracts'
 import { BadRequest } from '@ats/service-kit'
 import { CronExpressionParser } from 'cron-parser'
 
@@ -23,7 +30,31 @@ export interface LimitOrder extends Common {
   minAmountOut: string
   checkEvery: string
 }
-export type Config = RecurringBuy | LimitOrder
+export interface Twap extends Common {
+  duration: string
+  slices: number
+  /** duration / slices, in ms */
+  sliceMs: number
+  maxImpactBps: number
+  /** a skipped slice's amount: carried into the next slice, or dropped */
+  remainder: 'carry' | 'drop'
+}
+/** stop-loss, take-profit and trailing-stop: at least one level; a trailing stop's stop follows the price. */
+export interface StopOrder extends Common {
+  stopPrice?: number
+  takeProfitPrice?: number
+  trailPercent?: number
+  trailAmount?: number
+}
+export type Config = RecurringBuy | LimitOrder | Twap | StopOrder
+
+export const isTrigger = (type: string): type is TriggerType => (triggerTypes as readonly string[]).includes(type)
+
+/** The market-data asset a token is priced as (WETH as ETH, WBTC as BTC), or undefined. */
+export function priceAssetOf(symbol: string): string | undefined {
+  const asset = symbol === 'WETH' ? 'ETH' : symbol === 'WBTC' ? 'BTC' : symbol
+  return (coreAssets as readonly string[]).includes(asset) ? asset : undefined
+}
 
 const units: Record<string, number> = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 }
 const every = /^([1-9][0-9]{0,5})(s|m|h|d|w)$/
@@ -46,13 +77,7 @@ function parseInterval(raw: string): { ms: number } | { cron: string } | undefin
 }
 
 /** When an interval or cron expression falls next after `from`. */
-function nextAfter(interval: string, from: number): number {
-  const parsed = parseInterval(interval)!
-  if ('ms' in parsed) return from + parsed.ms
-  return CronExpressionParser.parse(parsed.cron, { currentDate: new Date(from), tz: 'UTC' })
-    .next()
-    .getTime()
-}
+const nextAfter = (interval: string, from: number) => after(parseInterval(interval)!, from)
 
 export interface CheckOptions {
   /** the chain's tokens, by symbol or address */
@@ -111,9 +136,93 @@ function common(config: Record<string, unknown>, options: CheckOptions): Common 
   }
 }
 
+const stopFields = ['tokenIn', 'tokenOut', 'amount', 'endAt', 'slippageBps', 'takeProfitPrice']
 const allowed: Record<AutomationType, string[]> = {
   'recurring-buy': ['tokenIn', 'tokenOut', 'amount', 'interval', 'maxRuns', 'endAt', 'slippageBps'],
   'limit-order': ['tokenIn', 'tokenOut', 'amount', 'minAmountOut', 'checkEvery', 'endAt', 'slippageBps'],
+  twap: ['tokenIn', 'tokenOut', 'amount', 'duration', 'slices', 'interval', 'maxImpactBps', 'remainder', 'slippageBps'],
+  'stop-loss': [...stopFields, 'stopPrice'],
+  'take-profit': [...stopFields, 'stopPrice'],
+  'trailing-stop': [...stopFields, 'trailPercent', 'trailAmount'],
+}
+
+/** A USD price: a positive number (or a decimal string, "2,500" and "$2500" not: the agent parses words). */
+function usd(config: Record<string, unknown>, field: keyof StopOrder, required: boolean): number | undefined {
+  const raw = config[field]
+  if (raw === undefined && !required) return undefined
+  const value = typeof raw === 'string' && /^[0-9]+(\.[0-9]+)?$/.test(raw) ? Number(raw) : raw
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw bad(`${field} ${required ? 'is required: ' : 'must be '}a price in USD per whole token, a positive number (2500.5)`)
+  }
+  return value
+}
+
+function stopOrder(type: TriggerType, config: Record<string, unknown>, base: Common): StopOrder {
+  if (!priceAssetOf(base.tokenIn)) {
+    throw bad(
+      `tokenIn ${base.tokenIn} has no USD price from market-data, so no price can trigger its sale; stop orders sell ${coreAssets.filter((a) => a !== 'USDC').join(', ')} (ETH as WETH, BTC as WBTC)`,
+    )
+  }
+  const takeProfitPrice = usd(config, 'takeProfitPrice', type === 'take-profit')
+  const levels = { ...(takeProfitPrice === undefined ? {} : { takeProfitPrice }) }
+  if (type !== 'trailing-stop') {
+    const stopPrice = usd(config, 'stopPrice', type === 'stop-loss')
+    if (stopPrice !== undefined && takeProfitPrice !== undefined && stopPrice >= takeProfitPrice) {
+      throw bad(`stopPrice ${stopPrice} must be below takeProfitPrice ${takeProfitPrice}`)
+    }
+    return { ...base, ...levels, ...(stopPrice === undefined ? {} : { stopPrice }) }
+  }
+  const { trailPercent, trailAmount } = config
+  if ((trailPercent === undefined) === (trailAmount === undefined)) {
+    throw bad('a trailing-stop takes one of trailPercent (10 = the stop 10% below the highest price) or trailAmount (USD below it)')
+  }
+  if (trailPercent !== undefined) {
+    if (typeof trailPercent !== 'number' || !(trailPercent > 0 && trailPercent < 100)) {
+      throw bad('trailPercent must be a number above 0 and below 100 (10 = 10% below the highest price)')
+    }
+    return { ...base, ...levels, trailPercent }
+  }
+  return { ...base, ...levels, trailAmount: usd(config, 'trailAmount', true)! }
+}
+
+function twap(config: Record<string, unknown>, base: Common, options: CheckOptions): Twap {
+  const duration = config.duration
+  const total = typeof duration === 'string' ? every.exec(duration.trim()) : null
+  if (!total) throw bad('duration is required: how long the TWAP runs, e.g. "30m", "2h", "1d"')
+  const durationMs = Number(total[1]) * units[total[2]!]!
+  const { slices: rawSlices, interval: rawInterval } = config
+  if ((rawSlices === undefined) === (rawInterval === undefined)) {
+    throw bad('a twap takes one of slices (how many parts, 2-1000) or interval (one part every "5m")')
+  }
+  let slices: number
+  if (rawSlices !== undefined) {
+    if (!Number.isInteger(rawSlices) || (rawSlices as number) < 2 || (rawSlices as number) > 1000) {
+      throw bad('slices must be an integer from 2 to 1000')
+    }
+    slices = rawSlices as number
+  } else {
+    const parsed = typeof rawInterval === 'string' ? every.exec(rawInterval.trim()) : null
+    if (!parsed) throw bad(`interval ${JSON.stringify(rawInterval)} must be a fixed interval such as "30s", "5m", "1h"`)
+    const intervalMs = Number(parsed[1]) * units[parsed[2]!]!
+    if (durationMs < 2 * intervalMs) {
+      throw bad(`duration ${duration} is shorter than two intervals of ${rawInterval}: a TWAP needs at least 2 slices`)
+    }
+    slices = Math.min(1000, Math.floor(durationMs / intervalMs))
+  }
+  const sliceMs = Math.floor(durationMs / slices)
+  if (sliceMs < options.minIntervalMs) {
+    throw bad(
+      `duration ${duration} in ${slices} slices is a slice every ${sliceMs / 1000} s, shorter than the minimum interval of ${options.minIntervalMs / 1000} s: use fewer slices or a longer duration`,
+    )
+  }
+  if (BigInt(base.amount) < BigInt(slices)) throw bad(`amount ${base.amount} cannot be cut into ${slices} slices`)
+  const maxImpactBps = config.maxImpactBps ?? 100
+  if (!Number.isInteger(maxImpactBps) || (maxImpactBps as number) < 1 || (maxImpactBps as number) > 5000) {
+    throw bad('maxImpactBps must be an integer from 1 to 5000 (100 = 1%)')
+  }
+  const remainder = config.remainder ?? 'carry'
+  if (remainder !== 'carry' && remainder !== 'drop') throw bad('remainder must be "carry" (a skipped slice goes into the next) or "drop"')
+  return { ...base, duration: (duration as string).trim(), slices, sliceMs, maxImpactBps: maxImpactBps as number, remainder }
 }
 
 const isAutomationType = (type: string): type is AutomationType => (automationTypes as readonly string[]).includes(type)
@@ -124,6 +233,8 @@ export function checkConfig(type: string, config: Record<string, unknown>, optio
   const unknown = Object.keys(config).filter((key) => !allowed[type].includes(key))
   if (unknown.length > 0) throw bad(`${unknown[0]} is not a field of a ${type}; fields: ${allowed[type].join(', ')}`)
   const base = common(config, options)
+  if (type === 'twap') return twap(config, base, options)
+  if (isTrigger(type)) return stopOrder(type, config, base)
   if (type === 'limit-order') {
     return {
       ...base,
@@ -136,11 +247,27 @@ export function checkConfig(type: string, config: Record<string, unknown>, optio
   return { ...base, interval: interval(config, 'interval', options), ...(maxRuns === undefined ? {} : { maxRuns: maxRuns as number }) }
 }
 
+type Schedule = { ms: number } | { cron: string }
+
+/** How often an automation is due: its interval or cron, a limit order's checkEvery, a TWAP's slice, or a stop order's check (the setting). */
+function scheduleOf(config: Config, triggerCheckMs: number): Schedule {
+  if ('sliceMs' in config) return { ms: config.sliceMs }
+  if ('interval' in config) return parseInterval(config.interval)!
+  if ('checkEvery' in config) return parseInterval(config.checkEvery)!
+  return { ms: triggerCheckMs }
+}
+
+const after = (schedule: Schedule, from: number) =>
+  'ms' in schedule
+    ? from + schedule.ms
+    : CronExpressionParser.parse(schedule.cron, { currentDate: new Date(from), tz: 'UTC' })
+        .next()
+        .getTime()
+
 /** The first time a new (or resumed) automation is due: a fixed interval at once, a cron expression at its next time. */
-export function firstRunAt(config: Config, now: number): number {
-  const schedule = 'interval' in config ? config.interval : config.checkEvery
-  const parsed = parseInterval(schedule)!
-  return 'ms' in parsed ? now : nextAfter(schedule, now)
+export function firstRunAt(config: Config, now: number, triggerCheckMs: number): number {
+  const schedule = scheduleOf(config, triggerCheckMs)
+  return 'ms' in schedule ? now : after(schedule, now)
 }
 
 /**
@@ -149,22 +276,14 @@ export function firstRunAt(config: Config, now: number): number {
  * (a fixed interval keeps its phase; a cron expression its next time). Without one, an interval
  * from now.
  */
-export function resumeRunAt(config: Config, anchor: number | null, now: number): number {
+export function resumeRunAt(config: Config, anchor: number | null, now: number, triggerCheckMs: number): number {
   if (anchor !== null && anchor > now) return anchor
-  const schedule = 'interval' in config ? config.interval : config.checkEvery
-  const parsed = parseInterval(schedule)!
-  if (anchor === null || !('ms' in parsed)) return nextAfter(schedule, now)
-  return anchor + (Math.floor((now - anchor) / parsed.ms) + 1) * parsed.ms
+  const schedule = scheduleOf(config, triggerCheckMs)
+  if (anchor === null || !('ms' in schedule)) return after(schedule, now)
+  return anchor + (Math.floor((now - anchor) / schedule.ms) + 1) * schedule.ms
 }
 
-/** Why an automation can run no more, by its config and successful runs: endAt passed, or a limit order filled. */
-export function overReason(config: Config, runs: number, now: number): string | undefined {
-  if (config.endAt !== undefined && now >= config.endAt) return 'its endAt has passed'
-  if ('minAmountOut' in config && runs > 0) return 'the limit order filled'
-  return undefined
-}
-
-/** After a run due at `scheduledFor`, taken at `now`: the next due time after now (missed times are skipped, not caught up). */
-export function nextRunAt(config: Config, now: number): number {
-  return nextAfter('interval' in config ? config.interval : config.checkEvery, now)
+/** After a run or check taken at `now`: the next due time after now (missed times are skipped, not caught up). */
+export function nextRunAt(config: Config, now: number, triggerCheckMs: number): number {
+  return after(scheduleOf(config, triggerCheckMs), now)
 }

@@ -4,15 +4,20 @@
 // repeated after a timeout, never swaps twice. While an admin has paused the server wallet (the kill
 // switch, watched into memory) due runs are recorded as skipped and nothing is asked of trading.
 // A swap over the key's approvalAboveUsd is not sent: the run waits for the approval (approvals.ts).
+// Limit orders and stop orders are checks: a quote (limit order) or market-data's price (stop
+// orders, orders.ts) decides whether the one sale starts now. A TWAP slice is quoted first and
+// skipped (its amount carried or dropped) when its price impact is over the order's limit.
 import { formatUnits } from 'viem'
-import { isAwaitingApproval, type Approval, type NatsChannels, type TradingTokens } from '@ats/contracts'
+import { isAwaitingApproval, type Approval, type NatsChannels, type TradingTokens, type TriggerType } from '@ats/contracts'
 import { callEndpoint, ServiceCallError, startWorkerLoop, type Logger, type ServiceConfig } from '@ats/service-kit'
 import { pauseMessage, type WalletControlWatch } from '@ats/wallet'
 import type { NatsConnection } from 'nats'
 import type { Automation, AutomationRun } from '../generated/prisma/client.ts'
 import { withdrawApproval } from './approvals.ts'
+import { watching, watchStop, type StopState } from '../automations/orders.ts'
+import type { PriceOf } from '../automations/prices.ts'
 import { identityOf, swapOutcome, type Claimed, type Store } from '../automations/store.ts'
-import type { Config, LimitOrder } from '../automations/types.ts'
+import type { Config, LimitOrder, StopOrder, Twap } from '../automations/types.ts'
 import type { automationSettings } from '../settings.ts'
 
 export interface SchedulerDeps {
@@ -24,9 +29,12 @@ export interface SchedulerDeps {
   tokens: TradingTokens
   /** the server wallet's kill switch */
   walletControl: Pick<WalletControlWatch, 'state'>
+  priceOf: PriceOf
 }
 
-export function startScheduler({ nc, channels, store, log, settings, tokens, walletControl }: SchedulerDeps) {
+const percent = (bps: number) => `${bps / 100}%`
+
+export function startScheduler({ nc, channels, store, log, settings, tokens, walletControl, priceOf }: SchedulerDeps) {
   const { AUTOMATION_EXECUTE_TIMEOUT_MS: executeTimeoutMs, AUTOMATION_MAX_FAILURES: maxFailures, AUTOMATION_LEASE_MS: leaseMs } = settings
   const inFlight = new Set<Promise<void>>()
 
@@ -66,12 +74,27 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
     }
   }
 
+  /** Why a TWAP slice is not swapped now: its quote's price impact over the order's limit; undefined to go on. */
+  async function sliceRefusal(run: AutomationRun, order: Twap) {
+    const quote = await callEndpoint(
+      nc,
+      channels.trading.quote,
+      { tokenIn: order.tokenIn, tokenOut: order.tokenOut, amountIn: run.amountIn },
+      { timeoutMs: executeTimeoutMs },
+    )
+    if (quote.priceImpactBps <= order.maxImpactBps) return undefined
+    const next = order.remainder === 'carry' ? 'its amount carries into the next slice' : 'its amount is dropped'
+    return `price impact ${percent(quote.priceImpactBps)} over the TWAP's limit of ${percent(order.maxImpactBps)}: ${next}`
+  }
+
   async function execute(run: AutomationRun, automation: Automation) {
     const config = automation.config as unknown as Config
     // a resumed run may have a swap under way: trading answers it (or 423 when nothing was sent)
     const pausedNow = run.attempts === 1 ? paused() : undefined
     if (pausedNow) return skip(run, automation, pausedNow)
     try {
+      const refused = automation.type === 'twap' && run.attempts === 1 ? await sliceRefusal(run, config as Twap) : undefined
+      if (refused) return skip(run, automation, refused)
       const result = await callEndpoint(
         nc,
         channels.trading.execute,
@@ -99,6 +122,8 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
       if (status === 423) return skip(run, automation, (error as Error).message)
       if (automation.source === 'wallet' && (status === 409 || status === 403))
         return grantRefused(run, automation, status, (error as Error).message)
+      // a slice over the key's price-impact ceiling, or one the pools would revert: recorded, not failed
+      if (automation.type === 'twap' && status === 422) return skip(run, automation, (error as Error).message)
       // no answer in time, or trading unavailable: the swap may still be mined; the same key picks it up
       const retry = (status === 503 || status === 504 || status === undefined) && run.attempts < settings.AUTOMATION_MAX_ATTEMPTS
       if (retry) {
@@ -151,7 +176,38 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
     await execute(run, automation)
   }
 
-  const perform = (work: Claimed) => (work.kind === 'run' ? execute(work.run, work.automation) : check(work.automation, work.scheduledFor))
+  /** A stop order: its token's price now against its levels (a trailing stop's follows the highest); a crossed level starts its one sale. */
+  async function watch(automation: Automation, scheduledFor: Date) {
+    const pausedNow = paused()
+    if (pausedNow) {
+      await store.checked(automation, `not watched while ${pausedNow.replace(/; an admin .*$/, '')}`)
+      return
+    }
+    const order = automation.config as unknown as StopOrder
+    const seen = await priceOf(order.tokenIn)
+    if ('none' in seen) {
+      await store.checked(automation, `waiting: ${seen.none}; a missing or stale price never fires`)
+      return
+    }
+    const { state, fired } = watchStop(automation.type as TriggerType, order, automation.state as StopState | null, seen)
+    if (!fired) {
+      await store.checked(automation, watching(order, state, seen.asset), state)
+      return
+    }
+    // the next check comes after this sale ends (a run under way holds the order): at once if it failed
+    await store.checked(automation, fired.detail, state)
+    const run = await store.startFill(automation, scheduledFor, leaseMs, fired)
+    if (!run) return
+    log.info({ automationId: automation.id, runId: run.id, trigger: fired.detail }, 'stop order fired: selling')
+    await execute(run, automation)
+  }
+
+  const perform = (work: Claimed) =>
+    work.kind === 'run'
+      ? execute(work.run, work.automation)
+      : work.automation.type === 'limit-order'
+        ? check(work.automation, work.scheduledFor)
+        : watch(work.automation, work.scheduledFor)
 
   const loop = startWorkerLoop({
     name: 'automation scheduler',

@@ -15,14 +15,19 @@ export const coingeckoIds: Record<CoreAsset, string> = {
   LINK: 'chainlink',
 }
 
-type SimplePrice = Record<string, { usd?: unknown; usd_24h_change?: unknown } | null | undefined>
+type SimplePrice = Record<string, { usd?: unknown; usd_24h_change?: unknown; last_updated_at?: unknown } | null | undefined>
 
 export function coingeckoPrices(http: HttpClient): PriceSource {
   return {
     name: 'coingecko',
     async prices() {
       const answer = await http.getJson<SimplePrice>('/simple/price', {
-        query: { ids: Object.values(coingeckoIds).join(','), vs_currencies: 'usd', include_24hr_change: 'true' },
+        query: {
+          ids: Object.values(coingeckoIds).join(','),
+          vs_currencies: 'usd',
+          include_24hr_change: 'true',
+          include_last_updated_at: 'true',
+        },
       })
       if (typeof answer !== 'object' || answer === null || Array.isArray(answer))
         throw new UnexpectedAnswer('coingecko', 'not an object of coins')
@@ -32,7 +37,12 @@ export function coingeckoPrices(http: HttpClient): PriceSource {
         if (coin === undefined) continue // a coin CoinGecko left out: the others still answer
         if (typeof coin?.usd !== 'number') throw new UnexpectedAnswer('coingecko', `${id}.usd is not a number`)
         // the change is null for a coin without 24 h of history
-        prices[asset] = { price: coin.usd, change24h: typeof coin.usd_24h_change === 'number' ? coin.usd_24h_change : 0 }
+        prices[asset] = {
+          price: coin.usd,
+          change24h: typeof coin.usd_24h_change === 'number' ? coin.usd_24h_change : 0,
+          // CoinGecko's own time of the price (unix seconds): old when the coin's markets stopped
+          ...(typeof coin.last_updated_at === 'number' ? { updatedAt: coin.last_updated_at * 1000 } : {}),
+        }
       }
       return prices
     },
