@@ -1,9 +1,11 @@
 // The scheduler's rules as pure functions, no infrastructure: what the state of an approval means
-// for the run that waits for it (approvalOutcome), and when a resumed automation runs next (resumeRunAt).
+// for the run that waits for it (approvalOutcome), when a resumed automation runs next
+// (resumeRunAt), and what orders decide (a trailing stop's level, a TWAP's slices, when it is over).
 import type { Approval, SwapResult } from '@ats/contracts'
 import t from 'tap'
 import { approvalOutcome } from '../src/scheduler/approvals.ts'
-import { resumeRunAt, type LimitOrder, type RecurringBuy } from '../src/automations/types.ts'
+import { afterSlice, nextSlice, overReason, twapStart, watchStop } from '../src/automations/orders.ts'
+import { resumeRunAt, type LimitOrder, type RecurringBuy, type Twap } from '../src/automations/types.ts'
 
 // approvalOutcome: a run waiting for a person's approval
 const createdAt = Date.UTC(2026, 11, 1, 12)
@@ -111,3 +113,62 @@ t.test('without a kept due time (paused before, or failed) the next run is an in
   const order: LimitOrder = { tokenIn: 'USDC', tokenOut: 'ARB', amount: '1', slippageBps: 50, minAmountOut: '1', checkEvery: '5m' }
   t.equal(resumeRunAt(order, null, now, checkMs), now + 5 * 60_000)
 })
+
+// orders: a trailing stop by an amount, a TWAP's slices
+
+t.test('a trailing stop by an amount: its stop follows the highest price, never down; it fires at the stop', async (t) => {
+  const order = { tokenIn: 'WETH', tokenOut: 'USDC', amount: '1', slippageBps: 50, trailAmount: 150 }
+  const seen = (price: number) => ({ asset: 'ETH', price, at: now })
+  let { state } = watchStop('trailing-stop', order, null, seen(3000))
+  t.match(state, { highestPrice: 3000, stopPrice: 2850 })
+  ;({ state } = watchStop('trailing-stop', order, state, seen(3200)))
+  t.match(state, { highestPrice: 3200, stopPrice: 3050 })
+  const lower = watchStop('trailing-stop', order, state, seen(3051))
+  t.match(lower, { state: { highestPrice: 3200, stopPrice: 3050, price: 3051 } })
+  t.notOk(lower.fired, 'above the stop: no sale')
+  t.match(watchStop('trailing-stop', order, state, seen(3050)).fired, {
+    kind: 'trailing-stop',
+    threshold: 3050,
+    detail: 'trailing-stop: ETH at 3050 USD, at or below 3050, 150 USD under its highest 3200',
+  })
+})
+
+t.test(
+  "a TWAP's slices: equal shares, the last takes the rest; a skipped slice carried or dropped; over after the last or the window",
+  async (t) => {
+    const twap: Twap = {
+      tokenIn: 'USDC',
+      tokenOut: 'WETH',
+      amount: '100',
+      slippageBps: 50,
+      duration: '3m',
+      slices: 3,
+      sliceMs: 60_000,
+      maxImpactBps: 100,
+      remainder: 'carry',
+    }
+    let state = twapStart(twap, now)
+    t.equal(state.windowEndsAt, now + 180_000)
+    t.match(nextSlice(twap, state), { amountIn: '33', trigger: { kind: 'twap-slice', slice: 1, slices: 3, detail: 'slice 1 of 3' } })
+    state = afterSlice(twap, state, '33', false)
+    t.match(nextSlice(twap, state), {
+      amountIn: '66',
+      trigger: { slice: 2, detail: 'slice 2 of 3 (with 33 base units carried from skipped slices)' },
+    })
+    t.equal(afterSlice({ ...twap, remainder: 'drop' }, state, '33', false).carried, '0', 'dropped: nothing carried')
+    state = afterSlice(twap, state, '66', true)
+    t.match(state, { slicesDone: 2, filled: '66', carried: '0', skipped: 1 })
+    t.match(nextSlice(twap, state), { amountIn: '34', trigger: { slice: 3 } })
+    const automation = { type: 'twap', config: twap, runs: 1, state }
+    t.equal(overReason(automation, now), undefined)
+    t.equal(
+      overReason(automation, now + 180_000),
+      "the TWAP's window ended: filled 66 of 100 USDC base units (1 of 3 slices swapped, 1 not)",
+    )
+    state = afterSlice(twap, state, '34', true)
+    t.equal(
+      overReason({ ...automation, state }, now),
+      'the TWAP made its 3 slices: filled 100 of 100 USDC base units (2 of 3 slices swapped, 1 not)',
+    )
+  },
+)
