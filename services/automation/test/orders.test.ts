@@ -46,7 +46,7 @@ t.test('orders on market-data prices, three scheduler replicas: stop orders fire
   const coingecko = await startCoinGecko(top)
   const stack = await startAutomationStack(top, {
     schedulers: 3,
-    env: { AUTOMATION_TRIGGER_CHECK_MS: '200', AUTOMATION_PRICE_MAX_AGE_MS: '5000' },
+    env: { AUTOMATION_TRIGGER_CHECK_MS: '200', AUTOMATION_PRICE_MAX_AGE_MS: '5000', APPROVAL_POLL_MS: '200' },
     marketEnv: { PRICE_SOURCE: 'coingecko', COINGECKO_URL: coingecko.url, MARKET_CACHE_TTL_MS: '100' },
   })
   const { devnet, call, publicClient } = stack
@@ -158,6 +158,40 @@ t.test('orders on market-data prices, three scheduler replicas: stop orders fire
     await coingecko.setEth(2950)
     t.match(await completed(id), { runs: 1 })
     t.match(await runsOf(id), [{ status: 'success', trigger: { kind: 'trailing-stop', price: 2950, threshold: 2970 } }])
+  })
+
+  top.test('a stop order whose sale a person rejects is paused, not asked again at every check', async (t) => {
+    // every swap of this key over $1 waits for a person; it decides its own (selfApprove)
+    const approving = await stack.createKey(wallet, { approvalAboveUsd: 1, selfApprove: true })
+    await coingecko.setEth(3000)
+    const made = await call('/automations', {
+      headers: keyHeaders(approving),
+      body: { walletAddress: wallet, type: 'stop-loss', name: 'held', config: { ...sell, stopPrice: 2500 } },
+    })
+    t.equal(made.status, 201, JSON.stringify(made.body))
+    const id = made.body.automation.id as string
+    const runs = async () => (await call(`/automations/${id}/runs`, { headers: keyHeaders(approving) })).body.runs as any[]
+    await coingecko.setEth(2400)
+    const [waiting] = await eventually('the sale waiting for approval', async () => {
+      const list = await runs()
+      return list[0]?.status === 'awaiting_approval' ? list : undefined
+    })
+    const rejected = await fetch(`${stack.tradingUrl}/approvals/${waiting.approval.id}/reject`, {
+      method: 'POST',
+      headers: { ...keyHeaders(approving, wallet), 'content-type': 'application/json' },
+      body: JSON.stringify({ reason: 'hold it' }),
+    })
+    t.equal(rejected.status, 200)
+    const paused = await eventually('the order paused', async () => {
+      const automation = (await call(`/automations/${id}`, { headers: keyHeaders(approving) })).body.automation
+      return automation.status === 'paused' ? automation : undefined
+    })
+    t.match(
+      paused.statusReason,
+      /^paused: its sale was not approved \(not swapped: approval apr_\S+ was rejected by .*: hold it\); resume it to watch again$/,
+    )
+    await someChecks()
+    t.match(await runs(), [{ status: 'skipped', trigger: { kind: 'stop-loss', price: 2400 } }], 'one run, not asked again')
   })
 
   top.test('a TWAP of 10 slices fills in 10 runs, each slice once', async (t) => {

@@ -8,6 +8,7 @@ import type { Approval, NatsChannels } from '@ats/contracts'
 import { callEndpoint, startWorkerLoop, type Logger, type ServiceConfig } from '@ats/service-kit'
 import type { NatsConnection } from 'nats'
 import type { Automation, AutomationRun } from '../generated/prisma/client.ts'
+import { isTrigger } from '../automations/types.ts'
 import { identityOf, swapOutcome, type RunOutcome, type Store } from '../automations/store.ts'
 import type { automationSettings } from '../settings.ts'
 
@@ -96,6 +97,10 @@ export function startApprovalWatch(deps: ApprovalWatchDeps) {
     if (next.kind === 'skipped') {
       await store.skipRun(run, next.reason)
       log.info({ ...context, reason: next.reason }, 'automation run not made: its approval was not given')
+      // a limit or stop order still at its price would ask again at its next check: it waits for its owner instead
+      if (automation.type === 'limit-order' || isTrigger(automation.type)) {
+        await store.pauseFor(automation.id, `paused: its sale was not approved (${next.reason}); resume it to watch again`)
+      }
       return
     }
     await store.finishRun(run, next.outcome, settings.AUTOMATION_MAX_FAILURES)
