@@ -1,22 +1,24 @@
 // x402 payments: the headers (decoding, digests, the 402's shapes) without a chain, then the
 // verifier on a devnet and the test Redis.
 import t, { type Test } from 'tap'
-import { randomBytes } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { Redis } from 'ioredis'
 import { createChainClients, transferWithAuthorizationTypes } from '@ats/chain'
 import { startDevnet } from '@ats/devnet'
+import { freshNamespace } from '@ats/service-kit/testing'
 import { hashTypedData, recoverTypedDataAddress, toHex, type Address, type Hex } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import {
-  createBalanceChecker,
-  createNonceStore,
+  createPayerChain,
   createPaymentVerifier,
+  createReservations,
   decodePaymentSignature,
   decodeXPayment,
   MalformedPaymentError,
+  nonceKeyOf,
   PaymentRefused,
   paymentFromHeaders,
-  PaymentUnavailableError,
+  RESERVATION_KEY_PREFIX,
   type Payment,
 } from '../src/payments/index.ts'
 import { createAuthorizationSigning } from '../src/payments/signature.ts'
@@ -193,13 +195,15 @@ const { terms, xPayment, paymentSignature, signed, v1 } = paymentFixtures({
 const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: devnet.chainId })
 const SECP256K1_N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n
 
-const verifierOn = (redis: Redis) =>
-  createPaymentVerifier({
-    requirements: terms,
-    nonces: createNonceStore({ redis }),
-    balances: createBalanceChecker({ publicClient, asset: usdc }),
-  })
-const verifier = verifierOn(redisA)
+const namespace = await freshNamespace(t)
+
+/** a gateway replica on `redis`: its reservations (its own cache of balances) and its verifier */
+const replicaOn = (redis: Redis) => {
+  const reservations = createReservations({ redis, chain: createPayerChain({ publicClient, asset: usdc }), namespace })
+  return { reservations, verifier: createPaymentVerifier({ requirements: terms, reservations }) }
+}
+const [a, b] = [replicaOn(redisA), replicaOn(redisB)]
+const verifier = a.verifier
 
 t.test('a payment signed by a funded account verifies and yields the payer', async (t) => {
   t.equal(await verifier.verify(await v1(), nowS()), payer.address)
@@ -276,76 +280,73 @@ t.test('a nonce pays once', async (t) => {
 })
 
 t.test('50 concurrent claims of one nonce on two gateways: exactly one wins', async (t) => {
-  const stores = [createNonceStore({ redis: redisA }), createNonceStore({ redis: redisB })]
-  const nonce = toHex(randomBytes(32))
-  const validBefore = BigInt(nowS() + 60)
-  const results = await Promise.all(Array.from({ length: 50 }, (_, i) => stores[i % 2]!.claim(payer.address, nonce, validBefore)))
-  t.equal(results.filter(Boolean).length, 1)
-  const ttl = await redisA.pttl(`ats-x402:${payer.address.toLowerCase()}:${nonce}`)
+  const once = await v1(payer, { validBefore: BigInt(nowS() + 60) })
+  const claims = await Promise.all(Array.from({ length: 50 }, (_, i) => [a, b][i % 2]!.reservations.reserve(once, payer.address)))
+  t.equal(claims.filter((claim) => claim.kind === 'ok').length, 1)
+  const ttl = await redisA.pttl(nonceKeyOf(payer.address, once.authorization.nonce))
   t.ok(ttl > 60_000 && ttl <= 121_000, `the claim is kept until validBefore + margin (${ttl} ms)`)
 
-  const verifiers = [verifier, verifierOn(redisB)]
   const payment = await v1()
-  const outcomes = await Promise.allSettled(Array.from({ length: 50 }, (_, i) => verifiers[i % 2]!.verify(payment, nowS())))
+  const outcomes = await Promise.allSettled(Array.from({ length: 50 }, (_, i) => [a, b][i % 2]!.verifier.verify(payment, nowS())))
   t.equal(outcomes.filter((o) => o.status === 'fulfilled').length, 1, 'one payment verified across two verifiers')
   t.ok(outcomes.every((o) => o.status === 'fulfilled' || /^nonce already used/.test((o.reason as Error).message)))
 })
 
-t.test('without Redis, claims are atomic per process', async (t) => {
-  const store = createNonceStore()
-  const nonce = toHex(randomBytes(32))
-  const results = await Promise.all(Array.from({ length: 50 }, () => store.claim(payer.address, nonce, BigInt(nowS() + 60))))
-  t.equal(results.filter(Boolean).length, 1)
-  t.equal(await store.claim(payer.address, nonce, BigInt(nowS() + 60)), false)
+t.test('on one gateway, concurrent claims of one nonce are atomic too', async (t) => {
+  const payment = await v1()
+  const claims = await Promise.all(Array.from({ length: 50 }, () => a.reservations.reserve(payment, payer.address)))
+  t.equal(claims.filter((claim) => claim.kind === 'ok').length, 1)
+  t.same(await a.reservations.reserve(payment, payer.address), { kind: 'used' })
 })
 
-t.test('the in-memory store forgets a nonce after validBefore + margin', async (t) => {
-  let clock = 1_000_000_000
-  const store = createNonceStore({ marginMs: 1_000, now: () => clock })
-  const nonce = toHex(randomBytes(32))
-  const validBefore = BigInt(clock / 1000 + 10)
-  t.equal(await store.claim(payer.address, nonce, validBefore), true)
-  clock += 10_999
-  t.equal(await store.claim(payer.address, nonce, validBefore), false)
-  clock += 2
-  t.equal(await store.claim(payer.address, nonce, validBefore), true, 'expired claims are gone (the chain refuses the nonce by then)')
+t.test('a reservation is kept until validBefore + margin, then dropped by the next payment', async (t) => {
+  const payment = await v1()
+  const { nonce, validBefore } = payment.authorization
+  t.equal(await verifier.verify(payment, nowS()), payer.address)
+  const base = `${RESERVATION_KEY_PREFIX}${namespace}:${payer.address.toLowerCase()}`
+  t.equal(Number(await redisA.zscore(`${base}:expiries`, nonce)), Number(validBefore) * 1000 + 60_000, 'it expires at validBefore + 60 s')
+  // as if that time had come
+  await redisA.zadd(`${base}:expiries`, 'XX', Date.now() - 1, nonce)
+  t.equal(await verifier.verify(await v1(), nowS()), payer.address)
+  t.equal(await redisA.hget(`${base}:amounts`, nonce), null, 'expired reservations are gone (the chain refuses the nonce by then)')
 })
 
 t.test('an unreachable Redis or RPC fails closed with PaymentUnavailableError, not a 402', async (t) => {
-  const dead = deadRedis(t)
-  await t.rejects(
-    createNonceStore({ redis: dead }).claim(payer.address, toHex(randomBytes(32)), BigInt(nowS() + 60)),
-    PaymentUnavailableError,
-  )
+  const dead = createReservations({ redis: deadRedis(t), chain: createPayerChain({ publicClient, asset: usdc }), namespace })
+  await t.rejects(dead.reserve(await v1(), payer.address), { name: 'PaymentUnavailableError', message: /^reservation store unavailable: / })
   const offline = createChainClients({ rpcUrl: 'http://127.0.0.1:8679', chainId: devnet.chainId }).publicClient
-  await t.rejects(createBalanceChecker({ publicClient: offline, asset: usdc }).balanceOf(payer.address), {
+  await t.rejects(createPayerChain({ publicClient: offline, asset: usdc }).balanceOf(payer.address), {
     name: 'PaymentUnavailableError',
-    message: /^balance lookup failed: /,
+    message: /^block number lookup failed: /,
   })
 })
 
 t.test('an account without USDC has insufficient funds', async (t) => {
   const poor = privateKeyToAccount(generatePrivateKey())
-  await refused(t, v1(poor), 'insufficient_funds', new RegExp(`^insufficient funds: ${poor.address} holds 0, the payment is 10000$`))
+  await refused(
+    t,
+    v1(poor),
+    'insufficient_funds',
+    new RegExp(`^insufficient funds: ${poor.address} holds 0, of which 0 is reserved by unsettled payments; the payment is 10000$`),
+  )
 })
 
 t.test('balances are cached and concurrent lookups share one call', async (t) => {
   let calls = 0
   const counting = {
+    ...publicClient,
     readContract: ((args: unknown) => {
       calls++
       return publicClient.readContract(args as never)
     }) as typeof publicClient.readContract,
   }
-  // lru-cache reads a start time of 0 as 'no start': begin the fake clock anywhere else
-  let clock = 1_000_000
-  const balances = createBalanceChecker({ publicClient: counting, asset: usdc, ttlMs: 5_000, now: () => clock })
-  const all = await Promise.all(Array.from({ length: 10 }, () => balances.balanceOf(payer.address)))
-  t.ok(all.every((b) => b === all[0] && b > 0n))
+  const chain = createPayerChain({ publicClient: counting, asset: usdc, ttlMs: 1_000 })
+  const all = await Promise.all(Array.from({ length: 10 }, () => chain.balanceOf(payer.address)))
+  t.ok(all.every((read) => read.balance === all[0]!.balance && read.balance > 0n))
   t.equal(calls, 1)
-  await balances.balanceOf(payer.address)
+  await chain.balanceOf(payer.address)
   t.equal(calls, 1, 'cached')
-  clock += 5_001
-  await balances.balanceOf(payer.address)
+  await sleep(1_100)
+  await chain.balanceOf(payer.address)
   t.equal(calls, 2, 'looked up again after the TTL')
 })

@@ -6,15 +6,7 @@ import { startDevnet } from '@ats/devnet'
 import { freshNamespace } from '@ats/service-kit/testing'
 import { createTestClient, createWalletClient, erc20Abi, http, parseSignature, type Hex } from 'viem'
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts'
-import {
-  createBalanceChecker,
-  createNonceStore,
-  createPayerChain,
-  createPaymentVerifier,
-  createReservations,
-  decodeXPayment,
-  type Payment,
-} from '../src/payments/index.ts'
+import { createPayerChain, createPaymentVerifier, createReservations, decodeXPayment, type Payment } from '../src/payments/index.ts'
 import { createPaymentIdStore } from '../src/payments/paymentIds.ts'
 import { nowS, paymentFixtures, redisPair, type Message } from './paymentFixtures.ts'
 
@@ -38,12 +30,7 @@ const { publicClient } = createChainClients({ rpcUrl: devnet.rpcUrl, chainId: de
 const replica = (redis: typeof redisA, ttlMs = 60_000) => {
   const chain = createPayerChain({ publicClient, asset: usdc, ttlMs })
   const reservations = createReservations({ redis, chain, namespace })
-  const verifier = createPaymentVerifier({
-    requirements: terms,
-    nonces: createNonceStore({ redis }),
-    balances: createBalanceChecker({ publicClient, asset: usdc }),
-    reservations,
-  })
+  const verifier = createPaymentVerifier({ requirements: terms, reservations })
   return { verifier, reservations }
 }
 const [a, b] = [replica(redisA), replica(redisB)]

@@ -1,7 +1,5 @@
 export { MalformedPaymentError, PaymentRefused, type PaymentRefusalReason, PaymentUnavailableError } from '../errors.ts'
 export * from './header.ts'
 export * from './signature.ts'
-export * from './nonces.ts'
-export * from './balances.ts'
 export * from './verifier.ts'
 export * from './reservations.ts'

@@ -8,7 +8,6 @@ import type { Redis } from 'ioredis'
 import type { Address, Hex } from 'viem'
 import { PaymentUnavailableError } from '../errors.ts'
 import { authorizationJson, type Payment } from './header.ts'
-import { nonceKeyOf, nonceTtlMs } from './nonces.ts'
 import type { Reservations } from './reservations.ts'
 
 export type PaymentIdClaim =
@@ -61,14 +60,14 @@ export interface PaymentIdStore {
 }
 
 export interface PaymentIdStoreOptions {
-  /** shared by all replicas; a claim without `reservations` takes the nonce key the nonce store uses */
+  /** shared by all replicas */
   redis: Redis
   /**
-   * the gateway's: a first use also finds the nonce unused on chain and the payer funded beyond
-   * what is reserved, and reserves its value with the nonce claim and the record (a repeat
-   * reserves nothing again)
+   * a first use also finds the nonce unused on chain and the payer funded beyond what is
+   * reserved, and reserves its value with the nonce claim and the record (a repeat reserves
+   * nothing again)
    */
-  reservations?: Reservations
+  reservations: Reservations
   /** the fleet's NATS namespace: fleets sharing a Redis keep their ids apart */
   namespace: string
   /** how long an id (and its answer) is remembered after its first use */
@@ -113,15 +112,6 @@ const RUNNING = 'running'
 const FAILED = 'failed'
 type Slot = { status: number; headers: Record<string, string>; body: string } | { notStored: string }
 
-// KEYS: record, nonce. ARGV: record, record TTL ms, nonce TTL ms. Returns the existing record,
-// 0 when the nonce is taken, 1 when both were created.
-const claimScript = `
-local existing = redis.call('GET', KEYS[1])
-if existing then return existing end
-if not redis.call('SET', KEYS[2], '1', 'PX', ARGV[3], 'NX') then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1`
-
 // KEYS: slot. ARGV: TTL ms. A failed run is taken over by this repeat (one at a time); returns
 // 'run', or the slot as it is (nil while the first run is in progress).
 const turnScript = `
@@ -140,7 +130,6 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1`
 
 type ScriptedRedis = Redis & {
-  claimPaymentId(record: string, nonce: string, value: string, ttlMs: number, nonceTtlMs: number): Promise<string | number>
   paymentIdTurn(slot: string, ttlMs: number): Promise<string | null>
   paymentIdEnd(slot: string, outcome: string, ttlMs: number): Promise<number>
 }
@@ -164,15 +153,13 @@ export function createPaymentIdStore({
   const keyOf = (payer: Address, id: string) => `${PAYMENT_ID_KEY_PREFIX}${namespace}:${payer.toLowerCase()}:${id}`
   // the answer of the record's payment: a record made again after the id expired has another nonce
   const slotKeyOf = (payer: Address, id: string, nonce: Hex) => `${keyOf(payer, id)}:answer:${nonce.toLowerCase()}`
-  redis.defineCommand('claimPaymentId', { numberOfKeys: 2, lua: claimScript })
   redis.defineCommand('paymentIdTurn', { numberOfKeys: 1, lua: turnScript })
   redis.defineCommand('paymentIdEnd', { numberOfKeys: 1, lua: endScript })
   const scripted = redis as ScriptedRedis
-  // fail closed, as the nonce store does: without the record a payment could pay twice
+  // fail closed: without the answer slot a repeat could run the request again uncharged
   const stored = <T>(step: () => Promise<T>): Promise<T> =>
-    step().catch((error: unknown) => {
-      if (error instanceof PaymentUnavailableError) throw error
-      throw new PaymentUnavailableError(`payment id store unavailable: ${(error as Error).message}`, { cause: error })
+    step().catch((error: Error) => {
+      throw new PaymentUnavailableError(`payment id store unavailable: ${error.message}`, { cause: error })
     })
 
   const turnOnce = async (slotKey: string): Promise<RepeatTurn> => {
@@ -186,23 +173,9 @@ export function createPaymentIdStore({
 
   return {
     async claim(payer, id, fingerprint, payment) {
-      if (reservations) {
-        const outcome = await reservations.reserve(payment, payer, { key: keyOf(payer, id), value: encode(fingerprint, payment), ttlMs })
-        if (outcome.kind === 'record') return decide(outcome.existing, fingerprint, payment)
-        return outcome.kind === 'ok' ? { kind: 'first' } : { kind: 'nonce_used' }
-      }
-      const a = payment.authorization
-      const result = await stored(() =>
-        scripted.claimPaymentId(
-          keyOf(payer, id),
-          nonceKeyOf(a.from, a.nonce),
-          encode(fingerprint, payment),
-          ttlMs,
-          nonceTtlMs(a.validBefore, Date.now()),
-        ),
-      )
-      if (typeof result === 'string') return decide(result, fingerprint, payment)
-      return result === 1 ? { kind: 'first' } : { kind: 'nonce_used' }
+      const outcome = await reservations.reserve(payment, payer, { key: keyOf(payer, id), value: encode(fingerprint, payment), ttlMs })
+      if (outcome.kind === 'record') return decide(outcome.existing, fingerprint, payment)
+      return outcome.kind === 'ok' ? { kind: 'first' } : { kind: 'nonce_used' }
     },
 
     async turn(payer, id, nonce) {

@@ -17,7 +17,6 @@ import {
 } from 'viem'
 import { PaymentRefused, PaymentUnavailableError } from '../errors.ts'
 import type { Payment } from './header.ts'
-import { nonceKeyOf, nonceTtlMs, NONCE_MARGIN_MS } from './nonces.ts'
 
 /** A payer's balance at `block`: every transfer mined in `block` or before is in it, none after. */
 export interface Balance {
@@ -203,6 +202,10 @@ function authorizationStates(publicClient: PayerChainOptions['publicClient'], as
 }
 
 export const RESERVATION_KEY_PREFIX = 'ats-x402-reserved:'
+/** the Redis key of a claimed nonce */
+export const nonceKeyOf = (from: string, nonce: string) => `ats-x402:${from.toLowerCase()}:${nonce.toLowerCase()}`
+/** how long a nonce claim and a reservation are kept past validBefore, against clock skew between replicas and the chain */
+const NONCE_MARGIN_MS = 60_000
 
 // A payer's reservations are two keys: a hash (nonce -> value, '@sum' the total, '@block' the
 // newest block a pruning read, '@balance' the balance it read there) and a sorted set (nonce by
@@ -345,6 +348,8 @@ export function createReservations({ redis, chain, namespace }: ReservationOptio
   const attempt = async (payment: Payment, { balance, block }: Balance, record: ReserveRecord | undefined) => {
     const a = payment.authorization
     const t = Date.now()
+    // the nonce claim and the reservation outlive validBefore: by then the payment is settled or can never be
+    const expiresAt = Number(a.validBefore) * 1000 + NONCE_MARGIN_MS
     const [kind, detail, held] = await scripted.reservePayment(
       record ? '4' : '3',
       nonceKeyOf(a.from, a.nonce),
@@ -354,9 +359,8 @@ export function createReservations({ redis, chain, namespace }: ReservationOptio
       a.value.toString(),
       capped(balance),
       block.toString(),
-      String(nonceTtlMs(a.validBefore, t)),
-      // a reservation outlives validBefore as a nonce claim does: by then the payment is settled or can never be
-      String(Number(a.validBefore) * 1000 + NONCE_MARGIN_MS),
+      String(Math.max(1, expiresAt - t)),
+      String(expiresAt),
       String(t),
       ...(record ? [record.value, String(record.ttlMs)] : []),
     )

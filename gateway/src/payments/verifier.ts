@@ -1,9 +1,7 @@
 import { LRUCache } from 'lru-cache'
 import { getAddress, type Address } from 'viem'
-import type { BalanceChecker } from './balances.ts'
 import { PaymentRefused } from '../errors.ts'
 import type { Payment } from './header.ts'
-import type { NonceStore } from './nonces.ts'
 import type { Reservations } from './reservations.ts'
 import { caip2Network, v1Network, type PaymentTerms } from '@ats/contracts'
 import { createAuthorizationSigning } from './signature.ts'
@@ -14,21 +12,19 @@ export type PaymentVerifierOptions = {
   refusedPayer?: (payer: string) => string | undefined
   /** validBefore must be at least this far ahead, so the payment can still settle (6 s) */
   minValiditySeconds?: number
-} /**
- * the gateway's way (Redis): the nonce unused on chain, and the balance minus what the payer's
- * unsettled payments reserve, checked with the nonce claim and the reservation in one step
- */ & (
-  | { reservations: Reservations }
-  /** without reservations, the balance alone and `nonces` (unit tests) */
-  | { nonces: NonceStore; balances: BalanceChecker }
-)
+  /**
+   * the nonce unused on chain, and the balance minus what the payer's unsettled payments reserve,
+   * checked with the nonce claim and the reservation in one step (Redis, for every gateway)
+   */
+  reservations: Reservations
+}
 
 /**
  * Verifies an x402 `exact` payment at the edge, cheapest checks first; the nonce is claimed
  * last so that a refused payment does not burn it.
  */
 export function createPaymentVerifier(options: PaymentVerifierOptions) {
-  const { requirements: r, refusedPayer = () => undefined, minValiditySeconds = 6 } = options
+  const { requirements: r, refusedPayer = () => undefined, minValiditySeconds = 6, reservations } = options
   const signing = createAuthorizationSigning({ ...r.token, chainId: r.chainId, verifyingContract: r.asset })
   const networks = new Set([caip2Network(r.chainId), v1Network(r.chainId)])
   const payTo = r.payTo.toLowerCase()
@@ -84,17 +80,7 @@ export function createPaymentVerifier(options: PaymentVerifierOptions) {
   /** The payer's checksummed address once the payment is checked, funded and its nonce claimed; else a PaymentRefused. */
   async function verify(payment: Payment, now: number | bigint, price = r.price): Promise<Address> {
     const payer = check(payment, now, price)
-    if ('reservations' in options) {
-      if ((await options.reservations.reserve(payment, payer)).kind !== 'ok') throw nonceUsed(payment, payer)
-      return payer
-    }
-    // the payer holds the payment's value (read from the chain, cached)
-    const a = payment.authorization
-    const { balances, nonces } = options
-    const balance = await balances.balanceOf(payer)
-    if (balance < a.value)
-      throw new PaymentRefused('insufficient_funds', `insufficient funds: ${payer} holds ${balance}, the payment is ${a.value}`)
-    if (!(await nonces.claim(a.from, a.nonce, a.validBefore))) throw nonceUsed(payment, payer)
+    if ((await reservations.reserve(payment, payer)).kind !== 'ok') throw nonceUsed(payment, payer)
     return payer
   }
 

@@ -362,7 +362,7 @@ export async function scrapeMetric(baseUrl: string, name: string): Promise<Recor
   return samples
 }
 
-export { compareSchemaWithDatabase, parsePrismaSchema } from './schemaCheck.ts'
+export { compareSchemaWithDatabase, parsePrismaSchema } from './testSupport/schemaCheck.ts'
 export { createDatabase } from './database.ts'
 
 /**

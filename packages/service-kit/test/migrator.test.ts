@@ -7,7 +7,7 @@ import { join } from 'node:path'
 import pg from 'pg'
 import t from 'tap'
 import { migrate } from '../src/migrator.ts'
-import { parsePrismaSchema } from '../src/schemaCheck.ts'
+import { parsePrismaSchema } from '../src/testSupport/schemaCheck.ts'
 import { compareSchemaWithDatabase, freshDatabase } from '../src/testing.ts'
 
 // migrate

@@ -1,3 +1,5 @@
+// Test support: a schema.prisma read and compared with the tables of a live database, so a test
+// can tell that the migrations build what the schema says.
 import { readFile } from 'node:fs/promises'
 import pg from 'pg'
 
