@@ -9,10 +9,12 @@ import { createWalletClient, http, maxUint256, parseAbi, parseUnits, type Addres
 import { privateKeyToAccount } from 'viem/accounts'
 import { eventually, startTradingFleet } from './fleet.ts'
 // in this process too (a process spends ~2.5 s of CPU loading the fleet's modules): approvals,
-// automations and the kill switch, each module with a fleet of its own inside its test, runnable alone
+// automations, orders (TWAP and stop orders), grants and the kill switch, each module with a fleet
+// of its own inside its test, runnable alone
 import './trading/approvals.ts'
 import './trading/automation.ts'
 import './trading/grants.ts'
+import './trading/orders.ts'
 import './trading/walletControl.ts'
 
 /**

@@ -236,7 +236,11 @@ t.test('automations created, run on chain, paused, resumed and deleted', async (
         ['no name', { walletAddress: wallet, type: 'recurring-buy', config: {} }, /Missing required params: name/],
         ['no config', { walletAddress: wallet, type: 'recurring-buy', name: 'x' }, /Missing required params: config/],
         ['a bad wallet', body({ walletAddress: '0x123' }), /body\/walletAddress must match pattern/],
-        ['an unknown type', body({ type: 'moon-shot' }), /^type moon-shot is not supported; types: recurring-buy, limit-order$/],
+        [
+          'an unknown type',
+          body({ type: 'moon-shot' }),
+          /^type moon-shot is not supported; types: recurring-buy, limit-order, twap, stop-loss, take-profit, trailing-stop$/,
+        ],
         ['an unknown token', body({}, { tokenOut: 'DOGE' }), /^config.tokenOut DOGE is not a known token; known: /],
         ['a decimal amount', body({}, { amount: '1.5' }), /^config.amount must be a positive integer string in USDC base units/],
         ['a zero amount', body({}, { amount: '0' }), /^config.amount must be a positive integer string/],

@@ -83,7 +83,7 @@ t.test('orders on market-data prices, three scheduler replicas: stop orders fire
     const crossed = await post('stop-loss', { ...sell, stopPrice: 3500, takeProfitPrice: 3200 })
     t.match(crossed.body.error, /stopPrice 3500 must be below takeProfitPrice 3200/)
     const both = await post('trailing-stop', { ...sell, trailPercent: 5, trailAmount: 100 })
-    t.match(both.body.error, /one of trailPercent .* or trailAmount/)
+    t.match(both.body.error, /^config\.trailPercent or trailAmount: a trailing-stop takes one of them/)
     const tooFar = await post('trailing-stop', { ...sell, trailAmount: 3000 })
     t.match(tooFar.body.error, /trailAmount 3000 is not below ETH's price now/)
     const short = await post('twap', { tokenIn: 'USDC', tokenOut: 'WETH', amount: '10000000', duration: '1m', interval: '45s' })
@@ -213,6 +213,11 @@ t.test('orders on market-data prices, three scheduler replicas: stop orders fire
     t.same(
       runs.map((r) => r.amountIn),
       [...Array(9).fill('1000000'), '1000003'],
+    )
+    t.same(
+      runs.slice(1).map((r, i) => r.scheduledFor - runs[i].scheduledFor),
+      Array(9).fill(1000),
+      'each slice due one slice after the one before, however late a slice ran',
     )
   })
 

@@ -302,9 +302,12 @@ export function createStore(db: PrismaClient, { maxPerOwner, triggerCheckMs, eve
             claimed.push({ kind: 'check', automation, scheduledFor })
             continue
           }
-          await t.automation.update({ where: { id }, data: { nextRunAt: new Date(nextRunAt(config, now, triggerCheckMs)) } })
           if (automation.type === 'twap') {
-            const slice = nextSlice(config as Twap, automation.state as unknown as TwapState)
+            const [order, state] = [config as Twap, automation.state as unknown as TwapState]
+            const slice = nextSlice(order, state)
+            // slice k is due at the TWAP's start + (k - 1) slices: a late slice does not push the later ones out of the window
+            const start = state.windowEndsAt - order.slices * order.sliceMs
+            await t.automation.update({ where: { id }, data: { nextRunAt: new Date(start + slice.trigger.slice! * order.sliceMs) } })
             const run = await t.automationRun.create({
               data: {
                 id: newId('run'),
@@ -318,6 +321,7 @@ export function createStore(db: PrismaClient, { maxPerOwner, triggerCheckMs, eve
             claimed.push({ kind: 'run', run, automation })
             continue
           }
+          await t.automation.update({ where: { id }, data: { nextRunAt: new Date(nextRunAt(config, now, triggerCheckMs)) } })
           const recurring = config as RecurringBuy
           if (recurring.maxRuns !== undefined) {
             const started = await t.automationRun.count({ where: { automationId: id, status: { in: [...underWay, 'success'] } } })

@@ -160,7 +160,7 @@ function usd(config: Record<string, unknown>, field: keyof StopOrder, required: 
 function stopOrder(type: TriggerType, config: Record<string, unknown>, base: Common): StopOrder {
   if (!priceAssetOf(base.tokenIn)) {
     throw bad(
-      `tokenIn ${base.tokenIn} has no USD price from market-data, so no price can trigger its sale; stop orders sell ${coreAssets.filter((a) => a !== 'USDC').join(', ')} (ETH as WETH, BTC as WBTC)`,
+      `tokenIn ${base.tokenIn} has no USD price from market-data, so no price can trigger its sale; stop orders sell ${coreAssets.join(', ')} (ETH as WETH, BTC as WBTC)`,
     )
   }
   const takeProfitPrice = usd(config, 'takeProfitPrice', type === 'take-profit')
@@ -174,7 +174,9 @@ function stopOrder(type: TriggerType, config: Record<string, unknown>, base: Com
   }
   const { trailPercent, trailAmount } = config
   if ((trailPercent === undefined) === (trailAmount === undefined)) {
-    throw bad('a trailing-stop takes one of trailPercent (10 = the stop 10% below the highest price) or trailAmount (USD below it)')
+    throw bad(
+      'trailPercent or trailAmount: a trailing-stop takes one of them (trailPercent 10 = the stop 10% below the highest price; trailAmount in USD below it)',
+    )
   }
   if (trailPercent !== undefined) {
     if (typeof trailPercent !== 'number' || !(trailPercent > 0 && trailPercent < 100)) {
@@ -192,7 +194,7 @@ function twap(config: Record<string, unknown>, base: Common, options: CheckOptio
   const durationMs = Number(total[1]) * units[total[2]!]!
   const { slices: rawSlices, interval: rawInterval } = config
   if ((rawSlices === undefined) === (rawInterval === undefined)) {
-    throw bad('a twap takes one of slices (how many parts, 2-1000) or interval (one part every "5m")')
+    throw bad('slices or interval: a twap takes one of them (slices: how many parts, 2-1000; interval: one part every "5m")')
   }
   let slices: number
   if (rawSlices !== undefined) {
