@@ -227,10 +227,12 @@ export async function startAgentFleet(
     adminEnv?: NodeJS.ProcessEnv
     /** how many trading and automation processes (1 each by default); the gateway knows the first */
     replicas?: { trading?: number; automation?: number }
+    /** the database (a fresh one by default): e.g. one a backup was restored into */
+    databaseUrl?: string
   } = {},
 ) {
   const chain = await startTestDevnet(t)
-  const env = { ...(await baseTestEnv(t)), ...chain.chainEnv }
+  const env = { ...(await baseTestEnv(t)), ...(options.databaseUrl ? { DATABASE_URL: options.databaseUrl } : {}), ...chain.chainEnv }
   // the public APIs market-data can be pointed at (marketEnv PRICE_SOURCE=coingecko), stood in for locally
   const upstreams = await startUpstreams(t)
   const tradings = []
