@@ -1,6 +1,7 @@
 // The order automations through the gateway on the devnet: a TWAP's slices, and stop orders (stop-loss,
 // take-profit, trailing stop) firing on market-data's ETH price as real swaps move the WETH/USDC pool.
 import { erc20Abi, uniswapPoolAbi, uniswapSwapRouter02Abi } from '@ats/chain'
+import OpenAI from 'openai'
 import t from 'tap'
 import { createWalletClient, getAddress, http, maxUint256, parseAbi, parseEther, parseUnits, type Address, type Hex } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
@@ -324,5 +325,41 @@ t.test('TWAP slices and stop orders on the pools price, through the gateway', as
       t.match(res.body.error, message, name)
     }
     t.same((await request(`/automations?wallet=${owner.wallet}`, { key: owner.key })).body.automations, [], 'none was made')
+  })
+
+  t.test('/v1 in plain words: "sell half my WETH if ETH drops below …" makes the stop-loss, and "show my orders" lists it', async (t) => {
+    const owner = await boundKey('plain words')
+    // the wallet holds 1 WETH: half of it is what the order sells
+    await mined(
+      await mover.writeContract({
+        chain: null,
+        address: weth,
+        abi: erc20Abi,
+        functionName: 'transfer',
+        args: [owner.wallet, parseEther('1')],
+      }),
+    )
+    const stop = Math.floor(p0 * 0.8)
+    const shown = stop.toLocaleString('en-US')
+    const openai = new OpenAI({ apiKey: owner.key, baseURL: `${fleet.gateway.url}/v1`, maxRetries: 0 })
+    const ask = async (content: string) =>
+      (await openai.chat.completions.create({ model: 'ats-planner', messages: [{ role: 'user', content }] })).choices[0]!.message.content!
+    const answer = await ask(`sell half my WETH if ETH drops below ${shown}`)
+    t.match(
+      answer,
+      new RegExp(`^Created a stop-loss \\((aut_\\S+)\\): it sells 0\\.5 WETH for USDC when ETH is at or below \\$${shown}\\.00`),
+    )
+    const [automation] = (await request(`/automations?wallet=${owner.wallet}`, { key: owner.key })).body.automations
+    t.match(automation, {
+      type: 'stop-loss',
+      status: 'active',
+      source: 'server',
+      config: { tokenIn: 'WETH', tokenOut: 'USDC', amount: '500000000000000000', stopPrice: stop },
+    })
+    t.ok(answer.includes(automation.id), 'the answer names the automation')
+    const listed = await ask('show my orders')
+    t.match(listed, new RegExp(`${automation.id}`))
+    t.match(listed, /stop-loss/)
+    t.equal((await request(`/automations/${automation.id}`, { method: 'DELETE', key: owner.key })).status, 200)
   })
 })

@@ -83,6 +83,7 @@ export const natsUses: Record<FleetComponent, (c: NatsChannels) => NatsUse> = {
       trading.prepare,
       trading.positions,
       trading.grants,
+      trading.balance,
       trading.tokens,
       market.prices,
       market.trending,

@@ -6,7 +6,7 @@ import { baseTestEnv, compareSchemaWithDatabase, scrapeMetric, startService, tes
 import { connect } from 'nats'
 import pg from 'pg'
 import t, { type Test } from 'tap'
-import { formatUsd } from '../src/runner/planner.ts'
+import { formatUsd } from '../src/runner/orders.ts'
 import { agentService } from '../src/service.ts'
 import { builtInSkills } from '../src/skills.ts'
 import { type StandInRequest, startStandInModel } from '../src/testing/model.ts'
@@ -413,6 +413,7 @@ t.test('with an LLM configured, the tool-calling loop runs the tools the model a
       'find_predictions',
       'bridge_quote',
       'create_automation',
+      'create_order',
       'list_automations',
       'set_automation_status',
     ],

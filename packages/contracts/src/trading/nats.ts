@@ -1,7 +1,7 @@
 import { Type, type Static } from 'typebox'
 import { endpoint } from '../common/messages.ts'
 import { subjectOf } from '../common/namespace.ts'
-import { Address, StrictObject } from '../common/primitives.ts'
+import { Address, IntegerString, StrictObject } from '../common/primitives.ts'
 import { IdParams } from '../common/route.ts'
 import { Approval, AwaitingApproval } from './approvals.ts'
 import { GrantList } from './grants.ts'
@@ -74,6 +74,12 @@ export function tradingChannels(namespace: string) {
     positions: endpoint(subjectOf(namespace, 'trading', 'positions'), PositionsRequest, Positions),
     /** a wallet's grants to the service (the agent asks whether a payer's swap can run under one) */
     grants: endpoint(subjectOf(namespace, 'trading', 'grants.list'), Type.Object({ wallet: Address() }), GrantList),
+    /** what a wallet holds of one of the address book's tokens, in base units ("sell half my WETH") */
+    balance: endpoint(
+      subjectOf(namespace, 'trading', 'balance'),
+      Type.Object({ wallet: Address(), token: Type.String({ minLength: 1, maxLength: 64, description: 'a symbol or address' }) }),
+      Type.Object({ token: Address(), balance: IntegerString({ description: 'base units' }) }),
+    ),
     /** the tokens known by symbol, with their decimals (the agent turns "1.5 WETH" into base units) */
     tokens: endpoint(subjectOf(namespace, 'trading', 'tokens'), StrictObject({}), TokenList),
   }

@@ -1,12 +1,13 @@
 // The offline planner: without a language model, a table of everyday intents (regular
 // expressions over the prompt) that call the tools and write the answer from their outputs.
 // Deterministic: the same prompt and thread give the same calls and the same words.
-import type { BridgeQuote, Positions, PredictionMarket, PreparedSwap, Quote, SwapResult, TrendingPool } from '@ats/contracts'
+import type { Automation, BridgeQuote, Positions, PredictionMarket, PreparedSwap, Quote, SwapResult, TrendingPool } from '@ats/contracts'
 import { formatUnits } from 'viem'
+import { formatUsd, typeLabels } from './orders.ts'
 import { countRunUsage, RunnerError, type Runner } from './runner.ts'
 import type { ToolCallOutcome } from './toolbox.ts'
 
-export type Slots = Record<string, string | string[] | boolean | undefined>
+export type Slots = Record<string, string | number | string[] | boolean | undefined>
 export interface ToolCall {
   tool: string
   args: Record<string, unknown>
@@ -51,11 +52,6 @@ export function symbolsIn(text: string): string[] {
 const upper = (value: string | undefined) => value?.toUpperCase()
 const dexOf = (text: string) => DEX.exec(text)?.[1]?.toLowerCase()
 
-/** $3,012.45; below $1 four significant decimals ($0.0001234 → $0.0001234). */
-export function formatUsd(value: number): string {
-  if (value >= 1 || value === 0) return `$${value.toLocaleString('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`
-  return `$${value.toPrecision(4).replace(/0+$/, '')}`
-}
 const formatPercent = (value: number) => `${value >= 0 ? '+' : ''}${value.toFixed(2)}%`
 const usdOf = (base: string, decimals: number) => formatUsd(Number(formatUnits(BigInt(base), decimals)))
 const failed = (what: string, outcome: ToolCallOutcome) => (outcome.ok ? '' : `I couldn't ${what}: ${outcome.error}.`)
@@ -83,6 +79,67 @@ interface AutomationView {
   status: string
 }
 const describeAutomation = (a: AutomationView) => `${a.name} (${a.id}, ${a.status})`
+
+// Orders: what is sold ("0.5 WETH", "half my WETH"), for what (USDC unless named), and when.
+/** a USD price as people write it: 2500, 2,500, $2,500.50, 2.5k */
+const USD = '(\\d{1,3}(?:,\\d{3})+(?:\\.\\d+)?|\\d+(?:\\.\\d+)?)(k\\b)?'
+const PRICE = `\\$?\\s*${USD}`
+/** the price where `pattern` (ending in PRICE) matches `text` first */
+function priceIn(text: string, pattern: string): number | undefined {
+  const m = new RegExp(pattern, 'i').exec(text)
+  return m ? Number(m[m.length - 2]!.replace(/,/g, '')) * (m[m.length - 1] ? 1000 : 1) : undefined
+}
+const FALLS = `\\b(?:(?:drops?|falls?|dips?|sinks?)\\s+(?:down\\s+)?(?:below|under|to)|(?:goes|gets|is|trades?)\\s+(?:below|under))\\s+${PRICE}`
+const RISES = `\\b(?:(?:rises?|climbs?|jumps?|goes\\s+up|pumps?)\\s+(?:above|over|to)|(?:goes|gets|is|trades?)\\s+(?:above|over))\\s+${PRICE}`
+/** "1 hour", "an hour", "30m": its count and unit */
+const SPAN = '(an?|\\d+)\\s*(seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d|weeks?|w)\\b'
+const spanOf = (m: RegExpExecArray) => `${/^an?$/i.test(m[1]!) ? 1 : Number(m[1])}${m[2]![0]!.toLowerCase()}`
+/** words that manage orders rather than make one */
+const managing = /\b(?:pause|resume|unpause|restart|cancel|delete|list)\b/i
+const shares: Record<string, number> = { all: 100, half: 50, 'a half': 50, quarter: 25, 'a quarter': 25 }
+const assetOf = (symbol: string) => aliases[symbol] ?? symbol
+
+/** What an order sells: an amount after a verb or preposition ("sell 0.5 WETH", "on 1 WETH"), or a share of the balance ("half my WETH", "25% of my ARB"). */
+function soldIn(text: string): Slots | undefined {
+  const share = new RegExp(
+    `\\b(?:(all|half|a half|a quarter|quarter)|(\\d+(?:\\.\\d+)?)\\s*(?:%|percent))\\s+(?:of\\s+)?my\\s+${SYMBOL}\\b`,
+    'i',
+  ).exec(text)
+  if (share) return { tokenIn: upper(share[3]), percentOfBalance: share[1] ? shares[share[1].toLowerCase()] : Number(share[2]) }
+  const m = new RegExp(`\\b(?:sell|selling|swap|twap|trail|on|for|of|with|using)\\s+${AMOUNT}\\s*${SYMBOL}\\b`, 'i').exec(text)
+  return m ? { tokenIn: upper(m[2]), amount: m[1] } : undefined
+}
+
+/** What an order buys: "for ARB", "into USDT", "to USDC"; USDC when none is named. */
+function boughtIn(text: string): string {
+  for (const m of text.matchAll(new RegExp(`\\b(?:for|into|to)\\s+${SYMBOL}\\b`, 'gi'))) {
+    if (!stopWords.has(m[1]!.toLowerCase())) return m[1]!.toUpperCase()
+  }
+  return 'USDC'
+}
+
+const orderFields = [
+  ...['type', 'tokenIn', 'tokenOut', 'amount', 'percentOfBalance'],
+  ...['stopPrice', 'takeProfitPrice', 'trailPercent', 'trailAmount', 'duration', 'slices', 'interval'],
+]
+/** create_order with the slots given; none when the request cannot be an order (`problem` says why) */
+const orderCalls = (slots: Slots): ToolCall[] =>
+  slots.problem
+    ? []
+    : [{ tool: 'create_order', args: Object.fromEntries(orderFields.filter((f) => slots[f] !== undefined).map((f) => [f, slots[f]])) }]
+
+/** What was created (its type, what it sells, its levels, id and status), or why not. */
+function orderAnswer(slots: Slots, [outcome]: ToolCallOutcome[]): string {
+  if (slots.problem) return String(slots.problem)
+  const label = typeLabels[String(slots.type)]!
+  if (!outcome!.ok) return failed(`create the ${label}`, outcome!)
+  const { automation: a, summary } = outcome!.output as { automation: Automation; summary: string }
+  const payer =
+    a.source === 'wallet'
+      ? `It pays from your wallet ${a.walletAddress}, under its grant.`
+      : `The server wallet pays; what it buys goes to ${a.walletAddress}.`
+  return `Created a ${label} (${a.id}): it ${summary}. ${payer} Status: ${a.status}.`
+}
 
 /** In the order they are tried: the specific before the general ("buy … every day" before "buy … with"). */
 export const intents: readonly Intent[] = [
@@ -113,6 +170,64 @@ export const intents: readonly Intent[] = [
       const { automation } = outcome!.output as { automation: { id: string; name: string; status: string } }
       return `Created the automation "${automation.name}" (${automation.id}): it buys ${slots.tokenOut} with ${slots.amount} ${slots.tokenIn} every ${slots.interval}. Status: ${automation.status}.`
     },
+  },
+  {
+    // "sell half my WETH if ETH drops below 2,500", "take profit on 1 WETH at 4,000", "trailing stop of 10% on 0.5 WETH"
+    name: 'stop-order',
+    match(text) {
+      if (managing.test(text)) return undefined
+      const trailing = /\btrail(?:ing)?\b/i.test(text)
+      const stopLoss = /\bstop[- ]?loss\b/i.test(text)
+      const takeProfit = /\btake[- ]?profits?\b/i.test(text)
+      const falls = priceIn(text, FALLS)
+      const rises = priceIn(text, RISES)
+      if (!trailing && !stopLoss && !takeProfit && falls === undefined && rises === undefined) return undefined
+      const sold = soldIn(text)
+      if (!sold) return undefined
+      // "stop-loss … at 2500", "take profit … at 4,000": the first "at" after the keyword, before the other one
+      const at = (keyword: string, other: string) => priceIn(text, `\\b${keyword}\\b(?:(?!${other}).)*?\\bat\\s+${PRICE}`)
+      const takeProfitPrice = rises ?? (takeProfit ? at('take[- ]?profits?', 'stop[- ]?loss') : undefined)
+      const order: Slots = { ...sold, tokenOut: boughtIn(text), takeProfitPrice }
+      // a stop order watches the price of what it sells: "sell 1 ARB if ETH drops …" cannot be one
+      const watched = new RegExp(`\\b(?:if|when|once)\\s+(?:the\\s+price\\s+of\\s+)?${SYMBOL}\\b`, 'i').exec(text)?.[1]?.toUpperCase()
+      const sells = assetOf(String(sold.tokenIn))
+      if (watched && !stopWords.has(watched.toLowerCase()) && assetOf(watched) !== sells) {
+        order.problem = `A stop order watches the price of the token it sells: selling ${sold.tokenIn}, it would watch ${sells}, not ${watched}. Nothing was created.`
+      }
+      if (trailing) {
+        const trailPercent = /(\d+(?:\.\d+)?)\s*(?:%|percent)(?!\s*(?:of\s+)?my\b)/i.exec(text)?.[1]
+        const trailAmount = priceIn(text, `\\bby\\s+${PRICE}(?!\\s*(?:%|percent))`) ?? priceIn(text, `\\bof\\s+\\$\\s*${USD}`)
+        if (trailPercent === undefined && trailAmount === undefined) return undefined
+        return {
+          ...order,
+          type: 'trailing-stop',
+          ...(trailPercent === undefined ? { trailAmount } : { trailPercent: Number(trailPercent) }),
+        }
+      }
+      const stopPrice = falls ?? (stopLoss ? at('stop[- ]?loss', 'take[- ]?profit') : undefined)
+      return { ...order, type: stopPrice !== undefined || stopLoss ? 'stop-loss' : 'take-profit', stopPrice }
+    },
+    calls: orderCalls,
+    answer: orderAnswer,
+  },
+  {
+    // "twap 1000 USDC into WETH over 1 hour in 10 slices", "buy WETH with 1000 USDC over 2 hours"
+    name: 'twap',
+    match(text) {
+      if (managing.test(text)) return undefined
+      const over = new RegExp(`\\bover\\s+(?:the\\s+next\\s+)?${SPAN}`, 'i').exec(text)
+      if (!over && !/\btwap\b/i.test(text)) return undefined
+      const sold = soldIn(text)
+      if (!sold) return undefined
+      const bought = new RegExp(`\\bbuy\\s+${SYMBOL}\\s+(?:with|using)\\b`, 'i').exec(text)?.[1]
+      const slices = /\b(\d+)\s+(?:slices|parts|chunks|pieces|tranches|swaps|trades)\b/i.exec(text)?.[1]
+      const every = new RegExp(`\\bevery\\s+${SPAN}`, 'i').exec(text)
+      // ten slices unless the number of slices or their interval is said
+      const pace = slices ? { slices: Number(slices) } : every ? { interval: spanOf(every) } : { slices: 10 }
+      return { ...sold, type: 'twap', tokenOut: upper(bought) ?? boughtIn(text), duration: over ? spanOf(over) : undefined, ...pace }
+    },
+    calls: orderCalls,
+    answer: orderAnswer,
   },
   {
     name: 'set-automations',
@@ -147,15 +262,21 @@ export const intents: readonly Intent[] = [
   {
     name: 'list-automations',
     match: (text) =>
-      /\b(list|show|what are|see)\b.*\bautomations?\b|\bmy automations\b/i.test(text) &&
+      /\b(list|show|what are|see)\b.*\b(automations?|orders)\b|\bmy (automations|orders)\b/i.test(text) &&
       !/\b(pause|resume|stop|unpause|restart)\b/i.test(text)
         ? {}
         : undefined,
     calls: () => [{ tool: 'list_automations', args: {} }],
     answer(_slots, [outcome]) {
       if (!outcome!.ok) return failed('list your automations', outcome!)
-      const { automations } = outcome!.output as { automations: AutomationView[] }
-      return automations.length === 0 ? 'You have no automations.' : `Your automations: ${automations.map(describeAutomation).join('; ')}.`
+      const { automations } = outcome!.output as { automations: Array<Automation & { summary: string }> }
+      if (automations.length === 0) return 'You have no automations.'
+      // why one no longer runs (completed, failed, paused); an active one's summary says what it waits for
+      const lines = automations.map(
+        (a) =>
+          `- ${a.name} (${typeLabels[a.type] ?? a.type}, ${a.id}, ${a.status}): ${a.summary}${a.status !== 'active' && a.statusReason ? ` (${a.statusReason})` : ''}`,
+      )
+      return `Your automations:\n${lines.join('\n')}`
     },
   },
   {
@@ -349,7 +470,10 @@ export const capabilities = [
   'prediction markets: "prediction markets about bitcoin"',
   'a bridge quote: "bridge 100 USDC to Base"',
   'a recurring buy: "buy 1 USDC of ARB every day"',
-  'your automations: "list my automations", "pause my automations"',
+  'a stop-loss or take-profit: "sell half my WETH if ETH drops below 2,500", "take profit on 1 WETH at 4,000", "sell 1 WETH if ETH drops below 2500 or rises above 4000"',
+  'a trailing stop: "trailing stop of 10% on 0.5 WETH", "trail 0.5 WETH by $200"',
+  'a TWAP: "twap 1000 USDC into WETH over 1 hour in 10 slices", "buy WETH with 1000 USDC over 2 hours"',
+  'your automations and orders: "list my automations", "show my orders", "pause my automations"',
 ]
 const canAnswer = `I can answer:\n${capabilities.map((c) => `- ${c}`).join('\n')}`
 export const cannotDo = `I can't do that yet. ${canAnswer}`

@@ -7,6 +7,7 @@ import {
   type Approval,
   type Endpoint,
   type JobTransaction,
+  type ListedToken,
   type NatsChannels,
   type PreparedSwap,
   type SwapResult,
@@ -19,6 +20,7 @@ import { Type, type Static, type TSchema } from 'typebox'
 import { Compile } from 'typebox/compile'
 import { formatUnits, getAddress, parseUnits } from 'viem'
 import { approvalNotice, notSwappedReason, undecided, type ApprovalWaits } from './approvals.ts'
+import { orderTypes, pricedAs, shareOf, summaryOf, typeLabels } from './orders.ts'
 
 /** Whose job it is: a payer (x402) or an API key (/v1), with the wallet "my" means. */
 export type JobOwner = { kind: 'payer'; address: string } | { kind: 'key'; keyId: string; wallet?: string | undefined }
@@ -143,6 +145,12 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
     return { token, units }
   }
   const human = async (symbol: string, units: string) => formatUnits(BigInt(units), (await tokenOf(symbol)).decimals)
+  /** "1.5 WETH"; base units when the token is no longer listed */
+  const amountText = (symbol: string, units: string) =>
+    human(symbol, units).then(
+      (amount) => `${amount} ${symbol}`,
+      () => `${units} base units of ${symbol}`,
+    )
 
   function walletOf(run: ToolRun, given: string | undefined, what: string) {
     const wallet = given ?? ownerWallet(run.owner)
@@ -154,6 +162,8 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
   const Amount = Type.String({ pattern: '^[0-9]+(\\.[0-9]+)?$', description: 'in whole tokens, e.g. "1.5" (not base units)' })
   const Dex = Type.Optional(Type.Union([Type.Literal('uniswap'), Type.Literal('camelot')], { description: 'uniswap (default) or camelot' }))
   const AddressArg = (description: string) => Type.Optional(Address({ description }))
+  const Usd = (description: string) => Type.Optional(Type.Number({ exclusiveMinimum: 0, description }))
+  const Span = (description: string) => Type.Optional(Type.String({ pattern: '^[1-9][0-9]{0,5}[smhdw]$', description }))
 
   const SwapArgs = Type.Object({
     tokenIn: TokenArg('the token sold: a symbol or address'),
@@ -229,6 +239,18 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
     return grants.some((grant) => grant.status === 'active' && (grant.tokenIn === symbol || grant.tokenIn === tokenIn))
   }
 
+  /** `percent` of what `wallet` holds of `token` now, in base units (trading reads it on chain) */
+  async function shareOfBalance(wallet: string, token: ListedToken, percent: number, run: ToolRun) {
+    const balance = BigInt((await call(channels.trading.balance, { wallet: getAddress(wallet), token: token.address }, run)).balance)
+    const units = shareOf(balance, percent)
+    if (units === 0n) {
+      throw new ToolError(
+        `${percent}% of the ${formatUnits(balance, token.decimals)} ${token.symbol} that ${wallet} holds is nothing to sell`,
+      )
+    }
+    return units
+  }
+
   const all = [
     tool({
       name: 'get_prices',
@@ -238,8 +260,7 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
       }),
       async run({ symbols }, run) {
         const { prices, updatedAt } = await call(channels.market.prices, {}, run)
-        const alias: Record<string, string> = { WETH: 'ETH', WBTC: 'BTC' }
-        const wanted = (symbols ?? Object.keys(prices)).map((s) => alias[s.toUpperCase()] ?? s.toUpperCase())
+        const wanted = (symbols ?? Object.keys(prices)).map((s) => pricedAs(s.toUpperCase()))
         const found = Object.fromEntries(wanted.filter((s) => prices[s]).map((s) => [s, prices[s]!]))
         return { output: { prices: found, unknown: wanted.filter((s) => !prices[s]), updatedAt } }
       },
@@ -411,12 +432,90 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
       },
     }),
     tool({
+      name: 'create_order',
+      description:
+        "Create an order that trades later on its own, for the caller's wallet. twap: swap a total amount in slices over a duration (a slice whose price impact is over maxImpactBps is skipped). stop-loss: sell when tokenIn's USD price falls to stopPrice (with takeProfitPrice too, whichever comes first; the other is cancelled). take-profit: sell when it rises to takeProfitPrice (stopPrice optional). trailing-stop: sell when it falls trailPercent % or trailAmount USD below its highest price since creation. Prices are market-data's, so a stop order sells WETH, WBTC, USDT, ARB, GMX or LINK. It pays from the caller's own wallet when that wallet granted the service swaps of tokenIn, else from the server wallet, what it buys going to the caller's wallet",
+      parameters: Type.Object({
+        type: Type.Union(
+          orderTypes.map((type) => Type.Literal(type)),
+          { description: 'twap, stop-loss, take-profit or trailing-stop' },
+        ),
+        tokenIn: TokenArg('the token sold, e.g. WETH'),
+        tokenOut: TokenArg('the token bought, e.g. USDC'),
+        amount: Type.Optional({ ...Amount, description: 'in whole tokens, e.g. "0.5" (not base units); or percentOfBalance' }),
+        percentOfBalance: Type.Optional(
+          Type.Number({
+            minimum: 0.01,
+            maximum: 100,
+            description: "instead of amount: this share of what the caller's wallet holds of tokenIn now (50 = half)",
+          }),
+        ),
+        stopPrice: Usd('stop-loss (take-profit: optional): sell at or below this USD price of one whole tokenIn'),
+        takeProfitPrice: Usd('take-profit (stop-loss, trailing-stop: optional): sell at or above this USD price of one whole tokenIn'),
+        trailPercent: Type.Optional(
+          Type.Number({
+            exclusiveMinimum: 0,
+            exclusiveMaximum: 100,
+            description: 'trailing-stop: the stop this % under the highest price (or trailAmount)',
+          }),
+        ),
+        trailAmount: Usd('trailing-stop: the stop this many USD under the highest price (or trailPercent)'),
+        duration: Span('twap: how long it runs, e.g. "30m", "1h", "1d"'),
+        slices: Type.Optional(Type.Integer({ minimum: 2, maximum: 1000, description: 'twap: in how many parts (or interval)' })),
+        interval: Span('twap: one part every, e.g. "5m" (or slices)'),
+        maxImpactBps: Type.Optional(
+          Type.Integer({ minimum: 1, maximum: 5000, description: 'twap: a slice over this price impact is skipped (default 100 = 1%)' }),
+        ),
+        remainder: Type.Optional(
+          Type.Union([Type.Literal('carry'), Type.Literal('drop')], {
+            description: "twap: a skipped slice's amount goes into the next one (carry, the default) or is dropped",
+          }),
+        ),
+        endAt: Type.Optional(Type.Integer({ minimum: 0, description: 'stop orders: it expires then, ms since the Unix epoch' })),
+        slippageBps: Type.Optional(Type.Integer({ minimum: 0, maximum: 5000, description: 'default 50 (0.5%)' })),
+        name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+      }),
+      async run({ type, tokenIn, tokenOut, amount, percentOfBalance, name, ...terms }, run) {
+        if ((amount === undefined) === (percentOfBalance === undefined)) {
+          throw new ToolError(
+            'an order takes its amount in whole tokens (amount) or as a share of your balance (percentOfBalance): one of the two',
+          )
+        }
+        const walletAddress = walletOf(run, undefined, 'an order')
+        const [token, out] = [await tokenOf(tokenIn), await tokenOf(tokenOut)]
+        const units =
+          percentOfBalance === undefined
+            ? (await baseUnits(tokenIn, amount!)).units
+            : await shareOfBalance(walletAddress, token, percentOfBalance, run)
+        const amountFormatted = formatUnits(units, token.decimals)
+        // the caller's own wallet pays when it granted the service swaps of tokenIn, as a swap does
+        const source = (await grantSpends(walletAddress, token.address, run)) ? 'wallet' : 'server'
+        const label = typeLabels[type]!
+        const { automation } = await call(
+          channels.automation.create,
+          {
+            walletAddress,
+            type,
+            source,
+            name: name ?? `${label[0]!.toUpperCase()}${label.slice(1)} ${amountFormatted} ${token.symbol} for ${out.symbol}`,
+            config: { tokenIn: token.symbol, tokenOut: out.symbol, amount: units.toString(), ...terms },
+          },
+          run,
+        )
+        return { output: { automation, amountFormatted, summary: await summaryOf(automation, amountText) } }
+      },
+    }),
+    tool({
       name: 'list_automations',
-      description: "The caller's automations",
+      description:
+        "The caller's automations and orders: each with its type, config, what it has seen (state: a stop order's last price and levels, a TWAP's slices done), status and statusReason, and a summary in words",
       parameters: Type.Object({}),
       async run(_args, run) {
         const wallet = ownerWallet(run.owner)
-        return { output: await call(channels.automation.list, wallet ? { wallet: getAddress(wallet) } : {}, run) }
+        const { automations } = await call(channels.automation.list, wallet ? { wallet: getAddress(wallet) } : {}, run)
+        return {
+          output: { automations: await Promise.all(automations.map(async (a) => ({ ...a, summary: await summaryOf(a, amountText) }))) },
+        }
       },
     }),
     tool({

@@ -1,6 +1,7 @@
-// The NATS endpoints of trading (quote, execute, approvals, prepare, positions, tokens), which the agent and automation's runs call.
+// The NATS endpoints of trading (quote, execute, approvals, prepare, positions, balances, tokens), which the agent and automation's runs call.
+import { erc20Abi } from '@ats/chain'
 import type { NatsChannels } from '@ats/contracts'
-import { serveEndpoint, type ChainContext, type Logger } from '@ats/service-kit'
+import { BadRequest, serveEndpoint, type ChainContext, type Logger } from '@ats/service-kit'
 import type { Service } from 'nats'
 import { getAddress } from 'viem'
 import type { Grants } from '../grants/grants.ts'
@@ -26,7 +27,7 @@ export function serveTradingEndpoints(
   }: {
     channels: NatsChannels
     log: Logger
-    chain: Pick<ChainContext, 'chainId' | 'tokens'>
+    chain: Pick<ChainContext, 'chainId' | 'tokens' | 'publicClient'>
     quoter: Quoter
     impactCeilingBps: number
     executor: Executor
@@ -55,6 +56,13 @@ export function serveTradingEndpoints(
   serveEndpoint(nats, channels.trading.prepare, log, async (request) => prepare(request))
   serveEndpoint(nats, channels.trading.grants, log, async ({ wallet }) => grants.list(getAddress(wallet)))
   serveEndpoint(nats, channels.trading.positions, log, async ({ address }) => positions(address))
+  serveEndpoint(nats, channels.trading.balance, log, async ({ wallet, token: ref }) => {
+    const token = chain.tokens().find(ref)
+    if (!token) throw new BadRequest(`token ${ref} is not in the address book`)
+    const args = [getAddress(wallet)] as const
+    const balance = await chain.publicClient.readContract({ address: token.address, abi: erc20Abi, functionName: 'balanceOf', args })
+    return { token: token.address, balance: balance.toString() }
+  })
   serveEndpoint(nats, channels.trading.tokens, log, async () => ({
     chainId: chain.chainId,
     tokens: chain.tokens().all.map(({ symbol, address, decimals }) => ({ symbol, address, decimals })),
