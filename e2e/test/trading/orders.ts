@@ -363,3 +363,57 @@ t.test('TWAP slices and stop orders on the pools price, through the gateway', as
     t.equal((await request(`/automations/${automation.id}`, { method: 'DELETE', key: owner.key })).status, 200)
   })
 })
+
+/**
+ * Market-data on CoinGecko (stood in for locally, in its documented shape) whose ETH price can be
+ * old: CoinGecko says when it last updated a coin (last_updated_at), and a stop order never
+ * sells on a price older than AUTOMATION_PRICE_MAX_AGE_MS.
+ */
+t.test('a stale price never fires a stop-loss; the same price fresh does, through the gateway', async (t) => {
+  const fleet = await startAgentFleet(t, {
+    automationEnv: { AUTOMATION_TICK_MS: '100', AUTOMATION_TRIGGER_CHECK_MS: '200', AUTOMATION_PRICE_MAX_AGE_MS: '5000' },
+    marketEnv: { PRICE_SOURCE: 'coingecko', MARKET_CACHE_TTL_MS: '100' },
+  })
+  const { request, upstreams } = fleet
+  /** CoinGecko's answer from now on: ETH at `usd`, last updated `updatedAt` (seconds; absent: its answer is all there is) */
+  const ethAt = async (usd: number, updatedAt?: number) => {
+    const eth = { usd, usd_24h_change: 0, ...(updatedAt === undefined ? {} : { last_updated_at: updatedAt }) }
+    upstreams.behave('simple/price', { body: { ethereum: eth, 'usd-coin': { usd: 1, usd_24h_change: 0 } } })
+    // market-data's cache (100 ms) and the scheduler's read (100 ms) pass
+    await new Promise((resolve) => setTimeout(resolve, 300))
+  }
+  const wallet = getAddress(privateKeyToAccount(generatePrivateKey()).address)
+  const created = await request('/admin/keys', { method: 'POST', key: adminKey, body: { tier: 'readwrite', label: 'stale', wallet } })
+  const { key } = created.body as { key: string }
+  await ethAt(3000)
+  const made = await request('/automations', {
+    method: 'POST',
+    key,
+    body: {
+      walletAddress: wallet,
+      type: 'stop-loss',
+      name: 'stale',
+      config: { tokenIn: 'WETH', tokenOut: 'USDC', amount: '1000000000000000', stopPrice: 2500 },
+    },
+  })
+  t.equal(made.status, 201, JSON.stringify(made.body))
+  const { id } = made.body.automation
+  const get = async () => (await request(`/automations/${id}`, { key })).body.automation
+  const runs = async () => (await request(`/automations/${id}/runs`, { key })).body.runs as any[]
+
+  // under the stop, but CoinGecko last updated it ten minutes ago
+  await ethAt(2000, Math.floor(Date.now() / 1000) - 600)
+  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  const waiting = await get()
+  t.match(waiting, { status: 'active', runs: 0 })
+  t.match(waiting.statusReason, /^waiting: ETH's price \(2000 USD\) is stale: read 60\d s ago, over the 5 s a stop order acts on/)
+  t.same(await runs(), [], 'no sale on a stale price')
+
+  await ethAt(2000)
+  const done = await eventually('the stop-loss to sell', async () => {
+    const automation = await get()
+    return automation.status === 'completed' ? automation : undefined
+  })
+  t.match(done, { runs: 1, statusReason: /^stop-loss: ETH at 2000 USD, at or below 2500: sold/ })
+  t.match(await runs(), [{ status: 'success', txHash: /^0x/, trigger: { kind: 'stop-loss', price: 2000, threshold: 2500 } }])
+})
