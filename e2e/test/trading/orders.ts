@@ -1,5 +1,6 @@
 // The order automations through the gateway on the devnet: a TWAP's slices, and stop orders (stop-loss,
-// take-profit, trailing stop) firing on market-data's ETH price as real swaps move the WETH/USDC pool.
+// take-profit, trailing stop) firing on market-data's ETH price as real swaps move the WETH/USDC pool;
+// the agent making one from plain words; and a stale price (market-data on CoinGecko) that never fires.
 import { erc20Abi, uniswapPoolAbi, uniswapSwapRouter02Abi } from '@ats/chain'
 import OpenAI from 'openai'
 import t from 'tap'
