@@ -232,6 +232,24 @@ t.test("the agent's tools over MCP with a key", async (t) => {
     t.match(other.content, [{ text: /^pause_automation failed \(404\)/ }])
   })
 
+  t.test('an order from plain words through agent_prompt, then listed with list_automations', async (t) => {
+    const wallet = devnet.accounts[6]!.address
+    const writer = await keyWith({ wallet })
+    const client = await connect(t, writer.key)
+    const answer = data(await call(client, 'agent_prompt', { prompt: 'take profit on 0.01 WETH at 100,000' }))
+    t.match(
+      JSON.stringify(answer.output),
+      /Created a take-profit \(aut_[^)]+\): it sells 0\.01 WETH for USDC when ETH is at or above \$100,000\.00/,
+    )
+    const [order] = data(await call(client, 'list_automations', { wallet })).automations
+    t.match(order, {
+      type: 'take-profit',
+      status: 'active',
+      config: { tokenIn: 'WETH', tokenOut: 'USDC', amount: '10000000000000000', takeProfitPrice: 100000 },
+      state: { price: Number },
+    })
+  })
+
   t.test('a readwrite key asks the agent through /v1/responses: the answer, then the same answer by its id', async (t) => {
     const writer = await keyWith({})
     const client = await connect(t, writer.key)
