@@ -53,7 +53,10 @@ export function createWalletLock(name: string, databaseUrl: string | undefined, 
   if (!databaseUrl) return { run: inProcess, close: async () => {} }
 
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 2 })
-  pool.on('error', (error) => log?.warn({ err: error }, 'wallet lock connection failed'))
+  // the message and code only: pg's error carries its whole client
+  pool.on('error', (error) =>
+    log?.warn({ err: { message: error.message, code: (error as { code?: string }).code } }, 'wallet lock connection failed'),
+  )
   const fleetWide = async <T>(fn: () => Promise<T>): Promise<T> => {
     const client = await pool.connect()
     try {

@@ -151,6 +151,31 @@ export const isForwardedStatus = (status: number) => (status >= 400 && status < 
  */
 export const forwardedErrorStatus = (error: unknown) => registryStatus(error, isForwardedStatus)
 
+// Postgres going away (a restart, a failover): Prisma's "can't reach", "timed out" and "closed"
+// codes and its pool timeout; Postgres's admin shutdown, crash shutdown and "starting or
+// shutting down" (57P01-03) and every connection exception (class 08)
+const prismaUnavailable = new Set(['P1001', 'P1002', 'P1017', 'P2024'])
+const postgresUnavailable = (code: unknown) => typeof code === 'string' && (/^57P0[123]$/.test(code) || /^08[0-9A-Z]{3}$/.test(code))
+
+/**
+ * Whether `error` says the database is out of reach for now (restarting, failing over): a 503
+ * the client may retry, not a 500. Prisma carries the driver's error in meta.driverAdapterError.
+ */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  const { code, meta } = (error ?? {}) as { code?: unknown; meta?: { driverAdapterError?: { cause?: Record<string, unknown> } } }
+  const cause = meta?.driverAdapterError?.cause
+  return (
+    (typeof code === 'string' && prismaUnavailable.has(code)) ||
+    postgresUnavailable(code) ||
+    cause?.kind === 'DatabaseNotReachable' ||
+    postgresUnavailable(cause?.originalCode)
+  )
+}
+
+export const databaseUnavailableMessage = 'the database is unavailable for a moment (restarting or failing over); try again'
+/** What a client gets for a query the database could not take just now: retry. */
+export const DatabaseUnavailable = createError<[string]>('ATS_ERR_DATABASE_UNAVAILABLE', '%s', 503)
+
 export function statusOf(error: FastifyError): number {
   const status = error.statusCode ?? 500
   return status >= 400 && status < 600 ? status : 500
@@ -199,6 +224,7 @@ export const errorBody: ErrorFormat = ({ message }) => ({ error: message })
  */
 export function publicFailure(error: FastifyError): Failure & { internal: boolean } {
   if (error.validation) return { status: 400, message: validationMessage(error), param: validationParam(error), internal: false }
+  if (isDatabaseUnavailable(error)) error = new DatabaseUnavailable(databaseUnavailableMessage)
   const status = statusOf(error)
   if (status >= 500 && !isOurs(error))
     return { status, message: status === 503 ? 'service unavailable' : 'internal server error', internal: true }
@@ -218,7 +244,7 @@ export function errorHandler(format: ErrorFormat = errorBody) {
     }
     const { internal, ...failure } = publicFailure(error)
     if (internal) request.log.error({ err: error }, 'request failed')
-    else if (failure.status >= 500) request.log.warn({ code: error.code, status: failure.status }, error.message)
+    else if (failure.status >= 500) request.log.warn({ code: error.code, status: failure.status }, failure.message)
     return reply.code(failure.status).send(format(failure))
   }
 }

@@ -81,7 +81,10 @@ export async function startEventOutbox({
   sweepEveryMs = 5_000,
 }: EventOutboxOptions): Promise<EventOutbox> {
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 3 })
-  pool.on('error', (error) => log.warn({ err: error }, 'event outbox connection failed'))
+  // the message and code only: pg's error carries its whole client
+  pool.on('error', (error) =>
+    log.warn({ err: { message: error.message, code: (error as { code?: string }).code } }, 'event outbox connection failed'),
+  )
   const table = `${quoteIdent(schema)}.event_outbox`
   try {
     await ensureKitTables(pool, schema, [

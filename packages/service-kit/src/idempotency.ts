@@ -105,7 +105,11 @@ export async function createIdempotencyStore(database: string | pg.Pool, options
   const owned = typeof database === 'string'
   const pool = owned ? new pg.Pool({ connectionString: database, max: 5 }) : database
   // an idle client that loses its connection must not crash the process
-  if (owned) pool.on('error', (error) => log?.warn({ err: error }, 'idempotency store connection failed'))
+  if (owned)
+    // the message and code only: pg's error carries its whole client
+    pool.on('error', (error) =>
+      log?.warn({ err: { message: error.message, code: (error as { code?: string }).code } }, 'idempotency store connection failed'),
+    )
   const table = `${quoteIdent(options.schema)}.idempotency_keys`
   // created once; the migrator's lock keeps replicas (and a migration) from racing on the DDL
   const ddl = `CREATE TABLE IF NOT EXISTS ${table} (

@@ -9,7 +9,7 @@ import {
   type Service,
   type ServiceMsg,
 } from 'nats'
-import { ServiceCallError, forwardedErrorStatus, isForwardedStatus } from './errors.ts'
+import { ServiceCallError, databaseUnavailableMessage, forwardedErrorStatus, isDatabaseUnavailable, isForwardedStatus } from './errors.ts'
 import { identityOf } from './identity.ts'
 import type { Logger } from './logger.ts'
 import { SpanKind, SpanStatusCode, contextOfHeaders, inSpan, injectNats, startSpan, traceContext, tracingEnabled } from './tracing.ts'
@@ -90,6 +90,12 @@ export function serveEndpoint<Req, Rep>(
               if (status) {
                 msg.respondError(status, (handlerError as Error).message)
                 return status
+              }
+              // Postgres restarting or failing over: the caller may retry
+              if (isDatabaseUnavailable(handlerError)) {
+                log.warn({ endpoint: name, requestId: context.requestId }, databaseUnavailableMessage)
+                msg.respondError(503, databaseUnavailableMessage)
+                return 503
               }
               log.error({ err: handlerError, endpoint: name, requestId: context.requestId }, 'endpoint handler failed')
               msg.respondError(500, 'internal error')
