@@ -1,6 +1,6 @@
 import { fileURLToPath } from 'node:url'
 import { type Approval, natsChannels } from '@ats/contracts'
-import type { Logger } from '@ats/service-kit'
+import pino from 'pino'
 import { createDatabase, startService, startServiceProcess } from '@ats/service-kit/testing'
 import { connect } from 'nats'
 import t from 'tap'
@@ -263,17 +263,7 @@ t.test('a re-run whose step n differs swaps anew; the same step replayed swaps o
   t.teardown(() => nc.drain())
   const store = createJobStore(db)
   const tools = createTools({ nc, channels: natsChannels(env.NATS_NAMESPACE!), timeoutMs: 10_000, swapTimeoutMs: 60_000 })
-  const quiet = () => {}
-  const log: Logger = {
-    level: 'silent',
-    fatal: quiet,
-    error: quiet,
-    warn: quiet,
-    info: quiet,
-    debug: quiet,
-    trace: quiet,
-    child: () => log,
-  }
+  const log = pino({ level: 'silent' })
   /** one worker's run of the job: its step 1 is this swap */
   const run = async (args: Record<string, string>) => {
     const toolbox = await createToolbox({

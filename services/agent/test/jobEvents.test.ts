@@ -2,7 +2,7 @@
 // NATS reconnect) is found by one read of the store for all the streams of a process, every
 // poll interval and at once after a reconnect; the reads do not grow with the streams.
 import { natsChannels, type JobBroadcast } from '@ats/contracts'
-import type { Logger } from '@ats/service-kit'
+import pino from 'pino'
 import { baseTestEnv, startService } from '@ats/service-kit/testing'
 import { connect } from 'nats'
 import t, { type Test } from 'tap'
@@ -10,8 +10,7 @@ import { createJobEvents } from '../src/jobs/events.ts'
 import { createJobStore } from '../src/jobs/store.ts'
 import { agentService } from '../src/service.ts'
 
-const quiet = () => {}
-const log: Logger = { level: 'silent', fatal: quiet, error: quiet, warn: quiet, info: quiet, debug: quiet, trace: quiet, child: () => log }
+const log = pino({ level: 'silent' })
 const owner = { ownerId: '0x00000000000000000000000000000000000000e1' }
 
 /** An agent API's database and a job event hub of the test's own, whose store reads are counted (jobs per read). */

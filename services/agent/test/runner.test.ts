@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import { type Automation, type CreateAutomationRequest, natsChannels } from '@ats/contracts'
-import { BadRequest, type Logger, addNatsService, serveEndpoint } from '@ats/service-kit'
+import { BadRequest, addNatsService, serveEndpoint } from '@ats/service-kit'
 import { connect } from 'nats'
+import pino from 'pino'
 import t, { type Test } from 'tap'
 import { noApprovalWaits } from '../src/runner/approvals.ts'
 import { answerText, createLlmRunner } from '../src/runner/llm.ts'
@@ -235,17 +236,7 @@ t.test('create_order and list_automations over NATS, against stand-ins for tradi
   const nc = await connect({ servers: process.env.NATS_URL ?? 'nats://127.0.0.1:4222' })
   t.teardown(() => nc.drain())
   const channels = natsChannels(`orders${randomBytes(4).toString('hex')}`)
-  const quiet = () => {}
-  const log: Logger = {
-    level: 'silent',
-    fatal: quiet,
-    error: quiet,
-    warn: quiet,
-    info: quiet,
-    debug: quiet,
-    trace: quiet,
-    child: () => log,
-  }
+  const log = pino({ level: 'silent' })
   const wallet = '0x70997970C51812dc3A010C7d01b50e0d17dc79C8'
   const [weth, usdc, arb] = [
     { symbol: 'WETH', address: '0x82aF49447D8a07e3bd95BD0d56f35241523fBab1', decimals: 18 },
