@@ -8,8 +8,8 @@ import { adminKey, eventually, fundAccount, startAgentFleet, startReceiver } fro
 /**
  * Trading a user's own funds without holding them, through the gateway on the devnet: the user
  * grants 100 USDC a day for USDC -> WETH on both DEXes (TradeGrants, on chain), the agent swaps
- * from the user's wallet on a /v1 chat, a daily-limited recurring buy runs under the grant until
- * the day's amount is used, and a revocation stops it. The server wallet never moves.
+ * from the user's wallet on a /v1 chat, a TWAP's slices swap from it, a daily-limited recurring
+ * buy runs under the grant until the day's amount is used, and a revocation stops it. The server wallet never moves.
  */
 t.test("swaps and automations on the user's own funds, under the grant it made on chain", async (t) => {
   const fleet = await startAgentFleet(t, {
@@ -81,6 +81,37 @@ t.test("swaps and automations on the user's own funds, under the grant it made o
     t.equal((await request('/grants', { key })).body.grants[0].remaining, '70000000', '70 USDC of the day remain')
   })
 
+  t.test('a TWAP from the user’s wallet: both slices swap under the grant, from the wallet’s own USDC', async (t) => {
+    const usdcBefore = await balanceOf('USDC', wallet)
+    const made = await request('/automations', {
+      method: 'POST',
+      key,
+      body: {
+        walletAddress: wallet,
+        source: 'wallet',
+        type: 'twap',
+        name: 'own funds twap',
+        config: { tokenIn: 'USDC', tokenOut: 'WETH', amount: '4000000', duration: '4s', slices: 2 },
+      },
+    })
+    t.equal(made.status, 201, JSON.stringify(made.body))
+    const { id } = made.body.automation
+    const done = await eventually(
+      'the TWAP to complete',
+      async () => {
+        const { automation } = (await request(`/automations/${id}`, { key })).body
+        return automation.status === 'completed' ? automation : undefined
+      },
+      30_000,
+    )
+    t.match(done, { runs: 2, state: { slicesDone: 2, filled: '4000000' } })
+    t.match((await request(`/automations/${id}/runs`, { key })).body.runs, [
+      { status: 'success', amountIn: '2000000', trigger: { slice: 2 } },
+      { status: 'success', amountIn: '2000000', trigger: { slice: 1 } },
+    ])
+    t.equal(await balanceOf('USDC', wallet), usdcBefore - 4_000_000n, 'the 4 USDC left the user’s wallet')
+  })
+
   t.test(
     'a recurring buy from the user’s wallet runs twice under the grant, is skipped when the day’s amount is used, and stops when revoked',
     async (t) => {
@@ -120,7 +151,7 @@ t.test("swaps and automations on the user's own funds, under the grant it made o
         {
           status: 'skipped',
           error:
-            /^skipped: the grant 0x[0-9a-f]{64} has 10000000 base units of USDC left this period, the swap needs 30000000; it renews at /,
+            /^skipped: the grant 0x[0-9a-f]{64} has 6000000 base units of USDC left this period, the swap needs 30000000; it renews at /,
         },
       ])
       const skippedEvent = await eventually('the skipped run’s webhook', async () =>
