@@ -71,19 +71,29 @@ async function openDurable(
   maxDeliver?: number,
 ) {
   const jsm = await ensureStream(nc, stream)
-  await jsm.consumers.add(stream.name, {
-    durable_name: durable,
-    ack_policy: AckPolicy.Explicit,
-    deliver_policy: DeliverPolicy.All,
-    filter_subject: subject,
-    ack_wait: nanos(ackWaitMs),
-    ...(maxDeliver === undefined ? {} : { max_deliver: maxDeliver }),
-    max_ack_pending: 10_000,
-    // set, not inherited: a durable made while its stream had fewer copies does not always grow
-    // with the stream (nats-server 2.9 left some at one), and this brings it to the count
-    num_replicas: jetStreamReplicas(nc),
-  })
-  return nc.jetstream().consumers.get(stream.name, durable)
+  // in a cluster, a stream just made can be "not found" for a moment by the server the consumer
+  // request lands on (its group still forming): asked again, for up to about 6 s
+  for (let wait = 50; ; wait *= 2) {
+    try {
+      await jsm.consumers.add(stream.name, {
+        durable_name: durable,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        filter_subject: subject,
+        ack_wait: nanos(ackWaitMs),
+        ...(maxDeliver === undefined ? {} : { max_deliver: maxDeliver }),
+        max_ack_pending: 10_000,
+        // set, not inherited: a durable made while its stream had fewer copies does not always grow
+        // with the stream (nats-server 2.9 left some at one), and this brings it to the count
+        num_replicas: jetStreamReplicas(nc),
+      })
+      return await nc.jetstream().consumers.get(stream.name, durable)
+    } catch (error) {
+      const streamNotFound = (error as { api_error?: { err_code?: number } }).api_error?.err_code === 10059
+      if (!streamNotFound || wait > 3_200) throw error
+      await new Promise((resolve) => setTimeout(resolve, wait))
+    }
+  }
 }
 
 /**
