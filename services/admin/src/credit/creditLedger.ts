@@ -364,13 +364,19 @@ export function createCreditLedger(db: PrismaClient, { events, lowBalance, onAdj
       return db.creditEntry.findUnique({ where: { wallet_kind_ref: { wallet, kind, ref } } })
     },
 
-    /** GET /credit's figures. */
+    /**
+     * GET /credit's figures, read in one snapshot (repeatable read): the balance and the entries
+     * that make it agree even while a top-up or a debit is being written.
+     */
     async account(wallet: string) {
-      const [account, pending, recent] = await Promise.all([
-        db.creditAccount.findUnique({ where: { wallet } }),
-        db.creditTopUp.findMany({ where: { wallet, state: 'pending' }, orderBy: { createdAt: 'desc' }, take: 50 }),
-        db.creditEntry.findMany({ where: { wallet }, orderBy: { id: 'desc' }, take: 20 }),
-      ])
+      const [account, pending, recent] = await db.$transaction(
+        [
+          db.creditAccount.findUnique({ where: { wallet } }),
+          db.creditTopUp.findMany({ where: { wallet, state: 'pending' }, orderBy: { createdAt: 'desc' }, take: 50 }),
+          db.creditEntry.findMany({ where: { wallet }, orderBy: { id: 'desc' }, take: 20 }),
+        ],
+        { isolationLevel: 'RepeatableRead' },
+      )
       const balance = account?.balance ?? 0n
       const held = account?.held ?? 0n
       return { wallet, balance, held, available: balance - held, pending, recent }
