@@ -15,7 +15,14 @@ import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { freePorts, freshDatabase, startNatsCluster, type NatsCluster } from '@ats/service-kit/testing'
+import {
+  freePorts,
+  freshDatabase,
+  startNatsCluster,
+  startSentinelRedis,
+  type NatsCluster,
+  type SentinelRedis,
+} from '@ats/service-kit/testing'
 // by path, as bench/ does: the root package depends on neither
 import { startDevnet } from '../packages/devnet/src/index.ts'
 import { signPayments } from '../bench/payments.ts'
@@ -26,12 +33,14 @@ import { fleetMembers, root } from '@ats/fleet'
 /**
  * pnpm rehearse: the fleet at scale on this machine, under load, with faults.
  *
- * A 3-node NATS cluster (JETSTREAM_REPLICAS=3), a private Redis, a fresh database and a devnet;
+ * A 3-node NATS cluster (JETSTREAM_REPLICAS=3), a private Redis under Sentinel (a primary, 2
+ * replicas, 3 sentinels; one server with --single-redis), a fresh database and a devnet;
  * 2 gateways behind a round-robin front, 2 replicas of every service (each pair behind a front
  * of its own, as a Kubernetes Service would be), 2 agent workers and 3 automation schedulers.
  * With paid and keyed load running it kills, one at a time: a NATS node (SIGKILL, then back),
  * a gateway, an agent worker mid-job, an automation scheduler mid-run (all SIGKILL, left dead),
- * and Redis for a few seconds. Then it checks the books (the check… functions below), prints one line a
+ * and the Redis primary (the sentinels promote a replica; with --single-redis, the one Redis for
+ * a few seconds). Then it checks the books (the check… functions below), prints one line a
  * check, and exits 1 when one fails. Every process's log is kept in the run's directory.
  */
 
@@ -52,6 +61,11 @@ const RATE = { prompt: 4, paidRead: 2, keyed: 20 }
 const FAULT_HOLD_MS = 10_000
 const NAMESPACE = 'rehearse'
 const REDIS_DOWN_MS = 4_000
+/**
+ * Sentinel by default, as production runs Redis (docs/operations.md): the failover is the fault
+ * that matters there. --single-redis keeps one server, killed for REDIS_DOWN_MS and started empty.
+ */
+const SENTINEL = !process.argv.includes('--single-redis')
 
 // ---------------------------------------------------------------------------------------------
 // Per-component credentials
@@ -294,8 +308,13 @@ interface Sample {
   error?: string
   jsonError: boolean
   nonce?: string
+  /** the payment header, and its payer (lower-case), of a paid request */
+  payment?: string
+  payer?: string
   jobId?: string
   final: boolean
+  /** when it was sent (epoch ms) */
+  at: number
 }
 
 const samples: Sample[] = []
@@ -305,7 +324,7 @@ interface LoadContext {
   front: string
   /** keys the keyed load takes in turn (many clients, not one key with everything in flight) */
   loadKeys: string[]
-  signPayment(): { header: string; nonce: string }
+  signPayment(): { header: string; nonce: string; payer: string }
 }
 
 let sent = 0
@@ -325,9 +344,9 @@ async function send(ctx: LoadContext, kind: Sample['kind'], final = false): Prom
       headers: { 'x-payment': payment.header, 'content-type': 'application/json' },
       body: JSON.stringify({ prompt: 'What is the price of ARB?' }),
     }
-    return request(ctx, kind, 'POST /agent/prompt', '/agent/prompt', init, payment.nonce, final)
+    return request(ctx, kind, 'POST /agent/prompt', '/agent/prompt', init, payment, final)
   }
-  return request(ctx, kind, 'GET /agent/skills', '/agent/skills', { headers: { 'x-payment': payment.header } }, payment.nonce, final)
+  return request(ctx, kind, 'GET /agent/skills', '/agent/skills', { headers: { 'x-payment': payment.header } }, payment, final)
 }
 
 async function request(
@@ -336,11 +355,12 @@ async function request(
   route: string,
   path: string,
   init: RequestInit,
-  nonce: string | undefined,
+  payment: { header: string; nonce: string; payer: string } | undefined,
   final: boolean,
 ): Promise<Sample> {
   const started = performance.now()
-  const sample: Sample = { kind, route, phase, status: 0, ms: 0, jsonError: false, final, ...(nonce ? { nonce } : {}) }
+  const sample: Sample = { kind, route, phase, status: 0, ms: 0, jsonError: false, final, at: Date.now() }
+  if (payment) Object.assign(sample, { nonce: payment.nonce, payment: payment.header, payer: payment.payer })
   try {
     const res = await fetch(`${ctx.front}${path}`, { ...init, signal: AbortSignal.timeout(60_000) })
     sample.status = res.status
@@ -510,7 +530,7 @@ const ok2xx = (s: Sample) => s.status >= 200 && s.status < 300
 
 interface Infrastructure {
   cluster: NatsCluster
-  redis: PrivateRedis
+  redis: PrivateRedis | SentinelRedis
   databaseUrl: string
   devnet: Awaited<ReturnType<typeof startDevnet>>
 }
@@ -522,7 +542,7 @@ interface Infrastructure {
 async function startInfrastructure(): Promise<Infrastructure> {
   const ports = await freePorts(2)
   const [redis, databaseUrl, devnet, members] = await Promise.all([
-    startRedis(ports[0]!),
+    SENTINEL ? startSentinelRedis({ replicas: 2 }) : startRedis(ports[0]!),
     freshDatabase({ teardown: (fn) => cleanups.push(fn) }),
     startDevnet({ port: ports[1]!, addressBookPath: join(runDir, 'address-book.json') }),
     fleetMembers(),
@@ -543,7 +563,11 @@ async function startInfrastructure(): Promise<Infrastructure> {
   const cluster = await startNatsCluster({ nodes: 3, timeoutMs: 30_000, authorization: made.natsAuthorization })
   cleanups.push(() => cluster.stop())
   natsUrls = cluster.urls.join(',')
-  say(`NATS cluster ${natsUrls} (one user per component); Redis ${redis.url}; devnet ${devnet.rpcUrl}`)
+  const redisAt =
+    'sentinels' in redis
+      ? `sentinels ${redis.sentinels} (primary :${redis.ports[0]}, replicas :${redis.ports.slice(1).join(', :')})`
+      : redis.url
+  say(`NATS cluster ${natsUrls} (one user per component); Redis ${redisAt}; devnet ${devnet.rpcUrl}`)
   say(`database ${new URL(databaseUrl).pathname.slice(1)}, roles ${made.roles.map((r) => r.role).join(', ')}`)
   return { cluster, redis, databaseUrl, devnet }
 }
@@ -569,6 +593,7 @@ async function startFleet({ redis, databaseUrl, devnet }: Infrastructure): Promi
     JETSTREAM_REPLICAS: '3',
     NATS_NAMESPACE: NAMESPACE,
     REDIS_URL: redis.url,
+    ...('sentinels' in redis ? { REDIS_SENTINELS: redis.sentinels, REDIS_SENTINEL_MASTER: redis.master } : {}),
     INTERNAL_TOKEN: randomBytes(24).toString('base64url'),
     RPC_URL: devnet.rpcUrl,
     CHAIN_ID: String(devnet.chainId),
@@ -713,9 +738,10 @@ async function prepareClients({ devnet }: Infrastructure, { adminKey, payTo, fro
       validAfter: now - 60n,
       validBefore: now + 600n,
     })
-    const nonce = (JSON.parse(Buffer.from(header!, 'base64').toString()) as { payload: { authorization: { nonce: string } } }).payload
-      .authorization.nonce
-    return { header: header!, nonce }
+    const { nonce, from } = (
+      JSON.parse(Buffer.from(header!, 'base64').toString()) as { payload: { authorization: { nonce: string; from: string } } }
+    ).payload.authorization
+    return { header: header!, nonce, payer: from.toLowerCase() }
   }
   return {
     ctx: { front: front.url, loadKeys, signPayment },
@@ -731,7 +757,33 @@ interface Faults {
   workerJob: string
   /** the run the killed scheduler was running */
   schedulerRun: string
+  /** under Sentinel: what the Redis primary's SIGKILL did */
+  redisFailover?: RedisFailover
 }
+
+interface RedisFailover {
+  killedAt: number
+  /** the ports of the killed primary and of the replica promoted, and how long the promotion took */
+  first: number
+  promoted: number
+  promotedMs: number
+  /** the rate-limit counts on the primary just before the kill, of windows with 10 s or more left, and on the promoted one */
+  counts: Map<string, number>
+  countsAfter: Map<string, number>
+}
+
+/** The gateways' rate-limit counts (ats-rl:…) on the primary now, of windows with 10 s or more left. */
+const rateLimitCounts = (redis: SentinelRedis) =>
+  redis.onPrimary(async (client) => {
+    const counts = new Map<string, number>()
+    for await (const keys of client.scanStream({ match: 'ats-rl:*', count: 500 })) {
+      for (const key of keys as string[]) {
+        const [count, ttl] = await Promise.all([client.get(key), client.pttl(key)])
+        if (count !== null && ttl > 10_000) counts.set(key, Number(count))
+      }
+    }
+    return counts
+  })
 
 /** The faults, one at a time, each held FAULT_HOLD_MS with the load running; `phase` labels what the load sees. */
 async function injectFaults({ cluster, redis }: Infrastructure, { gateways, workers, schedulers }: Fleet): Promise<Faults> {
@@ -784,6 +836,34 @@ async function injectFaults({ cluster, redis }: Infrastructure, { gateways, work
     fault(`SIGKILL automation-scheduler-3 while it ran automation run ${schedulerRun} (left dead)`)
   })
 
+  let redisFailover: RedisFailover | undefined
+  if ('sentinels' in redis) {
+    await hold('redis-failover', async () => {
+      const first = await redis.primaryPort()
+      const counts = await rateLimitCounts(redis)
+      await redis.kill(first)
+      const killedAt = Date.now()
+      fault(`SIGKILL the Redis primary :${first} (under paid and keyed load)`)
+      const promoted = await until(
+        'the sentinels to promote a replica',
+        async () => {
+          const now = await redis.primaryPort()
+          return now === first ? undefined : now
+        },
+        30_000,
+        100,
+      )
+      const promotedMs = Date.now() - killedAt
+      fault(`the sentinels promoted the replica :${promoted}, ${(promotedMs / 1000).toFixed(1)} s after the kill`)
+      const countsAfter = await rateLimitCounts(redis)
+      await sleep(REDIS_DOWN_MS)
+      await redis.restart(first)
+      fault(`the old primary :${first} started again (empty), a replica of :${promoted}`)
+      redisFailover = { killedAt, first, promoted, promotedMs, counts, countsAfter }
+      phase = 'after-redis'
+    })
+    return { lines, workerJob, schedulerRun, ...(redisFailover ? { redisFailover } : {}) }
+  }
   await hold('redis-down', async () => {
     await redis.kill()
     fault(`SIGKILL Redis; down for ${REDIS_DOWN_MS / 1000} s`)
@@ -979,6 +1059,59 @@ async function checkRecovery({ cluster }: Infrastructure): Promise<Check> {
   }
 }
 
+/**
+ * Under Sentinel, the Redis primary's SIGKILL under load: paid requests answered 2xx again within
+ * seconds; every payment answered 2xx still has its nonce claimed on the promoted primary (none
+ * was acknowledged by one primary alone), and the last ones before the kill, sent again, are
+ * refused; keyed requests went on. Rate-limit counts are reported (not judged): those claimed in
+ * the instant before the kill and not yet copied are lost, each window goes on.
+ */
+async function checkRedisFailover(redis: SentinelRedis, failover: RedisFailover, front: string): Promise<Check> {
+  const { killedAt } = failover
+  const paid = samples.filter((s) => s.nonce && ok2xx(s))
+  // when the first request sent after the kill was answered 2xx (it may have waited for the promotion)
+  const firstAfter = (kind: (s: Sample) => boolean) => {
+    const answered = samples.filter((s) => kind(s) && ok2xx(s) && s.at >= killedAt).map((s) => s.at + s.ms)
+    return answered.length ? Math.min(...answered) - killedAt : undefined
+  }
+  const resumedPaid = firstAfter((s) => s.kind !== 'keyed')
+  const resumedKeyed = firstAfter((s) => s.kind === 'keyed')
+  const claimed = await redis.onPrimary((client) =>
+    Promise.all(paid.map((s) => client.exists(`ats-x402:${s.payer}:${s.nonce!.toLowerCase()}`))),
+  )
+  const forgotten = paid.filter((_, i) => claimed[i] === 0)
+  // the last payments answered 2xx before the kill, sent again now: each must be refused
+  const replayed = paid.filter((s) => s.at < killedAt).slice(-10)
+  const statuses = await Promise.all(
+    replayed.map(async (s) => (await fetch(`${front}/agent/skills`, { headers: { 'x-payment': s.payment! } })).status),
+  )
+  const acceptedTwice = statuses.filter((status) => status >= 200 && status < 300).length
+  const keyedAfter = samples.filter((s) => s.kind === 'keyed' && s.phase === 'after-redis')
+  let carried = 0
+  const lost: number[] = []
+  for (const [key, before] of failover.counts) {
+    const after = failover.countsAfter.get(key)
+    if (after !== undefined && after >= before) carried++
+    else lost.push(before - (after ?? 0))
+  }
+  const fmt = (ms: number | undefined) => (ms === undefined ? 'never' : `${(ms / 1000).toFixed(1)} s`)
+  return {
+    name: 'the Redis primary killed: service resumes, no payment accepted twice, nothing acknowledged lost',
+    pass:
+      resumedPaid !== undefined &&
+      resumedPaid < 15_000 &&
+      forgotten.length === 0 &&
+      replayed.length > 0 &&
+      acceptedTwice === 0 &&
+      keyedAfter.length > 0 &&
+      keyedAfter.every(ok2xx),
+    detail: `promoted :${failover.promoted} ${fmt(failover.promotedMs)} after the kill; a paid request sent after it answered 2xx ${fmt(resumedPaid)} after it, a keyed one ${fmt(resumedKeyed)}; ${paid.length} paid 2xx, nonces no longer claimed ${forgotten.length}; ${replayed.length} paid just before the kill sent again: accepted ${acceptedTwice} (${statuses.join(' ')}); keyed after the failover ${keyedAfter.filter(ok2xx).length}/${keyedAfter.length} 2xx`,
+    more: [
+      `rate limits: ${failover.counts.size} counts before the kill, ${carried} carried on to the promoted primary${lost.length ? `, ${lost.length} lower by ${lost.join(', ')}` : ''}; each window goes on`,
+    ],
+  }
+}
+
 function printHeader(faults: Faults, fleet: Fleet) {
   const underLoad = samples.filter((s) => !s.final).length
   out('')
@@ -987,7 +1120,7 @@ function printHeader(faults: Faults, fleet: Fleet) {
     'fleet: 3 NATS nodes (JETSTREAM_REPLICAS=3), 2 gateways behind a round-robin front, 2 x admin/trading/market-data/agent API/automation API,',
   )
   out(
-    `       2 agent workers, 3 automation schedulers, Postgres, Redis (private), devnet; ${procs.length} service processes, each component with its own NATS user and Postgres role; admin settlement off`,
+    `       2 agent workers, 3 automation schedulers, Postgres, ${SENTINEL ? 'Redis under Sentinel (primary, 2 replicas, 3 sentinels)' : 'Redis (one server)'}, devnet; ${procs.length} service processes, each component with its own NATS user and Postgres role; admin settlement off`,
   )
   out(
     `load: ${RATE.prompt} paid prompts/s + ${RATE.paidRead} paid reads/s (x402) + ${RATE.keyed} keyed reads/s; 4 automations every 3 s; ${underLoad} requests under load, ${samples.length - underLoad} in the final round`,
@@ -1042,6 +1175,9 @@ async function main(): Promise<boolean> {
     await checkSwaps(infra, startBlock, executions),
     checkErrors(),
     await checkRecovery(infra),
+    ...('sentinels' in infra.redis && faults.redisFailover
+      ? [await checkRedisFailover(infra.redis, faults.redisFailover, fleet.front.url)]
+      : []),
   ]
   out('')
   for (const c of checks) {

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import { publicRoutes } from '@ats/contracts'
 import t from 'tap'
 import { adminKey, startFleet } from './fleet.ts'
@@ -30,7 +31,8 @@ t.test("the gateway's own routes on one shared fleet", async (t) => {
     const res = await request('/')
     t.same(res.body, {
       name: 'agent-trading-service',
-      version: '0.1.0',
+      // the release every package.json names (pnpm release sets them all)
+      version: JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')).version,
       chain: 'arbitrum-one',
       chainId: 42161,
       docs: '/docs',

@@ -1,5 +1,5 @@
 import type { FastifyServerOptions } from 'fastify'
-import { StartupError, type ServiceDefinition } from '@ats/service-kit'
+import { StartupError, type ServiceDefinition, packageVersion } from '@ats/service-kit'
 import { createCredit } from './credit/index.ts'
 import { creditRoutes } from './credit/routes.ts'
 import { createAuthFailureLimiter } from './auth/authFailures.ts'
@@ -21,7 +21,7 @@ import { gatewaySettings, trustProxyOf } from './settings.ts'
 
 export const gatewayService: ServiceDefinition<typeof gatewaySettings, never, 'read'> = {
   name: 'gateway',
-  version: '0.1.0',
+  version: packageVersion(import.meta.url),
   port: 3000,
   edge: true,
   redis: 'optional',

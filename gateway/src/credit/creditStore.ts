@@ -1,7 +1,7 @@
 // The gateways' fast copy of each wallet's prepaid credit, in Redis: debited atomically for every
 // gateway at once, given credit by the ledger's adjustments, rebuilt from the ledger's snapshot
 // when Redis lost it. The ledger (admin) stays authoritative; this copy only decides fast.
-import { firstLine } from '@ats/service-kit'
+import { firstLine, replicaAcknowledgement } from '@ats/service-kit'
 import { randomBytes } from 'node:crypto'
 import type { CreditAdjusted } from '@ats/contracts'
 import type { Redis } from 'ioredis'
@@ -116,6 +116,8 @@ export function createCreditStore({ redis, namespace, snapshot, idTtlMs, adjustm
   scripted.defineCommand('creditGiveBack', { numberOfKeys: 2, lua: giveBackScript })
   scripted.defineCommand('creditApply', { numberOfKeys: 2, lua: applyScript })
   scripted.defineCommand('creditRebuild', { numberOfKeys: 2, lua: rebuildScript })
+  // with Sentinel, a debit or an adjustment counts once a replica holds it: a failover would forget it otherwise
+  const acknowledgement = replicaAcknowledgement(redis)
   const base = (wallet: string) => `${CREDIT_KEY_PREFIX}${namespace}:${wallet.toLowerCase()}`
   const copyOf = (wallet: string) => `${base(wallet)}:copy`
   const adjustmentsOf = (wallet: string) => `${base(wallet)}:adjustments`
@@ -134,6 +136,19 @@ export function createCreditStore({ redis, namespace, snapshot, idTtlMs, adjustm
     }
     const generation = randomBytes(8).toString('hex')
     await scripted.creditRebuild(copyOf(wallet), adjustmentsOf(wallet), ledger.available.toString(), ledger.entry.toString(), generation)
+  }
+
+  /**
+   * A debit no replica acknowledged is given back (if the primary still answers) and refused
+   * (503): served on it, a failover could forget it, and the credit be spent again.
+   */
+  async function replicated(wallet: string, id: string, ack: () => Promise<void>) {
+    try {
+      await ack()
+    } catch (error) {
+      await scripted.creditGiveBack(copyOf(wallet), idOf(wallet, id)).catch(() => undefined)
+      throw new CreditUnavailable(`the credit debit was not replicated: ${firstLine(error)}`)
+    }
   }
 
   interface Queued {
@@ -177,12 +192,17 @@ export function createCreditStore({ redis, namespace, snapshot, idTtlMs, adjustm
      */
     async debit(wallet: string, id: string, amount: bigint | 'all', ttlMs = idTtlMs): Promise<DebitOutcome> {
       try {
+        let acknowledged = acknowledgement?.()
         let result = await tryDebit(wallet, id, amount, ttlMs)
         if (result.kind === 'missing') {
           await rebuild(wallet)
+          acknowledged = acknowledgement?.()
           result = await tryDebit(wallet, id, amount, ttlMs)
         }
-        if (result.kind === 'debited') return { kind: 'debited', available: result.value, amount: result.amount }
+        if (result.kind === 'debited') {
+          if (acknowledged) await replicated(wallet, id, acknowledged)
+          return { kind: 'debited', available: result.value, amount: result.amount }
+        }
         if (result.kind === 'replayed') return { kind: 'replayed', amount: result.value }
         if (result.kind === 'short') return { kind: 'short', available: result.value }
         throw new CreditUnavailable('the credit copy vanished while it was rebuilt')
@@ -196,13 +216,17 @@ export function createCreditStore({ redis, namespace, snapshot, idTtlMs, adjustm
     },
     /** adds credit the ledger gave (a settled top-up, a released hold, a refund) once per entry */
     async apply(adjusted: Pick<CreditAdjusted, 'wallet' | 'entry' | 'delta'>): Promise<'added' | 'pending' | 'included' | 'applied'> {
-      return (await scripted.creditApply(
+      const acknowledged = acknowledgement?.()
+      const outcome = (await scripted.creditApply(
         copyOf(adjusted.wallet),
         adjustmentsOf(adjusted.wallet),
         adjusted.entry,
         adjusted.delta,
         String(adjustmentTtlMs),
       )) as 'added' | 'pending' | 'included' | 'applied'
+      // acked to the stream only once a replica holds it (a failure is delivered again; entries are added once)
+      if (acknowledged) await acknowledged()
+      return outcome
     },
     /** the credit the copy holds, undefined without a copy */
     async available(wallet: string): Promise<bigint | undefined> {

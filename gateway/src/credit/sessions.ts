@@ -1,6 +1,6 @@
 // Session tokens: one sign-in serves many credit-paid requests (Authorization: Bearer atcs_…).
 import { createHash, randomBytes } from 'node:crypto'
-import { cachedLoader, firstLine } from '@ats/service-kit'
+import { cachedLoader, firstLine, replicaAcknowledgement } from '@ats/service-kit'
 import type { Redis } from 'ioredis'
 import type { Address } from 'viem'
 import { CreditUnavailable, SessionInvalid } from '../errors.ts'
@@ -32,6 +32,8 @@ export interface SessionOptions {
  * lifetime is short (CREDIT_SESSION_TTL_SECONDS).
  */
 export function createSessions({ redis, namespace, ttlMs, now = Date.now }: SessionOptions) {
+  // with Sentinel, a session is handed out once a replica holds it: a failover would end it otherwise
+  const acknowledgement = replicaAcknowledgement(redis)
   const keyOf = (hash: string) => `ats-credit-session:${namespace}:${hash}`
   const hashOf = (token: string) => createHash('sha256').update(token).digest('hex')
   // keyed by the token itself: a request with a known token costs no hash either
@@ -60,7 +62,9 @@ export function createSessions({ redis, namespace, ttlMs, now = Date.now }: Sess
       const token = `atcs_${randomBytes(24).toString('base64url')}`
       const expiresAt = now() + ttlMs
       try {
+        const acknowledged = acknowledgement?.()
         await redis.set(keyOf(hashOf(token)), `${wallet} ${expiresAt}`, 'PX', ttlMs)
+        if (acknowledged) await acknowledged()
       } catch (error) {
         throw new CreditUnavailable(`the session store failed: ${firstLine(error)}`)
       }

@@ -1,6 +1,6 @@
 // Sign-in with a wallet (x402's sign-in-with-x extension, CAIP-122 / EIP-4361): the challenge
 // every paid route's 402 carries, and the check of a SIGN-IN-WITH-X header that answers it.
-import { firstLine } from '@ats/service-kit'
+import { firstLine, replicaAcknowledgement } from '@ats/service-kit'
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
 import { caip2Network } from '@ats/contracts'
 import { buildSIWxSchema, parseSIWxHeader, SIGN_IN_WITH_X, validateSIWxMessage, type SIWxPayload } from '@x402/extensions/sign-in-with-x'
@@ -68,6 +68,8 @@ function recoverPersonal(message: string, signature: string): string {
 
 export function createSignIn({ redis, namespace, chainId, secret, challengeTtlSeconds, now = Date.now }: SignInOptions) {
   const network = caip2Network(chainId)
+  // with Sentinel, a challenge counts as used once a replica holds it: a failover would let it sign in again otherwise
+  const acknowledgement = replicaAcknowledgement(redis)
   const macKey = createHmac('sha256', secret).update('ats sign-in-with-x nonces').digest()
   const macOf = (random: string, issuedAt: string, expirationTime: string) =>
     createHmac('sha256', macKey).update(`${random}|${issuedAt}|${expirationTime}`).digest('hex').slice(0, 32)
@@ -128,7 +130,9 @@ export function createSignIn({ redis, namespace, chainId, secret, challengeTtlSe
       let first: string | null
       try {
         const ttlMs = Math.max(1, new Date(payload.expirationTime).getTime() - now() + 60_000)
+        const acknowledged = acknowledgement?.()
         first = await redis.set(`ats-siwx:${namespace}:${payload.nonce}`, '1', 'PX', ttlMs, 'NX')
+        if (first === 'OK' && acknowledged) await acknowledged()
       } catch (error) {
         throw new CreditUnavailable(`the sign-in store failed: ${firstLine(error)}`)
       }

@@ -4,6 +4,7 @@
 // beside it the answer repeats get, or why they get none. The route runs again only when its
 // last answer was an error (not charged), one run at a time.
 import { createHash } from 'node:crypto'
+import { replicaAcknowledgement } from '@ats/service-kit'
 import type { Redis } from 'ioredis'
 import type { Address, Hex } from 'viem'
 import { PaymentUnavailableError } from '../errors.ts'
@@ -156,6 +157,8 @@ export function createPaymentIdStore({
   redis.defineCommand('paymentIdTurn', { numberOfKeys: 1, lua: turnScript })
   redis.defineCommand('paymentIdEnd', { numberOfKeys: 1, lua: endScript })
   const scripted = redis as ScriptedRedis
+  // with Sentinel, a slot written counts once a replica holds it (a failover would forget it otherwise)
+  const acknowledgement = replicaAcknowledgement(redis)
   // fail closed: without the answer slot a repeat could run the request again uncharged
   const stored = <T>(step: () => Promise<T>): Promise<T> =>
     step().catch((error: Error) => {
@@ -163,8 +166,20 @@ export function createPaymentIdStore({
     })
 
   const turnOnce = async (slotKey: string): Promise<RepeatTurn> => {
+    const acknowledged = acknowledgement?.()
     const slot = await stored(() => scripted.paymentIdTurn(slotKey, ttlMs))
-    if (slot === 'run') return { kind: 'run' }
+    if (slot === 'run') {
+      // a run taken over and then forgotten by a failover could be taken over again: two runs at once
+      if (acknowledged)
+        await stored(() =>
+          acknowledged().catch(async (error: Error) => {
+            // given back for the next repeat (if the primary still answers): not this one's turn after all
+            await scripted.paymentIdEnd(slotKey, FAILED, ttlMs).catch(() => undefined)
+            throw error
+          }),
+        )
+      return { kind: 'run' }
+    }
     if (slot === null || slot === RUNNING) return { kind: 'in_progress' }
     const value = JSON.parse(slot) as Slot
     if ('notStored' in value) return { kind: 'not_stored', reason: value.notStored }
@@ -189,7 +204,11 @@ export function createPaymentIdStore({
     },
 
     async ended(payer, id, nonce, outcome) {
-      await stored(() => scripted.paymentIdEnd(slotKeyOf(payer, id, nonce), slotOf(outcome), ttlMs))
+      await stored(async () => {
+        const acknowledged = acknowledgement?.()
+        await scripted.paymentIdEnd(slotKeyOf(payer, id, nonce), slotOf(outcome), ttlMs)
+        if (acknowledged) await acknowledged()
+      })
     },
   }
 }

@@ -3,7 +3,7 @@
 // Compared alone with a cached balance, payments that together exceed it would all be served; a
 // nonce checked in Redis only could be spent on chain first, and the settlement would fail.
 import { eip3009Abi, MULTICALL3_ADDRESS, multicall3Abi } from '@ats/chain'
-import { cachedLoader, firstLine, type Logger } from '@ats/service-kit'
+import { cachedLoader, firstLine, replicaAcknowledgement, type Logger } from '@ats/service-kit'
 import type { Redis } from 'ioredis'
 import {
   decodeFunctionResult,
@@ -336,9 +336,28 @@ export function createReservations({ redis, chain, namespace }: ReservationOptio
   redis.defineCommand('reservePayment', { lua: reserveScript })
   redis.defineCommand('endReservations', { numberOfKeys: 2, lua: endScript })
   const scripted = redis as ScriptedRedis
+  const acknowledgement = replicaAcknowledgement(redis)
   const keysOf = (payer: Address) => {
     const base = `${RESERVATION_KEY_PREFIX}${namespace}:${payer.toLowerCase()}`
     return [`${base}:amounts`, `${base}:expiries`] as const
+  }
+  /**
+   * With Sentinel, an admission counts once a replica holds it: one only the primary had would be
+   * gone after a failover, and its nonce could be admitted again. One no replica acknowledged is
+   * taken back (the request has not run: the same payment may be sent again) and answered 503.
+   */
+  const replicated = async (payment: Payment, record: ReserveRecord | undefined, acknowledged: () => Promise<void>) => {
+    try {
+      await acknowledged()
+    } catch (error) {
+      const { from, nonce } = payment.authorization
+      // the primary may be gone too: then so is the admission, or a replica has it and the nonce stays used (fail closed)
+      await Promise.all([
+        redis.del(nonceKeyOf(from, nonce), ...(record ? [record.key] : [])),
+        scripted.endReservations(...keysOf(from), '', '', nonce.toLowerCase()),
+      ]).catch(() => undefined)
+      throw new PaymentUnavailableError(`payment admission not replicated: ${firstLine(error)}`, { cause: error })
+    }
   }
   const failed = (error: unknown) => {
     if (error instanceof PaymentUnavailableError || error instanceof PaymentRefused) return error
@@ -409,8 +428,13 @@ export function createReservations({ redis, chain, namespace }: ReservationOptio
           )
         }
         for (let pruned = false; ; pruned = true) {
+          // before the script goes out: its acknowledgement must come on the connection it went out on
+          const acknowledged = acknowledgement?.()
           const { kind, detail, held } = await attempt(payment, balance, record)
-          if (kind === 'ok') return { kind: 'ok' }
+          if (kind === 'ok') {
+            if (acknowledged) await replicated(payment, record, acknowledged)
+            return { kind: 'ok' }
+          }
           if (kind === 'used') return { kind: 'used' }
           if (kind === 'record') return { kind: 'record', existing: detail }
           // short: a balance that alone does not cover the payment is refused at once (a payer who

@@ -17,7 +17,8 @@
  *  - dependencies (src/dependencies.ts): every package a deployable's src/ imports at run time is
  *    among the production dependencies its image holds;
  *  - least privilege (src/access.ts): each component's own NATS user and Postgres role in
- *    compose and k8s, and the generated authorization files up to date.
+ *    compose and k8s, and the generated authorization files up to date;
+ *  - image tags (src/release/imageTags.ts): every fleet image tagged with the fleet's version.
  *
  * `root` is where the files are read from (the repository, or a copy in the tests); the
  * components and the settings they read come from the code (src/components.ts, @ats/fleet).
@@ -28,6 +29,8 @@ import { checkCompose } from './compose.ts'
 import { checkDependencies } from './dependencies.ts'
 import { checkDockerfiles } from './dockerfile.ts'
 import { checkKubernetes } from './k8s.ts'
+import { imageTagProblems } from './release/imageTags.ts'
+import { fleetVersion } from './release/release.ts'
 
 export interface Report {
   problems: string[]
@@ -49,6 +52,7 @@ export async function checkDeployment(root: string, repoRoot = root, options: Ch
   const imageHealth = checkDockerfiles(root, [...fleet, devnet], problems, notes)
   // what each image's pnpm deploy --prod holds covers what its code imports (src/dependencies.ts)
   checkDependencies(repoRoot, [...fleet, devnet], problems, notes)
+  problems.push(...imageTagProblems(root, fleetVersion(repoRoot)))
   // docker-compose and the kustomize renders run side by side; each part's problems are listed in this order
   const parts = await Promise.all(
     [

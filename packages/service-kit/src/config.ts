@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import { defaultNamespace, namespacePattern } from '@ats/contracts'
 import { Type, type Static, type TObject, type TProperties, type TSchema, type TStringOptions } from 'typebox'
 import { Compile } from 'typebox/compile'
@@ -80,6 +81,23 @@ export const baseSettings = {
 /** REDIS_URL, for services that declare `redis` (optional or required) */
 export const redisUrlSetting = Type.String({ secret: true, description: 'Redis, shared by every replica of the process' })
 
+/** Redis Sentinel, for services that declare `redis`: with sentinels, REDIS_URL gives only the password and db */
+export const redisSentinelSettings = {
+  REDIS_SENTINELS: Type.Optional(
+    Type.String({
+      pattern: '^[^\\s,:]+:[0-9]{1,5}(,[^\\s,:]+:[0-9]{1,5})*$',
+      hint: 'must be host:port of each sentinel, comma-separated, like redis-sentinel-0:26379,redis-sentinel-1:26379',
+      description:
+        "Redis Sentinel's host:port, comma-separated: the primary is the one they name, followed through a failover, and writes that must survive one wait for a replica's copy; REDIS_URL then gives only the password and db",
+    }),
+  ),
+  REDIS_SENTINEL_MASTER: Type.String({
+    pattern: '^[A-Za-z0-9._-]+$',
+    default: 'ats',
+    description: 'the name the sentinels monitor the primary under (sentinel monitor <name> …)',
+  }),
+}
+
 export const databaseSettings = {
   DATABASE_URL: Type.String({
     default: localInfra.databaseUrl,
@@ -147,4 +165,15 @@ export function safeUrl(url: string): string {
       }
     })
     .join(',')
+}
+
+/**
+ * The version of the package a module belongs to, from its package.json (one folder above
+ * `src/` or `dist/`): a service names the release it runs (GET /, logs, traces), set by
+ * `pnpm release` in every package.json at once.
+ */
+export function packageVersion(moduleUrl: string): string {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', moduleUrl), 'utf8')) as { version?: string }
+  if (!pkg.version) throw new StartupError(`${new URL('../package.json', moduleUrl).pathname} has no version`)
+  return pkg.version
 }

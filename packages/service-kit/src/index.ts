@@ -1,7 +1,7 @@
 // The kit's face: what services, the gateway, scripts and tests use, listed by name rather than
 // `export *` of every module, so the kit's public surface is what this file shows. A name not
 // listed here is the kit's own; export it when a service needs it, from the module that owns it.
-export { StartupError, databaseSettings, httpUrlSetting, isHttpUrl, loadConfig, msSetting, safeUrl } from './config.ts'
+export { StartupError, databaseSettings, httpUrlSetting, isHttpUrl, loadConfig, msSetting, packageVersion, safeUrl } from './config.ts'
 export { localInfra, portOpen } from './localInfra.ts'
 export {
   BadRequest,
@@ -34,6 +34,7 @@ export { startOutbox } from './outbox.ts'
 export { eventOwner, newEventId, recordEvent, startEventOutbox, type EventOutbox, type EventToRecord } from './events.ts'
 export { cachedLoader } from './cache.ts'
 export { createSharedCache, type SharedCache } from './sharedCache.ts'
+export { REPLICA_ACK_TIMEOUT_MS, connectRedis, replicaAcknowledgement, type SentinelOptions } from './redis.ts'
 export { createChainContext, type ChainContext } from './chain.ts'
 export {
   ROOT_CONTEXT,

@@ -5,7 +5,7 @@ import type { NatsConnection } from 'nats'
 import { Type, type Static, type TObject, type TProperties } from 'typebox'
 import type { Redis } from 'ioredis'
 import { chainSettings, checkAddressBook, createChainContext, serverWalletSettings, type ChainConfig, type ChainContext } from './chain.ts'
-import { StartupError, baseSettings, databaseSettings, loadConfig, redisUrlSetting } from './config.ts'
+import { StartupError, baseSettings, databaseSettings, loadConfig, redisSentinelSettings, redisUrlSetting } from './config.ts'
 import { createDatabase, type DatabaseClient, type DatabaseOptions } from './database.ts'
 import { installErrorHandler, withTimeout } from './errors.ts'
 import { installIdentity, operationalRoutes } from './identity.ts'
@@ -27,6 +27,8 @@ export type KitConfig = Static<TObject<typeof baseSettings>> & {
   OPS_PORT?: number
   OPS_HOST?: string
   REDIS_URL?: string
+  REDIS_SENTINELS?: string
+  REDIS_SENTINEL_MASTER?: string
 }
 export type ServiceConfig<S extends TProperties> = KitConfig & Static<TObject<S>>
 
@@ -151,7 +153,9 @@ function kitSettings(definition: AnyServiceDefinition): TProperties {
         }
       : {}),
     ...(definition.database ? databaseSettings : {}),
-    ...(definition.redis ? { REDIS_URL: definition.redis === 'required' ? redisUrlSetting : Type.Optional(redisUrlSetting) } : {}),
+    ...(definition.redis
+      ? { REDIS_URL: definition.redis === 'required' ? redisUrlSetting : Type.Optional(redisUrlSetting), ...redisSentinelSettings }
+      : {}),
     ...(definition.chain ? chainSettings : {}),
     ...(definition.chain === 'write' ? serverWalletSettings : {}),
   }
@@ -190,7 +194,11 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
   })
   setJetStreamReplicas(nc, config.JETSTREAM_REPLICAS)
   const redis = config.REDIS_URL
-    ? await connectRedis(config.REDIS_URL, logger).catch(async (error) => {
+    ? await connectRedis(
+        config.REDIS_URL,
+        logger,
+        config.REDIS_SENTINELS ? { sentinels: config.REDIS_SENTINELS, master: config.REDIS_SENTINEL_MASTER! } : undefined,
+      ).catch(async (error) => {
         await nc.close()
         await db?.$disconnect()
         throw error

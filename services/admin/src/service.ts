@@ -10,6 +10,7 @@ import {
   StartupError,
   type ChainContext,
   type ServiceDefinition,
+  packageVersion,
 } from '@ats/service-kit'
 import { PrismaClient, type WebhookSubscription } from './generated/prisma/client.ts'
 import { createAgentPayers } from './agentPayers/agentPayers.ts'
@@ -39,7 +40,7 @@ const schema = 'admin'
 
 export const adminService: ServiceDefinition<typeof adminSettings, PrismaClient, 'write'> = {
   name: 'admin',
-  version: '0.1.0',
+  version: packageVersion(import.meta.url),
   port: 3005,
   // settles on chain from the server wallet (SERVER_WALLET_PRIVATE_KEY)
   chain: 'write',

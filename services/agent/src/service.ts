@@ -9,6 +9,7 @@ import {
   type EventOutbox,
   type ServiceDefinition,
   type TypeBoxTypeProvider,
+  packageVersion,
 } from '@ats/service-kit'
 import { PrismaClient } from './generated/prisma/client.ts'
 import { createJobEvents } from './jobs/events.ts'
@@ -34,7 +35,7 @@ import { skillList } from './skills.ts'
 
 export const agentService: ServiceDefinition<typeof agentSettings, PrismaClient> = {
   name: 'agent',
-  version: '0.2.0',
+  version: packageVersion(import.meta.url),
   port: 3001,
   settings: agentSettings,
   database: {

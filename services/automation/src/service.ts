@@ -1,7 +1,15 @@
 // The automation service: the wiring of its store, NATS endpoints, routes and scheduler.
 import { fileURLToPath } from 'node:url'
 import { automationContract, tradingTokens } from '@ats/contracts'
-import { addNatsService, cachedLoader, callEndpoint, serveEndpoint, startEventOutbox, type ServiceDefinition } from '@ats/service-kit'
+import {
+  addNatsService,
+  cachedLoader,
+  callEndpoint,
+  serveEndpoint,
+  startEventOutbox,
+  type ServiceDefinition,
+  packageVersion,
+} from '@ats/service-kit'
 import { watchWalletControl } from '@ats/wallet'
 import { createAutomations, ownerOf } from './automations/automations.ts'
 import { createPriceReader } from './automations/prices.ts'
@@ -16,7 +24,7 @@ const schema = 'automation'
 
 export const automationService: ServiceDefinition<typeof automationSettings, PrismaClient> = {
   name: 'automation',
-  version: '0.1.0',
+  version: packageVersion(import.meta.url),
   port: 3004,
   settings: automationSettings,
   database: {

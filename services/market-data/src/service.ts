@@ -8,6 +8,7 @@ import {
   startWorkerLoop,
   StartupError,
   type ServiceDefinition,
+  packageVersion,
 } from '@ats/service-kit'
 import { getAddress, isAddress, type Address } from 'viem'
 import { PrismaClient } from './generated/prisma/client.ts'
@@ -32,7 +33,7 @@ const schema = 'market_data'
 
 export const marketDataService: ServiceDefinition<typeof marketDataSettings, PrismaClient, 'read'> = {
   name: 'market-data',
-  version: '0.1.0',
+  version: packageVersion(import.meta.url),
   port: 3003,
   // the local sources read the chain (pools, Swap and Transfer logs); the wallet is never needed
   chain: 'read',

@@ -9,6 +9,7 @@ import {
   startEventOutbox,
   startIdempotencyPurge,
   type ServiceDefinition,
+  packageVersion,
 } from '@ats/service-kit'
 import { watchWalletControl } from '@ats/wallet'
 import { getAddress, type Address, type Hex } from 'viem'
@@ -41,7 +42,7 @@ const schema = 'trading'
 
 export const tradingService: ServiceDefinition<typeof tradingSettings, PrismaClient, 'write'> = {
   name: 'trading',
-  version: '0.1.0',
+  version: packageVersion(import.meta.url),
   port: 3002,
   // swaps, approvals and launches are sent from the server wallet (SERVER_WALLET_PRIVATE_KEY)
   chain: 'write',
