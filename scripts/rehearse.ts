@@ -17,10 +17,11 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import {
   freePorts,
-  freshDatabase,
   startNatsCluster,
+  startPrivatePostgres,
   startSentinelRedis,
   type NatsCluster,
+  type PrivatePostgres,
   type SentinelRedis,
 } from '@ats/service-kit/testing'
 // by path, as bench/ does: the root package depends on neither
@@ -34,12 +35,12 @@ import { fleetMembers, root } from '@ats/fleet'
  * pnpm rehearse: the fleet at scale on this machine, under load, with faults.
  *
  * A 3-node NATS cluster (JETSTREAM_REPLICAS=3), a private Redis under Sentinel (a primary, 2
- * replicas, 3 sentinels; one server with --single-redis), a fresh database and a devnet;
+ * replicas, 3 sentinels; one server with --single-redis), a Postgres server of its own and a devnet;
  * 2 gateways behind a round-robin front, 2 replicas of every service (each pair behind a front
  * of its own, as a Kubernetes Service would be), 2 agent workers and 3 automation schedulers.
  * With paid and keyed load running it kills, one at a time: a NATS node (SIGKILL, then back),
  * a gateway, an agent worker mid-job, an automation scheduler mid-run (all SIGKILL, left dead),
- * and the Redis primary (the sentinels promote a replica; with --single-redis, the one Redis for
+ * Postgres (its own server, crashed and started again after a few seconds), and the Redis primary (the sentinels promote a replica; with --single-redis, the one Redis for
  * a few seconds). Then it checks the books (the check… functions below), prints one line a
  * check, and exits 1 when one fails. Every process's log is kept in the run's directory.
  */
@@ -49,6 +50,7 @@ const kitRequire = createRequire(new URL('../packages/service-kit/package.json',
 interface Pool {
   query(sql: string, params?: unknown[]): Promise<{ rows: unknown[] }>
   end(): Promise<void>
+  on(event: 'error', listener: (error: Error) => void): void
 }
 const pg = kitRequire('pg') as { Pool: new (options: { connectionString: string; max: number }) => Pool }
 
@@ -61,6 +63,8 @@ const RATE = { prompt: 4, paidRead: 2, keyed: 20 }
 const FAULT_HOLD_MS = 10_000
 const NAMESPACE = 'rehearse'
 const REDIS_DOWN_MS = 4_000
+/** how long Postgres stays down after its crash (a managed failover takes seconds to a minute) */
+const POSTGRES_DOWN_MS = 5_000
 /**
  * Sentinel by default, as production runs Redis (docs/operations.md): the failover is the fault
  * that matters there. --single-redis keeps one server, killed for REDIS_DOWN_MS and started empty.
@@ -510,6 +514,10 @@ function whyClosed(answer: string): string {
       /API key verification is unavailable/,
       'keyed routes fail closed when admin does not answer a key lookup (NATS): an unverified key is not let through',
     ],
+    [
+      /the database is unavailable for a moment/,
+      'what must be written to Postgres (a paid prompt becomes a job row) waits for it: 503, retryable, and the payment is not charged',
+    ],
     [/service unavailable|did not answer in time/, 'the service behind the route did not answer: the gateway says so rather than wait'],
     [/no \S+ replica answers/, 'the front had no replica to send to'],
   ]
@@ -531,35 +539,40 @@ const ok2xx = (s: Sample) => s.status >= 200 && s.status < 300
 interface Infrastructure {
   cluster: NatsCluster
   redis: PrivateRedis | SentinelRedis
+  /** the run's own Postgres server, crashed and started again under load */
+  postgres: PrivatePostgres
   databaseUrl: string
   devnet: Awaited<ReturnType<typeof startDevnet>>
 }
 
 /**
- * A Redis, a database and a devnet of the run's own; each component's NATS user and Postgres
- * role (roles named for this run, dropped at the end); then the cluster, which knows only those users.
+ * A Redis, a Postgres server (its own: it is crashed under load) and a devnet of the run's own;
+ * each component's NATS user and Postgres role; then the cluster, which knows only those users.
  */
 async function startInfrastructure(): Promise<Infrastructure> {
   const ports = await freePorts(2)
-  const [redis, databaseUrl, devnet, members] = await Promise.all([
+  const [redis, postgres, devnet, members] = await Promise.all([
     SENTINEL ? startSentinelRedis({ replicas: 2 }) : startRedis(ports[0]!),
-    freshDatabase({ teardown: (fn) => cleanups.push(fn) }),
+    startPrivatePostgres(),
     startDevnet({ port: ports[1]!, addressBookPath: join(runDir, 'address-book.json') }),
     fleetMembers(),
   ])
   cleanups.push(
     () => redis.stop(),
+    () => postgres.stop(),
     () => devnet.stop(),
   )
+  const databaseUrl = postgres.url.replace(/\/postgres$/, '/ats')
+  const admin = new pg.Pool({ connectionString: postgres.url, max: 1 })
+  await admin.query('CREATE DATABASE ats')
+  await admin.end()
   db = new pg.Pool({ connectionString: databaseUrl, max: 4 })
+  // the pool's idle connections are cut when Postgres crashes: the next query opens new ones
+  db.on('error', () => undefined)
   cleanups.push(() => db.end())
   const rolePrefix = `rh${randomBytes(4).toString('hex')}`
   const made = await fleetAccess({ members, namespace: NAMESPACE, databaseUrl, rolePrefix })
   access = made
-  cleanups.push(async () => {
-    await db.query(`DROP OWNED BY ${made.roles.map((r) => `"${r.role}"`).join(', ')} CASCADE`)
-    for (const r of made.roles) await db.query(`DROP ROLE IF EXISTS "${r.role}"`)
-  })
   const cluster = await startNatsCluster({ nodes: 3, timeoutMs: 30_000, authorization: made.natsAuthorization })
   cleanups.push(() => cluster.stop())
   natsUrls = cluster.urls.join(',')
@@ -568,8 +581,8 @@ async function startInfrastructure(): Promise<Infrastructure> {
       ? `sentinels ${redis.sentinels} (primary :${redis.ports[0]}, replicas :${redis.ports.slice(1).join(', :')})`
       : redis.url
   say(`NATS cluster ${natsUrls} (one user per component); Redis ${redisAt}; devnet ${devnet.rpcUrl}`)
-  say(`database ${new URL(databaseUrl).pathname.slice(1)}, roles ${made.roles.map((r) => r.role).join(', ')}`)
-  return { cluster, redis, databaseUrl, devnet }
+  say(`Postgres 127.0.0.1:${postgres.port} (the run's own), roles ${made.roles.map((r) => r.role).join(', ')}`)
+  return { cluster, redis, postgres, databaseUrl, devnet }
 }
 
 interface Fleet {
@@ -759,6 +772,17 @@ interface Faults {
   schedulerRun: string
   /** under Sentinel: what the Redis primary's SIGKILL did */
   redisFailover?: RedisFailover
+  postgresRestart: PostgresRestart
+}
+
+interface PostgresRestart {
+  downAt: number
+  upAt: number
+  /** the payments (nonces) and jobs recorded before the crash: every one must still be there after */
+  paymentsBefore: string[]
+  jobsBefore: string[]
+  /** each live service process's time from Postgres back to /ready answering 200 again (undefined: not within 60 s) */
+  readyAgainMs: Map<string, number | undefined>
 }
 
 interface RedisFailover {
@@ -786,7 +810,7 @@ const rateLimitCounts = (redis: SentinelRedis) =>
   })
 
 /** The faults, one at a time, each held FAULT_HOLD_MS with the load running; `phase` labels what the load sees. */
-async function injectFaults({ cluster, redis }: Infrastructure, { gateways, workers, schedulers }: Fleet): Promise<Faults> {
+async function injectFaults({ cluster, redis, postgres }: Infrastructure, { gateways, workers, schedulers }: Fleet): Promise<Faults> {
   const lines: string[] = []
   const fault = (line: string) => {
     lines.push(`${elapsed()}: ${line}`)
@@ -836,6 +860,51 @@ async function injectFaults({ cluster, redis }: Infrastructure, { gateways, work
     fault(`SIGKILL automation-scheduler-3 while it ran automation run ${schedulerRun} (left dead)`)
   })
 
+  // Postgres crashed (immediate shutdown: every connection cut, crash recovery at the start) and
+  // started again after POSTGRES_DOWN_MS, as a restart or a managed failover does
+  let postgresRestart: PostgresRestart | undefined
+  await hold('postgres-restart', async () => {
+    const [payments, jobs] = await Promise.all([
+      q<{ nonce: string }>('SELECT lower(nonce) AS nonce FROM admin.payments'),
+      q<{ id: string }>('SELECT id FROM agent.jobs'),
+    ])
+    fault(`Postgres crashed (immediate shutdown, under load); down for ${POSTGRES_DOWN_MS / 1000} s`)
+    const { downAt, upAt } = await postgres.crashAndRestart(POSTGRES_DOWN_MS)
+    fault(`Postgres started again (crash recovery) after ${((upAt - downAt) / 1000).toFixed(1)} s`)
+    const live = procs.filter((p) => !p.killedOnPurpose && alive(p.child))
+    const readyAgainMs = new Map(
+      await Promise.all(
+        live.map(async (p) => {
+          const ready = await until(
+            `${p.name} ready`,
+            async () =>
+              (await fetch(`${p.readyUrl}/ready`, { signal: AbortSignal.timeout(2000) }).then(
+                (r) => r.ok,
+                () => false,
+              ))
+                ? true
+                : undefined,
+            60_000,
+            100,
+          ).then(
+            () => Date.now() - upAt,
+            () => undefined,
+          )
+          return [p.name, ready] as const
+        }),
+      ),
+    )
+    const slowest = Math.max(...[...readyAgainMs.values()].map((ms) => ms ?? Number.POSITIVE_INFINITY))
+    fault(`every service process ready again ${(slowest / 1000).toFixed(1)} s after Postgres came back`)
+    postgresRestart = {
+      downAt,
+      upAt,
+      paymentsBefore: payments.map((r) => r.nonce),
+      jobsBefore: jobs.map((r) => r.id),
+      readyAgainMs,
+    }
+  })
+
   let redisFailover: RedisFailover | undefined
   if ('sentinels' in redis) {
     await hold('redis-failover', async () => {
@@ -862,7 +931,7 @@ async function injectFaults({ cluster, redis }: Infrastructure, { gateways, work
       redisFailover = { killedAt, first, promoted, promotedMs, counts, countsAfter }
       phase = 'after-redis'
     })
-    return { lines, workerJob, schedulerRun, ...(redisFailover ? { redisFailover } : {}) }
+    return { lines, workerJob, schedulerRun, postgresRestart: postgresRestart!, ...(redisFailover ? { redisFailover } : {}) }
   }
   await hold('redis-down', async () => {
     await redis.kill()
@@ -872,7 +941,7 @@ async function injectFaults({ cluster, redis }: Infrastructure, { gateways, work
     fault('Redis started again (empty: it keeps nothing on disk)')
     phase = 'after-redis'
   })
-  return { lines, workerJob, schedulerRun }
+  return { lines, workerJob, schedulerRun, postgresRestart: postgresRestart! }
 }
 
 const count = async (sql: string) => (await q<{ n: number }>(sql))[0]!.n
@@ -1112,6 +1181,48 @@ async function checkRedisFailover(redis: SentinelRedis, failover: RedisFailover,
   }
 }
 
+/**
+ * Postgres crashed under load and started again: every service process answers /ready again by
+ * itself within seconds; every payment and job recorded before the crash is still there; while
+ * it was down, what needs no database went on (the paid edge: x402 checks in Redis and on chain,
+ * keys from the gateways' caches, payments to JetStream; market data from its caches) and what
+ * needs it answered 503 {error} (judged with every other error by checkErrors).
+ */
+async function checkPostgresRestart(restart: PostgresRestart): Promise<Check> {
+  const [payments, jobs] = await Promise.all([
+    q<{ nonce: string }>('SELECT lower(nonce) AS nonce FROM admin.payments'),
+    q<{ id: string }>('SELECT id FROM agent.jobs'),
+  ])
+  const paymentsNow = new Set(payments.map((r) => r.nonce))
+  const jobsNow = new Set(jobs.map((r) => r.id))
+  const lostPayments = restart.paymentsBefore.filter((n) => !paymentsNow.has(n)).length
+  const lostJobs = restart.jobsBefore.filter((id) => !jobsNow.has(id)).length
+  const notReady = [...restart.readyAgainMs].filter(([, ms]) => ms === undefined).map(([name]) => name)
+  const slowest = Math.max(0, ...[...restart.readyAgainMs.values()].map((ms) => ms ?? 0))
+  // sent while Postgres was down, by kind
+  const during = samples.filter((s) => s.at >= restart.downAt && s.at < restart.upAt)
+  const by = (kind: Sample['kind']) => {
+    const of = during.filter((s) => s.kind === kind)
+    return { all: of.length, ok: of.filter(ok2xx).length }
+  }
+  const [paidRead, keyed, prompt] = [by('paidRead'), by('keyed'), by('prompt')]
+  return {
+    name: 'Postgres crashed and restarted: every service reconnects by itself, nothing recorded is lost, the paid edge answers',
+    pass:
+      restart.readyAgainMs.size > 0 &&
+      notReady.length === 0 &&
+      slowest < 30_000 &&
+      lostPayments === 0 &&
+      lostJobs === 0 &&
+      paidRead.all > 0 &&
+      paidRead.ok === paidRead.all,
+    detail: `${restart.readyAgainMs.size} service processes ready again within ${(slowest / 1000).toFixed(1)} s of Postgres back${notReady.length ? ` (not: ${notReady.join(', ')})` : ''}; recorded before the crash and still there: ${restart.paymentsBefore.length - lostPayments}/${restart.paymentsBefore.length} payments, ${restart.jobsBefore.length - lostJobs}/${restart.jobsBefore.length} jobs`,
+    more: [
+      `sent while it was down (${((restart.upAt - restart.downAt) / 1000).toFixed(1)} s): paid reads ${paidRead.ok}/${paidRead.all} 2xx, keyed reads ${keyed.ok}/${keyed.all} 2xx, paid prompts ${prompt.ok}/${prompt.all} 2xx (a job is written to the agent's database: 503 until it is back)`,
+    ],
+  }
+}
+
 function printHeader(faults: Faults, fleet: Fleet) {
   const underLoad = samples.filter((s) => !s.final).length
   out('')
@@ -1120,7 +1231,7 @@ function printHeader(faults: Faults, fleet: Fleet) {
     'fleet: 3 NATS nodes (JETSTREAM_REPLICAS=3), 2 gateways behind a round-robin front, 2 x admin/trading/market-data/agent API/automation API,',
   )
   out(
-    `       2 agent workers, 3 automation schedulers, Postgres, ${SENTINEL ? 'Redis under Sentinel (primary, 2 replicas, 3 sentinels)' : 'Redis (one server)'}, devnet; ${procs.length} service processes, each component with its own NATS user and Postgres role; admin settlement off`,
+    `       2 agent workers, 3 automation schedulers, Postgres (the run's own server), ${SENTINEL ? 'Redis under Sentinel (primary, 2 replicas, 3 sentinels)' : 'Redis (one server)'}, devnet; ${procs.length} service processes, each component with its own NATS user and Postgres role; admin settlement off`,
   )
   out(
     `load: ${RATE.prompt} paid prompts/s + ${RATE.paidRead} paid reads/s (x402) + ${RATE.keyed} keyed reads/s; 4 automations every 3 s; ${underLoad} requests under load, ${samples.length - underLoad} in the final round`,
@@ -1175,6 +1286,7 @@ async function main(): Promise<boolean> {
     await checkSwaps(infra, startBlock, executions),
     checkErrors(),
     await checkRecovery(infra),
+    await checkPostgresRestart(faults.postgresRestart),
     ...('sentinels' in infra.redis && faults.redisFailover
       ? [await checkRedisFailover(infra.redis, faults.redisFailover, fleet.front.url)]
       : []),

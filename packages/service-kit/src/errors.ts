@@ -162,14 +162,19 @@ const postgresUnavailable = (code: unknown) => typeof code === 'string' && (/^57
  * the client may retry, not a 500. Prisma carries the driver's error in meta.driverAdapterError.
  */
 export function isDatabaseUnavailable(error: unknown): boolean {
-  const { code, meta } = (error ?? {}) as { code?: unknown; meta?: { driverAdapterError?: { cause?: Record<string, unknown> } } }
-  const cause = meta?.driverAdapterError?.cause
-  return (
-    (typeof code === 'string' && prismaUnavailable.has(code)) ||
-    postgresUnavailable(code) ||
-    cause?.kind === 'DatabaseNotReachable' ||
-    postgresUnavailable(cause?.originalCode)
-  )
+  // an error that wraps one (`new Error(…, { cause })`) is as unavailable as its cause
+  for (let depth = 0; error && depth < 5; depth++, error = (error as { cause?: unknown }).cause) {
+    const { code, meta } = error as { code?: unknown; meta?: { driverAdapterError?: { cause?: Record<string, unknown> } } }
+    const cause = meta?.driverAdapterError?.cause
+    if (
+      (typeof code === 'string' && prismaUnavailable.has(code)) ||
+      postgresUnavailable(code) ||
+      cause?.kind === 'DatabaseNotReachable' ||
+      postgresUnavailable(cause?.originalCode)
+    )
+      return true
+  }
+  return false
 }
 
 export const databaseUnavailableMessage = 'the database is unavailable for a moment (restarting or failing over); try again'

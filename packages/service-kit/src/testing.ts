@@ -388,6 +388,7 @@ export async function startTestTracing() {
 
 export { freePort, freePorts } from './ports.ts'
 export { redisSentinelMissing, startSentinelRedis, type SentinelRedis } from './testSupport/redisSentinel.ts'
+export { startPrivatePostgres, type PrivatePostgres } from './testSupport/privatePostgres.ts'
 
 /** A fetch that keeps the headers of every request it sends (`sent`), for tests of what a client put on the wire. */
 export function recordingFetch(): { fetch: typeof fetch; sent: Headers[] } {

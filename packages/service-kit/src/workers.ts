@@ -1,5 +1,5 @@
 import type { Topic } from '@ats/contracts'
-import { firstLine } from './errors.ts'
+import { firstLine, isDatabaseUnavailable } from './errors.ts'
 import { AckPolicy, DeliverPolicy, headers as natsHeaders, nanos, type Consumer, type JsMsg, type NatsConnection } from 'nats'
 import { ensureStream, jetStreamReplicas, type StreamSpec } from './jetstream.ts'
 import type { Logger } from './logger.ts'
@@ -272,9 +272,18 @@ export async function startDurableConsumer<M>(options: DurableConsumerOptions<M>
     log.error({ seq: m.seq, subject: m.subject, deliveries: m.info.deliveryCount, reason }, 'message moved to the dead letters')
   }
 
-  /** a message that failed on its own: redelivered after `retryDelayMs`, or dead-lettered after `maxDeliveries` */
+  /**
+   * A message that failed: redelivered after `retryDelayMs`, or dead-lettered after
+   * `maxDeliveries`, unless the database was out of reach (restarting, failing over): that is no
+   * fault of the message, which is then redelivered for as long as it takes (a charge dropped to
+   * the dead letters during a Postgres restart would be a paid answer never recorded).
+   */
   async function failed(m: JsMsg, error: unknown) {
     const reason = firstLine(error)
+    if (isDatabaseUnavailable(error)) {
+      log.warn({ seq: m.seq, deliveries: m.info.deliveryCount, reason }, 'the database is unavailable; the message will be redelivered')
+      return m.nak(retryDelayMs)
+    }
     if (m.info.deliveryCount >= maxDeliveries) return deadLetter(m, `failed ${m.info.deliveryCount} times: ${reason}`)
     log.warn({ seq: m.seq, deliveries: m.info.deliveryCount, reason }, 'message failed; it will be redelivered')
     m.nak(retryDelayMs)

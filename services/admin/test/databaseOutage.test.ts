@@ -2,9 +2,11 @@ import { once } from 'node:events'
 import { createServer, type Server, type Socket, connect } from 'node:net'
 import { callEndpoint, ServiceCallError } from '@ats/service-kit'
 import { baseTestEnv, eventually, startService } from '@ats/service-kit/testing'
+import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { adminService } from '../src/service.ts'
-import { internalCall } from './helpers.ts'
+import { freshAddress, internalCall, signCharge, startAdmin } from './helpers.ts'
 
 /**
  * A TCP relay to the real Postgres, on a port of its own: closing it (and every connection
@@ -76,4 +78,39 @@ t.test('Postgres going away: requests answer 503 (retryable), over HTTP and NATS
     'what it recorded before is there',
   )
   t.equal((await call('POST', '/admin/keys', { tier: 'readonly', label: 'after' })).status, 201, 'and it records again')
+})
+
+t.test('charges published while Postgres is away wait for it, however many tries that takes: none goes to the dead letters', async (t) => {
+  const env = await baseTestEnv(t)
+  const direct = new URL(env.DATABASE_URL!)
+  const relay = await startRelay(direct)
+  const viaRelay = new URL(direct)
+  viaRelay.host = `127.0.0.1:${relay.port()}`
+  // a failed batch is tried again every 100 ms: the 3 tries after which a bad batch is dead-lettered pass in 0.3 s
+  const admin = await startAdmin(
+    t,
+    {},
+    { env: { ...env, DATABASE_URL: viaRelay.toString(), SETTLEMENT_ENABLED: 'false', LEDGER_RETRY_MS: '100' } },
+  )
+  const { stream, deadLetters, ledgerConsumer } = admin.payments
+  const payer = privateKeyToAccount(generatePrivateKey())
+  const charges = await Promise.all([1, 2, 3].map(() => signCharge(freshAddress(), payer)))
+
+  await relay.close()
+  for (const charge of charges) await admin.publish([charge])
+  // far more tries than maxDeliveries while the database is away
+  await sleep(2_000)
+  const tried = await admin.jsm.consumers.info(stream, ledgerConsumer)
+  t.ok(tried.num_redelivered > 0 || tried.num_ack_pending > 0, 'the charges were tried while the database was away')
+  const dead = await admin.jsm.streams.getMessage(stream, { last_by_subj: deadLetters }).catch(() => undefined)
+  t.equal(dead, undefined, 'none went to the dead letters')
+
+  await relay.open()
+  const recorded = await admin.paymentsWhen('the charges recorded once Postgres is back', (payments) => payments.length === 3, 30_000)
+  t.same(recorded.map((p) => p.requestId).sort(), charges.map((c) => c.requestId).sort(), 'each charge recorded, once')
+  const drained = await eventually('the ledger consumer drained', async () => {
+    const info = await admin.jsm.consumers.info(stream, ledgerConsumer)
+    return info.num_pending === 0 && info.num_ack_pending === 0 ? info : undefined
+  })
+  t.match(drained, { num_pending: 0, num_ack_pending: 0 }, 'nothing is left waiting')
 })
