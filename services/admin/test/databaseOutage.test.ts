@@ -41,12 +41,18 @@ async function startRelay(target: URL) {
   return { port: () => port, open, close }
 }
 
-t.test('Postgres going away: requests answer 503 (retryable), over HTTP and NATS; back, admin serves again by itself', async (t) => {
+/** the test's environment, and a relay to its Postgres: DATABASE_URL through it is `viaRelay` */
+async function relayedEnv(t: Parameters<typeof baseTestEnv>[0]) {
   const env = await baseTestEnv(t)
   const direct = new URL(env.DATABASE_URL!)
   const relay = await startRelay(direct)
   const viaRelay = new URL(direct)
   viaRelay.host = `127.0.0.1:${relay.port()}`
+  return { env, relay, viaRelay }
+}
+
+t.test('Postgres going away: requests answer 503 (retryable), over HTTP and NATS; back, admin serves again by itself', async (t) => {
+  const { env, relay, viaRelay } = await relayedEnv(t)
   const admin = await startService(t, adminService, {
     ...env,
     DATABASE_URL: viaRelay.toString(),
@@ -81,11 +87,7 @@ t.test('Postgres going away: requests answer 503 (retryable), over HTTP and NATS
 })
 
 t.test('charges published while Postgres is away wait for it, however many tries that takes: none goes to the dead letters', async (t) => {
-  const env = await baseTestEnv(t)
-  const direct = new URL(env.DATABASE_URL!)
-  const relay = await startRelay(direct)
-  const viaRelay = new URL(direct)
-  viaRelay.host = `127.0.0.1:${relay.port()}`
+  const { env, relay, viaRelay } = await relayedEnv(t)
   // a failed batch is tried again every 100 ms: the 3 tries after which a bad batch is dead-lettered pass in 0.3 s
   const admin = await startAdmin(
     t,
