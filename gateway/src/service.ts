@@ -14,6 +14,7 @@ import { createChargePublisher } from './payments/chargePublisher.ts'
 import { createPaymentGuard } from './payments/paymentGuard.ts'
 import { installBodyLimit } from './routes/bodyLimit.ts'
 import { proxyRoutes } from './routes/proxy.ts'
+import { consoleRoutes } from './routes/console.ts'
 import { rootRoutes } from './routes/root.ts'
 import type { UpstreamName } from './routing/routeTable.ts'
 import { clientErrorHandler, serverTimeouts } from './routes/timeouts.ts'
@@ -102,6 +103,7 @@ export const gatewayService: ServiceDefinition<typeof gatewaySettings, never, 'r
     }
     if (credit) await app.register(creditRoutes, { guard: credit.guard, pay, auth })
     await app.register(rootRoutes, { name: 'agent-trading-service', version, chain: config.CHAIN_NAME, chainId: chain.chainId })
+    await app.register(consoleRoutes)
     await app.register(proxyRoutes, {
       upstreams,
       internalToken: config.INTERNAL_TOKEN,

@@ -1,23 +1,10 @@
 import { mkdir } from 'node:fs/promises'
 import { publicRoutes } from '@ats/contracts'
-import { startService, baseTestEnv } from '@ats/service-kit/testing'
+import { baseTestEnv, chromiumArgs as args, chromiumPath as executablePath, startService } from '@ats/service-kit/testing'
 import { chromium } from 'playwright-core'
 import t from 'tap'
 import { routeTable } from '../src/routing/routeTable.ts'
 import { gatewayService } from '../src/service.ts'
-
-/** Debian's Chromium (apt package chromium; .ci/run installs it). */
-const executablePath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
-// the flags this machine's closed network needs: no background calls to Google's hosts
-const args = [
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-]
 
 t.test('GET /docs renders the API reference in a real headless Chromium, every route group listed, nothing from a CDN', async (t) => {
   const gateway = await startService(t, gatewayService, await baseTestEnv(t))

@@ -119,7 +119,7 @@ t.test('a swap over the approval threshold: the agent job waits for a person', a
     t.match(
       response.output_text,
       new RegExp(
-        `^Approval needed: swap 50 USDC for WETH \\(worth \\$50\\.00, over the \\$10\\.00 approval threshold of key key_\\S+\\)\\. A person decides it \\(an admin key or a key the policy names in approvers\\): approve with POST /approvals/${ats.approval.id}/approve, or reject with POST /approvals/${ats.approval.id}/reject, within 15 minutes\\. This answer's job goes on after the decision: GET /v1/responses/${response.id}$`,
+        `^Approval needed: swap 50 USDC for WETH \\(worth \\$50\\.00, over the \\$10\\.00 approval threshold of key key_\\S+\\)\\. A person decides it \\(an admin key or a key the policy names in approvers\\): approve with POST /approvals/${ats.approval.id}/approve, or reject with POST /approvals/${ats.approval.id}/reject \\(or open /console/#/approvals/${ats.approval.id} in the web console\\), within 15 minutes\\. This answer's job goes on after the decision: GET /v1/responses/${response.id}$`,
       ),
     )
     const listed = await request('/portfolio/jobs', { key })

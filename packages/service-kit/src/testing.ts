@@ -387,6 +387,19 @@ export async function startTestTracing() {
 }
 
 export { freePort, freePorts } from './ports.ts'
+
+/** Debian's Chromium (apt package chromium; .ci/run installs it), for the browser tests. */
+export const chromiumPath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
+/** the flags this machine's closed network needs: no background calls to Google's hosts */
+export const chromiumArgs = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+]
 export { redisSentinelMissing, startSentinelRedis, type SentinelRedis } from './testSupport/redisSentinel.ts'
 export { startPrivatePostgres, type PrivatePostgres } from './testSupport/privatePostgres.ts'
 

@@ -173,6 +173,8 @@ export async function startAdmin(t: Test, extra: NodeJS.ProcessEnv = {}, options
       uniquePayers: number
       requestCount: number
       recentPayments: RecentPayment[]
+      settlements: Record<string, { count: number; totalUsdc: string }>
+      backlog: { count: number; oldestPaidAt: number | null; lagMs: number }
     } & Record<string, unknown>
   }
 

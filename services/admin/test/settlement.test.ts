@@ -97,6 +97,29 @@ t.test('a batch delivered twice is recorded and settled once', async (t) => {
   t.same(await admin.paymentsCounted(), { charged: 1, settled: 1, failed: 0, voided: 0 }, 'counted once on /metrics')
 })
 
+t.test('revenue counts payments by settlement, and the backlog waiting to settle with its lag', async (t) => {
+  // settling, but looking for due payments only once an hour: what is recorded waits
+  const admin = await startSettlingAdmin(t, { SETTLEMENT_INTERVAL_MS: '3600000' })
+  const payer = await admin.chain.fundedPayer(1_000_000n)
+  const chargedAt = Date.now() - 5_000
+  await admin.publish([await signCharge(admin.chain.usdc, payer, { chargedAt }), await signCharge(admin.chain.usdc, payer)])
+  const summary = await eventually('2 payments recorded', async () => {
+    const body = await admin.revenue()
+    return body.requestCount === 2 ? body : undefined
+  })
+  t.match(summary.settlements, {
+    pending: { count: 2, totalUsdc: '20000' },
+    settling: { count: 0, totalUsdc: '0' },
+    settled: { count: 0, totalUsdc: '0' },
+    failed: { count: 0, totalUsdc: '0' },
+    skipped: { count: 0, totalUsdc: '0' },
+    voided: { count: 0, totalUsdc: '0' },
+  })
+  t.equal(summary.backlog.count, 2, 'both wait to settle')
+  t.equal(summary.backlog.oldestPaidAt, chargedAt, 'the oldest, by when it was charged')
+  t.ok(summary.backlog.lagMs >= 5_000 && summary.backlog.lagMs < 60_000, `its lag (${summary.backlog.lagMs} ms)`)
+})
+
 t.test('revenue and its history count the recorded payments to the unit, by UTC day', async (t) => {
   const admin = await startAdmin(t, { SETTLEMENT_ENABLED: 'false' })
   const [first, second] = [privateKeyToAccount(generatePrivateKey()), privateKeyToAccount(generatePrivateKey())]
@@ -133,6 +156,8 @@ t.test('revenue and its history count the recorded payments to the unit, by UTC 
     'newest first, each at the value paid',
   )
   t.ok(summary.recentPayments.every(inState('skipped')), 'SETTLEMENT_ENABLED=false records them as skipped')
+  t.match(summary.settlements, { skipped: { count: 4, totalUsdc: '55000' }, pending: { count: 0 } }, 'by settlement')
+  t.same(summary.backlog, { count: 0, oldestPaidAt: null, lagMs: 0 }, 'nothing waits to settle')
 
   const date = (ms: number) => new Date(ms).toISOString().slice(0, 10)
   const history = await admin.call('GET', '/admin/revenue/history')

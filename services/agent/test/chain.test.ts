@@ -50,7 +50,7 @@ t.test("a swap over the payer's approvalAboveUsd: the job waits for a person", a
     t.match(
       job.notice,
       new RegExp(
-        `^Approval needed: swap 50 USDC for WETH \\(worth \\$50\\.00, over the \\$10\\.00 approval threshold of payer ${payer}\\)\\. A person decides it \\(an admin key, a key bound to wallet ${payer}, or a key the policy names in approvers\\): approve with POST /approvals/${job.approval.id}/approve, or reject with POST /approvals/${job.approval.id}/reject, within 1[45] minutes\\.$`,
+        `^Approval needed: swap 50 USDC for WETH \\(worth \\$50\\.00, over the \\$10\\.00 approval threshold of payer ${payer}\\)\\. A person decides it \\(an admin key, a key bound to wallet ${payer}, or a key the policy names in approvers\\): approve with POST /approvals/${job.approval.id}/approve, or reject with POST /approvals/${job.approval.id}/reject \\(or open /console/#/approvals/${job.approval.id} in the web console\\), within 1[45] minutes\\.$`,
         'i',
       ),
     )

@@ -155,7 +155,31 @@ export const RevenueSummary = Type.Object({
   ),
   recentPayments: Type.Array(RecentPayment, { description: 'the latest 20 payments, newest first, whatever their settlement' }),
   storage: Type.String({ description: 'where the ledger is kept' }),
+  settlements: Type.Optional(
+    Type.Object(
+      Object.fromEntries(
+        (['pending', 'settling', 'settled', 'failed', 'skipped', 'voided'] as const).map((state) => [
+          state,
+          Type.Object({ count: Type.Integer(), totalUsdc: UsdcAmount }),
+        ]),
+      ) as Record<'pending' | 'settling' | 'settled' | 'failed' | 'skipped' | 'voided', ReturnType<typeof settlementCount>>,
+      { description: "every payment by its settlement (a job's payment held until its job ends counts as pending)" },
+    ),
+  ),
+  backlog: Type.Optional(
+    Type.Object(
+      {
+        count: Type.Integer({ description: 'payments to settle: pending (a held job payment included) and settling' }),
+        oldestPaidAt: Type.Union([EpochMs(), Type.Null()], { description: 'when the oldest of them was charged (null: none)' }),
+        lagMs: Type.Integer({ description: 'how long the oldest has waited, ms (0: none waits)' }),
+      },
+      { description: 'the settlement backlog and its lag' },
+    ),
+  ),
 })
+function settlementCount() {
+  return Type.Object({ count: Type.Integer(), totalUsdc: UsdcAmount })
+}
 
 export const DailyRevenue = Type.Object({
   date: Type.String({ description: 'YYYY-MM-DD (UTC)' }),

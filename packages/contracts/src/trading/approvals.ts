@@ -83,7 +83,14 @@ export const Approval = Type.Object({
     description: 'why the approved swap was not made (refused by the policy at approval time, reverted…), or why it was abandoned',
   }),
   links: Type.Object(
-    { approve: Type.String(), reject: Type.String(), self: Type.String() },
+    {
+      approve: Type.String(),
+      reject: Type.String(),
+      self: Type.String(),
+      console: Type.Optional(
+        Type.String({ description: "the approval's page in the web console (through the gateway), where a person decides it" }),
+      ),
+    },
     { description: 'the routes that decide it (through the gateway)' },
   ),
 })

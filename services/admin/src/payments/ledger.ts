@@ -100,6 +100,29 @@ export function createLedger(
       }
     },
 
+    /** every payment by settlement state (held counted as pending), and the backlog to settle with its oldest charge */
+    async settlements() {
+      const [byState, oldest] = await Promise.all([
+        db.payment.groupBy({ by: ['state'], _sum: { amount: true }, _count: { _all: true } }),
+        db.payment.findFirst({
+          where: { state: { in: ['pending', 'held', 'settling'] } },
+          orderBy: { chargedAt: 'asc' },
+          select: { chargedAt: true },
+        }),
+      ])
+      const states = ['pending', 'settling', 'settled', 'failed', 'skipped', 'voided'] as const
+      const counts = Object.fromEntries(states.map((s) => [s, { count: 0, totalUsdc: 0n }])) as Record<
+        (typeof states)[number],
+        { count: number; totalUsdc: bigint }
+      >
+      for (const row of byState) {
+        const entry = counts[row.state === 'held' ? 'pending' : row.state]
+        entry.count += row._count._all
+        entry.totalUsdc += row._sum.amount ?? 0n
+      }
+      return { counts, backlog: counts.pending.count + counts.settling.count, oldestPaidAt: oldest?.chargedAt ?? null }
+    },
+
     recent(limit: number): Promise<PaymentRow[]> {
       return db.payment.findMany({ orderBy: [{ chargedAt: 'desc' }, { id: 'desc' }], take: limit })
     },

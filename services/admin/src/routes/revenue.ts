@@ -23,7 +23,7 @@ export async function revenueRoutes(app: FastifyInstance, { ledger, price, stora
   api.route({
     ...adminRoutes.revenue,
     handler: async () => {
-      const [totals, recent] = await Promise.all([ledger.totals(), ledger.recent(20)])
+      const [totals, recent, settlements] = await Promise.all([ledger.totals(), ledger.recent(20), ledger.settlements()])
       return {
         totalUsdc: totals.totalUsdc.toString(),
         totalUsd: formatUsd(totals.totalUsdc),
@@ -45,6 +45,14 @@ export async function revenueRoutes(app: FastifyInstance, { ledger, price, stora
           voidReason: p.voidReason,
         })),
         storage,
+        settlements: Object.fromEntries(
+          Object.entries(settlements.counts).map(([state, c]) => [state, { count: c.count, totalUsdc: c.totalUsdc.toString() }]),
+        ) as Record<keyof typeof settlements.counts, { count: number; totalUsdc: string }>,
+        backlog: {
+          count: settlements.backlog,
+          oldestPaidAt: settlements.oldestPaidAt?.getTime() ?? null,
+          lagMs: settlements.oldestPaidAt ? Math.max(0, Date.now() - settlements.oldestPaidAt.getTime()) : 0,
+        },
       }
     },
   })

@@ -39,7 +39,7 @@ export function approvalNotice(a: Approval, swap: { amount: string; tokenIn: str
   const worth = a.quote.usdValue === null ? 'worth an unknown amount in USD' : `worth ${usd(a.quote.usdValue)}`
   const why = `${worth}, over the ${usd(a.policy.approvalAboveUsd)} approval threshold of ${a.policy.owner}`
   const by = a.expiresWithPayment ? ', before the payment that bought this job can no longer be settled' : ''
-  return `Approval needed: swap ${swap.amount} ${swap.tokenIn} for ${swap.tokenOut} (${why}). A person decides it (${decidersOf(a)}): approve with POST ${a.links.approve}, or reject with POST ${a.links.reject}, within ${minutes(a.expiresAt - Date.now())}${by}.`
+  return `Approval needed: swap ${swap.amount} ${swap.tokenIn} for ${swap.tokenOut} (${why}). A person decides it (${decidersOf(a)}): approve with POST ${a.links.approve}, or reject with POST ${a.links.reject}${a.links.console ? ` (or open ${a.links.console} in the web console)` : ''}, within ${minutes(a.expiresAt - Date.now())}${by}.`
 }
 
 /** Whether a person's decision is still to come, or (approved) its swap still runs. */

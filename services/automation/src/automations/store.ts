@@ -200,7 +200,12 @@ export function createStore(db: PrismaClient, { maxPerOwner, triggerCheckMs, eve
             name: input.name,
             config: input.config as object,
             ...(input.state ? { state: input.state } : {}),
-            nextRunAt: new Date(firstRunAt(input.config, now, triggerCheckMs)),
+            nextRunAt: new Date(
+              input.type === 'twap' && input.state
+                ? // slice 1 at the TWAP's start, which every later slice keeps its phase from
+                  (input.state as unknown as TwapState).windowEndsAt - (input.config as Twap).slices * (input.config as Twap).sliceMs
+                : firstRunAt(input.config, now, triggerCheckMs),
+            ),
           },
         })
       })

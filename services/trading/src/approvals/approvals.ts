@@ -65,7 +65,7 @@ export function approvalView(row: Approval): ApprovalView {
     decisionReason: row.decisionReason,
     result: (row.result as SwapResult | null) ?? null,
     error: row.error,
-    links: { self, approve: `${self}/approve`, reject: `${self}/reject` },
+    links: { self, approve: `${self}/approve`, reject: `${self}/reject`, console: `/console/#/approvals/${row.id}` },
   }
 }
 
