@@ -262,6 +262,13 @@ t.test('every image built as the Dockerfile builds it runs the fleet, as compose
   const root = (await (await fetch(`${gateway}/`)).json()) as Obj
   t.match(root, { docs: '/docs', openapi: '/openapi.json', chainId: 31337 })
   t.match(await (await fetch(`${gateway}/docs`)).text(), /swagger-ui/i)
+  // the web console, built at install and shipped in the gateway's image
+  const consolePage = await fetch(`${gateway}/console`)
+  t.equal(consolePage.status, 200)
+  t.match(await consolePage.text(), /<script type="module" src="\/console\/app\.js">/)
+  const consoleScript = await fetch(`${gateway}/console/app.js`)
+  t.match({ status: consoleScript.status, type: consoleScript.headers.get('content-type') }, { status: 200, type: /javascript/ })
+  t.ok((await consoleScript.text()).length > 10_000, "the console's bundle")
   const admin = { authorization: `Bearer ${dotenv.ADMIN_API_KEY}`, 'content-type': 'application/json' }
   const created = await fetch(`${gateway}/admin/keys`, {
     method: 'POST',
