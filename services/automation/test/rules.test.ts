@@ -3,7 +3,9 @@
 // (resumeRunAt), and what orders decide (a trailing stop's level, a TWAP's slices, when it is over).
 import type { Approval, SwapResult } from '@ats/contracts'
 import t from 'tap'
+import { IdempotencyInProgress, ServiceCallError } from '@ats/service-kit'
 import { approvalOutcome } from '../src/scheduler/approvals.ts'
+import { swapStillInFlight } from '../src/scheduler/scheduler.ts'
 import { afterSlice, nextSlice, overReason, twapStart, watchStop } from '../src/automations/orders.ts'
 import { resumeRunAt, type LimitOrder, type RecurringBuy, type Twap } from '../src/automations/types.ts'
 
@@ -172,3 +174,11 @@ t.test(
     )
   },
 )
+
+t.test("swapStillInFlight: trading's 409 for a key whose swap is still being made is not a failure; other refusals are", async (t) => {
+  const subject = 'ats.trading.swap.execute'
+  t.ok(swapStillInFlight(new ServiceCallError(subject, 409, new IdempotencyInProgress().message)), 'still in progress: retried')
+  t.notOk(swapStillInFlight(new ServiceCallError(subject, 409, 'the grant allows 10 USDC a day; 12 asked')), 'a grant refusal')
+  t.notOk(swapStillInFlight(new ServiceCallError(subject, 422, new IdempotencyInProgress().message)), 'another status')
+  t.notOk(swapStillInFlight(new Error(new IdempotencyInProgress().message)), 'not an answer of trading')
+})

@@ -9,7 +9,7 @@
 // skipped (its amount carried or dropped) when its price impact is over the order's limit.
 import { formatUnits } from 'viem'
 import { isAwaitingApproval, type Approval, type NatsChannels, type TradingTokens, type TriggerType } from '@ats/contracts'
-import { callEndpoint, ServiceCallError, startWorkerLoop, type Logger, type ServiceConfig } from '@ats/service-kit'
+import { callEndpoint, IdempotencyInProgress, ServiceCallError, startWorkerLoop, type Logger, type ServiceConfig } from '@ats/service-kit'
 import { pauseMessage, type WalletControlWatch } from '@ats/wallet'
 import type { NatsConnection } from 'nats'
 import type { Automation, AutomationRun } from '../generated/prisma/client.ts'
@@ -33,6 +33,17 @@ export interface SchedulerDeps {
 }
 
 const percent = (bps: number) => `${bps / 100}%`
+
+const inProgressMessage = new IdempotencyInProgress().message
+
+/**
+ * Whether trading refused an execute because the run's swap is still being made under its key
+ * (409): an earlier attempt of the same run (a scheduler that lost its lease while paused or cut
+ * off) is still in trading. Not a failure: the same key picks up its result once it ends.
+ */
+export function swapStillInFlight(error: unknown): boolean {
+  return error instanceof ServiceCallError && error.statusCode === 409 && error.message === inProgressMessage
+}
 
 export function startScheduler({ nc, channels, store, log, settings, tokens, walletControl, priceOf }: SchedulerDeps) {
   const { AUTOMATION_EXECUTE_TIMEOUT_MS: executeTimeoutMs, AUTOMATION_MAX_FAILURES: maxFailures, AUTOMATION_LEASE_MS: leaseMs } = settings
@@ -118,14 +129,17 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
       )
     } catch (error) {
       const status = error instanceof ServiceCallError ? error.statusCode : undefined
+      const inFlight = swapStillInFlight(error)
       // paused between our check and trading's
       if (status === 423) return skip(run, automation, (error as Error).message)
-      if (automation.source === 'wallet' && (status === 409 || status === 403))
+      if (automation.source === 'wallet' && !inFlight && (status === 409 || status === 403))
         return grantRefused(run, automation, status, (error as Error).message)
       // a slice over the key's price-impact ceiling, or one the pools would revert: recorded, not failed
       if (automation.type === 'twap' && status === 422) return skip(run, automation, (error as Error).message)
-      // no answer in time, or trading unavailable: the swap may still be mined; the same key picks it up
-      const retry = (status === 503 || status === 504 || status === undefined) && run.attempts < settings.AUTOMATION_MAX_ATTEMPTS
+      // no answer in time, trading unavailable, or the swap still being made by an earlier attempt:
+      // it may still be mined; the same key picks it up after the lease
+      const retry =
+        (status === 503 || status === 504 || status === undefined || inFlight) && run.attempts < settings.AUTOMATION_MAX_ATTEMPTS
       if (retry) {
         log.warn(
           { err: error, automationId: automation.id, runId: run.id, attempt: run.attempts },

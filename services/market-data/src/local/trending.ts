@@ -67,10 +67,11 @@ export function swapIndexer({ db, client, pools, chainId, log, chunkBlocks = 200
     async round(): Promise<boolean> {
       const watched = await pools.list()
       if (watched.length === 0) return false
-      const [head, row] = await Promise.all([
-        client.getBlockNumber({ cacheTime: 0 }),
-        db.indexCursor.findUnique({ where: { name: cursor } }),
-      ])
+      // the cursor first, then the head: another replica indexes only blocks the chain had, so a
+      // head read after the cursor is never behind it unless the chain really restarted (read
+      // together, a replica indexing past that head in between looked like a restart)
+      const row = await db.indexCursor.findUnique({ where: { name: cursor } })
+      const head = await client.getBlockNumber({ cacheTime: 0 })
       let from = row?.nextBlock ?? 0n
       if (from > head + 1n) {
         await restart(head, from)
