@@ -35,6 +35,7 @@ t.test('the console: approvals, keys, the wallet switch, revenue and webhooks, c
   }
   const toApprove = await hold()
   const toReject = await hold()
+  const decidedElsewhere = await hold()
   t.equal(toApprove.links.console, `/console/#/approvals/${toApprove.id}`, "an approval's console link")
 
   const browser = await chromium.launch({ executablePath: chromiumPath, args: chromiumArgs, headless: true })
@@ -76,6 +77,17 @@ t.test('the console: approvals, keys, the wallet switch, revenue and webhooks, c
     const rejectCard = page.locator(`article[data-approval="${toReject.id}"]`)
     await approveCard.waitFor()
     await rejectCard.waitFor()
+    // one decided elsewhere (another approver, with the API) leaves the page by itself
+    const elsewhereCard = page.locator(`article[data-approval="${decidedElsewhere.id}"]`)
+    await elsewhereCard.waitFor()
+    const elsewhere = await request(`/approvals/${decidedElsewhere.id}/reject`, {
+      method: 'POST',
+      key: adminKey,
+      body: { reason: 'decided by another approver' },
+    })
+    t.equal(elsewhere.status, 200, 'rejected through the API')
+    await elsewhereCard.waitFor({ state: 'detached', timeout: 10_000 })
+    t.pass('a decision made elsewhere left the page without a click')
     t.match(await approveCard.getAttribute('class'), /highlight/, 'the linked approval stands out')
     t.match(await approveCard.textContent(), /USD value\s*\$50\.00/)
     await approveCard
@@ -201,7 +213,33 @@ t.test('the console: approvals, keys, the wallet switch, revenue and webhooks, c
     t.equal(receiver.received.length, 1, 'the receiver got it')
     await page.getByRole('button', { name: 'Show deliveries' }).click()
     await page.getByText('webhook.test').first().waitFor()
+    // a test event cannot be redelivered: the refusal shows the API's own words
+    const testDelivery = (await request(`/webhooks/${made.body.id}/deliveries`, { key: adminKey })).body.deliveries[0]
+    t.match(testDelivery, { eventType: 'webhook.test', status: 'succeeded' })
+    await page.getByRole('button', { name: `Redeliver webhook.test ${testDelivery.id}` }).click()
+    const api = await request(`/webhooks/${made.body.id}/deliveries/${testDelivery.id}/redeliver`, { method: 'POST', key: adminKey })
+    t.equal(api.status, 409)
+    await page.getByRole('alert').filter({ hasText: api.body.error }).waitFor()
+    t.pass('the refused redeliver shows the API’s error text')
     await shot('webhooks')
+  })
+
+  t.test('a key allowed to approve signs in too, and sees the approvals and webhooks pages only', async (t) => {
+    const approver = await createKey('readwrite', 'on-call approver')
+    const own = await browser.newContext({ viewport: { width: 1200, height: 900 } })
+    t.teardown(() => own.close())
+    const tab = await own.newPage()
+    tab.on('pageerror', (error) => errors.push(error.message))
+    await tab.goto(`${base}/console`)
+    await tab.getByLabel('API key').fill(approver.key)
+    await tab.getByRole('button', { name: 'Sign in' }).click()
+    await tab.getByRole('heading', { name: 'Approvals' }).waitFor()
+    await tab.getByText('approver key').waitFor()
+    const nav = tab.getByRole('navigation', { name: 'Console pages' }).getByRole('link')
+    t.same(await nav.allTextContents(), ['Approvals', 'Webhooks'], 'no admin pages')
+    await tab.goto(`${base}/console/#/keys`)
+    await tab.getByRole('heading', { name: 'Approvals' }).waitFor()
+    t.equal(await tab.getByRole('heading', { name: 'API keys' }).count(), 0, 'an admin page by its URL shows approvals instead')
   })
 
   t.test('at phone width the pages stay usable', async (t) => {
@@ -220,5 +258,18 @@ t.test('the console: approvals, keys, the wallet switch, revenue and webhooks, c
   t.test('nothing came from anywhere but the gateway, and the page raised no error', async (t) => {
     t.same(outside, [])
     t.same(errors, [])
+  })
+
+  t.test('on chain, the approved swap was made once and the others never', async (t) => {
+    const executions = (await request('/swap/executions', { key: asker.key })).body.executions as Array<{ hash: string }>
+    const approved = (await request(`/approvals/${toApprove.id}`, { key: adminKey })).body
+    t.same(
+      executions.map((e) => e.hash).sort(),
+      [warm.body.hash, approved.result.hash].sort(),
+      "the key's only swaps: the $1 one and the approved one",
+    )
+    for (const id of [toReject.id, decidedElsewhere.id]) {
+      t.match((await request(`/approvals/${id}`, { key: adminKey })).body, { status: 'rejected', result: null }, `${id} never sent`)
+    }
   })
 })

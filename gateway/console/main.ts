@@ -146,8 +146,9 @@ function useAction() {
   return { busy, notice, error, run }
 }
 
-function Badge({ state }: { state: string }) {
-  return html`<span class=${`badge ${state}`}>${state}</span>`
+/** A state in words, coloured by `tone` (one of the stylesheet's badge colours; the state's own by default). */
+function Badge({ state, tone = state }: { state: string; tone?: string }) {
+  return html`<span class=${`badge ${tone}`}>${state}</span>`
 }
 
 function Facts({ rows }: { rows: Array<[string, ComponentChildren]> }) {
@@ -417,6 +418,16 @@ function policyOf(draft: PolicyDraft): Json {
   return Object.keys(policy).length ? policy : null
 }
 
+/**
+ * The policy to save for a key: the draft's fields, and the fields the console does not edit
+ * (maxLaunchesPerDay, selfApprove, allowedRecipients) kept as the key has them; null: none.
+ */
+function editedPolicy(existing: Json, draft: PolicyDraft): Json {
+  const kept = Object.fromEntries(Object.entries(existing ?? {}).filter(([name]) => !policyFields.some(([field]) => field === name)))
+  const policy = { ...kept, ...policyOf(draft) }
+  return Object.keys(policy).length ? policy : null
+}
+
 function PolicyFields({ idPrefix, draft, onChange }: { idPrefix: string; draft: PolicyDraft; onChange: (d: PolicyDraft) => void }) {
   return html`<fieldset>
     <legend>Spend policy <span class="hint">empty fields are not limited; readwrite and admin keys only</span></legend>
@@ -430,7 +441,7 @@ function PolicyFields({ idPrefix, draft, onChange }: { idPrefix: string; draft: 
   </fieldset>`
 }
 
-function KeyRow({ apiKey, onChanged }: { apiKey: Json; onChanged: (notice?: string) => void }) {
+function KeyRow({ apiKey, onChanged }: { apiKey: Json; onChanged: (notice?: string) => Promise<void> }) {
   const [editing, setEditing] = useState(false)
   const [draft, setDraft] = useState<PolicyDraft>(draftOf(apiKey.policy))
   const { busy, notice, error, run } = useAction()
@@ -439,16 +450,16 @@ function KeyRow({ apiKey, onChanged }: { apiKey: Json; onChanged: (notice?: stri
       if (!window.confirm(`Revoke key ${apiKey.id} (${apiKey.label})? Every gateway refuses it within a second; this cannot be undone.`))
         return undefined
       await api(`/admin/keys/${apiKey.id}`, { method: 'DELETE' })
-      // the row leaves the list: the page says it
-      onChanged(`Key ${apiKey.id} (${apiKey.label}) revoked`)
+      // the row leaves the list: the page says it, once the list no longer shows it
+      await onChanged(`Key ${apiKey.id} (${apiKey.label}) revoked`)
       return undefined
     })
   const save = (event: Event) => {
     event.preventDefault()
     void run(async () => {
-      await api(`/admin/keys/${apiKey.id}/policy`, { method: 'PUT', body: { policy: policyOf(draft) } })
+      await api(`/admin/keys/${apiKey.id}/policy`, { method: 'PUT', body: { policy: editedPolicy(apiKey.policy, draft) } })
       setEditing(false)
-      onChanged()
+      await onChanged()
       return `Policy of ${apiKey.id} saved`
     })
   }
@@ -490,9 +501,9 @@ function KeysPage() {
   const [created, setCreated] = useState<Json>(undefined)
   const [revoked, setRevoked] = useState<string | undefined>(undefined)
   const { busy, error, run } = useAction()
-  const changed = (notice?: string) => {
+  const changed = async (notice?: string) => {
+    await keys.reload()
     setRevoked(notice)
-    void keys.reload()
   }
   const create = (event: Event) => {
     event.preventDefault()
@@ -603,9 +614,14 @@ function Deliveries({ webhookId }: { webhookId: string }) {
       return `Delivery ${id} queued again`
     })
   const list: Json[] = deliveries.data?.deliveries ?? []
+  const count = (status: string) => list.filter((d) => d.status === status).length
   return html`<div>
     <${Outcome} notice=${notice} error=${error ?? deliveries.error} />
     ${deliveries.data && list.length === 0 && html`<p>No deliveries yet.</p>`}
+    ${
+      list.length > 0 &&
+      html`<p>The latest ${list.length}: ${count('failed')} failed, ${count('pending')} being tried, ${count('cancelled')} cancelled.</p>`
+    }
     ${
       list.length > 0 &&
       html`<div class="table-wrap"><table>
@@ -613,9 +629,9 @@ function Deliveries({ webhookId }: { webhookId: string }) {
         <tbody>${list.map(
           (d) => html`<tr>
             <td>${d.eventType}<br /><span class="hint">${when(d.createdAt)}</span></td>
-            <td><${Badge} state=${d.status === 'succeeded' ? 'settled' : d.status} /> ${d.status}</td>
+            <td><${Badge} state=${d.status} tone=${d.status === 'succeeded' ? 'settled' : d.status} /></td>
             <td>${d.attempts}</td>
-            <td>${d.lastAttempt ? `${d.lastAttempt.status ?? ''} ${d.lastAttempt.error ?? ''}` : '—'}</td>
+            <td>${d.lastAttempt ? `${d.lastAttempt.status ?? ''} ${d.lastAttempt.error ?? ''}` : '—'}${d.cancelReason ? html`<br /><span class="hint">${d.cancelReason}</span>` : ''}</td>
             <td><button type="button" disabled=${busy} onClick=${() => redeliver(d.id)} aria-label=${`Redeliver ${d.eventType} ${d.id}`}>Redeliver</button></td>
           </tr>`,
         )}</tbody>

@@ -3,8 +3,9 @@
 // `generate`, run by pnpm install) and shipped in the image. Nothing is fetched from elsewhere;
 // the page calls the API through this gateway with the API key the person signs in with, kept
 // in the tab's sessionStorage (never in a URL, a cookie or a log).
+import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import type { FastifyInstance, FastifyReply } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { StartupError } from '@ats/service-kit'
 
 export const consoleUrl = '/console'
@@ -44,18 +45,26 @@ function loadConsole(): Record<keyof typeof files, Buffer> {
 
 export async function consoleRoutes(app: FastifyInstance) {
   const built = loadConsole()
-  const send = (reply: FastifyReply, name: keyof typeof files) =>
+  const etags = Object.fromEntries(
+    Object.entries(built).map(([name, body]) => [name, `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`]),
+  ) as Record<keyof typeof files, string>
+  const send = (request: FastifyRequest, reply: FastifyReply, name: keyof typeof files) => {
     reply
       .header('content-type', files[name])
       .header('content-security-policy', contentSecurityPolicy)
       .header('x-content-type-options', 'nosniff')
       .header('referrer-policy', 'no-referrer')
       .header('x-frame-options', 'DENY')
-      // a new release's console is picked up at the next load (the files are small)
+      // revalidated at every load, so a new release's console is picked up at once; the ETag
+      // (of the content) makes an unchanged file a bodiless 304
       .header('cache-control', 'no-cache')
-      .send(built[name])
-  app.get(consoleUrl, (_request, reply) => send(reply, 'index.html'))
-  app.get(`${consoleUrl}/`, (_request, reply) => send(reply, 'index.html'))
-  app.get(`${consoleUrl}/app.js`, (_request, reply) => send(reply, 'app.js'))
-  app.get(`${consoleUrl}/app.css`, (_request, reply) => send(reply, 'app.css'))
+      .header('etag', etags[name])
+    const seen = request.headers['if-none-match']
+    if (seen?.split(',').some((tag) => tag.trim().replace(/^W\//, '') === etags[name])) return reply.code(304).send()
+    return reply.send(built[name])
+  }
+  app.get(consoleUrl, (request, reply) => send(request, reply, 'index.html'))
+  app.get(`${consoleUrl}/`, (request, reply) => send(request, reply, 'index.html'))
+  app.get(`${consoleUrl}/app.js`, (request, reply) => send(request, reply, 'app.js'))
+  app.get(`${consoleUrl}/app.css`, (request, reply) => send(request, reply, 'app.css'))
 }

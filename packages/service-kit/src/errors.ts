@@ -169,7 +169,9 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     if (
       (typeof code === 'string' && prismaUnavailable.has(code)) ||
       postgresUnavailable(code) ||
+      // not reachable, or the connection cut under a query (the server crashed or failed over)
       cause?.kind === 'DatabaseNotReachable' ||
+      cause?.kind === 'ConnectionClosed' ||
       postgresUnavailable(cause?.originalCode)
     )
       return true

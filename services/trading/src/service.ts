@@ -73,7 +73,7 @@ export const tradingService: ServiceDefinition<typeof tradingSettings, PrismaCli
     // swap.confirmed is written with the mined swap, published from here (docs/webhooks.md)
     const events = await startEventOutbox({ nc, channels: channels.admin.events, databaseUrl: config.DATABASE_URL!, schema, log })
     onClose(() => events.stop())
-    const approvals = createApprovalStore({ db, ttlMs: config.APPROVAL_TTL_MS, log })
+    const approvals = createApprovalStore({ db, ttlMs: config.APPROVAL_TTL_MS, log, publicUrl: config.TRADING_PUBLIC_URL })
 
     const serverWallet: SpendLimits = {
       owner: 'the server wallet',

@@ -1,6 +1,6 @@
 // The settings of trading: swap deadlines and receipt waits, quote caching, spend limits and defaults, launches, approvals.
 import { addressPattern, bytes32Pattern } from '@ats/contracts'
-import { msSetting } from '@ats/service-kit'
+import { isHttpUrl, msSetting } from '@ats/service-kit'
 import { Type } from 'typebox'
 
 const usdLimit = (description: string) => Type.Optional(Type.Number({ exclusiveMinimum: 0, description }))
@@ -71,5 +71,14 @@ export const tradingSettings = {
     "how long a swap held by a spend policy's approvalAboveUsd waits for a person's decision before it expires and is abandoned (nothing sent), in ms",
     900_000,
     1000,
+  ),
+  TRADING_PUBLIC_URL: Type.Refine(
+    Type.String({
+      default: '',
+      description:
+        "the gateway as people reach it (e.g. https://api.example.com), put before an approval's web console link (links.console, in webhooks and job notices); unset: a path, /console/#/approvals/…",
+    }),
+    (raw) => raw === '' || isHttpUrl(raw),
+    () => 'must be an absolute http(s) URL',
   ),
 }

@@ -55,7 +55,7 @@ t.test('a swap over the threshold answers 202 with a pending approval, and nothi
     requestedBy: { keyId, jobId: null, automationRunId: null },
     decidedBy: null,
     result: null,
-    links: { approve: `/approvals/${approval.id}/approve` },
+    links: { approve: `/approvals/${approval.id}/approve`, console: `/console/#/approvals/${approval.id}` },
   })
   t.ok(approval.quote.usdValue > 49.9 && approval.quote.usdValue < 50.1, `valued at $50 (${approval.quote.usdValue})`)
   t.ok(approval.expiresAt - approval.createdAt === 900_000, 'expires in 15 minutes')
@@ -241,6 +241,27 @@ t.test("over NATS: a paid job's decideBy caps the approval's wait; it expires th
   )
   t.equal((await call('POST', `/approvals/${answer.approval.id}/approve`, asAdmin)).status, 409)
   t.same(await executions(keyId), [])
+})
+
+t.test("with TRADING_PUBLIC_URL an approval's console link is a whole URL on the public gateway", async (t) => {
+  const linked = await startService(t, tradingService, {
+    ...fleet.base,
+    ...fleet.chainEnv,
+    SERVER_WALLET_PRIVATE_KEY: fleet.devnet.accounts[0]!.privateKey,
+    TRADING_PUBLIC_URL: 'https://api.example.com/',
+  })
+  const { id: keyId } = await fleet.createKey(policy)
+  const res = await fetch(`${linked.url}/swap/execute`, {
+    method: 'POST',
+    headers: { ...keyHeaders(keyId), 'content-type': 'application/json' },
+    body: JSON.stringify(usdc(50)),
+  })
+  t.equal(res.status, 202)
+  const { approval } = (await res.json()) as { approval: { id: string; links: Record<string, string> } }
+  t.equal(approval.links.console, `https://api.example.com/console/#/approvals/${approval.id}`)
+  t.equal(approval.links.approve, `/approvals/${approval.id}/approve`, 'the API links stay paths')
+  const read = await fetch(`${linked.url}/approvals/${approval.id}`, { headers: keyHeaders(keyId) })
+  t.equal(((await read.json()) as { links: { console: string } }).links.console, approval.links.console, 'and so it reads')
 })
 
 t.test('an approval not decided in time expires: nothing sent, approve answers 409', async (t) => {

@@ -88,7 +88,10 @@ export const Approval = Type.Object({
       reject: Type.String(),
       self: Type.String(),
       console: Type.Optional(
-        Type.String({ description: "the approval's page in the web console (through the gateway), where a person decides it" }),
+        Type.String({
+          description:
+            "the approval's page in the web console (through the gateway), where a person decides it: a path, or a whole URL when trading's TRADING_PUBLIC_URL is set",
+        }),
       ),
     },
     { description: 'the routes that decide it (through the gateway)' },

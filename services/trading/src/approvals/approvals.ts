@@ -45,7 +45,12 @@ export const expiryMessage = (ttlMs: number) => `abandoned: not approved within 
 export const paymentExpiryMessage = (deadline: Date) =>
   `abandoned: not decided by ${deadline.toISOString()}, after which the payment of the agent job that asked could no longer be settled`
 
-export function approvalView(row: Approval): ApprovalView {
+/**
+ * An approval as the API shows it. `publicUrl` (TRADING_PUBLIC_URL, the gateway as people reach
+ * it) makes its console link absolute, so that it opens from a webhook receiver or a chat; unset,
+ * the link is a path on the gateway like the others.
+ */
+export function approvalView(row: Approval, publicUrl = ''): ApprovalView {
   const request = row.request as unknown as StoredRequest
   const quote = row.quote as unknown as StoredQuote
   const self = `/approvals/${row.id}`
@@ -65,7 +70,12 @@ export function approvalView(row: Approval): ApprovalView {
     decisionReason: row.decisionReason,
     result: (row.result as SwapResult | null) ?? null,
     error: row.error,
-    links: { self, approve: `${self}/approve`, reject: `${self}/reject`, console: `/console/#/approvals/${row.id}` },
+    links: {
+      self,
+      approve: `${self}/approve`,
+      reject: `${self}/reject`,
+      console: `${publicUrl.replace(/\/+$/, '')}/console/#/approvals/${row.id}`,
+    },
   }
 }
 
@@ -114,11 +124,13 @@ export interface ApprovalStoreOptions {
   db: PrismaClient
   ttlMs: number
   log: Logger
+  /** TRADING_PUBLIC_URL: put before the console links of the views (approvalView) */
+  publicUrl?: string
   now?: () => number
 }
 
 /** Approvals in `trading.approvals`: held by the executor, decided by people (decisions.ts), expired by time. */
-export function createApprovalStore({ db, ttlMs, log, now = Date.now }: ApprovalStoreOptions) {
+export function createApprovalStore({ db, ttlMs, log, publicUrl = '', now = Date.now }: ApprovalStoreOptions) {
   /** Pending approvals past their expiry become expired (nothing was sent); `id` narrows it to one. */
   async function expireDue(id?: string): Promise<string[]> {
     const due = await db.approval.findMany({
@@ -188,7 +200,12 @@ export function createApprovalStore({ db, ttlMs, log, now = Date.now }: Approval
           paymentDeadline: capped === undefined ? null : new Date(capped),
         },
       })
-      return approvalView(row)
+      return approvalView(row, publicUrl)
+    },
+
+    /** An approval as the API shows it, its console link under TRADING_PUBLIC_URL. */
+    view(row: Approval): ApprovalView {
+      return approvalView(row, publicUrl)
     },
 
     /** One approval, expired first when its time ran out. */

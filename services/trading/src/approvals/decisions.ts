@@ -5,7 +5,7 @@ import type { WalletControlWatch } from '@ats/wallet'
 import { ApprovalDecided, SelfApproval } from '../errors.ts'
 import { Prisma, type PrismaClient } from '../generated/prisma/client.ts'
 import type { Executor } from '../swaps/executor.ts'
-import { approvalView, callerOfApproval, requestOf, type ApprovalRow, type ApprovalStore } from './approvals.ts'
+import { callerOfApproval, requestOf, type ApprovalRow, type ApprovalStore } from './approvals.ts'
 
 /** Failures a later try may not repeat (wallet paused, rate limited, another try still running): the approval keeps waiting for its outcome. */
 const transient = new Set([408, 423, 429])
@@ -107,7 +107,7 @@ export function createDecisions({ db, store, executor, walletControl, log, now =
 
   return {
     async get(id: string, identity: Identity): Promise<ApprovalView> {
-      return approvalView(await visible(id, identity))
+      return store.view(await visible(id, identity))
     },
 
     async approve(id: string, identity: Identity): Promise<ApprovalView> {
@@ -125,25 +125,25 @@ export function createDecisions({ db, store, executor, walletControl, log, now =
         if (count) log.info({ approvalId: id, decidedBy: by, status: 'approved' }, 'approval decided')
         if (row.status !== 'approved') throw closed(row)
       }
-      return approvalView(await run(row))
+      return store.view(await run(row))
     },
 
     async reject(id: string, identity: Identity, reason: string | undefined): Promise<ApprovalView> {
       await visible(id, identity)
-      return approvalView(await close(id, decider(identity), reason ?? null, true))
+      return store.view(await close(id, decider(identity), reason ?? null, true))
     },
 
     /** The requester gives a pending approval up; an approval already decided is answered as it is. */
     async withdraw(id: string, identity: Identity, reason: string): Promise<ApprovalView | null> {
       const row = await store.find(id)
       if (!row || !isRequester(row, identity)) return null
-      return approvalView(await close(id, 'requester', reason, false))
+      return store.view(await close(id, 'requester', reason, false))
     },
 
     /** The approval as its requester over NATS sees it; null when unknown or someone else's. */
     async forRequester(id: string, identity: Identity): Promise<ApprovalView | null> {
       const row = await store.find(id)
-      return row && isRequester(row, identity) ? approvalView(row) : null
+      return row && isRequester(row, identity) ? store.view(row) : null
     },
 
     /**

@@ -2,7 +2,7 @@
 import { approvalRoutes } from '@ats/contracts'
 import type { TypeBoxTypeProvider } from '@ats/service-kit'
 import type { FastifyInstance } from 'fastify'
-import { approvalView, type ApprovalStore } from '../approvals/approvals.ts'
+import type { ApprovalStore } from '../approvals/approvals.ts'
 import type { Decisions } from '../approvals/decisions.ts'
 
 export async function approvalsRoutes(app: FastifyInstance, { store, decisions }: { store: ApprovalStore; decisions: Decisions }) {
@@ -15,7 +15,7 @@ export async function approvalsRoutes(app: FastifyInstance, { store, decisions }
       // a key sees its own, and a wallet-bound key its payer's too (agent jobs paid by that wallet); an admin key every one
       const owners = identity.tier === 'admin' ? null : { keyId: identity.keyId, wallet: identity.wallet }
       const rows = await store.list(owners, request.query.status, request.query.limit)
-      return { approvals: rows.map(approvalView) }
+      return { approvals: rows.map((row) => store.view(row)) }
     },
   })
 
