@@ -89,15 +89,18 @@ t.test('TWAP slices and stop orders on the pools price, through the gateway', as
    * stops it there), then waits until market-data answers that price.
    */
   async function moveEthTo(target: number) {
-    const [sqrtPrice] = await publicClient.readContract({ address: pool, abi: uniswapPoolAbi, functionName: 'slot0' })
-    // whole token1 per whole token0
-    const mid = (Number(sqrtPrice) / 2 ** 96) ** 2 * 10 ** (wethIsToken0 ? 18 - 6 : 6 - 18)
-    const now = wethIsToken0 ? mid : 1 / mid
-    const factor = Math.sqrt(wethIsToken0 ? target / now : now / target)
-    const limit = (sqrtPrice * BigInt(Math.round(factor * 1e12))) / 10n ** 12n
-    const down = target < now
-    await mined(
-      await mover.writeContract({
+    // a swap of the fleet's (an order firing) can move the pool between the read of its price and
+    // the mover's swap: past the limit, the router reverts ("SPL"); read it again and move from there
+    for (let attempt = 1; ; attempt++) {
+      const [sqrtPrice] = await publicClient.readContract({ address: pool, abi: uniswapPoolAbi, functionName: 'slot0' })
+      // whole token1 per whole token0
+      const mid = (Number(sqrtPrice) / 2 ** 96) ** 2 * 10 ** (wethIsToken0 ? 18 - 6 : 6 - 18)
+      const now = wethIsToken0 ? mid : 1 / mid
+      if (Math.abs(now / target - 1) < 1e-4) break
+      const factor = Math.sqrt(wethIsToken0 ? target / now : now / target)
+      const limit = (sqrtPrice * BigInt(Math.round(factor * 1e12))) / 10n ** 12n
+      const down = target < now
+      const hash = await mover.writeContract({
         chain: null,
         address: router,
         abi: uniswapSwapRouter02Abi,
@@ -114,8 +117,11 @@ t.test('TWAP slices and stop orders on the pools price, through the gateway', as
             sqrtPriceLimitX96: limit,
           },
         ],
-      }),
-    )
+      })
+      const receipt = await publicClient.waitForTransactionReceipt({ hash, pollingInterval: 20 })
+      if (receipt.status === 'success') break
+      if (attempt === 3) throw new Error(`mover transaction ${hash} reverted ${attempt} times`)
+    }
     return eventually(
       `ETH at ${target} USD in market-data`,
       async () => {
