@@ -1,10 +1,8 @@
 import { identityHeaders, natsChannels, type DomainEvent } from '@ats/contracts'
 import { callEndpoint } from '@ats/service-kit'
-import { startService } from '@ats/service-kit/testing'
 import { connect } from 'nats'
 import pg from 'pg'
 import t from 'tap'
-import { tradingService } from '../src/service.ts'
 import { eventually, keyHeaders, startTrading } from './helpers.ts'
 
 /**
@@ -244,12 +242,7 @@ t.test("over NATS: a paid job's decideBy caps the approval's wait; it expires th
 })
 
 t.test("with TRADING_PUBLIC_URL an approval's console link is a whole URL on the public gateway", async (t) => {
-  const linked = await startService(t, tradingService, {
-    ...fleet.base,
-    ...fleet.chainEnv,
-    SERVER_WALLET_PRIVATE_KEY: fleet.devnet.accounts[0]!.privateKey,
-    TRADING_PUBLIC_URL: 'https://api.example.com/',
-  })
+  const linked = await fleet.replica(t, { TRADING_PUBLIC_URL: 'https://api.example.com/' })
   const { id: keyId } = await fleet.createKey(policy)
   const res = await fetch(`${linked.url}/swap/execute`, {
     method: 'POST',
@@ -265,12 +258,7 @@ t.test("with TRADING_PUBLIC_URL an approval's console link is a whole URL on the
 })
 
 t.test('an approval not decided in time expires: nothing sent, approve answers 409', async (t) => {
-  const quick = await startService(t, tradingService, {
-    ...fleet.base,
-    ...fleet.chainEnv,
-    SERVER_WALLET_PRIVATE_KEY: fleet.devnet.accounts[0]!.privateKey,
-    APPROVAL_TTL_MS: '1500',
-  })
+  const quick = await fleet.replica(t, { APPROVAL_TTL_MS: '1500' })
   const { id: keyId } = await fleet.createKey(policy)
   const before = await nonceOf()
   const res = await fetch(`${quick.url}/swap/execute`, {

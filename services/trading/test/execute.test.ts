@@ -299,12 +299,7 @@ t.test('a swap that reverts on chain answers success: false with its hash', asyn
 
 t.test('a swap not mined in time answers 504; the same Idempotency-Key later picks up that transaction, not a new one', async (t) => {
   // a replica of the service on the same database, with a short receipt timeout
-  const impatient = await startService(t, tradingService, {
-    ...fleet.base,
-    ...fleet.chainEnv,
-    SERVER_WALLET_PRIVATE_KEY: fleet.devnet.accounts[0]!.privateKey,
-    RECEIPT_TIMEOUT_MS: '1000',
-  })
+  const impatient = await fleet.replica(t, { RECEIPT_TIMEOUT_MS: '1000' })
   const { id: keyId } = await fleet.createKey()
   const send = () =>
     fetch(`${impatient.url}/swap/execute`, {

@@ -1,10 +1,8 @@
 import { natsChannels, walletControlKey } from '@ats/contracts'
 import { callEndpoint, openBucket } from '@ats/service-kit'
-import { startService } from '@ats/service-kit/testing'
 import { connect } from 'nats'
 import t from 'tap'
 import { parseUnits } from 'viem'
-import { tradingService } from '../src/service.ts'
 import { eventually, keyHeaders, startTrading, swapOf } from './helpers.ts'
 
 /** What keeps the server wallet safe: default caps, the price-impact ceiling, amounts the pools cannot absorb, the kill switch. */
@@ -111,12 +109,7 @@ t.test('a new key without a policy is held to $500 a swap and $500 a day: ten co
 })
 
 t.test('SPEND_UNLIMITED=true lifts the default caps', async (t) => {
-  const unlimited = await startService(t, tradingService, {
-    ...fleet.base,
-    ...fleet.chainEnv,
-    SERVER_WALLET_PRIVATE_KEY: fleet.devnet.accounts[0]!.privateKey,
-    SPEND_UNLIMITED: 'true',
-  })
+  const unlimited = await fleet.replica(t, { SPEND_UNLIMITED: 'true' })
   const fresh = await fleet.createKey()
   t.equal(
     (await call('POST', '/swap/execute', { body: usdcToWeth('600000000'), keyId: fresh.id })).status,

@@ -77,5 +77,9 @@ export async function startTrading(t: Test, { wallet = true, env = {} }: Trading
   // its policy lifts the default caps ($500 a swap and a day) for the tests' larger swaps
   const defaultKey = await createKey({ maxUsdPerSwap: 1_000_000, maxUsdPerDay: 10_000_000 })
 
-  return { devnet, admin, trading, base, chainEnv, publicClient, token, balanceOf, serverWallet, call, createKey }
+  /** another trading process on the same database and namespace, spending from the server wallet, with `env` on top */
+  const replica = (t: Test, env: NodeJS.ProcessEnv) =>
+    startService(t, tradingService, { ...base, ...chainEnv, SERVER_WALLET_PRIVATE_KEY: devnet.accounts[0]!.privateKey, ...env })
+
+  return { devnet, admin, trading, base, chainEnv, publicClient, token, balanceOf, serverWallet, call, createKey, replica }
 }

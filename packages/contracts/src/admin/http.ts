@@ -141,6 +141,9 @@ export const RecentPayment = Type.Object({
 })
 export type RecentPayment = Static<typeof RecentPayment>
 
+/** how many payments, and their sum, in one settlement state */
+const SettlementCount = Type.Object({ count: Type.Integer(), totalUsdc: UsdcAmount })
+
 export const RevenueSummary = Type.Object({
   totalUsdc: UsdcAmount,
   totalUsd: Usd,
@@ -157,12 +160,14 @@ export const RevenueSummary = Type.Object({
   storage: Type.String({ description: 'where the ledger is kept' }),
   settlements: Type.Optional(
     Type.Object(
-      Object.fromEntries(
-        (['pending', 'settling', 'settled', 'failed', 'skipped', 'voided'] as const).map((state) => [
-          state,
-          Type.Object({ count: Type.Integer(), totalUsdc: UsdcAmount }),
-        ]),
-      ) as Record<'pending' | 'settling' | 'settled' | 'failed' | 'skipped' | 'voided', ReturnType<typeof settlementCount>>,
+      {
+        pending: SettlementCount,
+        settling: SettlementCount,
+        settled: SettlementCount,
+        failed: SettlementCount,
+        skipped: SettlementCount,
+        voided: SettlementCount,
+      },
       { description: "every payment by its settlement (a job's payment held until its job ends counts as pending)" },
     ),
   ),
@@ -177,9 +182,6 @@ export const RevenueSummary = Type.Object({
     ),
   ),
 })
-function settlementCount() {
-  return Type.Object({ count: Type.Integer(), totalUsdc: UsdcAmount })
-}
 
 export const DailyRevenue = Type.Object({
   date: Type.String({ description: 'YYYY-MM-DD (UTC)' }),

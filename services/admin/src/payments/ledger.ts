@@ -56,7 +56,8 @@ export function createLedger(
   db: PrismaClient,
   { settle, events, counted }: { settle: boolean; events: Pick<EventOutbox, 'send'>; counted: PaymentCounter },
 ) {
-  const earning = { state: { notIn: ['failed', 'voided'] as SettlementState[] } }
+  const notEarning: SettlementState[] = ['failed', 'voided']
+  const earning = { state: { notIn: notEarning } }
   return {
     /**
      * Records charged payments in one INSERT over arrays; ones already recorded are skipped.
@@ -85,25 +86,15 @@ export function createLedger(
       return recorded
     },
 
+    /**
+     * GET /admin/revenue's figures from one count by settlement state: what was earned (every
+     * state but failed and voided), each state's count and sum (a held job payment counts as
+     * pending), and the backlog still to settle with its oldest charge.
+     */
     async totals() {
-      const [sum, payers, voided] = await Promise.all([
-        db.payment.aggregate({ where: earning, _sum: { amount: true }, _count: { _all: true } }),
-        db.payment.groupBy({ by: ['payer'], where: earning }),
-        db.payment.aggregate({ where: { state: 'voided' }, _sum: { amount: true }, _count: { _all: true } }),
-      ])
-      return {
-        totalUsdc: sum._sum.amount ?? 0n,
-        requestCount: sum._count._all,
-        uniquePayers: payers.length,
-        // payments voided (their job failed): not in the figures above
-        voided: { count: voided._count._all, totalUsdc: voided._sum.amount ?? 0n },
-      }
-    },
-
-    /** every payment by settlement state (held counted as pending), and the backlog to settle with its oldest charge */
-    async settlements() {
-      const [byState, oldest] = await Promise.all([
+      const [byState, payers, oldest] = await Promise.all([
         db.payment.groupBy({ by: ['state'], _sum: { amount: true }, _count: { _all: true } }),
+        db.payment.groupBy({ by: ['payer'], where: earning }),
         db.payment.findFirst({
           where: { state: { in: ['pending', 'held', 'settling'] } },
           orderBy: { chargedAt: 'asc' },
@@ -111,16 +102,30 @@ export function createLedger(
         }),
       ])
       const states = ['pending', 'settling', 'settled', 'failed', 'skipped', 'voided'] as const
-      const counts = Object.fromEntries(states.map((s) => [s, { count: 0, totalUsdc: 0n }])) as Record<
+      const settlements = Object.fromEntries(states.map((s) => [s, { count: 0, totalUsdc: 0n }])) as Record<
         (typeof states)[number],
         { count: number; totalUsdc: bigint }
       >
+      let [totalUsdc, requestCount] = [0n, 0]
       for (const row of byState) {
-        const entry = counts[row.state === 'held' ? 'pending' : row.state]
-        entry.count += row._count._all
-        entry.totalUsdc += row._sum.amount ?? 0n
+        const [count, amount] = [row._count._all, row._sum.amount ?? 0n]
+        const entry = settlements[row.state === 'held' ? 'pending' : row.state]
+        entry.count += count
+        entry.totalUsdc += amount
+        if (!notEarning.includes(row.state)) {
+          totalUsdc += amount
+          requestCount += count
+        }
       }
-      return { counts, backlog: counts.pending.count + counts.settling.count, oldestPaidAt: oldest?.chargedAt ?? null }
+      return {
+        totalUsdc,
+        requestCount,
+        uniquePayers: payers.length,
+        // payments voided (their job failed): not in the figures above
+        voided: settlements.voided,
+        settlements,
+        backlog: { count: settlements.pending.count + settlements.settling.count, oldestPaidAt: oldest?.chargedAt ?? null },
+      }
     },
 
     recent(limit: number): Promise<PaymentRow[]> {

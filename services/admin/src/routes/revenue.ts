@@ -23,7 +23,7 @@ export async function revenueRoutes(app: FastifyInstance, { ledger, price, stora
   api.route({
     ...adminRoutes.revenue,
     handler: async () => {
-      const [totals, recent, settlements] = await Promise.all([ledger.totals(), ledger.recent(20), ledger.settlements()])
+      const [totals, recent] = await Promise.all([ledger.totals(), ledger.recent(20)])
       return {
         totalUsdc: totals.totalUsdc.toString(),
         totalUsd: formatUsd(totals.totalUsdc),
@@ -46,12 +46,12 @@ export async function revenueRoutes(app: FastifyInstance, { ledger, price, stora
         })),
         storage,
         settlements: Object.fromEntries(
-          Object.entries(settlements.counts).map(([state, c]) => [state, { count: c.count, totalUsdc: c.totalUsdc.toString() }]),
-        ) as Record<keyof typeof settlements.counts, { count: number; totalUsdc: string }>,
+          Object.entries(totals.settlements).map(([state, c]) => [state, { count: c.count, totalUsdc: c.totalUsdc.toString() }]),
+        ) as Record<keyof typeof totals.settlements, { count: number; totalUsdc: string }>,
         backlog: {
-          count: settlements.backlog,
-          oldestPaidAt: settlements.oldestPaidAt?.getTime() ?? null,
-          lagMs: settlements.oldestPaidAt ? Math.max(0, Date.now() - settlements.oldestPaidAt.getTime()) : 0,
+          count: totals.backlog.count,
+          oldestPaidAt: totals.backlog.oldestPaidAt?.getTime() ?? null,
+          lagMs: totals.backlog.oldestPaidAt ? Math.max(0, Date.now() - totals.backlog.oldestPaidAt.getTime()) : 0,
         },
       }
     },

@@ -102,6 +102,9 @@ export function firedReason(order: StopOrder, trigger: RunTrigger): string {
   return `${trigger.detail}: sold${other}`
 }
 
+/** When a TWAP started (its window's end less its slices): slice k is due (k - 1) slices after it. */
+export const twapStartedAt = (order: Twap, state: TwapState) => state.windowEndsAt - order.slices * order.sliceMs
+
 export const twapStart = (order: Twap, now: number): TwapState => ({
   slicesDone: 0,
   filled: '0',

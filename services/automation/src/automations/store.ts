@@ -6,7 +6,7 @@ import type { Automation as AutomationView, AutomationRun as RunView, Automation
 import { BadRequest, recordEvent, type CounterMetric, type EventOutbox, type EventToRecord, type ServiceMetrics } from '@ats/service-kit'
 import { AutomationLimit } from '../errors.ts'
 import type { Automation, AutomationRun, Prisma, PrismaClient } from '../generated/prisma/client.ts'
-import { afterSlice, firedReason, nextSlice, overReason, type TwapState } from './orders.ts'
+import { afterSlice, firedReason, nextSlice, overReason, twapStartedAt, type TwapState } from './orders.ts'
 import { firstRunAt, isTrigger, nextRunAt, resumeRunAt, type Config, type RecurringBuy, type StopOrder, type Twap } from './types.ts'
 
 /** The statuses that count toward AUTOMATION_MAX_PER_KEY: what runs, or may run again at a PATCH. */
@@ -200,10 +200,10 @@ export function createStore(db: PrismaClient, { maxPerOwner, triggerCheckMs, eve
             name: input.name,
             config: input.config as object,
             ...(input.state ? { state: input.state } : {}),
+            // a TWAP's slice 1 at its start, which every later slice keeps its phase from
             nextRunAt: new Date(
               input.type === 'twap' && input.state
-                ? // slice 1 at the TWAP's start, which every later slice keeps its phase from
-                  (input.state as unknown as TwapState).windowEndsAt - (input.config as Twap).slices * (input.config as Twap).sliceMs
+                ? twapStartedAt(input.config as Twap, input.state as unknown as TwapState)
                 : firstRunAt(input.config, now, triggerCheckMs),
             ),
           },
@@ -311,7 +311,7 @@ export function createStore(db: PrismaClient, { maxPerOwner, triggerCheckMs, eve
             const [order, state] = [config as Twap, automation.state as unknown as TwapState]
             const slice = nextSlice(order, state)
             // slice k is due at the TWAP's start + (k - 1) slices: a late slice does not push the later ones out of the window
-            const start = state.windowEndsAt - order.slices * order.sliceMs
+            const start = twapStartedAt(order, state)
             await t.automation.update({ where: { id }, data: { nextRunAt: new Date(start + slice.trigger.slice! * order.sliceMs) } })
             const run = await t.automationRun.create({
               data: {
