@@ -33,6 +33,8 @@ interface StreamUse {
   publish?: string[]
   /** durable consumers pulled from (their acks go to $JS.ACK.<stream>.<durable>.>) */
   consume?: string[]
+  /** reads single messages by sequence or subject (a stream's last message on a subject) */
+  getMessages?: boolean
 }
 
 /** What a component uses beyond serving its own endpoints. */
@@ -144,6 +146,8 @@ export const natsUses: Record<FleetComponent, (c: NatsChannels) => NatsUse> = {
         stream: admin.credit.streamSpec,
         consume: [admin.credit.debitConsumer, admin.credit.usageConsumer],
         publish: [admin.credit.adjusted.subject, admin.credit.deadLetters],
+        // the snapshot waits for the last debit on the stream to be recorded (credit/snapshot.ts)
+        getMessages: true,
       },
     ],
     reads: [admin.payments.blockedPayers, admin.walletControl],
@@ -229,6 +233,7 @@ export function natsPermissions(component: FleetComponent, namespace: string): N
     for (const subject of streamApi(s.stream.name)) publish.add(subject)
     for (const subject of s.publish ?? []) publish.add(subject)
     for (const durable of s.consume ?? []) for (const subject of consumerApi(s.stream.name, durable)) publish.add(subject)
+    if (s.getMessages) publish.add(`$JS.API.STREAM.MSG.GET.${s.stream.name}`)
     // a consumer hands a message back by publishing it again on its own subject (workers.ts)
     if (s.consume) for (const subject of s.publish ?? []) publish.add(subject)
   }

@@ -121,6 +121,19 @@ t.test('NATS: each component may use the subjects its contract declares, and no 
     const marketData = await as('market-data')
     await t.rejects(ensureStream(marketData, payments.streamSpec), 'market-data may not touch the payments stream')
 
+    // the gateway publishes credit debits; admin's snapshot reads the last one to wait until it is recorded
+    const credit = channels.admin.credit
+    await ensureStream(gateway, credit.streamSpec)
+    const debit = await gateway.jetstream().publish(credit.debited.subject, new TextEncoder().encode('[]'), { msgID: 'lp-debit' })
+    const adminStreams = (await admin.jetstreamManager()).streams
+    const last = await adminStreams.getMessage(credit.streamSpec.name, { last_by_subj: credit.debited.subject })
+    t.equal(last.seq, debit.seq, "admin reads the credit stream's last debit")
+    await t.rejects(
+      (await gateway.jetstreamManager()).streams.getMessage(credit.streamSpec.name, { last_by_subj: credit.debited.subject }),
+      /Permissions Violation/,
+      'the gateway cannot read debits back',
+    )
+
     // admin writes the kill switch; trading reads it but cannot write it
     const control = await openBucket(admin, channels.admin.walletControl)
     await control.put('state', new TextEncoder().encode('{}'))
