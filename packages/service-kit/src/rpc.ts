@@ -26,9 +26,32 @@ export interface CallContext {
   identity?: Identity
 }
 
+/** The services each connection serves, and each service's handlers still running: what a stop waits for. */
+const servicesOf = new WeakMap<NatsConnection, Service[]>()
+const runningOf = new WeakMap<Service, Set<Promise<unknown>>>()
+
 /** Registers a service with the NATS services API: discoverable, with stats, queue-grouped by name. */
-export function addNatsService(nc: NatsConnection, name: string, version: string, description: string): Promise<Service> {
-  return nc.services.add({ name, version, description, queue: name })
+export async function addNatsService(nc: NatsConnection, name: string, version: string, description: string): Promise<Service> {
+  const service = await nc.services.add({ name, version, description, queue: name })
+  servicesOf.set(nc, [...(servicesOf.get(nc) ?? []), service])
+  runningOf.set(service, new Set())
+  return service
+}
+
+/**
+ * Stops serving on a connection, for a graceful shutdown: every service's subscriptions are
+ * drained (the queue group's other members take new requests) and the handlers already running
+ * are awaited, up to `timeoutMs`, so their replies are sent before the connection closes.
+ * Resolves with the number of handlers still running at the timeout.
+ */
+export async function stopServing(nc: NatsConnection, timeoutMs: number): Promise<number> {
+  const services = servicesOf.get(nc) ?? []
+  await Promise.all(services.map((service) => service.stop()))
+  const running = services.flatMap((service) => [...(runningOf.get(service) ?? [])])
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))
+  await Promise.race([Promise.allSettled(running), timeout]).finally(() => clearTimeout(timer))
+  return services.reduce((left, service) => left + (runningOf.get(service)?.size ?? 0), 0)
 }
 
 function contextOf(h: MsgHdrs | undefined): CallContext {
@@ -102,7 +125,13 @@ export function serveEndpoint<Req, Rep>(
               return 500
             },
           )
-      if (!tracingEnabled()) return void run()
+      const running = runningOf.get(service)
+      const track = (work: Promise<number>) => {
+        running?.add(work)
+        void work.finally(() => running?.delete(work))
+        return work
+      }
+      if (!tracingEnabled()) return void track(run())
       // a server span, child of the caller's (its traceparent header)
       const { span, ctx } = startSpan(`serve ${endpoint.subject}`, {
         kind: SpanKind.SERVER,
@@ -116,7 +145,7 @@ export function serveEndpoint<Req, Rep>(
           ...(context.requestId ? { 'ats.request_id': context.requestId } : {}),
         },
       })
-      void traceContext.with(ctx, run).then((status) => {
+      void track(traceContext.with(ctx, run)).then((status) => {
         span.setAttribute('ats.status', status)
         if (status >= 500) span.setStatus({ code: SpanStatusCode.ERROR })
         span.end()

@@ -17,7 +17,13 @@ import { migrate } from './migrator.ts'
 import { setJetStreamReplicas } from './jetstream.ts'
 import { connectNats } from './nats.ts'
 import { connectRedis } from './redis.ts'
+import { stopServing } from './rpc.ts'
 import { flushTraces, installRequestTracing, startTracing, tracingEnabled } from './tracing.ts'
+
+/** A stopping process exits by then whatever is left (Kubernetes gives 30 s before SIGKILL). */
+const shutdownLimitMs = 10_000
+/** How long a stop waits for the NATS requests it already took, within that limit. */
+const handlerDrainMs = 7_000
 
 /** The settings the kit itself reads: every process's (baseSettings), and those of what a definition declares (kitSettings). */
 export type KitConfig = Static<TObject<typeof baseSettings>> & {
@@ -294,6 +300,9 @@ export async function createService<S extends TProperties, Db extends DatabaseCl
       }, 50)
       await app.close().finally(() => clearInterval(idle))
       if (ops !== app) await ops.close()
+      // NATS requests already taken get their replies before anything they use is closed
+      const unfinished = await stopServing(nc, handlerDrainMs)
+      if (unfinished > 0) app.log.warn({ unfinished }, 'stopped with NATS requests still being handled')
       for (const hook of closeHooks.reverse()) await hook()
       await chain?.close()
       if (!nc.isClosed()) await nc.drain().catch(() => {})
@@ -349,7 +358,7 @@ export async function runService<S extends TProperties, Db extends DatabaseClien
     if (stopping) return
     stopping = true
     service.app.log.info({ signal }, 'shutting down')
-    const force = setTimeout(() => process.exit(1), 10_000)
+    const force = setTimeout(() => process.exit(1), shutdownLimitMs)
     force.unref()
     service
       .close()

@@ -373,7 +373,10 @@ const Conflict = createError<[string]>('ATS_ERR_TEST_CONFLICT', '%s', 409)
 const lookup = (namespace: string) =>
   endpoint(`${namespace}.books.lookup`, Type.Object({ id: Type.String() }), Type.Object({ title: Type.String(), askedBy: Type.String() }))
 
-/** books answers over NATS: 404 for an unknown id, 409 for a taken one, a crash for "boom". */
+/** the "slow" lookups books has begun: they answer 300 ms later */
+const slowStarted: Array<() => void> = []
+
+/** books answers over NATS: 404 for an unknown id, 409 for a taken one, a crash for "boom", "slow" after 300 ms. */
 const books = (namespace: string): ServiceDefinition<{}, never> => ({
   name: 'books',
   version: '1.0.0',
@@ -385,6 +388,10 @@ const books = (namespace: string): ServiceDefinition<{}, never> => ({
       if (id === 'missing') throw new NotFound(`book ${id}`)
       if (id === 'taken') throw new Conflict('book taken is lent out')
       if (id === 'boom') throw new Error('secret stack detail')
+      if (id === 'slow') {
+        for (const started of slowStarted.splice(0)) started()
+        await new Promise((resolve) => setTimeout(resolve, 300))
+      }
       return { title: `title of ${id}`, askedBy: `${identity.keyId ?? '-'} ${requestId ?? '-'}` }
     })
   },
@@ -454,6 +461,19 @@ t.test('a stopped responder gives 503 within the timeout, not a 500', async (t) 
   t.equal(res.statusCode, 503)
   t.same(res.json(), { error: 'books service unavailable' })
   t.ok(Date.now() - started < 2000, `answered in ${Date.now() - started} ms, within the 2000 ms timeout`)
+})
+
+t.test('a responder told to stop answers the requests it already took before its connection closes', async (t) => {
+  const { responder, caller } = await booksAndShelf(t)
+  const began = new Promise<void>((resolve) => slowStarted.push(resolve))
+  const asked = caller.app.inject({ url: '/books/slow', headers: asKey })
+  await began
+  const closed = responder.close()
+  const res = await asked
+  t.equal(res.statusCode, 200, `answered ${res.statusCode} ${res.body}`)
+  t.same(res.json(), { title: 'title of slow', askedBy: 'key_7 req-42' })
+  await closed
+  t.ok(responder.ctx.nc.isClosed(), 'then its NATS connection closed')
 })
 
 t.test('a responder that does not answer in time gives 504 {error}', async (t) => {
