@@ -132,17 +132,18 @@ export async function startInfrastructure<S extends boolean>({
   sentinel: S
 }): Promise<Infrastructure<S extends true ? SentinelRedis : PrivateRedis>> {
   const ports = await freePorts(2)
+  /** each is stopped at the end as soon as it is up: an interrupt while the others start leaves none behind */
+  const stoppedAtEnd = <T extends { stop(): Promise<unknown> }>(started: Promise<T>) =>
+    started.then((it) => {
+      cleanups.push(() => it.stop())
+      return it
+    })
   const [redis, postgres, devnet, members] = await Promise.all([
-    sentinel ? startSentinelRedis({ replicas: 2 }) : startRedis(ports[0]!),
-    startPrivatePostgres(),
-    startDevnet({ port: ports[1]!, addressBookPath: join(runDir, 'address-book.json') }),
+    stoppedAtEnd<PrivateRedis | SentinelRedis>(sentinel ? startSentinelRedis({ replicas: 2 }) : startRedis(ports[0]!)),
+    stoppedAtEnd(startPrivatePostgres()),
+    stoppedAtEnd(startDevnet({ port: ports[1]!, addressBookPath: join(runDir, 'address-book.json') })),
     fleetMembers(),
   ])
-  cleanups.push(
-    () => redis.stop(),
-    () => postgres.stop(),
-    () => devnet.stop(),
-  )
   const databaseUrl = postgres.url.replace(/\/postgres$/, '/ats')
   const admin = new pg.Pool({ connectionString: postgres.url, max: 1 })
   await admin.query('CREATE DATABASE ats')
