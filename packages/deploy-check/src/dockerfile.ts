@@ -113,27 +113,24 @@ export function readImage(file: Dockerfile, target: string): ImageFacts | undefi
   const last = (...keywords: string[]) => all.filter((i) => keywords.includes(i.keyword)).at(-1)
   const env: Record<string, string> = {}
   for (const e of all.filter((i) => i.keyword === 'ENV')) for (const m of e.args.matchAll(/([A-Z0-9_]+)=(\S+)/g)) env[m[1]!] = m[2]!
-  // COPY --from=<a stage that is, or builds on, one that deploys> <its output directory>
-  let copy: Instruction | undefined
-  let deployedPackage: string | undefined
-  for (const c of all.filter((i) => i.keyword === 'COPY')) {
-    const from = file.stages.find((s) => s.name === /--from=(\S+)/.exec(c.args)?.[1]?.toLowerCase())
-    if (!from) continue
-    const source = c.args.split(/\s+/).find((word) => !word.startsWith('--'))
-    const deploy = file.deploys.get(source?.replace(/\/+$/, '') ?? '')
-    const built = stageChain(from).flatMap((s) => s.instructions)
-    if (!deploy || !built.includes(deploy.run)) continue
-    copy = c
-    deployedPackage = deploy.package
-  }
+  // the last COPY --from=<a stage that is, or builds on, one that deploys> <its output directory>
+  const deployed = all
+    .flatMap((c) => {
+      const from = c.keyword === 'COPY' && file.stages.find((s) => s.name === /--from=(\S+)/.exec(c.args)?.[1]?.toLowerCase())
+      if (!from) return []
+      const source = c.args.split(/\s+/).find((word) => !word.startsWith('--'))
+      const deploy = file.deploys.get(source?.replace(/\/+$/, '') ?? '')
+      const built = stageChain(from).flatMap((s) => s.instructions)
+      return deploy && built.includes(deploy.run) ? [{ deployedPackage: deploy.package, copy: c }] : []
+    })
+    .at(-1)
   const user = last('USER')
   const cmd = last('CMD', 'ENTRYPOINT')
   const healthcheck = last('HEALTHCHECK')
   return {
     chain,
     env,
-    ...(deployedPackage ? { deployedPackage } : {}),
-    ...(copy ? { copy } : {}),
+    ...deployed,
     ...(user ? { user } : {}),
     ...(cmd ? { cmd } : {}),
     ...(healthcheck && !/^NONE$/i.test(healthcheck.args) ? { healthcheck } : {}),
@@ -183,10 +180,9 @@ export function checkDockerfiles(root: string, components: Component[], problems
     if (!/[:@]/.test(image)) problem(from.line, `FROM ${image}: pin a tag (an untagged image is :latest, which changes under you)`)
     else if (/:latest$/.test(image)) problem(from.line, `FROM ${image}: pin a version, not :latest`)
   }
-  for (const r of instructions.filter((i) => i.keyword === 'RUN')) {
-    if (/apt-get install/.test(r.args) && !/--no-install-recommends/.test(r.args))
-      problem(r.line, 'apt-get install without --no-install-recommends')
-    if (/apt-get install/.test(r.args) && !/rm -rf \/var\/lib\/apt\/lists/.test(r.args))
+  for (const r of instructions.filter((i) => i.keyword === 'RUN' && /apt-get install/.test(i.args))) {
+    if (!/--no-install-recommends/.test(r.args)) problem(r.line, 'apt-get install without --no-install-recommends')
+    if (!/rm -rf \/var\/lib\/apt\/lists/.test(r.args))
       problem(r.line, 'apt-get install without removing /var/lib/apt/lists in the same RUN')
   }
   for (const add of instructions.filter((i) => i.keyword === 'ADD'))
@@ -224,7 +220,7 @@ export function checkDockerfiles(root: string, components: Component[], problems
         facts.copy?.line ?? own.line,
         'copies no package the build stage deploys with its production dependencies only (COPY --from=build /out/<dir> of a scripts/deploy-package.sh <package> /out/<dir>, i.e. pnpm deploy --prod)',
       )
-    if (!/^node:(22|24)(\.\d+)*-[a-z]*-?slim\b|^node:(22|24)(\.\d+)*-slim\b/.test(from.args.split(/\s+/)[0]!))
+    if (!/^node:(22|24)(\.\d+)*-[a-z]*-?slim\b/.test(from.args.split(/\s+/)[0]!))
       fail(from.line, `the image must build on a Node 22 or 24 LTS slim image (found ${from.args})`)
     for (const copy of chain.flatMap((s) => s.instructions).filter((i) => i.keyword === 'COPY')) {
       if (!/--from=/.test(copy.args))

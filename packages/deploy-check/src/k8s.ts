@@ -149,29 +149,32 @@ const peerNames = (peer: Obj): string[] | undefined => {
 }
 
 /**
- * What the Ingress NetworkPolicies selecting these pods let in beyond `allowed`: pod names,
- * or "anything" for a rule without a pod selector. undefined: no policy selects the pods.
+ * The Ingress NetworkPolicies selecting a workload's pods let in only what `allowed` says: a
+ * problem when no policy selects them (`none` says who may reach them), and one for each peer a
+ * policy lets in beyond that (pod names, or "anything" for a rule without a pod selector), as
+ * only `only` may.
  */
-function admittedBeyond(
+function checkIngress(
+  where: string,
+  workload: Obj,
   policies: Obj[],
-  labels: Obj,
   allowed: (name: string, rule: Obj) => boolean,
-): Array<{ policy: string; who: string[] }> | undefined {
-  const mine = policies.filter((p) => matches(p.spec?.podSelector, labels) && arr(p.spec?.policyTypes).includes('Ingress'))
-  if (mine.length === 0) return undefined
-  return mine
-    .flatMap((p) =>
-      arr(p.spec.ingress).flatMap((rule: Obj) =>
-        (rule.from ? arr(rule.from) : [{}]).map((peer: Obj) => {
-          const admitted = peerNames(peer)
-          return {
-            policy: p.metadata.name as string,
-            who: admitted === undefined ? ['anything'] : admitted.filter((n) => !allowed(n, rule)),
-          }
-        }),
-      ),
-    )
-    .filter((x) => x.who.length > 0)
+  { none, only }: { none: string; only: string },
+  problems: string[],
+): void {
+  const { name } = workload.metadata
+  const mine = policies.filter((p) => matches(p.spec?.podSelector, podLabels(workload)) && arr(p.spec?.policyTypes).includes('Ingress'))
+  if (mine.length === 0) problems.push(`${where}: ${workload.kind} ${name}: no NetworkPolicy; ${none}`)
+  for (const p of mine) {
+    for (const rule of arr(p.spec.ingress)) {
+      for (const peer of rule.from ? arr(rule.from) : [{}]) {
+        const admitted = peerNames(peer)
+        const who = admitted === undefined ? ['anything'] : admitted.filter((n) => !allowed(n, rule))
+        if (who.length > 0)
+          problems.push(`${where}: NetworkPolicy ${p.metadata.name} lets ${who.join(', ')} reach ${name}; only ${only} may`)
+      }
+    }
+  }
 }
 
 function checkManifests(where: string, docs: Obj[], fleet: Component[], example: Obj | undefined, problems: string[]): void {
@@ -179,9 +182,10 @@ function checkManifests(where: string, docs: Obj[], fleet: Component[], example:
   const workloads = docs.filter((d) => d.kind === 'Deployment' || d.kind === 'StatefulSet')
   for (const w of workloads) checkNatsWorkload(where, w, problems)
   const configMaps = new Map<string, Obj>(of('ConfigMap').map((c) => [c.metadata.name as string, { ...c.data }]))
-  const secrets = new Map(of('Secret').map((s) => [s.metadata.name as string, new Set(Object.keys({ ...s.data, ...s.stringData }))]))
-  const secretsShipped = secrets.size > 0
-  if (secretsShipped && !/^dev(-|$)/.test(basename(where))) {
+  // the keys of each Secret: those the render ships, else the example's (the keys operators create)
+  const keysOf = (s: Obj): [string, Set<string>] => [s.metadata?.name, new Set(Object.keys({ ...s.data, ...s.stringData }))]
+  const secrets = new Map([...(example ? [keysOf(example)] : []), ...of('Secret').map(keysOf)])
+  if (of('Secret').length > 0 && !/^dev(-|$)/.test(basename(where))) {
     problems.push(
       `${where}: ships a Secret: only overlays/dev and the overlays built on it (dev-*) may (development values); operators create ats-secrets`,
     )
@@ -192,8 +196,6 @@ function checkManifests(where: string, docs: Obj[], fleet: Component[], example:
     problems.push(
       `${where}: documents in ${namespaces.size} namespaces (${[...namespaces].join(', ')}): set namespace: in the kustomization`,
     )
-  if (example && !secrets.has(example.metadata?.name))
-    secrets.set(example.metadata?.name, new Set(Object.keys({ ...example.data, ...example.stringData })))
   const policies = of('NetworkPolicy')
 
   // every workload: no root, resources, probes
@@ -240,15 +242,8 @@ function checkManifests(where: string, docs: Obj[], fleet: Component[], example:
   const monitoringOnly = (rule: Obj) => arr(rule.ports).length > 0 && arr(rule.ports).every((p: Obj) => p.port === natsMonitoringPort)
   for (const w of workloads.filter(isDatastore)) {
     const kedaMayRead = kedaReadsNats && podLabels(w)['app.kubernetes.io/name'] === 'nats'
-    const beyond = admittedBeyond(
-      policies,
-      podLabels(w),
-      (name, rule) => fleetPods.has(name) || (kedaMayRead && name === kedaOperator && monitoringOnly(rule)),
-    )
-    if (!beyond) problems.push(`${where}: ${w.kind} ${w.metadata.name}: no NetworkPolicy; only the services may reach a datastore`)
-    for (const { policy, who } of beyond ?? []) {
-      problems.push(`${where}: NetworkPolicy ${policy} lets ${who.join(', ')} reach ${w.metadata.name}; only the fleet's pods may`)
-    }
+    const allowed = (name: string, rule: Obj) => fleetPods.has(name) || (kedaMayRead && name === kedaOperator && monitoringOnly(rule))
+    checkIngress(where, w, policies, allowed, { none: 'only the services may reach a datastore', only: "the fleet's pods" }, problems)
   }
 
   // the Ingress goes to the gateway's Service
@@ -320,13 +315,8 @@ function checkComponent(where: string, d: Obj, component: Component, ctx: Contex
   ) {
     problems.push(`${id}: no Service selects its pods`)
   }
-  if (component.name !== 'gateway') {
-    const beyond = admittedBeyond(ctx.policies, labels, (name) => name === 'gateway')
-    if (!beyond) problems.push(`${id}: no NetworkPolicy; only the gateway may reach a service`)
-    for (const { policy, who } of beyond ?? []) {
-      problems.push(`${where}: NetworkPolicy ${policy} lets ${who.join(', ')} reach ${d.metadata.name}; only the gateway may`)
-    }
-  }
+  const gatewayOnly = { none: 'only the gateway may reach a service', only: 'the gateway' }
+  if (component.name !== 'gateway') checkIngress(where, d, ctx.policies, (name) => name === 'gateway', gatewayOnly, problems)
 
   // every setting from a ConfigMap, a Secret, or (structural ones) a literal
   // what the process sees: envFrom in order, then env over it (Kubernetes' precedence)

@@ -144,14 +144,9 @@ function compare(before: Schema, after: Schema, path: string, out: SchemaChange[
     }
   }
   compareEnums(before.enum, after.enum, change)
-  for (const key of lowerBounds) compareBound(key, before[key], after[key], 1, change)
-  for (const key of upperBounds) compareBound(key, before[key], after[key], -1, change)
-  for (const key of ['pattern', 'format']) {
-    if (before[key] === after[key]) continue
-    if (before[key] === undefined) change(`${key} ${show(after[key])} added`, true, false)
-    else if (after[key] === undefined) change(`${key} ${show(before[key])} removed`, false, true)
-    else change(`${key} changed from ${show(before[key])} to ${show(after[key])}`, true, true)
-  }
+  for (const key of lowerBounds) compareKeyword(key, before[key], after[key], 1, change)
+  for (const key of upperBounds) compareKeyword(key, before[key], after[key], -1, change)
+  for (const key of ['pattern', 'format']) compareKeyword(key, before[key], after[key], 0, change)
   if (Boolean(before.uniqueItems) !== Boolean(after.uniqueItems)) {
     change(
       after.uniqueItems ? 'items must now be unique' : 'items need no longer be unique',
@@ -183,17 +178,20 @@ function compareEnums(before: unknown[] | undefined, after: unknown[] | undefine
   if (added.length > 0) change(`values added: ${added.map(show).join(', ')}`, false, true)
 }
 
-/** `direction` 1: a lower bound (raised or added narrows); -1: an upper bound (lowered or added narrows) */
-function compareBound(key: string, before: unknown, after: unknown, direction: 1 | -1, change: Report) {
+/**
+ * A keyword that constrains: added narrows, removed widens. `direction` 1: a lower bound (raised
+ * narrows); -1: an upper bound (lowered narrows); 0: any other change is both (a pattern, a format).
+ */
+function compareKeyword(key: string, before: unknown, after: unknown, direction: 1 | -1 | 0, change: Report) {
   if (before === after) return
   if (before === undefined) return change(`${key} ${show(after)} added`, true, false)
   if (after === undefined) return change(`${key} ${show(before)} removed`, false, true)
+  if (direction === 0) return change(`${key} changed from ${show(before)} to ${show(after)}`, true, true)
   const narrows = (Number(after) - Number(before)) * direction > 0
   change(`${key} ${show(before)} became ${show(after)}`, narrows, !narrows)
 }
 
 function compareObjects(before: Schema, after: Schema, path: string, out: SchemaChange[]): void {
-  const change = (at: string, what: string, narrows: boolean, widens: boolean) => out.push({ path: at || '.', what, narrows, widens })
   const propsBefore = (before.properties ?? {}) as Record<string, Schema>
   const propsAfter = (after.properties ?? {}) as Record<string, Schema>
   const requiredBefore = new Set<string>(before.required ?? [])
@@ -202,28 +200,28 @@ function compareObjects(before: Schema, after: Schema, path: string, out: Schema
   const strictAfter = after.additionalProperties === false
   for (const name of new Set([...Object.keys(propsBefore), ...Object.keys(propsAfter)])) {
     const at = `${path}.${name}`
+    const change = reporter(out, at)
     if (!(name in propsAfter)) {
       // gone: values without it were refused when it was required; values with it are refused by a strict object
       if (requiredBefore.has(name) || strictAfter) {
         const why = [requiredBefore.has(name) ? 'was required' : '', strictAfter ? 'the object is strict, so sending it is refused' : '']
-        change(at, `removed (${why.filter(Boolean).join('; ')})`, strictAfter, requiredBefore.has(name))
+        change(`removed (${why.filter(Boolean).join('; ')})`, strictAfter, requiredBefore.has(name))
       }
       continue
     }
     if (!(name in propsBefore)) {
-      if (requiredAfter.has(name)) change(at, 'added as required', true, strictBefore)
-      else if (strictBefore) change(at, 'added to a strict object (readers of the old schema refuse it)', false, true)
+      if (requiredAfter.has(name)) change('added as required', true, strictBefore)
+      else if (strictBefore) change('added to a strict object (readers of the old schema refuse it)', false, true)
       continue
     }
-    if (requiredBefore.has(name) && !requiredAfter.has(name)) change(at, 'made optional', false, true)
-    if (!requiredBefore.has(name) && requiredAfter.has(name)) change(at, 'made required', true, false)
+    if (requiredBefore.has(name) && !requiredAfter.has(name)) change('made optional', false, true)
+    if (!requiredBefore.has(name) && requiredAfter.has(name)) change('made required', true, false)
     compare(propsBefore[name]!, propsAfter[name]!, at, out)
   }
   if (strictBefore !== strictAfter) {
-    change(path, strictAfter ? 'made strict (additionalProperties: false)' : 'no longer strict', strictAfter, !strictAfter)
+    reporter(out, path)(strictAfter ? 'made strict (additionalProperties: false)' : 'no longer strict', strictAfter, !strictAfter)
   }
-  const extraBefore = before.additionalProperties
-  const extraAfter = after.additionalProperties
+  const [extraBefore, extraAfter] = [before.additionalProperties, after.additionalProperties]
   if (typeof extraBefore === 'object' && typeof extraAfter === 'object') compare(extraBefore, extraAfter, `${path}.*`, out)
   const patternsBefore = (before.patternProperties ?? {}) as Record<string, Schema>
   const patternsAfter = (after.patternProperties ?? {}) as Record<string, Schema>

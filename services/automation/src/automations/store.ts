@@ -67,6 +67,25 @@ export function runView(row: AutomationRun): RunView {
 /** The statuses of a run that holds its automation: no other run of it starts meanwhile. */
 const underWay = ['running', 'awaiting_approval'] as const
 
+/** How many runs of an automation started: under way, or swapped. */
+const startedRuns = (t: Prisma.TransactionClient, automationId: string) =>
+  t.automationRun.count({ where: { automationId, status: { in: [...underWay, 'success'] } } })
+
+/** Leases the runs `rows` locked (`data`: until when, and whether it is another attempt); with their automation. */
+async function leaseRuns(t: Prisma.TransactionClient, rows: Array<{ id: string }>, data: Prisma.AutomationRunUpdateManyMutationInput) {
+  if (rows.length === 0) return []
+  const ids = rows.map((r) => r.id)
+  await t.automationRun.updateMany({ where: { id: { in: ids } }, data })
+  return t.automationRun.findMany({ where: { id: { in: ids } }, include: { automation: true } })
+}
+
+/** A new run of an automation, held by the scheduler that made it until `leaseUntil`. */
+const createRun = (
+  t: Prisma.TransactionClient,
+  automation: Automation,
+  run: { scheduledFor: Date; amountIn: string; leaseUntil: Date; trigger?: RunTrigger | undefined },
+) => t.automationRun.create({ data: { id: newId('run'), automationId: automation.id, ...run } })
+
 /** How a run ended, as /metrics counts it: swapped, failed, or skipped (not made). */
 const endedStatuses = ['success', 'failed', 'skipped'] as const
 export type RunCounter = CounterMetric<{ status: typeof endedStatuses }>
@@ -231,12 +250,11 @@ export function createStore(db: PrismaClient, { maxPerOwner, triggerCheckMs, eve
         if (!row) return null
         if (row.status === status) return row
         const resumed = status === 'active'
-        const config = row.config as unknown as Config
         const over = resumed ? overReason(row, now) : undefined
         if (over) throw new BadRequest(`automation ${id} cannot be resumed: ${over}`)
         if (isCounted(status) && !isCounted(row.status)) await checkRoom(t, owner)
         const nextRunAt = resumed
-          ? new Date(resumeRunAt(config, row.nextRunAt?.getTime() ?? null, now, triggerCheckMs))
+          ? new Date(resumeRunAt(row.config as unknown as Config, row.nextRunAt?.getTime() ?? null, now, triggerCheckMs))
           : status === 'paused'
             ? row.nextRunAt
             : null
@@ -297,8 +315,7 @@ export function createStore(db: PrismaClient, { maxPerOwner, triggerCheckMs, eve
           // only what time ends (a run that ends it completes it there)
           const over = overReason({ ...automation, runs: 0 }, now)
           if (over) {
-            await t.automation.update({ where: { id }, data: { status: 'completed', nextRunAt: null, statusReason: over } })
-            await record(completedEvent(automation, over))
+            await complete(t, record, automation, over)
             continue
           }
           if (automation.type === 'limit-order' || isTrigger(automation.type)) {
@@ -313,43 +330,21 @@ export function createStore(db: PrismaClient, { maxPerOwner, triggerCheckMs, eve
             // slice k is due at the TWAP's start + (k - 1) slices: a late slice does not push the later ones out of the window
             const start = twapStartedAt(order, state)
             await t.automation.update({ where: { id }, data: { nextRunAt: new Date(start + slice.trigger.slice! * order.sliceMs) } })
-            const run = await t.automationRun.create({
-              data: {
-                id: newId('run'),
-                automationId: id,
-                scheduledFor,
-                amountIn: slice.amountIn,
-                trigger: slice.trigger,
-                leaseUntil: lease,
-              },
-            })
-            claimed.push({ kind: 'run', run, automation })
+            claimed.push({ kind: 'run', run: await createRun(t, automation, { scheduledFor, leaseUntil: lease, ...slice }), automation })
             continue
           }
           await t.automation.update({ where: { id }, data: { nextRunAt: new Date(nextRunAt(config, now, triggerCheckMs)) } })
           const recurring = config as RecurringBuy
-          if (recurring.maxRuns !== undefined) {
-            const started = await t.automationRun.count({ where: { automationId: id, status: { in: [...underWay, 'success'] } } })
-            // the last runs are still under way: they complete it
-            if (started >= recurring.maxRuns) continue
-          }
-          const run = await t.automationRun.create({
-            data: { id: newId('run'), automationId: id, scheduledFor, amountIn: recurring.amount, leaseUntil: lease },
-          })
+          // the last runs are still under way: they complete it
+          if (recurring.maxRuns !== undefined && (await startedRuns(t, id)) >= recurring.maxRuns) continue
+          const run = await createRun(t, automation, { scheduledFor, leaseUntil: lease, amountIn: recurring.amount })
           claimed.push({ kind: 'run', run, automation })
         }
         const stale = await t.$queryRaw<Array<{ id: string }>>`
           SELECT id FROM automation_runs WHERE status = 'running' AND lease_until < ${new Date(now)}
           ORDER BY lease_until LIMIT ${limit} FOR UPDATE SKIP LOCKED`
-        if (stale.length > 0) {
-          const ids = stale.map((r) => r.id)
-          await t.automationRun.updateMany({ where: { id: { in: ids } }, data: { leaseUntil: lease, attempts: { increment: 1 } } })
-          for (const { automation, ...run } of await t.automationRun.findMany({
-            where: { id: { in: ids } },
-            include: { automation: true },
-          })) {
-            claimed.push({ kind: 'run', run, automation })
-          }
+        for (const { automation, ...run } of await leaseRuns(t, stale, { leaseUntil: lease, attempts: { increment: 1 } })) {
+          claimed.push({ kind: 'run', run, automation })
         }
         return claimed
       })
@@ -363,32 +358,23 @@ export function createStore(db: PrismaClient, { maxPerOwner, triggerCheckMs, eve
       return db.$transaction(async (t) => {
         const rows = await t.$queryRaw<Array<{ id: string }>>`
           SELECT id FROM automations WHERE id = ${automation.id} AND status = 'active' FOR UPDATE`
-        if (rows.length === 0) return null
-        const earlier = await t.automationRun.count({ where: { automationId: automation.id, status: { in: [...underWay, 'success'] } } })
-        if (earlier > 0) return null
-        return t.automationRun.create({
-          data: {
-            id: newId('run'),
-            automationId: automation.id,
-            scheduledFor,
-            amountIn: (automation.config as unknown as Config).amount,
-            ...(trigger ? { trigger } : {}),
-            leaseUntil: new Date(now + leaseMs),
-          },
-        })
+        if (rows.length === 0 || (await startedRuns(t, automation.id)) > 0) return null
+        const amountIn = (automation.config as unknown as Config).amount
+        return createRun(t, automation, { scheduledFor, leaseUntil: new Date(now + leaseMs), amountIn, trigger })
       })
     },
 
     /** A limit order's or stop order's check did not fill: note what it saw (a stop order's state too) and when it checks again. */
-    checked: (automation: Automation, reason: string, state?: object, now = Date.now()) =>
-      db.automation.updateMany({
+    async checked(automation: Automation, reason: string, state?: object, now = Date.now()) {
+      await db.automation.updateMany({
         where: { id: automation.id, status: 'active' },
         data: {
           nextRunAt: new Date(nextRunAt(automation.config as unknown as Config, now, triggerCheckMs)),
           statusReason: reason,
           ...(state ? { state } : {}),
         },
-      }),
+      })
+    },
 
     /**
      * trading holds the run's swap for a person's approval: the run waits (awaiting_approval) and
@@ -418,10 +404,7 @@ export function createStore(db: PrismaClient, { maxPerOwner, triggerCheckMs, eve
         const rows = await t.$queryRaw<Array<{ id: string }>>`
           SELECT id FROM automation_runs WHERE status = 'awaiting_approval' AND (lease_until IS NULL OR lease_until <= ${new Date(now)})
           ORDER BY lease_until NULLS FIRST LIMIT ${limit} FOR UPDATE SKIP LOCKED`
-        if (rows.length === 0) return []
-        const ids = rows.map((r) => r.id)
-        await t.automationRun.updateMany({ where: { id: { in: ids } }, data: { leaseUntil: new Date(now + holdMs) } })
-        return t.automationRun.findMany({ where: { id: { in: ids } }, include: { automation: true } })
+        return leaseRuns(t, rows, { leaseUntil: new Date(now + holdMs) })
       })
     },
 

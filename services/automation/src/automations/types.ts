@@ -62,10 +62,22 @@ const positiveInteger = /^[1-9][0-9]{0,77}$/
 
 const bad = (message: string) => new BadRequest(`config.${message}`)
 
+/** An integer from `min` to `max`. */
+const integerIn = (value: unknown, min: number, max = Number.POSITIVE_INFINITY): value is number =>
+  Number.isInteger(value) && (value as number) >= min && (value as number) <= max
+
+/** A fixed interval ("30s", "5m", "1h", "1d", "1w") in ms; undefined for anything else. */
+function fixedMs(raw: unknown): number | undefined {
+  const fixed = typeof raw === 'string' ? every.exec(raw.trim()) : null
+  return fixed ? Number(fixed[1]) * units[fixed[2]!]! : undefined
+}
+
+type Schedule = { ms: number } | { cron: string }
+
 /** A fixed interval in ms, or a cron expression; undefined for neither. */
-function parseInterval(raw: string): { ms: number } | { cron: string } | undefined {
-  const fixed = every.exec(raw.trim())
-  if (fixed) return { ms: Number(fixed[1]) * units[fixed[2]!]! }
+function parseInterval(raw: string): Schedule | undefined {
+  const ms = fixedMs(raw)
+  if (ms !== undefined) return { ms }
   const fields = raw.trim().split(/\s+/)
   if (fields.length !== 5) return undefined
   try {
@@ -75,9 +87,6 @@ function parseInterval(raw: string): { ms: number } | { cron: string } | undefin
     return undefined
   }
 }
-
-/** When an interval or cron expression falls next after `from`. */
-const nextAfter = (interval: string, from: number) => after(parseInterval(interval)!, from)
 
 export interface CheckOptions {
   /** the chain's tokens, by symbol or address */
@@ -109,8 +118,8 @@ function interval(config: Record<string, unknown>, field: 'interval' | 'checkEve
   const parsed = parseInterval(raw)
   if (!parsed) throw bad(`${field} ${JSON.stringify(raw)} is neither an interval (30s, 15m, 1h, 1d, 1w) nor a five-field cron expression`)
   // a cron expression's shortest gap: two consecutive fire times
-  const first = nextAfter(raw, options.now)
-  const gap = 'ms' in parsed ? parsed.ms : nextAfter(raw, first) - first
+  const first = after(parsed, options.now)
+  const gap = 'ms' in parsed ? parsed.ms : after(parsed, first) - first
   if (gap < options.minIntervalMs) throw bad(`${field} ${raw} is shorter than the minimum of ${options.minIntervalMs / 1000} s`)
   return raw.trim()
 }
@@ -120,9 +129,7 @@ function common(config: Record<string, unknown>, options: CheckOptions): Common 
   const tokenOut = token(config, 'tokenOut', options)
   if (tokenIn.address.toLowerCase() === tokenOut.address.toLowerCase()) throw bad('tokenOut must differ from tokenIn')
   const slippageBps = config.slippageBps ?? 50
-  if (!Number.isInteger(slippageBps) || (slippageBps as number) < 0 || (slippageBps as number) > 5000) {
-    throw bad('slippageBps must be an integer from 0 to 5000 (50 = 0.5%)')
-  }
+  if (!integerIn(slippageBps, 0, 5000)) throw bad('slippageBps must be an integer from 0 to 5000 (50 = 0.5%)')
   const endAt = config.endAt
   if (endAt !== undefined && (!Number.isInteger(endAt) || (endAt as number) <= options.now)) {
     throw bad('endAt must be a time in the future, in ms since the Unix epoch')
@@ -131,7 +138,7 @@ function common(config: Record<string, unknown>, options: CheckOptions): Common 
     tokenIn: tokenIn.symbol,
     tokenOut: tokenOut.symbol,
     amount: amount(config, 'amount', tokenIn.symbol),
-    slippageBps: slippageBps as number,
+    slippageBps,
     ...(endAt === undefined ? {} : { endAt: endAt as number }),
   }
 }
@@ -189,23 +196,19 @@ function stopOrder(type: TriggerType, config: Record<string, unknown>, base: Com
 
 function twap(config: Record<string, unknown>, base: Common, options: CheckOptions): Twap {
   const duration = config.duration
-  const total = typeof duration === 'string' ? every.exec(duration.trim()) : null
-  if (!total) throw bad('duration is required: how long the TWAP runs, e.g. "30m", "2h", "1d"')
-  const durationMs = Number(total[1]) * units[total[2]!]!
+  const durationMs = fixedMs(duration)
+  if (durationMs === undefined) throw bad('duration is required: how long the TWAP runs, e.g. "30m", "2h", "1d"')
   const { slices: rawSlices, interval: rawInterval } = config
   if ((rawSlices === undefined) === (rawInterval === undefined)) {
     throw bad('slices or interval: a twap takes one of them (slices: how many parts, 2-1000; interval: one part every "5m")')
   }
   let slices: number
   if (rawSlices !== undefined) {
-    if (!Number.isInteger(rawSlices) || (rawSlices as number) < 2 || (rawSlices as number) > 1000) {
-      throw bad('slices must be an integer from 2 to 1000')
-    }
-    slices = rawSlices as number
+    if (!integerIn(rawSlices, 2, 1000)) throw bad('slices must be an integer from 2 to 1000')
+    slices = rawSlices
   } else {
-    const parsed = typeof rawInterval === 'string' ? every.exec(rawInterval.trim()) : null
-    if (!parsed) throw bad(`interval ${JSON.stringify(rawInterval)} must be a fixed interval such as "30s", "5m", "1h"`)
-    const intervalMs = Number(parsed[1]) * units[parsed[2]!]!
+    const intervalMs = fixedMs(rawInterval)
+    if (intervalMs === undefined) throw bad(`interval ${JSON.stringify(rawInterval)} must be a fixed interval such as "30s", "5m", "1h"`)
     if (durationMs < 2 * intervalMs) {
       throw bad(`duration ${duration} is shorter than two intervals of ${rawInterval}: a TWAP needs at least 2 slices`)
     }
@@ -219,12 +222,10 @@ function twap(config: Record<string, unknown>, base: Common, options: CheckOptio
   }
   if (BigInt(base.amount) < BigInt(slices)) throw bad(`amount ${base.amount} cannot be cut into ${slices} slices`)
   const maxImpactBps = config.maxImpactBps ?? 100
-  if (!Number.isInteger(maxImpactBps) || (maxImpactBps as number) < 1 || (maxImpactBps as number) > 5000) {
-    throw bad('maxImpactBps must be an integer from 1 to 5000 (100 = 1%)')
-  }
+  if (!integerIn(maxImpactBps, 1, 5000)) throw bad('maxImpactBps must be an integer from 1 to 5000 (100 = 1%)')
   const remainder = config.remainder ?? 'carry'
   if (remainder !== 'carry' && remainder !== 'drop') throw bad('remainder must be "carry" (a skipped slice goes into the next) or "drop"')
-  return { ...base, duration: (duration as string).trim(), slices, sliceMs, maxImpactBps: maxImpactBps as number, remainder }
+  return { ...base, duration: (duration as string).trim(), slices, sliceMs, maxImpactBps, remainder }
 }
 
 const isAutomationType = (type: string): type is AutomationType => (automationTypes as readonly string[]).includes(type)
@@ -245,11 +246,9 @@ export function checkConfig(type: string, config: Record<string, unknown>, optio
     }
   }
   const maxRuns = config.maxRuns
-  if (maxRuns !== undefined && (!Number.isInteger(maxRuns) || (maxRuns as number) < 1)) throw bad('maxRuns must be a positive integer')
-  return { ...base, interval: interval(config, 'interval', options), ...(maxRuns === undefined ? {} : { maxRuns: maxRuns as number }) }
+  if (maxRuns !== undefined && !integerIn(maxRuns, 1)) throw bad('maxRuns must be a positive integer')
+  return { ...base, interval: interval(config, 'interval', options), ...(maxRuns === undefined ? {} : { maxRuns }) }
 }
-
-type Schedule = { ms: number } | { cron: string }
 
 /** How often an automation is due: its interval or cron, a limit order's checkEvery, a TWAP's slice, or a stop order's check (the setting). */
 function scheduleOf(config: Config, triggerCheckMs: number): Schedule {

@@ -85,14 +85,18 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
     }
   }
 
-  /** Why a TWAP slice is not swapped now: its quote's price impact over the order's limit; undefined to go on. */
-  async function sliceRefusal(run: AutomationRun, order: Twap) {
-    const quote = await callEndpoint(
+  /** What trading's quote gives for `amountIn` of the order's tokenIn. */
+  const quoteFor = (order: Config, amountIn: string) =>
+    callEndpoint(
       nc,
       channels.trading.quote,
-      { tokenIn: order.tokenIn, tokenOut: order.tokenOut, amountIn: run.amountIn },
+      { tokenIn: order.tokenIn, tokenOut: order.tokenOut, amountIn },
       { timeoutMs: executeTimeoutMs },
     )
+
+  /** Why a TWAP slice is not swapped now: its quote's price impact over the order's limit; undefined to go on. */
+  async function sliceRefusal(run: AutomationRun, order: Twap) {
+    const quote = await quoteFor(order, run.amountIn)
     if (quote.priceImpactBps <= order.maxImpactBps) return undefined
     const next = order.remainder === 'carry' ? 'its amount carries into the next slice' : 'its amount is dropped'
     return `price impact ${percent(quote.priceImpactBps)} over the TWAP's limit of ${percent(order.maxImpactBps)}: ${next}`
@@ -156,58 +160,31 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
 
   /** A limit order: quote it; below its minAmountOut, note the quote and wait; at or above, fill it once. */
   async function check(automation: Automation, scheduledFor: Date) {
-    const pausedNow = paused()
-    if (pausedNow) {
-      await store.checked(automation, `not filled while ${pausedNow.replace(/; an admin .*$/, '')}`)
-      return
-    }
     const order = automation.config as unknown as LimitOrder
     let quoted: string
     try {
-      const quote = await callEndpoint(
-        nc,
-        channels.trading.quote,
-        { tokenIn: order.tokenIn, tokenOut: order.tokenOut, amountIn: order.amount },
-        { timeoutMs: executeTimeoutMs },
-      )
-      quoted = quote.amountOut
+      quoted = (await quoteFor(order, order.amount)).amountOut
     } catch (error) {
-      await store.checked(automation, `the last price check failed: ${(error as Error).message}`)
-      return
+      return store.checked(automation, `the last price check failed: ${(error as Error).message}`)
     }
     if (BigInt(quoted) < BigInt(order.minAmountOut)) {
       const out = await tokens.find(order.tokenOut)
       const shown = (v: string) => (out ? `${formatUnits(BigInt(v), out.decimals)} ${out.symbol}` : v)
-      await store.checked(automation, `waiting: the last quote gave ${shown(quoted)}, below ${shown(order.minAmountOut)}`)
-      return
+      return store.checked(automation, `waiting: the last quote gave ${shown(quoted)}, below ${shown(order.minAmountOut)}`)
     }
     const run = await store.startFill(automation, scheduledFor, leaseMs)
-    if (!run) {
-      await store.checked(automation, 'a fill is under way')
-      return
-    }
+    if (!run) return store.checked(automation, 'a fill is under way')
     log.info({ automationId: automation.id, runId: run.id, quoted }, 'limit order reached its price: filling')
     await execute(run, automation)
   }
 
   /** A stop order: its token's price now against its levels (a trailing stop's follows the highest); a crossed level starts its one sale. */
   async function watch(automation: Automation, scheduledFor: Date) {
-    const pausedNow = paused()
-    if (pausedNow) {
-      await store.checked(automation, `not watched while ${pausedNow.replace(/; an admin .*$/, '')}`)
-      return
-    }
     const order = automation.config as unknown as StopOrder
     const seen = await priceOf(order.tokenIn)
-    if ('none' in seen) {
-      await store.checked(automation, `waiting: ${seen.none}; a missing or stale price never fires`)
-      return
-    }
+    if ('none' in seen) return store.checked(automation, `waiting: ${seen.none}; a missing or stale price never fires`)
     const { state, fired } = watchStop(automation.type as TriggerType, order, automation.state as StopState | null, seen)
-    if (!fired) {
-      await store.checked(automation, watching(order, state, seen.asset), state)
-      return
-    }
+    if (!fired) return store.checked(automation, watching(order, state, seen.asset), state)
     // the next check comes after this sale ends (a run under way holds the order): at once if it failed
     await store.checked(automation, fired.detail, state)
     const run = await store.startFill(automation, scheduledFor, leaseMs, fired)
@@ -216,12 +193,16 @@ export function startScheduler({ nc, channels, store, log, settings, tokens, wal
     await execute(run, automation)
   }
 
-  const perform = (work: Claimed) =>
-    work.kind === 'run'
-      ? execute(work.run, work.automation)
-      : work.automation.type === 'limit-order'
-        ? check(work.automation, work.scheduledFor)
-        : watch(work.automation, work.scheduledFor)
+  async function perform(work: Claimed) {
+    if (work.kind === 'run') return execute(work.run, work.automation)
+    const { automation, scheduledFor } = work
+    const limitOrder = automation.type === 'limit-order'
+    // while the wallet is paused a check only notes it: nothing is quoted, watched or sold
+    const pausedNow = paused()
+    if (pausedNow)
+      return store.checked(automation, `not ${limitOrder ? 'filled' : 'watched'} while ${pausedNow.replace(/; an admin .*$/, '')}`)
+    return limitOrder ? check(automation, scheduledFor) : watch(automation, scheduledFor)
+  }
 
   const loop = startWorkerLoop({
     name: 'automation scheduler',
