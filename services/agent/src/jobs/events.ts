@@ -161,7 +161,6 @@ export function createJobEvents({
     let textAt = 0
     let textGap = false
     let done = false
-    let endedWithJob = false
     let resolveEnded!: (jobEnded: boolean) => void
     const ended = new Promise<boolean>((resolve) => {
       resolveEnded = resolve
@@ -170,7 +169,8 @@ export function createJobEvents({
     const sub = nc.subscribe(topic.subject)
 
     const follower = { jobId, last: () => last, caughtUp: (found: FollowedEvents | undefined) => (chain = chain.then(() => take(found))) }
-    const stop = () => {
+    /** ends the follow; `jobEnded`: because the job ended (what `ended` answers) */
+    const end = (jobEnded: boolean) => {
       if (done) return
       done = true
       sub.unsubscribe()
@@ -180,19 +180,16 @@ export function createJobEvents({
         timer = undefined
       }
       open.delete(stop)
-      resolveEnded(endedWithJob)
+      resolveEnded(jobEnded)
     }
+    const stop = () => end(false)
     open.add(stop)
-    const endWithJob = () => {
-      endedWithJob = true
-      stop()
-    }
 
     const send = (e: JobEvent) => {
       if (done || e.seq !== last + 1) return
       last = e.seq
       onEvent(e)
-      if (isTerminal(e)) endWithJob()
+      if (isTerminal(e)) end(true)
     }
     const sendDelta = (d: JobDelta) => {
       if (done || textGap) return
@@ -208,7 +205,7 @@ export function createJobEvents({
       if (done || !found) return
       for (const e of found.events) send(e)
       // finished when read: the same read has every event, the terminal one included
-      if (found.finished && !done) endWithJob()
+      if (found.finished && !done) end(true)
     }
     // reads and live events are handled one at a time, in order
     let chain = Promise.resolve()
@@ -224,7 +221,7 @@ export function createJobEvents({
     followers.add(follower)
     scheduleCatchUp()
     void catchUp().then(() => {
-      if (finished) endWithJob()
+      if (finished) end(true)
     })
     void (async () => {
       for await (const m of sub) {

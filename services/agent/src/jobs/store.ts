@@ -85,37 +85,35 @@ export const cancelledWhileRunning = 'cancelled while running: the work done unt
 const finished = new Set(['complete', 'failed', 'cancelled'])
 export const isFinished = (status: string) => finished.has(status)
 
+/** A job as its owner sees it; `full`: with its thread, prompt and outcome. */
 export function jobView(job: Job, full = isFinished(job.status)): JobView {
-  const short = {
+  return {
     id: job.id,
     status: job.status,
     createdAt: job.createdAt.getTime(),
     ...(job.status === 'awaiting_approval' && job.approval
       ? { approval: job.approval as unknown as Approval, notice: job.approvalNotice ?? '' }
       : {}),
-  }
-  if (!full) return { ...short, ...creditView(job) }
-  return {
-    ...short,
-    threadId: job.threadId,
-    prompt: job.prompt,
-    updatedAt: job.updatedAt.getTime(),
-    ...(job.status === 'complete' && job.result ? { result: job.result as unknown as JobResult } : {}),
-    ...(job.status === 'failed' && job.error ? { error: job.error } : {}),
-    ...creditView(job),
+    ...(full
+      ? {
+          threadId: job.threadId,
+          prompt: job.prompt,
+          updatedAt: job.updatedAt.getTime(),
+          ...(job.status === 'complete' && job.result ? { result: job.result as unknown as JobResult } : {}),
+          ...(job.status === 'failed' && job.error ? { error: job.error } : {}),
+        }
+      : {}),
+    // paid by credit: what was held, and once decided what was kept
+    ...(job.creditHoldAmount === null
+      ? {}
+      : {
+          credit: {
+            held: String(job.creditHoldAmount),
+            ...(job.creditCharged === null ? {} : { charged: String(job.creditCharged) }),
+          },
+        }),
   }
 }
-
-/** A credit-paid job's `credit`: what was held, and once decided what was kept. */
-const creditView = (job: Job) =>
-  job.creditHoldAmount === null
-    ? {}
-    : {
-        credit: {
-          held: String(job.creditHoldAmount),
-          ...(job.creditCharged === null ? {} : { charged: String(job.creditCharged) }),
-        },
-      }
 
 export function messageView(m: Message): MessageView {
   const metadata = (m.metadata ?? {}) as { jobId?: string }
@@ -210,9 +208,9 @@ export interface HistoryMessage {
 
 export type ClaimOutcome =
   | { claimed: Job; event: JobEvent; history: HistoryMessage[] }
+  /** finished, or not there (nothing to do) */
   | { finished: true }
   | { busyForMs: number }
-  | { missing: true }
   /** the job would be taken, but its payment's validBefore (unix seconds) is too close: it must not start */
   | { late: bigint }
 
@@ -221,20 +219,23 @@ const claimable = (workerId: string) =>
   Prisma.sql`(status = 'pending' OR (status IN ('running', 'awaiting_approval') AND (lease_until < now() OR worker_id = ${workerId})))`
 
 export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
-  const outcomeStored = (rows: Array<{ paid: boolean; credited: boolean }>, jobId: string) => {
-    if (rows[0]?.paid) hooks.paidJobFinished?.(jobId)
-    if (rows[0]?.credited) hooks.creditJobFinished?.(jobId)
+  /** The hooks of a job that ended (committed): its payment's or credit's outcome, its webhook event, its status. */
+  const jobEnded = (jobId: string, row: EventRow, eventId: string, status: CountedStatus) => {
+    if (row.paid) hooks.paidJobFinished?.(jobId)
+    if (row.credited) hooks.creditJobFinished?.(jobId)
+    hooks.eventsRecorded?.([eventId])
+    hooks.statusChanged?.(status)
   }
-  const recorded = (eventId: string | null) => {
-    if (eventId) hooks.eventsRecorded?.([eventId])
-  }
-  /** A status change: `update` (UPDATE … RETURNING ${eventColumns}), its webhook event and its status event, in one transaction. */
+  /**
+   * A status change: `update` (UPDATE … RETURNING ${eventColumns}), its webhook event and its status
+   * event, in one transaction; null when `update` changed nothing.
+   */
   const changeStatus = (jobId: string, update: Prisma.Sql, type: WebhookEventType, data: WebhookData & JobEvent['data']) =>
     db.$transaction(async (t) => {
-      const rows = await t.$queryRaw<EventRow[]>(update)
-      if (rows.length === 0) return { rows, event: null, eventId: null }
-      const eventId = await recordEvent(t, jobWebhookEvent(type, rows[0]!, data))
-      return { rows, event: await appendEvent(t, jobId, 'status', data), eventId }
+      const [row] = await t.$queryRaw<EventRow[]>(update)
+      if (!row) return null
+      const eventId = await recordEvent(t, jobWebhookEvent(type, row, data))
+      return { row, eventId, event: await appendEvent(t, jobId, 'status', data) }
     })
   /** Cancel or fail (`update`), then the hooks; null when the job was not there to end. */
   async function endJob(
@@ -243,11 +244,10 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
     type: WebhookEventType,
     data: { status: 'cancelled' } | { status: 'failed'; error: string },
   ): Promise<Ended | null> {
-    const { rows, event, eventId } = await changeStatus(jobId, update, type, data)
-    outcomeStored(rows, jobId)
-    recorded(eventId)
-    if (event) hooks.statusChanged?.(data.status)
-    return event && rows[0] ? endedOf(event, rows[0]) : null
+    const changed = await changeStatus(jobId, update, type, data)
+    if (!changed) return null
+    jobEnded(jobId, changed.row, changed.eventId, data.status)
+    return endedOf(changed.event, changed.row)
   }
   /** -> failed where `condition` holds: a failed paid job voids its payment, with the job's error as the reason. */
   const failWhere = (jobId: string, condition: Prisma.Sql, error: string) =>
@@ -424,8 +424,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
         >`
           SELECT status::text AS status, lease_until AS "leaseUntil", ${claimable(workerId)} AS free, payment_valid_before AS "paymentValidBefore"
           FROM jobs WHERE id = ${jobId}`
-        if (!job) return { missing: true as const }
-        if (isFinished(job.status)) return { finished: true as const }
+        if (!job || isFinished(job.status)) return { finished: true as const }
         if (job.free && job.paymentValidBefore !== null && job.paymentValidBefore <= BigInt(startBy))
           return { late: job.paymentValidBefore }
         return { busyForMs: Math.max(100, (job.leaseUntil?.getTime() ?? Date.now()) - Date.now()) }
@@ -439,12 +438,10 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
     },
 
     /** Extends a running (or waiting) job's lease; false when the job is no longer this worker's (cancelled). */
-    async renew(jobId: string, workerId: string, leaseMs: number): Promise<boolean> {
-      const rows = await db.$queryRaw<Array<{ id: string }>>`
+    renew: async (jobId: string, workerId: string, leaseMs: number): Promise<boolean> =>
+      (await db.$executeRaw`
         UPDATE jobs SET lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8)
-        WHERE id = ${jobId} AND worker_id = ${workerId} AND status IN ('running', 'awaiting_approval') RETURNING id`
-      return rows.length > 0
-    },
+        WHERE id = ${jobId} AND worker_id = ${workerId} AND status IN ('running', 'awaiting_approval')`) > 0,
 
     /**
      * running -> awaiting_approval: a swap of the job waits for a person's decision. The approval,
@@ -452,7 +449,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
      * transaction; null when the job is no longer this worker's.
      */
     async awaitApproval(jobId: string, workerId: string, approval: Approval, notice: string): Promise<JobEvent | null> {
-      const { event, eventId } = await changeStatus(
+      const changed = await changeStatus(
         jobId,
         Prisma.sql`
           UPDATE jobs SET status = 'awaiting_approval', approval = ${JSON.stringify(approval)}::jsonb, approval_notice = ${notice}, updated_at = now()
@@ -460,18 +457,17 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
         'job.awaiting_approval',
         { status: 'awaiting_approval', approval, notice },
       )
-      recorded(eventId)
-      return event
+      if (changed) hooks.eventsRecorded?.([changed.eventId])
+      return changed?.event ?? null
     },
 
     /** awaiting_approval -> running: the approval was decided; null when the job is no longer this worker's. */
     async resume(jobId: string, workerId: string): Promise<JobEvent | null> {
       return db.$transaction(async (t) => {
-        const rows = await t.$queryRaw<Array<{ id: string }>>`
+        const resumed = await t.$executeRaw`
           UPDATE jobs SET status = 'running', approval = NULL, approval_notice = NULL, updated_at = now()
-          WHERE id = ${jobId} AND worker_id = ${workerId} AND status = 'awaiting_approval' RETURNING id`
-        if (rows.length === 0) return null
-        return appendEvent(t, jobId, 'status', { status: 'running' })
+          WHERE id = ${jobId} AND worker_id = ${workerId} AND status = 'awaiting_approval'`
+        return resumed === 0 ? null : appendEvent(t, jobId, 'status', { status: 'running' })
       })
     },
 
@@ -490,7 +486,7 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
         { id: job.id, key_id: job.keyId, wallet: job.wallet, owner_id: job.ownerId, prompt: job.prompt, thread_id: job.threadId },
         data,
       )
-      const rows = await db.$queryRaw<Array<EventRow & { event_seq: number; event_at: Date }>>`
+      const [row] = await db.$queryRaw<Array<EventRow & { event_seq: number; event_at: Date }>>`
         WITH u AS (
           UPDATE jobs SET status = 'complete', result = ${JSON.stringify(result)}::jsonb, worker_id = NULL, lease_until = NULL, updated_at = now(),
             payment_outcome = CASE WHEN payment IS NULL THEN NULL ELSE 'charge' END, event_seq = event_seq + 1,
@@ -507,11 +503,8 @@ export function createJobStore(db: PrismaClient, hooks: JobStoreHooks = {}) {
           SELECT ${webhookId}, ${webhook.type}, ${JSON.stringify(webhook.owner)}::jsonb, ${JSON.stringify(webhook.data)}::jsonb FROM u),
         e AS (INSERT INTO job_events (job_id, seq, type, data) SELECT id, event_seq, 'status', ${JSON.stringify(data)}::jsonb FROM u RETURNING created_at)
         SELECT u.*, e.created_at AS event_at FROM u, e`
-      const row = rows[0]
       if (!row) return null
-      outcomeStored(rows, job.id)
-      recorded(webhookId)
-      hooks.statusChanged?.('complete')
+      jobEnded(job.id, row, webhookId, 'complete')
       return endedOf({ jobId: job.id, seq: row.event_seq, type: 'status', at: row.event_at.getTime(), data }, row)
     },
 

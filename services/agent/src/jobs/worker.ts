@@ -157,7 +157,7 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     // a paid job starts only with its deadline (validBefore less the margin) still ahead
     const startBy = Math.floor(Date.now() / 1000) + settings.paymentMarginSeconds
     const claim = await store.claim(jobId, workerId, { leaseMs: settings.ackWaitMs, historyMessages: settings.historyMessages, startBy })
-    if ('missing' in claim || 'finished' in claim) return 'done'
+    if ('finished' in claim) return 'done'
     if ('busyForMs' in claim) return { retryInMs: claim.busyForMs }
     if ('late' in claim) return voidLate(jobId, startBy, claim.late)
     events.emit(claim.event)
@@ -170,13 +170,11 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
     const stop = () => controller.abort(new Stopping())
     shutdown.addEventListener('abort', stop, { once: true })
     if (shutdown.aborted) stop() // the process began to stop while the job was being claimed
-    const clock = runClock(settings.maxRunMs, () => controller.abort(new TimedOut()))
+    const overTime = `the job ran longer than its limit of ${Math.round(settings.maxRunMs / 1000)} s and was stopped`
+    const clock = runClock(settings.maxRunMs, () => controller.abort(new TimedOut(overTime)))
     // at its deadline a paid job is stopped, running or waiting for an approval: its payment could no longer be settled
-    const untilDeadline = deadline === undefined ? undefined : deadline - Date.now()
-    const lapse =
-      untilDeadline === undefined || untilDeadline > longestTimer
-        ? undefined
-        : setTimeout(() => controller.abort(lapsed()), Math.max(0, untilDeadline))
+    const untilDeadline = (deadline ?? Number.POSITIVE_INFINITY) - Date.now()
+    const lapse = untilDeadline > longestTimer ? undefined : setTimeout(() => controller.abort(lapsed()), Math.max(0, untilDeadline))
     /** the status event of a wait's start or end; none: the job is no longer this worker's (cancelled) */
     const emitOrCancel = (event: JobEvent | null) => {
       if (!event) {
@@ -237,17 +235,12 @@ export async function startJobWorkers({ nc, channels, store, events, tools, runn
         // a new message, not a nak: the stop is not the job's attempt (rolling restarts would use them up)
         return 'handBack'
       }
-      const message =
-        reason instanceof TimedOut
-          ? `the job ran longer than its limit of ${Math.round(settings.maxRunMs / 1000)} s and was stopped`
-          : reason instanceof RunnerError || reason instanceof PaymentLapsed
-            ? reason.message
-            : undefined
-      if (message === undefined) {
+      if (!(reason instanceof TimedOut || reason instanceof RunnerError || reason instanceof PaymentLapsed)) {
         // our own fault (a database or NATS error): another run may succeed
         await store.release(jobId, workerId).catch(() => undefined)
         throw error
       }
+      const { message } = reason
       const why = reason instanceof PaymentLapsed ? 'the job was voided: its payment could no longer be settled' : 'the job failed'
       await afterEnd(await store.fail(jobId, workerId, message), why)
       log.warn({ jobId, ms: Date.now() - started, error: message }, 'job failed')

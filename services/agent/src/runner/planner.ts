@@ -55,15 +55,13 @@ const dexOf = (text: string) => DEX.exec(text)?.[1]?.toLowerCase()
 const formatPercent = (value: number) => `${value >= 0 ? '+' : ''}${value.toFixed(2)}%`
 const usdOf = (base: string, decimals: number) => formatUsd(Number(formatUnits(BigInt(base), decimals)))
 const failed = (what: string, outcome: ToolCallOutcome) => (outcome.ok ? '' : `I couldn't ${what}: ${outcome.error}.`)
+/** The slots `fields` names, as a tool's arguments: those without a value left out. */
+const argsOf = (slots: Slots, fields: string[]) =>
+  Object.fromEntries(fields.filter((f) => slots[f] !== undefined).map((f) => [f, slots[f]]))
 
 /** "1 USDC for ARB", "0.5 eth to usdc": amount, tokenIn, tokenOut. */
 const pair = new RegExp(`${AMOUNT}\\s*${SYMBOL}\\s+(?:for|to|into|->|in)\\s+${SYMBOL}\\b`, 'i')
-const swapArgs = (slots: Slots) => ({
-  tokenIn: slots.tokenIn,
-  tokenOut: slots.tokenOut,
-  amount: slots.amount,
-  ...(slots.dex ? { dex: slots.dex } : {}),
-})
+const swapArgs = (slots: Slots) => argsOf(slots, ['tokenIn', 'tokenOut', 'amount', 'dex'])
 /** A follow-up of a quote or swap: another dex, or another token bought. */
 function followPair(slots: Slots, rest: string): Slots | undefined {
   const dex = dexOf(rest) ?? (/^(uniswap|camelot)$/i.test(rest.trim()) ? rest.trim().toLowerCase() : undefined)
@@ -78,7 +76,11 @@ interface AutomationView {
   name: string
   status: string
 }
-const describeAutomation = (a: AutomationView) => `${a.name} (${a.id}, ${a.status})`
+/** The automation a set_automation_status call answered (its output), in words. */
+const describeSet = (output: unknown) => {
+  const { automation: a } = output as { automation: AutomationView }
+  return `${a.name} (${a.id}, ${a.status})`
+}
 
 // Orders: what is sold ("0.5 WETH", "half my WETH"), for what (USDC unless named), and when.
 /** a USD price as people write it: 2500, 2,500, $2,500.50, 2.5k */
@@ -118,15 +120,10 @@ function boughtIn(text: string): string {
   return 'USDC'
 }
 
-const orderFields = [
-  ...['type', 'tokenIn', 'tokenOut', 'amount', 'percentOfBalance'],
-  ...['stopPrice', 'takeProfitPrice', 'trailPercent', 'trailAmount', 'duration', 'slices', 'interval'],
-]
+const orderFields =
+  'type tokenIn tokenOut amount percentOfBalance stopPrice takeProfitPrice trailPercent trailAmount duration slices interval'.split(' ')
 /** create_order with the slots given; none when the request cannot be an order (`problem` says why) */
-const orderCalls = (slots: Slots): ToolCall[] =>
-  slots.problem
-    ? []
-    : [{ tool: 'create_order', args: Object.fromEntries(orderFields.filter((f) => slots[f] !== undefined).map((f) => [f, slots[f]])) }]
+const orderCalls = (slots: Slots): ToolCall[] => (slots.problem ? [] : [{ tool: 'create_order', args: argsOf(slots, orderFields) }])
 
 /** What was created (its type, what it sells, its levels, id and status), or why not. */
 function orderAnswer(slots: Slots, [outcome]: ToolCallOutcome[]): string {
@@ -159,15 +156,10 @@ export const intents: readonly Intent[] = [
       const leading = new RegExp(`${every}\\s*,?\\s*buy\\s+${AMOUNT}\\s*${SYMBOL}\\s+(?:worth\\s+)?of\\s+${SYMBOL}`, 'i').exec(text)
       return leading ? slots(leading, 3, 1) : undefined
     },
-    calls: (slots) => [
-      {
-        tool: 'create_automation',
-        args: { tokenIn: slots.tokenIn, tokenOut: slots.tokenOut, amount: slots.amount, interval: slots.interval },
-      },
-    ],
+    calls: (slots) => [{ tool: 'create_automation', args: argsOf(slots, ['tokenIn', 'tokenOut', 'amount', 'interval']) }],
     answer(slots, [outcome]) {
       if (!outcome!.ok) return failed(`set up a recurring buy of ${slots.tokenOut}`, outcome!)
-      const { automation } = outcome!.output as { automation: { id: string; name: string; status: string } }
+      const { automation } = outcome!.output as { automation: AutomationView }
       return `Created the automation "${automation.name}" (${automation.id}): it buys ${slots.tokenOut} with ${slots.amount} ${slots.tokenIn} every ${slots.interval}. Status: ${automation.status}.`
     },
   },
@@ -243,18 +235,14 @@ export const intents: readonly Intent[] = [
     async answer(slots, [outcome], call) {
       const verb = slots.status === 'paused' ? 'pause' : 'resume'
       if (!outcome!.ok) return failed(`${verb} your automations`, outcome!)
-      if (slots.id) return `Done: ${describeAutomation((outcome!.output as { automation: AutomationView }).automation)}.`
+      if (slots.id) return `Done: ${describeSet(outcome!.output)}.`
       const from = slots.status === 'paused' ? 'active' : 'paused'
       const targets = (outcome!.output as { automations: AutomationView[] }).automations.filter((a) => a.status === from)
       if (targets.length === 0) return `You have no ${from} automations to ${verb}.`
       const done: string[] = []
       for (const a of targets) {
         const result = await call('set_automation_status', { id: a.id, status: slots.status })
-        done.push(
-          result.ok
-            ? describeAutomation((result.output as { automation: AutomationView }).automation)
-            : `${a.name} (${a.id}): ${result.error}`,
-        )
+        done.push(result.ok ? describeSet(result.output) : `${a.name} (${a.id}): ${result.error}`)
       }
       return `${verb === 'pause' ? 'Paused' : 'Resumed'}: ${done.join('; ')}.`
     },
@@ -292,7 +280,7 @@ export const intents: readonly Intent[] = [
       const chain = /^(?:to\s+)?([a-z][a-z0-9 ]*)$/i.exec(rest.trim())?.[1]
       return chain ? { ...slots, toChain: chain } : undefined
     },
-    calls: (slots) => [{ tool: 'bridge_quote', args: { token: slots.token, amount: slots.amount, toChain: slots.toChain } }],
+    calls: (slots) => [{ tool: 'bridge_quote', args: argsOf(slots, ['token', 'amount', 'toChain']) }],
     answer(slots, [outcome]) {
       if (!outcome!.ok) return failed(`quote bridging ${slots.amount} ${slots.token} to ${slots.toChain}`, outcome!)
       const q = outcome!.output as BridgeQuote & { toChain: string }
@@ -342,16 +330,13 @@ export const intents: readonly Intent[] = [
       // a swap that waited for a person's approval and did not get it (rejected, expired, refused)
       if (out.mode === 'not_swapped')
         return `I did not swap ${slots.amount} ${slots.tokenIn} for ${slots.tokenOut}: ${out.reason.replace(/^not swapped: /, '')}.`
-      if (out.mode === 'executed') {
-        const r = out
-        return r.success
-          ? `Swapped ${slots.amount} ${r.tokenIn} for ${r.amountOutFormatted} ${r.tokenOut} on ${r.dex} from ${r.from ? `your wallet ${r.from}, under its grant` : 'the server wallet'} (transaction ${r.hash}, block ${r.blockNumber}).`
-          : `The swap of ${slots.amount} ${r.tokenIn} for ${r.tokenOut} reverted on chain (transaction ${r.hash}): the price moved past your slippage, nothing was received.`
-      }
-      const p = out
-      const kinds = p.transactions.map((t) => t.kind).join(', then ')
-      const check = p.simulation.ok ? 'They simulate successfully.' : `The simulation says it would fail: ${p.simulation.error}.`
-      return `I prepared ${p.transactions.length} transaction${p.transactions.length === 1 ? '' : 's'} (${kinds}) for your wallet ${p.from} to sign and send in order: ${slots.amount} ${p.tokenIn} for about ${p.expectedAmountOutFormatted} ${p.tokenOut} on ${p.dex}. ${check} They are in the job's result.transactions.`
+      if (out.mode === 'executed')
+        return out.success
+          ? `Swapped ${slots.amount} ${out.tokenIn} for ${out.amountOutFormatted} ${out.tokenOut} on ${out.dex} from ${out.from ? `your wallet ${out.from}, under its grant` : 'the server wallet'} (transaction ${out.hash}, block ${out.blockNumber}).`
+          : `The swap of ${slots.amount} ${out.tokenIn} for ${out.tokenOut} reverted on chain (transaction ${out.hash}): the price moved past your slippage, nothing was received.`
+      const kinds = out.transactions.map((t) => t.kind).join(', then ')
+      const check = out.simulation.ok ? 'They simulate successfully.' : `The simulation says it would fail: ${out.simulation.error}.`
+      return `I prepared ${out.transactions.length} transaction${out.transactions.length === 1 ? '' : 's'} (${kinds}) for your wallet ${out.from} to sign and send in order: ${slots.amount} ${out.tokenIn} for about ${out.expectedAmountOutFormatted} ${out.tokenOut} on ${out.dex}. ${check} They are in the job's result.transactions.`
     },
   },
   {
@@ -359,7 +344,7 @@ export const intents: readonly Intent[] = [
     match: (text) =>
       /\bpositions?\b|\bhealth factor\b|\baave\b|\bgmx positions?\b/i.test(text) ? { address: ADDRESS.exec(text)?.[0] } : undefined,
     follow: (slots, rest) => (ADDRESS.test(rest) ? { ...slots, address: ADDRESS.exec(rest)![0] } : undefined),
-    calls: (slots) => [{ tool: 'get_positions', args: slots.address ? { address: slots.address } : {} }],
+    calls: (slots) => [{ tool: 'get_positions', args: argsOf(slots, ['address']) }],
     answer(_slots, [outcome]) {
       if (!outcome!.ok) return failed('read the positions', outcome!)
       const p = outcome!.output as Positions
@@ -383,12 +368,7 @@ export const intents: readonly Intent[] = [
         ? { address: ADDRESS.exec(text)?.[0], includeHidden: /\b(spam|hidden|all of them|including)\b/i.test(text) || undefined }
         : undefined,
     follow: (slots, rest) => (ADDRESS.test(rest) ? { ...slots, address: ADDRESS.exec(rest)![0] } : undefined),
-    calls: (slots) => [
-      {
-        tool: 'list_nfts',
-        args: { ...(slots.address ? { address: slots.address } : {}), ...(slots.includeHidden ? { includeHidden: true } : {}) },
-      },
-    ],
+    calls: (slots) => [{ tool: 'list_nfts', args: argsOf(slots, ['address', 'includeHidden']) }],
     answer(_slots, [outcome]) {
       if (!outcome!.ok) return failed('list the NFTs', outcome!)
       const { address, nfts: owned } = outcome!.output as {
@@ -408,7 +388,7 @@ export const intents: readonly Intent[] = [
       return { query: topic && !/^(?:polymarket|prediction markets?)$/i.test(topic) ? topic : undefined }
     },
     follow: (slots, rest) => (rest.trim() ? { ...slots, query: rest.trim().replace(/^(?:about|on)\s+/i, '') } : undefined),
-    calls: (slots) => [{ tool: 'find_predictions', args: slots.query ? { query: slots.query } : {} }],
+    calls: (slots) => [{ tool: 'find_predictions', args: argsOf(slots, ['query']) }],
     answer(slots, [outcome]) {
       if (!outcome!.ok) return failed('find prediction markets', outcome!)
       const { markets } = outcome!.output as { markets: PredictionMarket[] }
@@ -446,7 +426,7 @@ export const intents: readonly Intent[] = [
       return { symbols: symbols.length > 0 ? symbols : undefined }
     },
     follow: (slots, rest) => (symbolsIn(rest).length > 0 ? { ...slots, symbols: symbolsIn(rest) } : undefined),
-    calls: (slots) => [{ tool: 'get_prices', args: slots.symbols ? { symbols: slots.symbols } : {} }],
+    calls: (slots) => [{ tool: 'get_prices', args: argsOf(slots, ['symbols']) }],
     answer(_slots, [outcome]) {
       if (!outcome!.ok) return failed('get the prices', outcome!)
       const { prices: found, unknown } = outcome!.output as {

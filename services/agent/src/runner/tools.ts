@@ -97,13 +97,16 @@ export async function unlessAborted<T>(work: Promise<T>, signal: AbortSignal): P
 const serviceNames: Record<string, string> = { market: 'market-data', trading: 'trading', automation: 'automation', admin: 'admin' }
 
 export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPollMs = 1_000 }: ToolDeps) {
-  /** One NATS call, given up on when the job is aborted; a service's error becomes a ToolError. */
-  async function call<Req, Rep>(
+  /**
+   * One NATS call, given up on when the job is aborted; a service's error becomes a ToolError.
+   * `whenDown`: what to answer instead when the failure is the fleet's (a service failing or down).
+   */
+  async function call<Req, Rep, Down = never>(
     endpoint: Endpoint<Req, Rep>,
     request: Req,
     run: ToolRun,
-    options: { timeoutMs?: number } = {},
-  ): Promise<Rep> {
+    options: { timeoutMs?: number; whenDown?: Down } = {},
+  ): Promise<Rep | Down> {
     const identity: CallContext['identity'] =
       run.owner.kind === 'payer' ? { ownerId: run.owner.address } : { ownerId: run.owner.keyId, keyId: run.owner.keyId }
     try {
@@ -112,15 +115,12 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
         run.signal,
       )
     } catch (error) {
-      if (run.signal.aborted) throw error
-      if (error instanceof ServiceCallError) {
-        const service = serviceNames[endpoint.subject.split('.')[1] ?? ''] ?? 'a service'
-        if (error.statusCode === 503 && /no responders|unavailable/i.test(error.message)) {
-          throw new ToolError(`the ${service} service is not available right now`, true)
-        }
-        throw new ToolError(error.message, error.statusCode >= 500)
-      }
-      throw error
+      if (run.signal.aborted || !(error instanceof ServiceCallError)) throw error
+      const serviceFault = error.statusCode >= 500
+      if (serviceFault && options.whenDown !== undefined) return options.whenDown
+      const service = serviceNames[endpoint.subject.split('.')[1] ?? ''] ?? 'a service'
+      const down = error.statusCode === 503 && /no responders|unavailable/i.test(error.message)
+      throw new ToolError(down ? `the ${service} service is not available right now` : error.message, serviceFault)
     }
   }
 
@@ -172,6 +172,12 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
     dex: Dex,
   })
 
+  /** What trading's quote, prepare and execute take of a swap: the token sold by its address, the amount in its base units. */
+  async function swapOf({ tokenIn, tokenOut, amount, dex }: Static<typeof SwapArgs>) {
+    const { token, units } = await baseUnits(tokenIn, amount)
+    return { token, body: { tokenIn: token.address, tokenOut, amountIn: units.toString(), ...(dex ? { dex } : {}) } }
+  }
+
   /** What a swap sent, as a job transaction. */
   const sent = (run: ToolRun, r: SwapResult): JobTransaction => ({
     step: run.step,
@@ -215,11 +221,8 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
     while (undecided(now)) {
       // an aborted job rejects with the signal's reason, as `unlessAborted` does
       await sleep(approvalPollMs, undefined, { signal: run.signal }).catch(() => run.signal.throwIfAborted())
-      const { approval: current } = await call(channels.trading.approval, { id: approval.id }, run).catch((error: unknown) => {
-        // trading out of reach for a moment: ask again at the next poll
-        if (error instanceof ToolError && error.serviceFault) return { approval: now }
-        throw error
-      })
+      // trading out of reach for a moment: ask again at the next poll
+      const { approval: current } = await call(channels.trading.approval, { id: approval.id }, run, { whenDown: { approval: now } })
       if (!current) throw new ToolError(`approval ${approval.id} is no longer known to the trading service: not swapped`)
       now = current
     }
@@ -230,11 +233,8 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
 
   /** whether `wallet` has an active grant that lets the service swap `tokenIn` from it */
   async function grantSpends(wallet: string, tokenIn: string, run: ToolRun): Promise<boolean> {
-    const { grants } = await call(channels.trading.grants, { wallet }, run).catch((error: unknown) => {
-      // grants not enabled here (503): the payer's swap is prepared, as without one
-      if (error instanceof ToolError && error.serviceFault) return { grants: [] }
-      throw error
-    })
+    // grants not enabled here (503): the payer's swap is prepared, as without one
+    const { grants } = await call(channels.trading.grants, { wallet }, run, { whenDown: { grants: [] } })
     const symbol = (await tokenOf(tokenIn)).symbol
     return grants.some((grant) => grant.status === 'active' && (grant.tokenIn === symbol || grant.tokenIn === tokenIn))
   }
@@ -278,14 +278,9 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
       name: 'quote_swap',
       description: 'Quote selling an amount of one token for another on Uniswap or Camelot (nothing is sent)',
       parameters: SwapArgs,
-      async run({ tokenIn, tokenOut, amount, dex }, run) {
-        const { token, units } = await baseUnits(tokenIn, amount)
-        const quote = await call(
-          channels.trading.quote,
-          { tokenIn: token.address, tokenOut, amountIn: units.toString(), ...(dex ? { dex } : {}) },
-          run,
-        )
-        return { output: { ...quote, amountInFormatted: amount, amountOutFormatted: await human(quote.tokenOut, quote.amountOut) } }
+      async run(args, run) {
+        const quote = await call(channels.trading.quote, (await swapOf(args)).body, run)
+        return { output: { ...quote, amountInFormatted: args.amount, amountOutFormatted: await human(quote.tokenOut, quote.amountOut) } }
       },
     }),
     tool({
@@ -296,15 +291,9 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
         ...SwapArgs.properties,
         slippageBps: Type.Optional(Type.Integer({ minimum: 0, maximum: 5000, description: 'default 50 (0.5%)' })),
       }),
-      async run({ tokenIn, tokenOut, amount, dex, slippageBps }, run) {
-        const { token, units } = await baseUnits(tokenIn, amount)
-        const body = {
-          tokenIn: token.address,
-          tokenOut,
-          amountIn: units.toString(),
-          ...(dex ? { dex } : {}),
-          slippageBps: slippageBps ?? 50,
-        }
+      async run(args, run) {
+        const { token, body: swap } = await swapOf(args)
+        const body = { ...swap, slippageBps: args.slippageBps ?? 50 }
         let execute = run.owner.kind === 'key'
         if (run.owner.kind === 'payer') {
           const address = getAddress(run.owner.address)
@@ -312,16 +301,15 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
           execute = payer !== null || (await grantSpends(address, token.address, run))
         }
         if (execute) {
-          const idempotencyKey = run.key
           const { decideBy } = run.approvals
           const answer = await call(
             channels.trading.execute,
             // the caller's own wallet pays when it granted the service swaps of tokenIn on chain
-            { ...body, fromGrant: true, idempotencyKey, jobId: run.jobId, ...(decideBy === undefined ? {} : { decideBy }) },
+            { ...body, fromGrant: true, idempotencyKey: run.key, jobId: run.jobId, ...(decideBy === undefined ? {} : { decideBy }) },
             run,
             { timeoutMs: swapTimeoutMs },
           )
-          const asked = { amount, tokenIn: token.symbol, tokenOut: (await tokenOf(tokenOut)).symbol }
+          const asked = { amount: args.amount, tokenIn: token.symbol, tokenOut: (await tokenOf(args.tokenOut)).symbol }
           const result = isAwaitingApproval(answer)
             ? await decisionOn(answer.approval, approvalNotice(answer.approval, asked), run)
             : answer
@@ -530,18 +518,15 @@ export function createTools({ nc, channels, timeoutMs, swapTimeoutMs, approvalPo
       },
     }),
   ] as Tool[]
-  return { all, byName: new Map(all.map((t) => [t.name, t])), tokenOf, human }
+  return { all, byName: new Map(all.map((t) => [t.name, t])) }
 }
 export type Tools = ReturnType<typeof createTools>
 
 const checkers = new WeakMap<TSchema, ReturnType<typeof Compile>>()
 /** Checks a tool's arguments (an LLM's are not to be trusted); the first problem is named. */
 export function checkArguments(t: Tool, args: unknown): void {
-  let checker = checkers.get(t.parameters)
-  if (!checker) {
-    checker = Compile(t.parameters)
-    checkers.set(t.parameters, checker)
-  }
+  const checker = checkers.get(t.parameters) ?? Compile(t.parameters)
+  checkers.set(t.parameters, checker)
   if (checker.Check(args)) return
   const [first] = checker.Errors(args)
   throw new ToolError(
