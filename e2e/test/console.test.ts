@@ -87,7 +87,7 @@ t.test('the console: approvals, keys, the wallet switch, revenue and webhooks, c
     })
     t.equal(elsewhere.status, 200, 'rejected through the API')
     await elsewhereCard.waitFor({ state: 'detached', timeout: 10_000 })
-    t.pass('a decision made elsewhere left the page without a click')
+    t.equal(await elsewhereCard.count(), 0, 'a decision made elsewhere left the page without a click')
     t.match(await approveCard.getAttribute('class'), /highlight/, 'the linked approval stands out')
     t.match(await approveCard.textContent(), /USD value\s*\$50\.00/)
     await approveCard
@@ -191,6 +191,8 @@ t.test('the console: approvals, keys, the wallet switch, revenue and webhooks, c
     await page.getByRole('link', { name: 'Revenue' }).click()
     await page.locator(`tr[data-request-id="${requestId}"]`).waitFor({ timeout: 20_000 })
     t.match(await page.locator(`tr[data-request-id="${requestId}"]`).textContent(), /GET \/agent\/skills\s*\$0\.01/)
+    // the chart is drawn from its own request (the history), which may answer after the table's
+    await page.locator('svg.chart rect').first().waitFor()
     t.ok(await page.locator('svg.chart rect').count(), 'the daily chart has its bars')
     t.match(await page.getByText('Settlement backlog').locator('..').textContent(), /Settlement backlog\s*\d+/)
     await shot('revenue')
@@ -219,8 +221,9 @@ t.test('the console: approvals, keys, the wallet switch, revenue and webhooks, c
     await page.getByRole('button', { name: `Redeliver webhook.test ${testDelivery.id}` }).click()
     const api = await request(`/webhooks/${made.body.id}/deliveries/${testDelivery.id}/redeliver`, { method: 'POST', key: adminKey })
     t.equal(api.status, 409)
-    await page.getByRole('alert').filter({ hasText: api.body.error }).waitFor()
-    t.pass('the refused redeliver shows the API’s error text')
+    const refusal = page.getByRole('alert').filter({ hasText: api.body.error })
+    await refusal.waitFor()
+    t.equal(await refusal.count(), 1, 'the refused redeliver shows the API’s error text')
     await shot('webhooks')
   })
 

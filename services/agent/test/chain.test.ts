@@ -141,10 +141,15 @@ t.test(
     process.kill(first.pid, 'SIGKILL')
 
     await startServiceProcess(t, workerEntry, workerEnv(stack.agentEnv))
-    const taken = await eventually('another worker to take the job over', async () => {
-      const job = await api.ctx.db.job.findUniqueOrThrow({ where: { id: jobId } })
-      return job.workerId !== held.workerId && job.status === 'awaiting_approval' ? job : undefined
-    })
+    // the message comes back after the ack wait, then the new worker replays the job's steps up to the swap: under a loaded CI, more than 10 s
+    const taken = await eventually(
+      'another worker to take the job over',
+      async () => {
+        const job = await api.ctx.db.job.findUniqueOrThrow({ where: { id: jobId } })
+        return job.workerId !== held.workerId && job.status === 'awaiting_approval' ? job : undefined
+      },
+      30_000,
+    )
     t.ok(taken.attempts > held.attempts, `claimed again (${held.attempts} -> ${taken.attempts})`)
     t.equal((taken.approval as { id: string }).id, waited.approval.id, 'the same approval: the execute was answered again')
 
