@@ -192,7 +192,7 @@ t.test('the console: approvals, keys, the wallet switch, revenue and webhooks, c
     await page.locator(`tr[data-request-id="${requestId}"]`).waitFor({ timeout: 20_000 })
     t.match(await page.locator(`tr[data-request-id="${requestId}"]`).textContent(), /GET \/agent\/skills\s*\$0\.01/)
     // the chart is drawn from its own request (the history), which may answer after the table's
-    await page.locator('svg.chart rect').first().waitFor()
+    await page.locator('svg.chart rect').first().waitFor({ state: 'attached' })
     t.ok(await page.locator('svg.chart rect').count(), 'the daily chart has its bars')
     t.match(await page.getByText('Settlement backlog').locator('..').textContent(), /Settlement backlog\s*\d+/)
     await shot('revenue')
