@@ -296,7 +296,18 @@ t.test('a release: every package.json, the image tags, a CHANGELOG section and t
   for (const file of packageFiles(root)) t.equal(JSON.parse(readFileSync(join(root, file), 'utf8')).version, '1.1.0', file)
   t.same(imageTagProblems(root, '1.1.0'), [])
   const changelog = readFileSync(join(root, 'CHANGELOG.md'), 'utf8')
-  t.match(changelog, /^# Changelog\n\n## 1\.1\.0 \(\d{4}-\d\d-\d\d\)\n\n### Added\n[\s\S]*\n## 1\.0\.0 /)
+  // the notes written as changes landed are the release's
+  const unreleased = /^## Unreleased\n([\s\S]*?)\n## /m.exec(readFileSync(join(repo, 'CHANGELOG.md'), 'utf8'))?.[1]
+  if (unreleased)
+    t.ok(changelog.startsWith(`# Changelog\n\n## 1.1.0 (`) && changelog.includes(unreleased) && !changelog.includes('## Unreleased'))
+  else t.match(changelog, /^# Changelog\n\n## 1\.1\.0 \(\d{4}-\d\d-\d\d\)\n\n### Added\n[\s\S]*\n## 1\.0\.0 /)
   t.equal(JSON.parse(readFileSync(join(root, contractsFile), 'utf8')).version, '1.1.0')
   t.equal(JSON.parse(readFileSync(join(root, columnsFile), 'utf8')).version, '1.1.0')
+  // without notes written down, a section to fill in
+  writeFileSync(join(root, 'CHANGELOG.md'), '# Changelog\n\n## 1.1.0 (2026-12-01)\n\nnotes\n')
+  await cutRelease(root, '1.2.0')
+  t.match(
+    readFileSync(join(root, 'CHANGELOG.md'), 'utf8'),
+    /^# Changelog\n\n## 1\.2\.0 \(\d{4}-\d\d-\d\d\)\n\n### Added\n[\s\S]*\n## 1\.1\.0 \(2026-12-01\)\n\nnotes\n$/,
+  )
 })

@@ -94,8 +94,12 @@ export async function cutRelease(root: string, version: string): Promise<string[
   const changelog = join(root, 'CHANGELOG.md')
   const earlier = existsSync(changelog) ? readFileSync(changelog, 'utf8').replace(/^# Changelog\n+/, '') : ''
   const date = new Date().toISOString().slice(0, 10)
-  const section = `## ${version} (${date})\n\n### Added\n\n### Changed\n\n### Removed (deprecated in ${previous} or before)\n\n### Upgrade notes\n`
-  writeFileSync(changelog, `# Changelog\n\n${section}\n${earlier}`)
+  const heading = `## ${version} (${date})`
+  // what was written down as it landed ("## Unreleased") becomes the release's section; else one to fill in
+  const next = /^## Unreleased\n/.test(earlier)
+    ? earlier.replace(/^## Unreleased\n/, `${heading}\n`)
+    : `${heading}\n\n### Added\n\n### Changed\n\n### Removed (deprecated in ${previous} or before)\n\n### Upgrade notes\n\n${earlier}`
+  writeFileSync(changelog, `# Changelog\n\n${next}`)
   written.push('CHANGELOG.md')
   await writeSnapshot(root)
   written.push(contractsFile, columnsFile)
