@@ -1,4 +1,4 @@
-import { scrapeMetric } from '@ats/service-kit/testing'
+import { eventually, scrapeMetric } from '@ats/service-kit/testing'
 import t from 'tap'
 import { parseAbiItem, type Hex } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
@@ -84,6 +84,10 @@ t.test('8 payers under sustained paid load: every payment settled within 10 s of
   t.comment(`gas per settled payment: ${gas / BigInt(total)} (${hashes.length} transactions for ${total} payments)`)
   t.equal(await fleet.balanceOf(fleet.payTo), before + BigInt(total) * 10_000n, 'PAY_TO received every payment once')
 
-  const counted = await scrapeMetric(fleet.admin.url, 'ats_payments_total')
+  // the ledger records a batch once its receipt is read: a moment after its logs are on chain
+  const counted = await eventually('the ledger to record every settlement', async () => {
+    const metric = await scrapeMetric(fleet.admin.url, 'ats_payments_total')
+    return (metric.settled ?? 0) + (metric.failed ?? 0) >= total ? metric : undefined
+  })
   t.match(counted, { charged: total, settled: total, failed: 0 }, 'the ledger has every payment settled, none failed or expired')
 })
