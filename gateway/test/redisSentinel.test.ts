@@ -3,7 +3,7 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { connectRedis, replicaAcknowledgement } from '@ats/service-kit'
-import { redisSentinelMissing, startSentinelRedis } from '@ats/service-kit/testing'
+import { eventually, redisSentinelMissing, startSentinelRedis } from '@ats/service-kit/testing'
 import { Redis } from 'ioredis'
 import { pino } from 'pino'
 import t from 'tap'
@@ -140,5 +140,26 @@ async function failoverTests() {
     await redis.restart(first)
     await redis.settled(2)
     t.equal(await outcomeOf(reservations.reserve(paymentOf(freshNonce()), payer)), 'ok', 'admitting with the old primary back as a replica')
+  })
+
+  t.test('a manual failover (the primary demoted while up): the client follows it', async (t) => {
+    const before = await redis.primaryPort()
+    const [host, port] = redis.sentinels.split(',')[0]!.split(':')
+    const sentinel = new Redis({ host: host!, port: Number(port), lazyConnect: true })
+    t.teardown(() => sentinel.disconnect())
+    await sentinel.connect()
+    t.equal(await sentinel.call('SENTINEL', 'FAILOVER', redis.master), 'OK')
+    await eventually('the sentinels to promote a replica', async () => ((await redis.primaryPort()) !== before ? true : undefined), 20_000)
+    // the demoted server stays up: the sentinels close its clients' connections (CLIENT KILL), and a write it refuses (READONLY) reconnects too
+    const outcome = await eventually(
+      'an admission on the new primary',
+      async () => {
+        const result = await outcomeOf(reservations.reserve(paymentOf(freshNonce()), payer))
+        return result === 'ok' ? result : undefined
+      },
+      20_000,
+    )
+    t.equal(outcome, 'ok', 'admitted after the failover')
+    t.equal(await portOf(), await redis.primaryPort(), 'the client is on the promoted replica')
   })
 }

@@ -37,10 +37,10 @@ function optionsOf(url: string, sentinel: SentinelOptions | undefined): RedisOpt
     // the sentinels take the primary's password, as Sentinel-managed charts set them up
     ...(password ? { password, sentinelPassword: password } : {}),
     ...(tls ? { tls: {}, sentinelTLS: {}, enableTLSForSentinelMode: true } : {}),
-    // a primary demoted while up (a manual failover) answers writes READONLY: reconnect, asking the
-    // sentinels again, and resend the command. Not ioredis' failoverDetector: its disconnect during
-    // a reconnection in progress can end the client for good (seen under load: every later command
-    // "Connection is closed" after a SIGKILL of the primary).
+    // a primary demoted while up (a manual failover) has its clients' connections closed by the
+    // sentinels; should one still answer a write READONLY, reconnect (asking the sentinels again) and
+    // resend it. Not ioredis' failoverDetector: its disconnect during a reconnection in progress can
+    // end the client for good (seen under load: "Connection is closed" after a SIGKILL of the primary).
     reconnectOnError: (error) => (error.message.startsWith('READONLY') ? 2 : false),
   }
 }
